@@ -1,0 +1,151 @@
+"""AllocateMappedFileService: creates the next commit-log file (and the one after it) ahead.
+
+A roll asks for file N and N+1; N is usually ready already, N+1 is made in the background while
+the producer writes into N. Requests are de-duplicated by path and served largest file first,
+then lowest offset. The caller waits at most ``wait_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._clock import SYSTEM_CLOCK, Clock
+from ._errors import StoreError
+from ._mapped_file import MappedFile
+from ._service import ServiceThread
+
+if TYPE_CHECKING:
+    from ._transient_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True)
+class _Request:
+    sort_key: tuple[int, int]
+    path: Path = field(compare=False)
+    size: int = field(compare=False)
+    done: threading.Event = field(default_factory=threading.Event, compare=False)
+    mapped_file: MappedFile | None = field(default=None, compare=False)
+    error: BaseException | None = field(default=None, compare=False)
+
+
+class AllocateMappedFileService(ServiceThread):
+    def __init__(
+        self,
+        *,
+        pool: TransientStorePool | None = None,
+        warm: bool = False,
+        warm_min_size: int = 0,
+        lock_memory: bool = False,
+        fast_fail_if_no_buffer: bool = False,
+        wait_timeout: float = 5.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__("AllocateMappedFileService")
+        self.pool = pool
+        self.warm = warm
+        self.warm_min_size = warm_min_size
+        self.lock_memory = lock_memory
+        self.fast_fail_if_no_buffer = fast_fail_if_no_buffer
+        self.wait_timeout = wait_timeout
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._table: dict[Path, _Request] = {}
+        self._heap: list[_Request] = []
+        self.created = 0
+
+    def _submit(self, path: Path, size: int) -> _Request | None:
+        """Queue a request unless one for the path exists. Caller holds the lock."""
+        req = self._table.get(path)
+        if req is not None:
+            return req
+        if self.pool is not None:
+            # each pending file takes a write buffer when created
+            if self.pool.available_count() - len(self._heap) <= 0:
+                return None
+        req = _Request((-size, int(path.name)), path, size)
+        self._table[path] = req
+        heapq.heappush(self._heap, req)
+        self._cond.notify()
+        return req
+
+    def request(self, path: Path, next_path: Path, size: int) -> MappedFile | None:
+        """Return the file at ``path`` (made now or earlier) and ask for ``next_path`` ahead.
+
+        None when it could not be made in time (CREATE_MAPPED_FILE_FAILED).
+        """
+        if not self.running:
+            # not started (or stopped): create in the caller's thread
+            path.parent.mkdir(parents=True, exist_ok=True)
+            mf = self._make(path, size)
+            return mf
+        with self._lock:
+            req = self._submit(path, size)
+            if req is None:
+                if self.fast_fail_if_no_buffer:
+                    log.warning("no write buffer left in the transient store pool for %s", path)
+                    return None
+                req = self._submit_unchecked(path, size)
+            self._submit(next_path, size)
+        if not req.done.wait(self.wait_timeout):
+            log.warning("creating %s took longer than %.1f s", path, self.wait_timeout)
+            return None
+        with self._lock:
+            self._table.pop(path, None)
+        if req.error is not None:
+            log.error("creating %s failed: %s", path, req.error)
+            return None
+        return req.mapped_file
+
+    def _submit_unchecked(self, path: Path, size: int) -> _Request:
+        req = _Request((-size, int(path.name)), path, size)
+        self._table[path] = req
+        heapq.heappush(self._heap, req)
+        self._cond.notify()
+        return req
+
+    def _make(self, path: Path, size: int) -> MappedFile:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mf = MappedFile(path, size, pool=self.pool, clock=self.clock)
+        if self.warm and size >= self.warm_min_size and mf.created:
+            mf.warm(lock_memory=self.lock_memory)
+        self.created += 1
+        return mf
+
+    def run(self) -> None:
+        while not self.stopped:
+            with self._lock:
+                while not self._heap and not self.stopped:
+                    self._cond.wait(0.5)
+                if self.stopped:
+                    break
+                req = heapq.heappop(self._heap)
+                if self._table.get(req.path) is not req:
+                    continue
+            try:
+                req.mapped_file = self._make(req.path, req.size)
+            except (OSError, StoreError) as exc:
+                req.error = exc
+            req.done.set()
+
+    def stop(self, join: bool = True) -> None:
+        self._stopped.set()
+        with self._lock:
+            self._cond.notify_all()
+        super().stop(join)
+        # files made ahead and never handed out: close and delete them
+        with self._lock:
+            pending = list(self._table.values())
+            self._table.clear()
+            self._heap.clear()
+        for req in pending:
+            if req.mapped_file is not None:
+                log.info("deleting the pre-allocated file %s", req.path)
+                req.mapped_file.destroy(0)

@@ -1,0 +1,596 @@
+"""CommitLog: every message of every topic, appended to one MappedFileQueue.
+
+The put path packs the record straight into the mapped file (or write buffer) under one put
+lock, then hands what dispatch needs (a DispatchRequest) to ``dispatch_handoff`` so the
+dispatcher does not parse the record again. Queue offsets come from the topic-queue table,
+which recovery rebuilds.
+
+Threads: ``put_message`` / ``put_messages`` from any thread (serialised by the put lock); the
+flush service threads; readers from anywhere.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+
+from ._clock import Clock
+from ._config import StoreConfig
+from ._errors import CorruptRecordError
+from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
+from ._mapped_file import MappedFile, SelectMappedBufferResult
+from ._mapped_file_queue import MappedFileQueue
+from ._message import Message, PutMessageResult, PutMessageStatus
+from ._record import (
+    BLANK,
+    BLANK_MAGIC,
+    HEAD_V4_SIZE,
+    INT16,
+    MAGIC_V1,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    SCHEDULE_TOPIC,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    DispatchRequest,
+    MessageExt,
+    check_record,
+    decode_message,
+    encode_record,
+    pack_host,
+    tags_code,
+)
+
+log = logging.getLogger(__name__)
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_TOPIC_LENGTH = 127
+_QUEUE_FIELDS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
+_STORE_TS = struct.Struct(">q")
+_HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts
+assert _HEAD.size == HEAD_V4_SIZE
+_DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+
+
+class InvalidTopicError(ValueError):
+    pass
+
+
+def validate_topic(topic: str) -> bytes:
+    """Check a topic name (it becomes a directory name) and return its UTF-8 bytes."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopicError("the topic is empty")
+    if not TOPIC_PATTERN.match(topic):
+        raise InvalidTopicError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
+    encoded = topic.encode()
+    if len(encoded) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic {topic[:20]!r}... is longer than {MAX_TOPIC_LENGTH} bytes")
+    return encoded
+
+
+class _Prepared:
+    """A message checked and encoded outside the put lock."""
+
+    __slots__ = ("born_host", "born_ts", "body", "crc", "flag", "prepared", "props", "queue_id",
+                 "reconsume", "sys_flag", "tags_code", "keys", "uniq", "topic", "topic_tail",
+                 "total", "wait")
+
+
+class CommitLog:
+    def __init__(
+        self,
+        config: StoreConfig,
+        clock: Clock,
+        queue: MappedFileQueue,
+        *,
+        on_flushed: Callable[[int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.queue = queue
+        self.file_size = config.mapped_file_size_commit_log
+        self.max_message_size = config.max_message_size
+        self.max_properties_size = config.max_properties_size
+        self.store_host = pack_host(f"{config.store_host}:{config.store_port}")
+        self.put_lock = threading.Lock()
+        # (topic, queue id) → next logical offset
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self._topics: dict[str, bytes] = {}  # topic → length byte + UTF-8 name
+        self._delay_levels = config.delay_levels_ms()
+        self.dispatch_handoff: collections.deque[DispatchRequest] | None = None
+        self.on_append: Callable[[], None] | None = None  # wakes the dispatcher
+        self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
+        self.sync_flush_timeout = config.sync_flush_timeout / 1000
+        self.wait_store_timestamp = True
+        flushed = on_flushed or (lambda _ts: None)
+        self.flush_service: GroupCommitService | FlushRealTimeService
+        if self.sync_flush:
+            self.flush_service = GroupCommitService(queue, clock, flushed)
+        else:
+            self.flush_service = FlushRealTimeService(
+                queue, clock,
+                interval_ms=config.flush_interval_commit_log,
+                least_pages=config.flush_commit_log_least_pages,
+                thorough_interval_ms=config.flush_commit_log_thorough_interval,
+                on_flushed=flushed,
+            )
+        self.commit_service: CommitRealTimeService | None = None
+        if queue.pool is not None:
+            self.commit_service = CommitRealTimeService(
+                queue, clock,
+                interval_ms=config.commit_interval_commit_log,
+                least_pages=config.commit_commit_log_least_pages,
+                thorough_interval_ms=config.commit_commit_log_thorough_interval,
+                flusher=self.flush_service,
+            )
+        self.stats_put_count = 0
+        self.stats_put_bytes = 0
+        self.topic_put_counts: collections.Counter[str] = collections.Counter()
+        self.topic_put_bytes: collections.Counter[str] = collections.Counter()
+        self.put_latency_max_ms = 0
+        self.running = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.flush_service.start()
+        if self.commit_service is not None:
+            self.commit_service.start()
+        self.running = True
+
+    def shutdown(self) -> None:
+        self.running = False
+        if self.commit_service is not None:
+            self.commit_service.stop()
+        self.flush_service.stop()
+
+    # ---- offsets ----------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        mf = self.queue.first_file()
+        if mf is None:
+            return -1
+        if mf.available:
+            return mf.from_offset
+        return self.roll_next_file(mf.from_offset)
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.get_max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # ---- validation and encoding (outside the lock) -----------------------------------------
+
+    def _topic_tail(self, topic: str) -> bytes:
+        tail = self._topics.get(topic)
+        if tail is None:
+            encoded = validate_topic(topic)
+            tail = bytes((len(encoded),)) + encoded
+            if len(self._topics) < 100_000:
+                self._topics[topic] = tail
+        return tail
+
+    def _prepare(self, msg: Message) -> _Prepared | PutMessageResult:
+        status = PutMessageStatus.MESSAGE_ILLEGAL
+        try:
+            topic = msg.topic
+            topic_tail = self._topic_tail(topic)
+        except InvalidTopicError as exc:
+            return PutMessageResult(status, error=str(exc))
+        body = msg.body
+        if not isinstance(body, bytes | bytearray | memoryview):
+            return PutMessageResult(status, error="the body must be bytes")
+        blen = len(body)
+        if blen > self.max_message_size:
+            return PutMessageResult(
+                status, error=f"body of {blen} bytes exceeds max_message_size {self.max_message_size}"
+            )
+        queue_id = msg.queue_id
+        if queue_id < 0:
+            return PutMessageResult(status, error=f"negative queue id {queue_id}")
+        sys_flag = msg.sys_flag
+        props = msg.properties
+        tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+        wait = True
+        code = 0
+        keys = uniq = None
+        if props:
+            if (
+                PROPERTY_DELAY in props
+                and (tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE)
+            ):
+                rewritten = self._delay_rewrite(topic, queue_id, props)
+                if isinstance(rewritten, PutMessageResult):
+                    return rewritten
+                if rewritten is not None:
+                    topic, queue_id, props = rewritten
+                    topic_tail = self._topic_tail(topic)
+            text = "\x02".join([f"{k}\x01{v}" for k, v in props.items()])
+            if text.count("\x01") != len(props) or text.count("\x02") != len(props) - 1:
+                return PutMessageResult(
+                    status, error="property names and values must not contain \\x01 or \\x02"
+                )
+            pbytes = text.encode()
+            if len(pbytes) > self.max_properties_size:
+                return PutMessageResult(
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                    error=f"properties of {len(pbytes)} bytes exceed {self.max_properties_size}",
+                )
+            tags = props.get(PROPERTY_TAGS)
+            if tags:
+                code = tags_code(tags)
+            keys = props.get(PROPERTY_KEYS)
+            uniq = props.get(PROPERTY_UNIQ_KEY)
+            if props.get(PROPERTY_WAIT) == "false":
+                wait = False
+            if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+                code = -1  # delivery time, filled in under the lock from the store time
+        else:
+            pbytes = b""
+        p = _Prepared()
+        p.topic = topic
+        p.topic_tail = topic_tail
+        p.body = body
+        p.crc = zlib.crc32(body) & 0x7FFFFFFF
+        p.queue_id = queue_id
+        p.flag = msg.flag
+        p.sys_flag = sys_flag
+        p.born_ts = msg.born_timestamp
+        if msg.born_host:
+            try:
+                host = pack_host(msg.born_host)
+            except ValueError as exc:
+                return PutMessageResult(status, error=str(exc))
+        else:
+            host = _DEFAULT_BORN_HOST
+        p.born_host = host
+        p.reconsume = msg.reconsume_times
+        p.prepared = msg.prepared_transaction_offset
+        p.props = pbytes
+        p.tags_code = code
+        p.keys = keys
+        p.uniq = uniq
+        p.wait = wait
+        p.total = 91 + blen + len(topic_tail) - 1 + len(pbytes) + (12 if len(host) == 20 else 0)
+        if p.total + 8 > self.file_size:
+            return PutMessageResult(
+                status, error=f"a record of {p.total} bytes cannot fit in a commit-log file"
+            )
+        return p
+
+    def _delay_rewrite(
+        self, topic: str, queue_id: int, props: dict[str, str]
+    ) -> tuple[str, int, dict[str, str]] | PutMessageResult | None:
+        raw = props.get(PROPERTY_DELAY, "")
+        try:
+            level = int(raw)
+        except ValueError:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, error=f"DELAY must be a level number, got {raw!r}"
+            )
+        if level <= 0 or topic == SCHEDULE_TOPIC:
+            return None
+        level = min(level, len(self._delay_levels))
+        new_props = dict(props)
+        new_props[PROPERTY_DELAY] = str(level)
+        new_props[PROPERTY_REAL_TOPIC] = topic
+        new_props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        return SCHEDULE_TOPIC, level - 1, new_props
+
+    def delivery_time(self, level: int, store_timestamp: int) -> int:
+        levels = self._delay_levels
+        return store_timestamp + levels[min(level, len(levels)) - 1]
+
+    # ---- the put path -----------------------------------------------------------------------
+
+    def _write(self, mf: MappedFile, p: _Prepared, now: int) -> tuple[int, int] | None:
+        """Pack one prepared record at the file's wrote position. Put lock held.
+
+        Returns (phys offset, queue offset), or None when it does not fit (a BLANK is written).
+        """
+        pos = mf.wrote_position
+        target = mf.write_target
+        total = p.total
+        if pos + total + 8 > self.file_size:
+            BLANK.pack_into(target, pos, self.file_size - pos, BLANK_MAGIC)
+            mf.wrote_position = self.file_size
+            mf.store_timestamp = now
+            return None
+        phys = mf.from_offset + pos
+        key = (p.topic, p.queue_id)
+        tran = p.sys_flag & SYSFLAG_TRANSACTION_MASK
+        in_queue = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        table = self.topic_queue_table
+        qoff = table.get(key, 0)
+        body = p.body
+        blen = len(body)
+        if len(p.born_host) == 8:
+            _HEAD.pack_into(
+                target, pos, total, MAGIC_V1, p.crc, p.queue_id, p.flag,
+                qoff if in_queue else 0, phys, p.sys_flag, p.born_ts or now, p.born_host, now,
+                self.store_host, p.reconsume, p.prepared, blen,
+            )
+            q = pos + HEAD_V4_SIZE
+            target[q : q + blen] = body
+        else:
+            record = encode_record(
+                topic=p.topic, body=bytes(body), queue_id=p.queue_id, flag=p.flag,
+                queue_offset=qoff if in_queue else 0, phys_offset=phys, sys_flag=p.sys_flag,
+                born_timestamp=p.born_ts or now, born_host=p.born_host, store_timestamp=now,
+                store_host=self.store_host, reconsume_times=p.reconsume,
+                prepared_transaction_offset=p.prepared, properties=p.props.decode(),
+            )
+            target[pos : pos + total] = record
+            mf.wrote_position = pos + total
+            mf.store_timestamp = now
+            if in_queue:
+                table[key] = qoff + 1
+            return phys, qoff
+        q += blen
+        tail = p.topic_tail
+        q2 = q + len(tail)
+        target[q:q2] = tail
+        props = p.props
+        INT16.pack_into(target, q2, len(props))
+        if props:
+            target[q2 + 2 : q2 + 2 + len(props)] = props
+        mf.wrote_position = pos + total
+        mf.store_timestamp = now
+        if in_queue:
+            table[key] = qoff + 1
+        return phys, qoff
+
+    def _handoff(self, p: _Prepared, phys: int, qoff: int, now: int) -> None:
+        handoff = self.dispatch_handoff
+        if handoff is not None:
+            code = p.tags_code
+            if code == -1:
+                code = self.delivery_time(int(p.queue_id) + 1, now)
+            handoff.append(
+                DispatchRequest(
+                    p.topic, p.queue_id, phys, p.total, code, now, qoff, p.keys, p.uniq,
+                    p.sys_flag, p.prepared,
+                )
+            )
+
+    def _current_file(self) -> MappedFile | None:
+        mf = self.queue.last_file()
+        if mf is None or mf.is_full():
+            mf = self.queue.get_last_mapped_file(0)
+        return mf
+
+    def put_message(self, msg: Message) -> PutMessageResult:
+        """Append one message; waits for the flush under SYNC_FLUSH (unless WAIT=false)."""
+        p = self._prepare(msg)
+        if isinstance(p, PutMessageResult):
+            return p
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not running")
+        with self.put_lock:
+            begin = self.clock.monotonic()
+            now = self.clock.now_ms()
+            mf = self._current_file()
+            if mf is None:
+                return PutMessageResult(
+                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="could not create a commit-log file"
+                )
+            done = self._write(mf, p, now)
+            if done is None:  # end of file: BLANK written, go on in a new file
+                mf = self.queue.get_last_mapped_file(0)
+                if mf is None:
+                    return PutMessageResult(
+                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
+                        error="could not create a commit-log file",
+                    )
+                done = self._write(mf, p, now)
+                assert done is not None
+            phys, qoff = done
+            self._handoff(p, phys, qoff, now)
+            elapsed = int((self.clock.monotonic() - begin) * 1000)
+        if elapsed > self.put_latency_max_ms:
+            self.put_latency_max_ms = elapsed
+        self.stats_put_count += 1
+        self.stats_put_bytes += p.total
+        if self.on_append is not None:
+            self.on_append()
+        status = PutMessageStatus.PUT_OK
+        if self.sync_flush and p.wait:
+            if not self.flush_service.wait_flushed(phys + p.total, self.sync_flush_timeout):  # type: ignore[union-attr]
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(status, phys, p.total, qoff, now, self.store_host, 1)
+
+    def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
+        """Append a batch (one topic and queue, no delay, no transaction) in one copy."""
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
+        topic, queue_id = msgs[0].topic, msgs[0].queue_id
+        prepared: list[_Prepared] = []
+        for msg in msgs:
+            if msg.topic != topic or msg.queue_id != queue_id:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch must have one topic and queue"
+                )
+            if msg.sys_flag & SYSFLAG_TRANSACTION_MASK or PROPERTY_DELAY in msg.properties:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    error="batches take neither delayed nor transactional messages",
+                )
+            p = self._prepare(msg)
+            if isinstance(p, PutMessageResult):
+                return p
+            prepared.append(p)
+        if any(len(p.born_host) != 8 for p in prepared):
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, error="batches take IPv4 born hosts only"
+            )
+        total = sum(p.total for p in prepared)
+        if total + 8 > self.file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, error=f"a batch of {total} bytes cannot fit in a file"
+            )
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not running")
+        # encode every record now; offsets and store time are patched in under the lock
+        buf = bytearray(total)
+        starts = []
+        pos = 0
+        for p in prepared:
+            starts.append(pos)
+            blen = len(p.body)
+            _HEAD.pack_into(
+                buf, pos, p.total, MAGIC_V1, p.crc, queue_id, p.flag, 0, 0, p.sys_flag,
+                p.born_ts, p.born_host, 0, self.store_host, p.reconsume, p.prepared, blen,
+            )
+            q = pos + HEAD_V4_SIZE
+            buf[q : q + blen] = p.body
+            q += blen
+            tail = p.topic_tail
+            buf[q : q + len(tail)] = tail
+            q += len(tail)
+            INT16.pack_into(buf, q, len(p.props))
+            buf[q + 2 : q + 2 + len(p.props)] = p.props
+            pos += p.total
+        key = (topic, queue_id)
+        with self.put_lock:
+            now = self.clock.now_ms()
+            mf = self._current_file()
+            if mf is None:
+                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
+            wpos = mf.wrote_position
+            if wpos + total + 8 > self.file_size:
+                BLANK.pack_into(mf.write_target, wpos, self.file_size - wpos, BLANK_MAGIC)
+                mf.wrote_position = self.file_size
+                mf.store_timestamp = now
+                mf = self.queue.get_last_mapped_file(0)
+                if mf is None:
+                    return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
+                wpos = mf.wrote_position
+            first_phys = mf.from_offset + wpos
+            first_qoff = self.topic_queue_table.get(key, 0)
+            for i, start in enumerate(starts):
+                _QUEUE_FIELDS.pack_into(buf, start + 20, first_qoff + i, first_phys + start)
+                _STORE_TS.pack_into(buf, start + 56, now)
+                if not prepared[i].born_ts:
+                    _STORE_TS.pack_into(buf, start + 40, now)
+            mf.write_target[wpos : wpos + total] = buf
+            mf.wrote_position = wpos + total
+            mf.store_timestamp = now
+            self.topic_queue_table[key] = first_qoff + len(prepared)
+            handoff = self.dispatch_handoff
+            if handoff is not None:
+                for i, p in enumerate(prepared):
+                    handoff.append(
+                        DispatchRequest(
+                            topic, queue_id, first_phys + starts[i], p.total, p.tags_code, now,
+                            first_qoff + i, p.keys, p.uniq, p.sys_flag, p.prepared,
+                        )
+                    )
+        self.stats_put_count += len(prepared)
+        self.stats_put_bytes += total
+        if self.on_append is not None:
+            self.on_append()
+        status = PutMessageStatus.PUT_OK
+        if self.sync_flush and all(p.wait for p in prepared):
+            if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        result = PutMessageResult(
+            status, first_phys, total, first_qoff, now, self.store_host, len(prepared)
+        )
+        result.offsets = tuple(first_phys + s for s in starts)
+        return result
+
+    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
+        """Replication: append raw commit-log bytes at ``start_offset`` (slave side)."""
+        with self.put_lock:
+            mf = self.queue.get_last_mapped_file(start_offset)
+            if mf is None:
+                return False
+            return mf.append(data)
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def get_data(self, offset: int, size: int | None = None) -> SelectMappedBufferResult | None:
+        """A held view of the commit log from ``offset`` (to the end of its file's readable
+        data, or ``size`` bytes)."""
+        mf = self.queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        return mf.select_mapped_buffer(offset - mf.from_offset, size)
+
+    def read_message(self, phys_offset: int, size: int | None = None, *, check_crc: bool = True) -> MessageExt | None:
+        """Decode the message at ``phys_offset``; None where there is none."""
+        mf = self.queue.find_mapped_file_by_offset(phys_offset)
+        if mf is None or not mf.hold():
+            return None
+        try:
+            pos = phys_offset - mf.from_offset
+            limit = mf.read_position
+            if size is not None:
+                limit = min(limit, pos + size)
+            try:
+                return decode_message(mf.mm, pos, limit, check_crc=check_crc)
+            except CorruptRecordError:
+                return None
+        finally:
+            mf.release()
+
+    def check_at(self, phys_offset: int, *, check_crc: bool) -> DispatchRequest | int:
+        """Validate the record at ``phys_offset`` (see ``check_record``)."""
+        mf = self.queue.find_mapped_file_by_offset(phys_offset)
+        if mf is None or not mf.hold():
+            return 0
+        try:
+            return check_record(
+                mf.mm, phys_offset - mf.from_offset, mf.read_position,
+                check_crc=check_crc, delay_time=self.delivery_time,
+            )
+        finally:
+            mf.release()
+
+    # ---- recovery helpers -------------------------------------------------------------------
+
+    def scan_file(self, mf: MappedFile, start: int, check_crc: bool) -> tuple[int, list[DispatchRequest], bool]:
+        """Walk records from ``start`` (file-relative): (end position, requests, hit a BLANK).
+
+        Stops at the first invalid record or the end of the data.
+        """
+        requests: list[DispatchRequest] = []
+        pos = start
+        limit = mf.file_size
+        buf = mf.mm
+        while pos < limit:
+            try:
+                r = check_record(buf, pos, limit, check_crc=check_crc, delay_time=self.delivery_time)
+            except CorruptRecordError as exc:
+                log.warning("%s: %s; the log ends here", mf.path, exc)
+                return pos, requests, False
+            if isinstance(r, int):
+                if r == 0:
+                    return pos, requests, False
+                return limit, requests, True
+            if r.commitlog_offset != mf.from_offset + pos:
+                log.warning(
+                    "%s: record at %d says it is at %d; the log ends here",
+                    mf.path, pos, r.commitlog_offset,
+                )
+                return pos, requests, False
+            requests.append(r)
+            pos += r.msg_size
+        return pos, requests, False
+
+    def rebuild_topic_queue_table(self, entries: dict[tuple[str, int], int]) -> None:
+        self.topic_queue_table = dict(entries)

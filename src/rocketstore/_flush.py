@@ -1,0 +1,180 @@
+"""Flush and commit services of the commit log.
+
+- GroupCommitService (SYNC_FLUSH): producers wait until the flushed position passes the end of
+  their message; one fdatasync serves every producer that arrived while the previous one ran.
+- FlushRealTimeService (ASYNC_FLUSH): flushes every ``flush_interval_commit_log`` ms when at
+  least ``flush_commit_log_least_pages`` pages are dirty, everything every thorough interval.
+- CommitRealTimeService (TransientStorePool): copies write buffers into the mapped files.
+
+The fdatasync calls release the interpreter lock, so producers keep running while a flush waits
+for the disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ._clock import Clock
+from ._mapped_file_queue import MappedFileQueue
+from ._service import ServiceThread
+
+log = logging.getLogger(__name__)
+
+RETRY_TIMES_OVER = 10
+FlushedCallback = Callable[[int], None]
+"""Called with the store timestamp of the last flushed message (checkpoint update)."""
+
+
+def _noop(_ts: int) -> None:
+    pass
+
+
+class GroupCommitService(ServiceThread):
+    """Sync flush with group commit. ``wait_flushed`` is called by producers, any thread."""
+
+    def __init__(self, queue: MappedFileQueue, clock: Clock, on_flushed: FlushedCallback = _noop) -> None:
+        super().__init__("GroupCommitService")
+        self.queue = queue
+        self.clock = clock
+        self.on_flushed = on_flushed
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._done = threading.Condition(self._lock)
+        self._highest_request = 0
+        self.flush_count = 0
+
+    def wait_flushed(self, end_offset: int, timeout: float) -> bool:
+        """Block until everything below ``end_offset`` is durable; False on timeout."""
+        if self.queue.flushed_where >= end_offset:
+            return True
+        with self._lock:
+            if end_offset > self._highest_request:
+                self._highest_request = end_offset
+                self._work.notify()
+            deadline = self.clock.monotonic() + timeout
+            while self.queue.flushed_where < end_offset:
+                remaining = deadline - self.clock.monotonic()
+                if remaining <= 0 or self.stopped and not self.running:
+                    return self.queue.flushed_where >= end_offset
+                self._done.wait(min(remaining, 0.5))
+            return True
+
+    def _flush_once(self) -> None:
+        target = self.queue.get_max_offset()
+        for _ in range(2):
+            if self.queue.flushed_where >= target:
+                break
+            self.queue.flush(0)
+        ts = self.queue.store_timestamp
+        if ts:
+            self.on_flushed(ts)
+        self.flush_count += 1
+
+    def run(self) -> None:
+        while not self.stopped:
+            with self._lock:
+                while self._highest_request <= self.queue.flushed_where and not self.stopped:
+                    self._work.wait(0.01)
+            if self.stopped:
+                break
+            self._flush_once()
+            with self._lock:
+                self._done.notify_all()
+        # shutdown: flush whatever is left and release every waiter
+        self.queue.flush_all(0)
+        with self._lock:
+            self._done.notify_all()
+
+
+class FlushRealTimeService(ServiceThread):
+    """Async flush on an interval (reads its settings from the values given, not the store)."""
+
+    def __init__(
+        self,
+        queue: MappedFileQueue,
+        clock: Clock,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        on_flushed: FlushedCallback = _noop,
+    ) -> None:
+        super().__init__("FlushRealTimeService")
+        self.queue = queue
+        self.clock = clock
+        self.interval = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000
+        self.on_flushed = on_flushed
+        self._last_thorough = clock.monotonic()
+        self.flush_count = 0
+
+    def flush_now(self, least_pages: int) -> None:
+        before = self.queue.flushed_where
+        self.queue.flush(least_pages)
+        if self.queue.flushed_where != before:
+            self.flush_count += 1
+            ts = self.queue.store_timestamp
+            if ts:
+                self.on_flushed(ts)
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(self.interval)
+            least = self.least_pages
+            now = self.clock.monotonic()
+            if now - self._last_thorough >= self.thorough_interval:
+                self._last_thorough = now
+                least = 0
+            try:
+                self.flush_now(least)
+            except OSError:
+                log.exception("commit-log flush failed; retrying in %.1f s", self.interval)
+        for _ in range(RETRY_TIMES_OVER):
+            before = self.queue.flushed_where
+            self.flush_now(0)
+            if self.queue.flushed_where == before:
+                break
+
+
+class CommitRealTimeService(ServiceThread):
+    """Moves data from write buffers into the mapped files, then wakes the flusher."""
+
+    def __init__(
+        self,
+        queue: MappedFileQueue,
+        clock: Clock,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        flusher: ServiceThread,
+    ) -> None:
+        super().__init__("CommitRealTimeService")
+        self.queue = queue
+        self.clock = clock
+        self.interval = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000
+        self.flusher = flusher
+        self._last_thorough = clock.monotonic()
+
+    def run(self) -> None:
+        while not self.stopped:
+            least = self.least_pages
+            now = self.clock.monotonic()
+            if now - self._last_thorough >= self.thorough_interval:
+                self._last_thorough = now
+                least = 0
+            before = self.queue.committed_where
+            self.queue.commit(least)
+            if self.queue.committed_where != before:
+                self.flusher.wakeup()
+            self.wait_for_running(self.interval)
+        for _ in range(RETRY_TIMES_OVER):
+            before = self.queue.committed_where
+            self.queue.commit(0)
+            if self.queue.committed_where == before:
+                break

@@ -1,0 +1,379 @@
+"""One fixed-size memory-mapped store file, named by the offset of its first byte.
+
+Positions, all relative to the start of the file::
+
+    0 ........ flushed ........ committed ........ wrote ........ file_size
+      durable  | in the file's pages | in the write buffer only | free
+
+Without a write buffer (no TransientStorePool) committed is unused and data goes straight into
+the mapped file, so the read position is ``wrote``; with a write buffer readers see only what has
+been committed into the file.
+
+Reference counting: the file starts with one reference held by its queue. Readers ``hold()``
+before touching the mapping and ``release()`` after; ``shutdown()`` drops the queue's reference
+and makes ``hold()`` fail, and the mapping is closed when the last reference goes (or forcibly
+after ``interval_forcibly`` ms, when a reader never came back).
+
+Threads: one writer appends (under the commit log's put lock); flush and commit run in their
+service threads; readers call ``select_mapped_buffer`` from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import mmap
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._clock import SYSTEM_CLOCK, Clock
+from ._errors import CorruptFileError, StoreError, translate_os_errors
+
+if TYPE_CHECKING:
+    from ._transient_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = 4096
+_ZERO_CHUNK = bytes(1 << 20)
+
+_counter_lock = threading.Lock()
+_total_mapped_files = 0
+_total_mapped_bytes = 0
+
+
+def mapped_counters() -> tuple[int, int]:
+    """Process-wide (mapped files, mapped bytes)."""
+    with _counter_lock:
+        return _total_mapped_files, _total_mapped_bytes
+
+
+def _count(files: int, size: int) -> None:
+    global _total_mapped_files, _total_mapped_bytes
+    with _counter_lock:
+        _total_mapped_files += files
+        _total_mapped_bytes += size
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _mlock(buf: mmap.mmap, size: int) -> bool:
+    """Lock a mapping in memory; False when the OS refuses (limits), which is not fatal."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        holder = ctypes.c_char.from_buffer(buf)
+        try:
+            rc = _libc.mlock(ctypes.c_void_p(ctypes.addressof(holder)), ctypes.c_size_t(size))
+        finally:
+            del holder
+        return bool(rc == 0)
+    except (OSError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def file_name_for(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+@dataclass(slots=True)
+class SelectMappedBufferResult:
+    """A read-only view of ``size`` bytes starting at store offset ``start_offset``.
+
+    The file stays mapped until ``release()``; use it as a context manager.
+    """
+
+    start_offset: int
+    buffer: memoryview
+    size: int
+    mapped_file: MappedFile | None
+
+    def release(self) -> None:
+        mf = self.mapped_file
+        if mf is not None:
+            self.mapped_file = None
+            self.buffer.release()
+            mf.release()
+
+    def __enter__(self) -> SelectMappedBufferResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class MappedFile:
+    """A store file of exactly ``file_size`` bytes, mapped read-write (or read-only)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        file_size: int,
+        *,
+        pool: TransientStorePool | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+        create: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.file_size = file_size
+        self.clock = clock
+        self.read_only = read_only
+        try:
+            self.from_offset = int(self.path.name)
+        except ValueError:
+            raise CorruptFileError(f"{self.path}: a store file must be named by its offset") from None
+        with translate_os_errors(f"open {self.path}"):
+            exists = self.path.exists()
+            if not exists and (read_only or not create):
+                raise CorruptFileError(f"{self.path}: no such store file")
+            flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+            self._fd = os.open(self.path, flags, 0o644)
+            try:
+                actual = os.fstat(self._fd).st_size
+                if exists and actual != file_size:
+                    raise CorruptFileError(
+                        f"{self.path}: size {actual} differs from the configured {file_size}"
+                    )
+                if not exists:
+                    os.ftruncate(self._fd, file_size)
+                access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+                self.mm = mmap.mmap(self._fd, file_size, access=access)
+            except BaseException:
+                os.close(self._fd)
+                raise
+        self.created = not exists
+        _count(1, file_size)
+        # positions
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last message appended
+        self.first_create_in_queue = False
+        # write buffer from the TransientStorePool (None: write straight into the mapping)
+        self._pool = pool
+        self.write_buffer: mmap.mmap | None = pool.borrow_buffer() if pool is not None else None
+        # reference counting
+        self._ref_lock = threading.Lock()
+        self._refs = 1
+        self._available = True
+        self._cleanup_over = False
+        self._first_shutdown_ms = 0
+        self._closed = False
+
+    # ---- state ------------------------------------------------------------------------------
+
+    @property
+    def file_name(self) -> str:
+        return self.path.name
+
+    @property
+    def write_target(self) -> mmap.mmap:
+        """Where appends go: the write buffer if there is one, else the mapping."""
+        return self.write_buffer if self.write_buffer is not None else self.mm
+
+    @property
+    def read_position(self) -> int:
+        return self.committed_position if self.write_buffer is not None else self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, position: int) -> None:
+        """Set wrote, committed and flushed positions at once (after loading or recovery)."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    @property
+    def available(self) -> bool:
+        return self._available
+
+    @property
+    def cleanup_over(self) -> bool:
+        return self._cleanup_over
+
+    @property
+    def ref_count(self) -> int:
+        return self._refs
+
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.path).st_mtime * 1000)
+        except OSError:
+            return 0
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, offset: int = 0, length: int = -1) -> bool:
+        """Append raw bytes (replication, tests); False when they do not fit."""
+        view = memoryview(data)
+        if length < 0:
+            length = len(view) - offset
+        pos = self.wrote_position
+        if pos + length > self.file_size:
+            return False
+        self.write_target[pos : pos + length] = view[offset : offset + length]
+        self.wrote_position = pos + length
+        return True
+
+    def _dirty_pages_enough(self, base: int, target: int, least_pages: int) -> bool:
+        if self.is_full():
+            return target > base
+        if least_pages > 0:
+            return target // OS_PAGE_SIZE - base // OS_PAGE_SIZE >= least_pages
+        return target > base
+
+    def commit(self, least_pages: int) -> int:
+        """Copy buffered data into the mapping when ``least_pages`` are waiting (0: any).
+
+        Called by the commit service only. Returns the committed position.
+        """
+        wb = self.write_buffer
+        if wb is None:
+            return self.wrote_position
+        committed = self.committed_position
+        wrote = self.wrote_position
+        if self._dirty_pages_enough(committed, wrote, least_pages) and self.hold():
+            try:
+                self.mm[committed:wrote] = wb[committed:wrote]
+                self.committed_position = wrote
+            finally:
+                self.release()
+        if self.committed_position >= self.file_size and self._pool is not None:
+            self._pool.return_buffer(wb)
+            self.write_buffer = None
+        return self.committed_position
+
+    def flush(self, least_pages: int) -> int:
+        """Make the readable data durable when ``least_pages`` are dirty (0: any).
+
+        Called by one flush thread at a time. Returns the flushed position.
+        """
+        target = self.read_position
+        if self._dirty_pages_enough(self.flushed_position, target, least_pages) and self.hold():
+            try:
+                with translate_os_errors(f"flush {self.path}"):
+                    os.fdatasync(self._fd)  # also writes back pages dirtied through the mapping
+                self.flushed_position = target
+            finally:
+                self.release()
+        return self.flushed_position
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def select_mapped_buffer(self, pos: int, size: int | None = None) -> SelectMappedBufferResult | None:
+        """A held view from ``pos`` (to the read position, or ``size`` bytes); None if unreadable."""
+        readable = self.read_position
+        if pos < 0 or pos > readable:
+            return None
+        end = readable if size is None else pos + size
+        if end > readable or (size is not None and size < 0):
+            return None
+        if not self.hold():
+            return None
+        return SelectMappedBufferResult(
+            self.from_offset + pos, memoryview(self.mm)[pos:end], end - pos, self
+        )
+
+    # ---- warm-up ----------------------------------------------------------------------------
+
+    def warm(self, *, lock_memory: bool = False) -> None:
+        """Bring every page into the page cache before the first write.
+
+        Zeroes are written through the file descriptor (the interpreter lock is released during
+        each write, so producers keep running), then the kernel is told the pages will be
+        needed; optionally they are locked in memory.
+        """
+        with translate_os_errors(f"warm {self.path}"):
+            for off in range(0, self.file_size, len(_ZERO_CHUNK)):
+                n = min(len(_ZERO_CHUNK), self.file_size - off)
+                os.pwrite(self._fd, _ZERO_CHUNK[:n] if n != len(_ZERO_CHUNK) else _ZERO_CHUNK, off)
+        with contextlib.suppress(OSError, AttributeError):
+            self.mm.madvise(mmap.MADV_WILLNEED)
+        if lock_memory:
+            _mlock(self.mm, self.file_size)
+
+    # ---- reference counting -----------------------------------------------------------------
+
+    def hold(self) -> bool:
+        with self._ref_lock:
+            if not self._available or self._refs <= 0:
+                return False
+            self._refs += 1
+            return True
+
+    def release(self) -> None:
+        with self._ref_lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+        self._cleanup()
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        """Stop new holds and drop the queue's reference; past the interval, force it."""
+        now = self.clock.now_ms()
+        with self._ref_lock:
+            if self._available:
+                self._available = False
+                self._first_shutdown_ms = now
+                drop = True
+            elif self._refs > 0 and now - self._first_shutdown_ms >= interval_forcibly_ms:
+                self._refs = 1 - self._refs - 1000  # forcibly below zero
+                drop = True
+            else:
+                drop = False
+        if drop:
+            self.release()
+
+    def _cleanup(self) -> None:
+        with self._ref_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.write_buffer is not None and self._pool is not None:
+            self._pool.return_buffer(self.write_buffer)
+            self.write_buffer = None
+        try:
+            self.mm.close()
+        except BufferError:
+            log.warning("%s: a reader still holds a view; the mapping is left to the collector", self.path)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        _count(-1, -self.file_size)
+        self._cleanup_over = True
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        """Shut down and delete the file; False while readers still hold it."""
+        self.shutdown(interval_forcibly_ms)
+        if not self._cleanup_over:
+            return False
+        with contextlib.suppress(FileNotFoundError), translate_os_errors(f"delete {self.path}"):
+            os.unlink(self.path)
+        return True
+
+    def close(self) -> None:
+        """Shut down without deleting (store shutdown)."""
+        self.shutdown(0)
+        if not self._cleanup_over:
+            self.shutdown(0)
+
+    def truncate_to(self, position: int) -> None:
+        """Zero everything from ``position`` to the end and move the positions back there."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: read-only")
+        self.mm[position:] = bytes(self.file_size - position)
+        if self.write_buffer is not None:
+            self.write_buffer[position:] = bytes(self.file_size - position)
+        self.set_positions(position)
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
+            f"committed={self.committed_position}, flushed={self.flushed_position})"
+        )

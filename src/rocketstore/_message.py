@@ -1,0 +1,194 @@
+"""Messages going in, and the results of puts and gets (statuses as RocketMQ puts them on the wire)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ._record import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    MessageExt,
+    make_msg_id,
+)
+
+
+class Message:
+    """A message to put. ``tags`` and ``keys`` are stored as the TAGS and KEYS properties.
+
+    ``born_host`` is ``"ip:port"``; ``born_timestamp`` 0 means "when stored".
+    """
+
+    __slots__ = (
+        "body",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "prepared_transaction_offset",
+        "properties",
+        "queue_id",
+        "reconsume_times",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+        *,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        props = dict(properties) if properties else {}
+        if tags:
+            props[PROPERTY_TAGS] = tags
+        if keys:
+            props[PROPERTY_KEYS] = keys if isinstance(keys, str) else KEY_SEPARATOR.join(keys)
+        self.properties: dict[str, str] = props
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes)"
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def ok(self) -> bool:
+        """The message is stored (timeouts included: RocketMQ stores before it waits)."""
+        return self in _STORED
+
+
+_STORED = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
+class PutMessageResult:
+    """Result of one put. For a batch, the offsets are those of the first message and
+    ``msg_ids`` lists one id per message."""
+
+    __slots__ = (
+        "_store_host",
+        "error",
+        "msg_count",
+        "offsets",
+        "queue_offset",
+        "status",
+        "store_timestamp",
+        "wrote_bytes",
+        "wrote_offset",
+    )
+
+    def __init__(
+        self,
+        status: PutMessageStatus,
+        wrote_offset: int = -1,
+        wrote_bytes: int = 0,
+        queue_offset: int = -1,
+        store_timestamp: int = 0,
+        store_host: bytes = b"",
+        msg_count: int = 0,
+        error: str | None = None,
+    ) -> None:
+        self.status = status
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self._store_host = store_host
+        self.msg_count = msg_count
+        self.error = error
+        self.offsets: tuple[int, ...] = ()
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """One offsetMsgId per message (a batch has several)."""
+        if not self._store_host or self.wrote_offset < 0:
+            return []
+        return [make_msg_id(self._store_host, o) for o in (self.offsets or (self.wrote_offset,))]
+
+    @property
+    def ok(self) -> bool:
+        return self.status.ok
+
+    @property
+    def msg_id(self) -> str | None:
+        """offsetMsgId of the (first) message, computed on demand."""
+        if self.wrote_offset < 0 or not self._store_host:
+            return None
+        return make_msg_id(self._store_host, self.wrote_offset)
+
+    def __repr__(self) -> str:
+        extra = f", error={self.error!r}" if self.error else ""
+        return (
+            f"PutMessageResult({self.status.name}, wrote_offset={self.wrote_offset}, "
+            f"wrote_bytes={self.wrote_bytes}, queue_offset={self.queue_offset}{extra})"
+        )
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    suggest_pulling_from_slave: bool = False
+    buffer_total_size: int = 0
+    msg_count_for_filter: int = 0

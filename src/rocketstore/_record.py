@@ -1,0 +1,545 @@
+"""The commit-log record format (RocketMQ 4.x), encode and decode in one place.
+
+A record, every integer big-endian (offsets are for IPv4 hosts; an IPv6 host adds 12 bytes)::
+
+     0 TOTALSIZE        int32   whole record, this field included
+     4 MAGICCODE        int32   0xDAA320A7 (V1, 1-byte topic length) / 0xDAA320AB (V2, 2-byte)
+     8 BODYCRC          int32   crc32(body) & 0x7FFFFFFF
+    12 QUEUEID          int32
+    16 FLAG             int32
+    20 QUEUEOFFSET      int64   logical offset in the consume queue (0 for prepared/rollback)
+    28 PHYSICALOFFSET   int64   where this record starts in the commit log
+    36 SYSFLAG          int32   0x1 compressed, 0x2 multi tags, 0xC transaction type,
+                                0x10 born host IPv6, 0x20 store host IPv6
+    40 BORNTIMESTAMP    int64   ms
+    48 BORNHOST         4+4     IPv4 address + int32 port (IPv6: 16+4)
+    56 STORETIMESTAMP   int64   ms
+    64 STOREHOST        4+4     (IPv6: 16+4)
+    72 RECONSUMETIMES   int32
+    76 PREPAREDTXOFFSET int64
+    84 BODYLENGTH       int32   + body
+       TOPICLENGTH      int8 (V1) / int16 (V2) + UTF-8 topic
+       PROPERTIESLENGTH int16   + UTF-8 properties ``name\\x01value\\x02name\\x01value``
+
+A BLANK record fills the end of a file when the next record does not fit::
+
+     0 SPACE LEFT       int32
+     4 BLANK MAGIC      int32   0xCBD43194   (the rest of the file is left as it is)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from functools import lru_cache
+from typing import NamedTuple
+
+from ._errors import CorruptRecordError
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+BLANK_MAGIC = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8  # a record must leave room for a BLANK record behind it
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# property keys the store itself reads
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+KEY_SEPARATOR = " "
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+# The fixed part up to and including BODYLENGTH, for IPv4 born and store hosts.
+HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+HEAD_V4_SIZE = HEAD_V4.size  # 88
+BLANK = struct.Struct(">ii")
+INT32 = struct.Struct(">i")
+INT16 = struct.Struct(">h")
+INT64 = struct.Struct(">q")
+# TOTALSIZE .. SYSFLAG (fields that do not depend on host sizes)
+_PREFIX = struct.Struct(">iiiiiqqi")
+_PREFIX_SIZE = _PREFIX.size  # 40
+
+OFFSET_TOTAL_SIZE = 0
+OFFSET_MAGIC = 4
+OFFSET_BODY_CRC = 8
+OFFSET_QUEUE_ID = 12
+OFFSET_FLAG = 16
+OFFSET_QUEUE_OFFSET = 20
+OFFSET_PHYSICAL_OFFSET = 28
+OFFSET_SYSFLAG = 36
+OFFSET_BORN_TIMESTAMP = 40
+OFFSET_BORN_HOST = 48
+OFFSET_STORE_TIMESTAMP_V4 = 56
+OFFSET_BODY_LENGTH_V4 = 84
+
+
+def host_length(v6: bool) -> int:
+    return 20 if v6 else 8
+
+
+def record_length(
+    body_length: int,
+    topic_length: int,
+    properties_length: int,
+    sys_flag: int = 0,
+    topic_length_bytes: int = 1,
+) -> int:
+    """Total size of a record (RocketMQ's calMsgLength)."""
+    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+    return (
+        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
+        + 4 + body_length
+        + topic_length_bytes + topic_length
+        + 2 + properties_length
+    )
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ---- properties ---------------------------------------------------------------------------
+
+
+def properties_to_string(properties: Mapping[str, str]) -> str:
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items()
+    )
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    """Parse ``name\\x01value\\x02...``; a trailing separator or a pair without value is tolerated."""
+    props: dict[str, str] = {}
+    if not text:
+        return props
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            props[name] = value
+    return props
+
+
+# ---- Java compatibility -------------------------------------------------------------------
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (UTF-16 code units, int32 arithmetic)."""
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=65536)
+def tags_code(tags: str | None) -> int:
+    """Consume-queue tags code: Java hashCode of the TAGS string, 0 when there is none."""
+    return java_string_hash(tags) if tags else 0
+
+
+# ---- hosts and message ids ----------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def pack_host(host: str) -> bytes:
+    """``"ip:port"`` (or ``"[v6]:port"``) → address bytes + int32 port (8 or 20 bytes)."""
+    addr, _, port = host.rpartition(":")
+    if not addr:
+        raise ValueError(f"host must be ip:port, got {host!r}")
+    addr = addr.strip("[]")
+    ip = ipaddress.ip_address(addr)
+    return ip.packed + INT32.pack(int(port))
+
+
+def unpack_host(data: bytes | memoryview) -> str:
+    if len(data) == 8:
+        return f"{socket.inet_ntop(socket.AF_INET, bytes(data[:4]))}:{INT32.unpack_from(data, 4)[0]}"
+    return f"{socket.inet_ntop(socket.AF_INET6, bytes(data[:16]))}:{INT32.unpack_from(data, 16)[0]}"
+
+
+def make_msg_id(store_host: bytes, phys_offset: int) -> str:
+    """offsetMsgId: store address + port + commit-log offset, upper-case hex."""
+    return (store_host + INT64.pack(phys_offset)).hex().upper()
+
+
+def decode_msg_id(msg_id: str) -> tuple[str, int]:
+    """offsetMsgId → (``"ip:port"``, commit-log offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"not a message id: {msg_id!r}") from None
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not a message id: {msg_id!r}")
+    return unpack_host(raw[:-8]), INT64.unpack_from(raw, len(raw) - 8)[0]
+
+
+# ---- decoded records ----------------------------------------------------------------------
+
+
+class DispatchRequest(NamedTuple):
+    """What dispatch needs of one record: handed over by the put path or read from the file."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+class MessageExt:
+    """A message as stored: every field of the record, properties parsed on first use."""
+
+    __slots__ = (
+        "_properties",
+        "_props_text",
+        "body",
+        "body_crc",
+        "born_host",
+        "born_timestamp",
+        "commitlog_offset",
+        "flag",
+        "prepared_transaction_offset",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        commitlog_offset: int,
+        store_size: int,
+        body: bytes,
+        body_crc: int,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: bytes,
+        store_timestamp: int,
+        store_host: bytes,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        props_text: str,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.store_size = store_size
+        self.body = body
+        self.body_crc = body_crc
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self._props_text = props_text
+        self._properties: dict[str, str] | None = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._properties is None:
+            self._properties = string_to_properties(self._props_text)
+        return self._properties
+
+    @property
+    def properties_string(self) -> str:
+        return self._props_text
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def msg_id(self) -> str:
+        return make_msg_id(self.store_host, self.commitlog_offset)
+
+    @property
+    def born_host_str(self) -> str:
+        return unpack_host(self.born_host)
+
+    @property
+    def store_host_str(self) -> str:
+        return unpack_host(self.store_host)
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & SYSFLAG_TRANSACTION_MASK
+
+    def decompressed_body(self) -> bytes:
+        return zlib.decompress(self.body) if self.sys_flag & SYSFLAG_COMPRESSED else self.body
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+            f"size={self.store_size}, body={len(self.body)} bytes)"
+        )
+
+
+# ---- encoding -----------------------------------------------------------------------------
+
+
+def encode_record(
+    *,
+    topic: str,
+    body: bytes,
+    queue_id: int = 0,
+    flag: int = 0,
+    queue_offset: int = 0,
+    phys_offset: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+    store_timestamp: int = 0,
+    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f",
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    properties: str = "",
+) -> bytes:
+    """One whole record as bytes (any host kind, V1 or V2 by topic length)."""
+    topic_b = topic.encode()
+    props_b = properties.encode()
+    if len(born_host) == 20:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if len(store_host) == 20:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    v2 = len(topic_b) > 127
+    total = record_length(len(body), len(topic_b), len(props_b), sys_flag, 2 if v2 else 1)
+    parts = [
+        _PREFIX.pack(
+            total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(body), queue_id, flag,
+            queue_offset, phys_offset, sys_flag,
+        ),
+        INT64.pack(born_timestamp), born_host,
+        INT64.pack(store_timestamp), store_host,
+        INT32.pack(reconsume_times), INT64.pack(prepared_transaction_offset),
+        INT32.pack(len(body)), bytes(body),
+        INT16.pack(len(topic_b)) if v2 else bytes((len(topic_b),)), topic_b,
+        INT16.pack(len(props_b)), props_b,
+    ]
+    out = b"".join(parts)
+    assert len(out) == total
+    return out
+
+
+def encode_blank(space_left: int) -> bytes:
+    return BLANK.pack(space_left, BLANK_MAGIC)
+
+
+# ---- decoding -----------------------------------------------------------------------------
+
+
+class RecordLayout(NamedTuple):
+    """Field positions of one record, relative to its start."""
+
+    total_size: int
+    magic: int
+    born_host: int
+    store_timestamp: int
+    store_host: int
+    reconsume_times: int
+    body_length: int
+    body: int
+    topic_length: int
+    topic: int
+    properties_length: int
+    properties: int
+
+
+def read_layout(buf: bytes | memoryview | bytearray, pos: int, limit: int) -> RecordLayout:
+    """Work out where the fields of the record at ``pos`` sit, checking every length.
+
+    ``limit`` is the end of the readable data. Raises CorruptRecordError when the record does
+    not parse or its lengths disagree with TOTALSIZE.
+    """
+    if pos + _PREFIX_SIZE > limit:
+        raise CorruptRecordError(f"truncated record header at {pos}")
+    total, magic = BLANK.unpack_from(buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise CorruptRecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at {pos}")
+    if total < 91 or pos + total > limit:
+        raise CorruptRecordError(f"bad record length {total} at {pos}")
+    sys_flag = INT32.unpack_from(buf, pos + OFFSET_SYSFLAG)[0]
+    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+    p_store_ts = OFFSET_BORN_HOST + born
+    p_store_host = p_store_ts + 8
+    p_reconsume = p_store_host + store
+    p_body_len = p_reconsume + 4 + 8
+    body_len = INT32.unpack_from(buf, pos + p_body_len)[0]
+    p_topic_len = p_body_len + 4 + body_len
+    if body_len < 0 or p_topic_len + 1 > total:
+        raise CorruptRecordError(f"bad body length {body_len} at {pos}")
+    if magic == MAGIC_V1:
+        topic_len = buf[pos + p_topic_len]
+        p_topic = p_topic_len + 1
+    else:
+        topic_len = INT16.unpack_from(buf, pos + p_topic_len)[0]
+        p_topic = p_topic_len + 2
+    p_props_len = p_topic + topic_len
+    if topic_len <= 0 or p_props_len + 2 > total:
+        raise CorruptRecordError(f"bad topic length {topic_len} at {pos}")
+    props_len = INT16.unpack_from(buf, pos + p_props_len)[0]
+    p_props = p_props_len + 2
+    if props_len < 0 or p_props + props_len != total:
+        raise CorruptRecordError(
+            f"record length {total} at {pos} disagrees with its fields "
+            f"(body {body_len}, topic {topic_len}, properties {props_len})"
+        )
+    return RecordLayout(
+        total, magic, OFFSET_BORN_HOST, p_store_ts, p_store_host, p_reconsume, p_body_len,
+        p_body_len + 4, p_topic_len, p_topic, p_props_len, p_props,
+    )
+
+
+def decode_message(
+    buf: bytes | memoryview | bytearray,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool = True,
+    read_body: bool = True,
+) -> MessageExt:
+    """Decode the record at ``pos`` into a MessageExt (the body is copied out of ``buf``)."""
+    lay = read_layout(buf, pos, limit)
+    (total, _magic, crc, queue_id, flag, queue_offset, phys, sys_flag) = _PREFIX.unpack_from(
+        buf, pos
+    )
+    born_ts = INT64.unpack_from(buf, pos + OFFSET_BORN_TIMESTAMP)[0]
+    born_host = bytes(buf[pos + lay.born_host : pos + lay.store_timestamp])
+    store_ts = INT64.unpack_from(buf, pos + lay.store_timestamp)[0]
+    store_host = bytes(buf[pos + lay.store_host : pos + lay.reconsume_times])
+    reconsume, prepared = struct.unpack_from(">iq", buf, pos + lay.reconsume_times)
+    body_start = pos + lay.body
+    body_end = pos + lay.topic_length
+    body = bytes(buf[body_start:body_end]) if read_body else b""
+    if check_crc and read_body and (zlib.crc32(body) & 0x7FFFFFFF) != crc:
+        raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
+    if check_crc and not read_body:
+        if zlib.crc32(buf[body_start:body_end]) & 0x7FFFFFFF != crc:
+            raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
+    try:
+        topic = bytes(buf[pos + lay.topic : pos + lay.properties_length]).decode()
+        props = bytes(buf[pos + lay.properties : pos + total]).decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
+    return MessageExt(
+        topic, queue_id, queue_offset, phys, total, body, crc, flag, sys_flag,
+        born_ts, born_host, store_ts, store_host, reconsume, prepared, props,
+    )
+
+
+DelayTime = Callable[[int, int], int]
+"""(delay level, store timestamp) → delivery time; used for SCHEDULE_TOPIC_XXXX tags codes."""
+
+
+def check_record(
+    buf: bytes | memoryview | bytearray,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool,
+    delay_time: DelayTime | None = None,
+) -> DispatchRequest | int:
+    """Validate the record at ``pos`` the way recovery and dispatch do.
+
+    Returns a DispatchRequest for a message, the BLANK length (an int > 0) for a BLANK record,
+    or 0 where the data ends (zeroes or no room for a header). Raises CorruptRecordError for
+    anything else: a bad magic code, lengths that disagree, a CRC mismatch.
+    """
+    if pos + 8 > limit:
+        return 0
+    total, magic = BLANK.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        if total < 8:
+            raise CorruptRecordError(f"bad BLANK length {total} at {pos}")
+        return total
+    if total == 0 and magic == 0:
+        return 0
+    lay = read_layout(buf, pos, limit)
+    (_t, _m, crc, queue_id, _flag, queue_offset, phys, sys_flag) = _PREFIX.unpack_from(buf, pos)
+    if check_crc:
+        body = buf[pos + lay.body : pos + lay.topic_length]
+        if zlib.crc32(body) & 0x7FFFFFFF != crc:
+            raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
+    store_ts = INT64.unpack_from(buf, pos + lay.store_timestamp)[0]
+    prepared = INT64.unpack_from(buf, pos + lay.reconsume_times + 4)[0]
+    try:
+        topic = bytes(buf[pos + lay.topic : pos + lay.properties_length]).decode()
+        props_text = bytes(buf[pos + lay.properties : pos + total]).decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
+    keys = uniq = None
+    code = 0
+    if props_text:
+        props = string_to_properties(props_text)
+        keys = props.get(PROPERTY_KEYS)
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        tags = props.get(PROPERTY_TAGS)
+        if tags:
+            code = tags_code(tags)
+        if topic == SCHEDULE_TOPIC and delay_time is not None:
+            level = props.get(PROPERTY_DELAY)
+            if level and level.isdigit() and int(level) > 0:
+                code = delay_time(int(level), store_ts)
+    return DispatchRequest(
+        topic, queue_id, phys, total, code, store_ts, queue_offset, keys, uniq, sys_flag,
+        prepared,
+    )
+
+
+def iter_keys(keys: str | None) -> Iterable[str]:
+    if keys:
+        for k in keys.split(KEY_SEPARATOR):
+            if k:
+                yield k
