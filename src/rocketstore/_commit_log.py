@@ -18,6 +18,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from ._clock import Clock
 from ._config import StoreConfig
@@ -32,6 +33,9 @@ from ._record import (
     HEAD_V4_SIZE,
     INT16,
     MAGIC_V1,
+    OFFSET_BORN_TIMESTAMP,
+    OFFSET_QUEUE_OFFSET,
+    OFFSET_STORE_TIMESTAMP_V4,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -71,7 +75,7 @@ def validate_topic(topic: str) -> bytes:
     """Check a topic name (it becomes a directory name) and return its UTF-8 bytes."""
     if not isinstance(topic, str) or not topic:
         raise InvalidTopicError("the topic is empty")
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):  # match() would let a trailing newline through
         raise InvalidTopicError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
     encoded = topic.encode()
     if len(encoded) > MAX_TOPIC_LENGTH:
@@ -79,12 +83,36 @@ def validate_topic(topic: str) -> bytes:
     return encoded
 
 
-class _Prepared:
+class _Prepared(NamedTuple):
     """A message checked and encoded outside the put lock."""
 
-    __slots__ = ("born_host", "born_ts", "body", "crc", "flag", "prepared", "props", "queue_id",
-                 "reconsume", "sys_flag", "tags_code", "keys", "uniq", "topic", "topic_tail",
-                 "total", "wait")
+    topic: str
+    tail: bytes  # TOPICLENGTH + topic + PROPERTIESLENGTH + properties
+    queue_id: int
+    body: bytes | bytearray | memoryview
+    crc: int
+    flag: int
+    sys_flag: int
+    born_ts: int
+    born_host: bytes
+    reconsume: int
+    prepared: int
+    props: bytes
+    total: int
+    tags_code: int  # DELAY_TAGS_CODE: the delivery time, set under the lock
+    keys: str | None
+    uniq: str | None
+    wait: bool
+
+
+DELAY_TAGS_CODE = -1
+_new_result = tuple.__new__
+_PUT_OK = PutMessageStatus.PUT_OK
+_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+
+
+def _refused(status: PutMessageStatus, error: str) -> PutMessageResult:
+    return PutMessageResult(status, error=error)
 
 
 class CommitLog:
@@ -98,6 +126,8 @@ class CommitLog:
     ) -> None:
         self.config = config
         self.clock = clock
+        self._now_ms = clock.now_ms
+        self._monotonic = clock.monotonic
         self.queue = queue
         self.file_size = config.mapped_file_size_commit_log
         self.max_message_size = config.max_message_size
@@ -112,7 +142,6 @@ class CommitLog:
         self.on_append: Callable[[], None] | None = None  # wakes the dispatcher
         self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
         self.sync_flush_timeout = config.sync_flush_timeout / 1000
-        self.wait_store_timestamp = True
         flushed = on_flushed or (lambda _ts: None)
         self.flush_service: GroupCommitService | FlushRealTimeService
         if self.sync_flush:
@@ -134,12 +163,17 @@ class CommitLog:
                 thorough_interval_ms=config.commit_commit_log_thorough_interval,
                 flusher=self.flush_service,
             )
+        # statistics, updated under the put lock
         self.stats_put_count = 0
         self.stats_put_bytes = 0
         self.topic_put_counts: collections.Counter[str] = collections.Counter()
         self.topic_put_bytes: collections.Counter[str] = collections.Counter()
-        self.put_latency_max_ms = 0
-        self.running = False
+        self.put_latency_max_ms = 0.0
+        # None while writes are accepted, else (status, reason)
+        self._refusal: tuple[PutMessageStatus, str] | None = (
+            PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is not running"
+        )
+        self._extra_refusals: dict[str, tuple[PutMessageStatus, str]] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -147,13 +181,27 @@ class CommitLog:
         self.flush_service.start()
         if self.commit_service is not None:
             self.commit_service.start()
-        self.running = True
+        self.set_refusal("stopped", None)
 
     def shutdown(self) -> None:
-        self.running = False
+        self.set_refusal("stopped", (PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is shut down"))
+        with self.put_lock:  # let a put in progress finish
+            pass
         if self.commit_service is not None:
             self.commit_service.stop()
         self.flush_service.stop()
+
+    @property
+    def running(self) -> bool:
+        return "stopped" not in self._extra_refusals
+
+    def set_refusal(self, reason: str, refusal: tuple[PutMessageStatus, str] | None) -> None:
+        """Refuse writes for ``reason`` (a slave, a full disk, shutdown), or lift it (None)."""
+        if refusal is None:
+            self._extra_refusals.pop(reason, None)
+        else:
+            self._extra_refusals[reason] = refusal
+        self._refusal = next(iter(self._extra_refusals.values()), None)
 
     # ---- offsets ----------------------------------------------------------------------------
 
@@ -176,60 +224,65 @@ class CommitLog:
     # ---- validation and encoding (outside the lock) -----------------------------------------
 
     def _topic_tail(self, topic: str) -> bytes:
+        """TOPICLENGTH + topic + an empty PROPERTIESLENGTH: the record tail of a message
+        without properties (validated once per topic, then cached)."""
         tail = self._topics.get(topic)
         if tail is None:
             encoded = validate_topic(topic)
-            tail = bytes((len(encoded),)) + encoded
+            tail = bytes((len(encoded),)) + encoded + b"\x00\x00"
             if len(self._topics) < 100_000:
                 self._topics[topic] = tail
         return tail
 
     def _prepare(self, msg: Message) -> _Prepared | PutMessageResult:
-        status = PutMessageStatus.MESSAGE_ILLEGAL
-        try:
-            topic = msg.topic
-            topic_tail = self._topic_tail(topic)
-        except InvalidTopicError as exc:
-            return PutMessageResult(status, error=str(exc))
+        """Check a message and encode what can be encoded before taking the put lock."""
+        topic = msg.topic
+        topic_tail = self._topics.get(topic)
+        if topic_tail is None:
+            try:
+                topic_tail = self._topic_tail(topic)
+            except InvalidTopicError as exc:
+                return _refused(_ILLEGAL, str(exc))
         body = msg.body
-        if not isinstance(body, bytes | bytearray | memoryview):
-            return PutMessageResult(status, error="the body must be bytes")
+        if body.__class__ is not bytes and not isinstance(body, bytearray | memoryview):
+            return _refused(_ILLEGAL, "the body must be bytes")
         blen = len(body)
         if blen > self.max_message_size:
-            return PutMessageResult(
-                status, error=f"body of {blen} bytes exceeds max_message_size {self.max_message_size}"
+            return _refused(
+                _ILLEGAL, f"body of {blen} bytes exceeds max_message_size {self.max_message_size}"
             )
         queue_id = msg.queue_id
         if queue_id < 0:
-            return PutMessageResult(status, error=f"negative queue id {queue_id}")
+            return _refused(_ILLEGAL, f"negative queue id {queue_id}")
         sys_flag = msg.sys_flag
         props = msg.properties
-        tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-        wait = True
         code = 0
         keys = uniq = None
+        wait = True
         if props:
-            if (
-                PROPERTY_DELAY in props
-                and (tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE)
-            ):
-                rewritten = self._delay_rewrite(topic, queue_id, props)
-                if isinstance(rewritten, PutMessageResult):
-                    return rewritten
-                if rewritten is not None:
-                    topic, queue_id, props = rewritten
-                    topic_tail = self._topic_tail(topic)
-            text = "\x02".join([f"{k}\x01{v}" for k, v in props.items()])
+            if PROPERTY_DELAY in props:
+                tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+                if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                    rewritten = self._delay_rewrite(topic, queue_id, props)
+                    if isinstance(rewritten, PutMessageResult):
+                        return rewritten
+                    if rewritten is not None:
+                        topic, queue_id, props = rewritten
+                        topic_tail = self._topic_tail(topic)
+            if len(props) == 1:
+                ((k, v),) = props.items()
+                text = f"{k}\x01{v}"
+            else:
+                text = "\x02".join([f"{k}\x01{v}" for k, v in props.items()])
             if text.count("\x01") != len(props) or text.count("\x02") != len(props) - 1:
-                return PutMessageResult(
-                    status, error="property names and values must not contain \\x01 or \\x02"
-                )
+                return _refused(_ILLEGAL, "property names and values must not contain \\x01 or \\x02")
             pbytes = text.encode()
             if len(pbytes) > self.max_properties_size:
-                return PutMessageResult(
+                return _refused(
                     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                    error=f"properties of {len(pbytes)} bytes exceed {self.max_properties_size}",
+                    f"properties of {len(pbytes)} bytes exceed {self.max_properties_size}",
                 )
+            topic_tail = topic_tail[:-2] + INT16.pack(len(pbytes)) + pbytes
             tags = props.get(PROPERTY_TAGS)
             if tags:
                 code = tags_code(tags)
@@ -238,39 +291,25 @@ class CommitLog:
             if props.get(PROPERTY_WAIT) == "false":
                 wait = False
             if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-                code = -1  # delivery time, filled in under the lock from the store time
+                code = DELAY_TAGS_CODE
         else:
             pbytes = b""
-        p = _Prepared()
-        p.topic = topic
-        p.topic_tail = topic_tail
-        p.body = body
-        p.crc = zlib.crc32(body) & 0x7FFFFFFF
-        p.queue_id = queue_id
-        p.flag = msg.flag
-        p.sys_flag = sys_flag
-        p.born_ts = msg.born_timestamp
         if msg.born_host:
             try:
                 host = pack_host(msg.born_host)
             except ValueError as exc:
-                return PutMessageResult(status, error=str(exc))
+                return _refused(_ILLEGAL, str(exc))
         else:
             host = _DEFAULT_BORN_HOST
-        p.born_host = host
-        p.reconsume = msg.reconsume_times
-        p.prepared = msg.prepared_transaction_offset
-        p.props = pbytes
-        p.tags_code = code
-        p.keys = keys
-        p.uniq = uniq
-        p.wait = wait
-        p.total = 91 + blen + len(topic_tail) - 1 + len(pbytes) + (12 if len(host) == 20 else 0)
-        if p.total + 8 > self.file_size:
-            return PutMessageResult(
-                status, error=f"a record of {p.total} bytes cannot fit in a commit-log file"
-            )
-        return p
+        total = HEAD_V4_SIZE + blen + len(topic_tail) + (12 if len(host) == 20 else 0)
+        if total + 8 > self.file_size:
+            return _refused(_ILLEGAL, f"a record of {total} bytes cannot fit in a commit-log file")
+        # a plain tuple in _Prepared's field order (building the NamedTuple costs more)
+        return (  # type: ignore[return-value]
+            topic, topic_tail, queue_id, body, zlib.crc32(body) & 0x7FFFFFFF, msg.flag, sys_flag,
+            msg.born_timestamp, host, msg.reconsume_times, msg.prepared_transaction_offset,
+            pbytes, total, code, keys, uniq, wait,
+        )
 
     def _delay_rewrite(
         self, topic: str, queue_id: int, props: dict[str, str]
@@ -279,9 +318,7 @@ class CommitLog:
         try:
             level = int(raw)
         except ValueError:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL, error=f"DELAY must be a level number, got {raw!r}"
-            )
+            return _refused(_ILLEGAL, f"DELAY must be a level number, got {raw!r}")
         if level <= 0 or topic == SCHEDULE_TOPIC:
             return None
         level = min(level, len(self._delay_levels))
@@ -297,221 +334,189 @@ class CommitLog:
 
     # ---- the put path -----------------------------------------------------------------------
 
-    def _write(self, mf: MappedFile, p: _Prepared, now: int) -> tuple[int, int] | None:
-        """Pack one prepared record at the file's wrote position. Put lock held.
-
-        Returns (phys offset, queue offset), or None when it does not fit (a BLANK is written).
-        """
+    def _writable_file(self, size: int, now: int) -> MappedFile | None:
+        """The file the next ``size`` bytes go to; ends a file that cannot take them with a BLANK
+        record and rolls to a new one. Put lock held."""
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is None or mf.wrote_position >= self.file_size:
+            mf = self.queue.get_last_mapped_file(0)
+            if mf is None:
+                return None
         pos = mf.wrote_position
-        target = mf.write_target
-        total = p.total
-        if pos + total + 8 > self.file_size:
-            BLANK.pack_into(target, pos, self.file_size - pos, BLANK_MAGIC)
+        if pos + size + 8 > self.file_size:
+            BLANK.pack_into(mf.write_target, pos, self.file_size - pos, BLANK_MAGIC)
             mf.wrote_position = self.file_size
             mf.store_timestamp = now
-            return None
-        phys = mf.from_offset + pos
-        key = (p.topic, p.queue_id)
-        tran = p.sys_flag & SYSFLAG_TRANSACTION_MASK
-        in_queue = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
-        table = self.topic_queue_table
-        qoff = table.get(key, 0)
-        body = p.body
-        blen = len(body)
-        if len(p.born_host) == 8:
-            _HEAD.pack_into(
-                target, pos, total, MAGIC_V1, p.crc, p.queue_id, p.flag,
-                qoff if in_queue else 0, phys, p.sys_flag, p.born_ts or now, p.born_host, now,
-                self.store_host, p.reconsume, p.prepared, blen,
-            )
-            q = pos + HEAD_V4_SIZE
-            target[q : q + blen] = body
-        else:
-            record = encode_record(
-                topic=p.topic, body=bytes(body), queue_id=p.queue_id, flag=p.flag,
-                queue_offset=qoff if in_queue else 0, phys_offset=phys, sys_flag=p.sys_flag,
-                born_timestamp=p.born_ts or now, born_host=p.born_host, store_timestamp=now,
-                store_host=self.store_host, reconsume_times=p.reconsume,
-                prepared_transaction_offset=p.prepared, properties=p.props.decode(),
-            )
-            target[pos : pos + total] = record
-            mf.wrote_position = pos + total
-            mf.store_timestamp = now
-            if in_queue:
-                table[key] = qoff + 1
-            return phys, qoff
-        q += blen
-        tail = p.topic_tail
-        q2 = q + len(tail)
-        target[q:q2] = tail
-        props = p.props
-        INT16.pack_into(target, q2, len(props))
-        if props:
-            target[q2 + 2 : q2 + 2 + len(props)] = props
-        mf.wrote_position = pos + total
-        mf.store_timestamp = now
-        if in_queue:
-            table[key] = qoff + 1
-        return phys, qoff
-
-    def _handoff(self, p: _Prepared, phys: int, qoff: int, now: int) -> None:
-        handoff = self.dispatch_handoff
-        if handoff is not None:
-            code = p.tags_code
-            if code == -1:
-                code = self.delivery_time(int(p.queue_id) + 1, now)
-            handoff.append(
-                DispatchRequest(
-                    p.topic, p.queue_id, phys, p.total, code, now, qoff, p.keys, p.uniq,
-                    p.sys_flag, p.prepared,
-                )
-            )
-
-    def _current_file(self) -> MappedFile | None:
-        mf = self.queue.last_file()
-        if mf is None or mf.is_full():
             mf = self.queue.get_last_mapped_file(0)
         return mf
 
     def put_message(self, msg: Message) -> PutMessageResult:
-        """Append one message; waits for the flush under SYNC_FLUSH (unless WAIT=false)."""
+        """Append one message; waits for the flush under SYNC_FLUSH (unless WAIT=false).
+
+        Any thread. Takes the put lock for the append only.
+        """
+        refusal = self._refusal
+        if refusal is not None:
+            return _refused(*refusal)
         p = self._prepare(msg)
-        if isinstance(p, PutMessageResult):
-            return p
-        if not self.running:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not running")
+        if p.__class__ is PutMessageResult:
+            return p  # type: ignore[return-value]
+        (topic, tail, queue_id, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
+         prepared, props, total, code, keys, uniq, wait) = p
+        tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+        in_queue = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        key = (topic, queue_id)
         with self.put_lock:
-            begin = self.clock.monotonic()
-            now = self.clock.now_ms()
-            mf = self._current_file()
-            if mf is None:
-                return PutMessageResult(
-                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error="could not create a commit-log file"
-                )
-            done = self._write(mf, p, now)
-            if done is None:  # end of file: BLANK written, go on in a new file
-                mf = self.queue.get_last_mapped_file(0)
+            begin = self._monotonic()
+            now = self._now_ms()
+            files = self.queue.files
+            mf = files[-1] if files else None
+            if mf is None or mf.wrote_position + total + 8 > self.file_size:
+                mf = self._writable_file(total, now)
                 if mf is None:
-                    return PutMessageResult(
-                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
-                        error="could not create a commit-log file",
+                    return _refused(
+                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
                     )
-                done = self._write(mf, p, now)
-                assert done is not None
-            phys, qoff = done
-            self._handoff(p, phys, qoff, now)
-            elapsed = int((self.clock.monotonic() - begin) * 1000)
-        if elapsed > self.put_latency_max_ms:
-            self.put_latency_max_ms = elapsed
-        self.stats_put_count += 1
-        self.stats_put_bytes += p.total
-        if self.on_append is not None:
-            self.on_append()
-        status = PutMessageStatus.PUT_OK
-        if self.sync_flush and p.wait:
-            if not self.flush_service.wait_flushed(phys + p.total, self.sync_flush_timeout):  # type: ignore[union-attr]
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(status, phys, p.total, qoff, now, self.store_host, 1)
+            pos = mf.wrote_position
+            target = mf.write_target
+            phys = mf.from_offset + pos
+            table = self.topic_queue_table
+            qoff = table.get(key, 0) if in_queue else 0
+            if len(born_host) == 8:
+                blen = len(body)
+                _HEAD.pack_into(
+                    target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
+                    born_ts or now, born_host, now, self.store_host, reconsume, prepared, blen,
+                )
+                q = pos + HEAD_V4_SIZE + blen
+                target[pos + HEAD_V4_SIZE : q] = body
+                target[q : pos + total] = tail
+            else:
+                target[pos : pos + total] = encode_record(
+                    topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
+                    queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
+                    born_timestamp=born_ts or now, born_host=born_host, store_timestamp=now,
+                    store_host=self.store_host, reconsume_times=reconsume,
+                    prepared_transaction_offset=prepared, properties=props.decode(),
+                )
+            mf.wrote_position = pos + total
+            mf.store_timestamp = now
+            if in_queue:
+                table[key] = qoff + 1
+            handoff = self.dispatch_handoff
+            if handoff is not None:
+                if code == DELAY_TAGS_CODE:
+                    code = self.delivery_time(queue_id + 1, now)
+                handoff.append(
+                    DispatchRequest(
+                        topic, queue_id, phys, total, code, now, qoff, keys, uniq, sys_flag, prepared
+                    )
+                )
+            self.stats_put_count += 1
+            self.stats_put_bytes += total
+            elapsed = self._monotonic() - begin
+            if elapsed > self.put_latency_max_ms:
+                self.put_latency_max_ms = elapsed
+        on_append = self.on_append
+        if on_append is not None:
+            on_append()
+        if self.sync_flush and wait:
+            if not self.flush_service.wait_flushed(phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
+                return _new_result(PutMessageResult, (
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT, phys, total, qoff, now, self.store_host, 1,
+                    None, (),
+                ))
+        return _new_result(
+            PutMessageResult, (_PUT_OK, phys, total, qoff, now, self.store_host, 1, None, ())
+        )
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
         """Append a batch (one topic and queue, no delay, no transaction) in one copy."""
+        refusal = self._refusal
+        if refusal is not None:
+            return _refused(*refusal)
         if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
+            return _refused(_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
         prepared: list[_Prepared] = []
         for msg in msgs:
             if msg.topic != topic or msg.queue_id != queue_id:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch must have one topic and queue"
-                )
+                return _refused(_ILLEGAL, "a batch must have one topic and queue")
             if msg.sys_flag & SYSFLAG_TRANSACTION_MASK or PROPERTY_DELAY in msg.properties:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    error="batches take neither delayed nor transactional messages",
-                )
+                return _refused(_ILLEGAL, "batches take neither delayed nor transactional messages")
             p = self._prepare(msg)
-            if isinstance(p, PutMessageResult):
-                return p
+            if p.__class__ is PutMessageResult:
+                return p  # type: ignore[return-value]
+            p = _Prepared._make(p)
+            if len(p.born_host) != 8:
+                return _refused(_ILLEGAL, "batches take IPv4 born hosts only")
             prepared.append(p)
-        if any(len(p.born_host) != 8 for p in prepared):
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL, error="batches take IPv4 born hosts only"
-            )
         total = sum(p.total for p in prepared)
         if total + 8 > self.file_size:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL, error=f"a batch of {total} bytes cannot fit in a file"
-            )
-        if not self.running:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store not running")
+            return _refused(_ILLEGAL, f"a batch of {total} bytes cannot fit in a commit-log file")
         # encode every record now; offsets and store time are patched in under the lock
         buf = bytearray(total)
         starts = []
         pos = 0
+        store_host = self.store_host
         for p in prepared:
             starts.append(pos)
             blen = len(p.body)
             _HEAD.pack_into(
                 buf, pos, p.total, MAGIC_V1, p.crc, queue_id, p.flag, 0, 0, p.sys_flag,
-                p.born_ts, p.born_host, 0, self.store_host, p.reconsume, p.prepared, blen,
+                p.born_ts, p.born_host, 0, store_host, p.reconsume, p.prepared, blen,
             )
-            q = pos + HEAD_V4_SIZE
-            buf[q : q + blen] = p.body
-            q += blen
-            tail = p.topic_tail
-            buf[q : q + len(tail)] = tail
-            q += len(tail)
-            INT16.pack_into(buf, q, len(p.props))
-            buf[q + 2 : q + 2 + len(p.props)] = p.props
+            q = pos + HEAD_V4_SIZE + blen
+            buf[pos + HEAD_V4_SIZE : q] = p.body
+            buf[q : pos + p.total] = p.tail
             pos += p.total
         key = (topic, queue_id)
         with self.put_lock:
-            now = self.clock.now_ms()
-            mf = self._current_file()
+            begin = self._monotonic()
+            now = self._now_ms()
+            mf = self._writable_file(total, now)
             if mf is None:
-                return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
+                return _refused(
+                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
+                )
             wpos = mf.wrote_position
-            if wpos + total + 8 > self.file_size:
-                BLANK.pack_into(mf.write_target, wpos, self.file_size - wpos, BLANK_MAGIC)
-                mf.wrote_position = self.file_size
-                mf.store_timestamp = now
-                mf = self.queue.get_last_mapped_file(0)
-                if mf is None:
-                    return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
-                wpos = mf.wrote_position
             first_phys = mf.from_offset + wpos
             first_qoff = self.topic_queue_table.get(key, 0)
             for i, start in enumerate(starts):
-                _QUEUE_FIELDS.pack_into(buf, start + 20, first_qoff + i, first_phys + start)
-                _STORE_TS.pack_into(buf, start + 56, now)
+                _QUEUE_FIELDS.pack_into(buf, start + OFFSET_QUEUE_OFFSET, first_qoff + i, first_phys + start)
+                _STORE_TS.pack_into(buf, start + OFFSET_STORE_TIMESTAMP_V4, now)
                 if not prepared[i].born_ts:
-                    _STORE_TS.pack_into(buf, start + 40, now)
+                    _STORE_TS.pack_into(buf, start + OFFSET_BORN_TIMESTAMP, now)
             mf.write_target[wpos : wpos + total] = buf
             mf.wrote_position = wpos + total
             mf.store_timestamp = now
             self.topic_queue_table[key] = first_qoff + len(prepared)
             handoff = self.dispatch_handoff
             if handoff is not None:
-                for i, p in enumerate(prepared):
-                    handoff.append(
-                        DispatchRequest(
-                            topic, queue_id, first_phys + starts[i], p.total, p.tags_code, now,
-                            first_qoff + i, p.keys, p.uniq, p.sys_flag, p.prepared,
-                        )
+                handoff.extend(
+                    DispatchRequest(
+                        topic, queue_id, first_phys + starts[i], p.total, p.tags_code, now,
+                        first_qoff + i, p.keys, p.uniq, p.sys_flag, p.prepared,
                     )
-        self.stats_put_count += len(prepared)
-        self.stats_put_bytes += total
-        if self.on_append is not None:
-            self.on_append()
-        status = PutMessageStatus.PUT_OK
+                    for i, p in enumerate(prepared)
+                )
+            self.stats_put_count += len(prepared)
+            self.stats_put_bytes += total
+            elapsed = self._monotonic() - begin
+            if elapsed > self.put_latency_max_ms:
+                self.put_latency_max_ms = elapsed
+        on_append = self.on_append
+        if on_append is not None:
+            on_append()
+        status = _PUT_OK
         if self.sync_flush and all(p.wait for p in prepared):
             if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        result = PutMessageResult(
-            status, first_phys, total, first_qoff, now, self.store_host, len(prepared)
+        return PutMessageResult(
+            status, first_phys, total, first_qoff, now, store_host, len(prepared), None,
+            tuple(first_phys + s for s in starts),
         )
-        result.offsets = tuple(first_phys + s for s in starts)
-        return result
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Replication: append raw commit-log bytes at ``start_offset`` (slave side)."""

@@ -21,6 +21,7 @@ service threads; readers call ``select_mapped_buffer`` from any thread.
 from __future__ import annotations
 
 import contextlib
+import errno
 import ctypes
 import ctypes.util
 import logging
@@ -144,6 +145,15 @@ class MappedFile:
                     )
                 if not exists:
                     os.ftruncate(self._fd, file_size)
+                    # reserve the blocks now: a full disk fails here, not as SIGBUS mid-write,
+                    # and first writes to each page need no block allocation
+                    with contextlib.suppress(AttributeError):
+                        try:
+                            os.posix_fallocate(self._fd, 0, file_size)
+                        except OSError as exc:
+                            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                                os.unlink(self.path)
+                                raise
                 access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
                 self.mm = mmap.mmap(self._fd, file_size, access=access)
             except BaseException:
@@ -159,7 +169,13 @@ class MappedFile:
         self.first_create_in_queue = False
         # write buffer from the TransientStorePool (None: write straight into the mapping)
         self._pool = pool
-        self.write_buffer: mmap.mmap | None = pool.borrow_buffer() if pool is not None else None
+        self.write_buffer: mmap.mmap | None = None
+        if pool is not None:
+            try:
+                self.write_buffer = pool.borrow_buffer()
+            except StoreError:
+                # as RocketMQ: with no buffer left the file is written directly
+                log.warning("%s: no write buffer free in the transient store pool", self.path)
         # reference counting
         self._ref_lock = threading.Lock()
         self._refs = 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ._record import (
     KEY_SEPARATOR,
@@ -107,60 +108,38 @@ _STORED = frozenset(
 )
 
 
-class PutMessageResult:
-    """Result of one put. For a batch, the offsets are those of the first message and
-    ``msg_ids`` lists one id per message."""
+class PutMessageResult(NamedTuple):
+    """Result of one put (immutable). For a batch, the offsets are those of the first message,
+    ``offsets`` has one commit-log offset per message and ``msg_ids`` one id per message."""
 
-    __slots__ = (
-        "_store_host",
-        "error",
-        "msg_count",
-        "offsets",
-        "queue_offset",
-        "status",
-        "store_timestamp",
-        "wrote_bytes",
-        "wrote_offset",
-    )
-
-    def __init__(
-        self,
-        status: PutMessageStatus,
-        wrote_offset: int = -1,
-        wrote_bytes: int = 0,
-        queue_offset: int = -1,
-        store_timestamp: int = 0,
-        store_host: bytes = b"",
-        msg_count: int = 0,
-        error: str | None = None,
-    ) -> None:
-        self.status = status
-        self.wrote_offset = wrote_offset
-        self.wrote_bytes = wrote_bytes
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self._store_host = store_host
-        self.msg_count = msg_count
-        self.error = error
-        self.offsets: tuple[int, ...] = ()
-
-    @property
-    def msg_ids(self) -> list[str]:
-        """One offsetMsgId per message (a batch has several)."""
-        if not self._store_host or self.wrote_offset < 0:
-            return []
-        return [make_msg_id(self._store_host, o) for o in (self.offsets or (self.wrote_offset,))]
+    status: PutMessageStatus
+    wrote_offset: int = -1
+    wrote_bytes: int = 0
+    queue_offset: int = -1
+    store_timestamp: int = 0
+    store_host: bytes = b""
+    msg_count: int = 0
+    error: str | None = None
+    offsets: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.status.ok
+        """The message is stored (flush and replication timeouts included)."""
+        return self.status in _STORED
 
     @property
     def msg_id(self) -> str | None:
         """offsetMsgId of the (first) message, computed on demand."""
-        if self.wrote_offset < 0 or not self._store_host:
+        if self.wrote_offset < 0 or not self.store_host:
             return None
-        return make_msg_id(self._store_host, self.wrote_offset)
+        return make_msg_id(self.store_host, self.wrote_offset)
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """One offsetMsgId per message (a batch has several)."""
+        if not self.store_host or self.wrote_offset < 0:
+            return []
+        return [make_msg_id(self.store_host, o) for o in (self.offsets or (self.wrote_offset,))]
 
     def __repr__(self) -> str:
         extra = f", error={self.error!r}" if self.error else ""
@@ -192,3 +171,13 @@ class GetMessageResult:
     suggest_pulling_from_slave: bool = False
     buffer_total_size: int = 0
     msg_count_for_filter: int = 0
+
+
+@dataclass(slots=True)
+class QueryMessageResult:
+    """Messages found by key, ascending by commit-log offset, with the index's progress."""
+
+    messages: list[MessageExt] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+    buffer_total_size: int = 0

@@ -1,0 +1,233 @@
+"""Storage-core benchmarks: the put path against a minimal pure-Python mmap writer (the floor)."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import threading
+import time
+import zlib
+from pathlib import Path
+
+from .. import Message, MessageStore, StoreConfig
+from .._mapped_file import MappedFile
+from .._record import MAGIC_V1
+from . import Figures, scenario
+
+BODY_SIZE = 1024
+TOPIC = "BenchTopic"
+DEFAULT_COUNT = 500_000
+FILE_SIZE = 1024 * 1024 * 1024
+
+
+def _config(root: str, **kw: object) -> StoreConfig:
+    base = StoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=FILE_SIZE,
+        warm_mapped_file_enable=True,
+        flush_disk_type="ASYNC_FLUSH",
+    )
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def _messages(n: int, queues: int = 4) -> list[Message]:
+    bodies = [os.urandom(BODY_SIZE) for _ in range(64)]
+    return [Message(TOPIC, bodies[i & 63], i % queues) for i in range(n)]
+
+
+def floor_rate(root: str, n: int, file_size: int = FILE_SIZE) -> float:
+    """Messages per second of the minimal writer: header pack + CRC + body copy into a
+    pre-warmed mapped file, rolling to the next file when full."""
+    import struct
+
+    head = struct.Struct(">iiiiiqqiq8sq8siqi")
+    host = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+    topic = TOPIC.encode()
+    tail = bytes((len(topic),)) + topic + b"\x00\x00"
+    bodies = [os.urandom(BODY_SIZE) for _ in range(64)]
+    total = head.size + BODY_SIZE + len(tail)
+    d = Path(root) / "floor"
+    d.mkdir(parents=True, exist_ok=True)
+    files: list[MappedFile] = []
+
+    def new_file(offset: int) -> MappedFile:
+        mf = MappedFile(d / f"{offset:020d}", file_size)
+        mf.warm()
+        files.append(mf)
+        return mf
+
+    needed = (n * total) // file_size + 1
+    for i in range(needed):
+        new_file(i * file_size)
+    start = time.perf_counter()
+    idx = 0
+    mm: mmap.mmap = files[0].mm
+    pos = 0
+    base = 0
+    now = time.time_ns() // 1_000_000
+    for i in range(n):
+        if pos + total > file_size:
+            idx += 1
+            mm = files[idx].mm
+            base += file_size
+            pos = 0
+        body = bodies[i & 63]
+        head.pack_into(
+            mm, pos, total, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, i & 3, 0, i, base + pos, 0,
+            now, host, now, host, 0, 0, BODY_SIZE,
+        )
+        q = pos + head.size
+        mm[q : q + BODY_SIZE] = body
+        q += BODY_SIZE
+        mm[q : q + len(tail)] = tail
+        pos += total
+    elapsed = time.perf_counter() - start
+    for mf in files:
+        mf.destroy(0)
+    return n / elapsed
+
+
+def _put_loop(store: MessageStore, msgs: list[Message]) -> tuple[float, float]:
+    put = store.put_message
+    start = time.perf_counter()
+    worst = 0.0
+    for m in msgs:
+        t = time.perf_counter()
+        r = put(m)
+        dt = time.perf_counter() - t
+        if dt > worst:
+            worst = dt
+        if r.status.name != "PUT_OK":
+            raise RuntimeError(f"put failed: {r}")
+    return time.perf_counter() - start, worst
+
+
+def _rate_figures(n: int, elapsed: float, record: int, floor: float | None = None) -> Figures:
+    rate = n / elapsed
+    out: Figures = {
+        "messages": n,
+        "msgs_per_s": round(rate),
+        "mb_per_s": round(rate * record / 1e6, 1),
+    }
+    if floor:
+        out["floor_msgs_per_s"] = round(floor)
+        out["ratio_to_floor"] = round(rate / floor, 3)
+    return out
+
+
+RECORD_SIZE = 91 + BODY_SIZE + len(TOPIC)
+
+
+@scenario("floor", "storage", "minimal pure-Python mmap writer (pack + CRC + copy), 1 KiB bodies")
+def bench_floor(root: str, count: int | None) -> Figures:
+    n = count or DEFAULT_COUNT
+    rate = floor_rate(root, n)
+    return _rate_figures(n, n / rate, RECORD_SIZE)
+
+
+@scenario("put_async", "storage", "put_message, ASYNC_FLUSH, 1 KiB bodies, one thread, vs the floor")
+def bench_put_async(root: str, count: int | None) -> Figures:
+    n = count or DEFAULT_COUNT
+    floor = floor_rate(root, n)
+    msgs = _messages(n)
+    with MessageStore(_config(os.path.join(root, "s"))) as store:
+        elapsed, worst = _put_loop(store, msgs)
+    out = _rate_figures(n, elapsed, RECORD_SIZE, floor)
+    out["max_put_latency_ms"] = round(worst * 1000, 2)
+    return out
+
+
+@scenario("put_batch", "storage", "put_messages, 32 x 1 KiB per batch, ASYNC_FLUSH, vs single puts")
+def bench_put_batch(root: str, count: int | None) -> Figures:
+    n = count or DEFAULT_COUNT
+    n -= n % 32
+    msgs = _messages(n, queues=1)
+    with MessageStore(_config(os.path.join(root, "single"))) as store:
+        single_elapsed, _ = _put_loop(store, msgs)
+    batches = [msgs[i : i + 32] for i in range(0, n, 32)]
+    with MessageStore(_config(os.path.join(root, "batch"))) as store:
+        put = store.put_messages
+        start = time.perf_counter()
+        for b in batches:
+            r = put(b)
+            if r.status.name != "PUT_OK":
+                raise RuntimeError(f"batch put failed: {r}")
+        elapsed = time.perf_counter() - start
+    out = _rate_figures(n, elapsed, RECORD_SIZE)
+    out["single_msgs_per_s"] = round(n / single_elapsed)
+    out["batch_over_single"] = round(single_elapsed / elapsed, 2)
+    return out
+
+
+def _sync_run(root: str, threads: int, per_thread: int) -> tuple[int, float]:
+    cfg = _config(root, flush_disk_type="SYNC_FLUSH", warm_mapped_file_enable=False,
+                  mapped_file_size_commit_log=256 * 1024 * 1024)
+    msgs = _messages(threads * per_thread)
+    errors: list[str] = []
+    with MessageStore(cfg) as store:
+        barrier = threading.Barrier(threads + 1)
+
+        def producer(k: int) -> None:
+            barrier.wait()
+            for m in msgs[k * per_thread : (k + 1) * per_thread]:
+                r = store.put_message(m)
+                if r.status.name != "PUT_OK":
+                    errors.append(str(r))
+
+        ts = [threading.Thread(target=producer, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for t in ts:
+            t.join()
+        elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} puts failed, first: {errors[0]}")
+    return threads * per_thread, elapsed
+
+
+@scenario("put_sync", "storage", "SYNC_FLUSH: one producer vs 32 producers (group commit)")
+def bench_put_sync(root: str, count: int | None) -> Figures:
+    n = min(count or 20_000, 200_000)
+    single_n, single_t = _sync_run(os.path.join(root, "one"), 1, max(n // 10, 500))
+    multi_n, multi_t = _sync_run(os.path.join(root, "many"), 32, max(n // 32, 50))
+    single = single_n / single_t
+    multi = multi_n / multi_t
+    return {
+        "single_thread_msgs_per_s": round(single),
+        "threads_32_msgs_per_s": round(multi),
+        "group_commit_speedup": round(multi / single, 1),
+    }
+
+
+@scenario("put_pool", "storage", "ASYNC_FLUSH with the transient store pool vs without")
+def bench_put_pool(root: str, count: int | None) -> Figures:
+    n = count or DEFAULT_COUNT
+    msgs = _messages(n)
+    with MessageStore(_config(os.path.join(root, "plain"))) as store:
+        plain, _ = _put_loop(store, msgs)
+    cfg = _config(os.path.join(root, "pool"), transient_store_pool_enable=True, transient_store_pool_size=3)
+    with MessageStore(cfg) as store:
+        pooled, _ = _put_loop(store, msgs)
+    out = _rate_figures(n, pooled, RECORD_SIZE)
+    out["plain_msgs_per_s"] = round(n / plain)
+    out["pool_over_plain"] = round(plain / pooled, 3)
+    return out
+
+
+@scenario("roll_latency", "storage", "max put latency across file rolls, allocator on vs off")
+def bench_roll(root: str, count: int | None) -> Figures:
+    n = count or 200_000
+    size = 16 * 1024 * 1024
+    msgs = _messages(n)
+    out: Figures = {"file_size_mb": size // (1024 * 1024), "rolls": n * RECORD_SIZE // size}
+    for name, alloc in (("allocator_on", True), ("allocator_off", False)):
+        cfg = _config(os.path.join(root, name), mapped_file_size_commit_log=size,
+                      allocate_mapped_file_enable=alloc)
+        with MessageStore(cfg) as store:
+            elapsed, worst = _put_loop(store, msgs)
+        out[f"{name}_max_put_ms"] = round(worst * 1000, 2)
+        out[f"{name}_msgs_per_s"] = round(n / elapsed)
+    return out
