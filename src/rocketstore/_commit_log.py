@@ -363,7 +363,7 @@ class CommitLog:
         if p.__class__ is PutMessageResult:
             return p  # type: ignore[return-value]
         (topic, tail, queue_id, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
-         prepared, props, total, code, keys, uniq, wait) = p
+         prepared, props, total, code, keys, uniq, wait) = p  # type: ignore[misc]
         tran = sys_flag & SYSFLAG_TRANSACTION_MASK
         in_queue = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
         key = (topic, queue_id)

@@ -70,7 +70,7 @@ class MappedFileQueue:
                     raise CorruptFileError(f"{entry.path}: not a store file name (20 digits)")
                 names.append(entry.name)
         names.sort()
-        files = []
+        files: list[MappedFile] = []
         for i, name in enumerate(names):
             offset = int(name)
             if offset % self.file_size:
