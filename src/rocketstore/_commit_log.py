@@ -35,7 +35,7 @@ from ._record import (
     MAGIC_V1,
     OFFSET_BORN_TIMESTAMP,
     OFFSET_QUEUE_OFFSET,
-    OFFSET_STORE_TIMESTAMP_V4,
+    OFFSET_BORN_HOST,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -133,6 +133,7 @@ class CommitLog:
         self.max_message_size = config.max_message_size
         self.max_properties_size = config.max_properties_size
         self.store_host = pack_host(f"{config.store_host}:{config.store_port}")
+        self._store_host_extra = len(self.store_host) - 8  # 12 for an IPv6 store host
         self.put_lock = threading.Lock()
         # (topic, queue id) → next logical offset
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -301,7 +302,9 @@ class CommitLog:
                 return _refused(_ILLEGAL, str(exc))
         else:
             host = _DEFAULT_BORN_HOST
-        total = HEAD_V4_SIZE + blen + len(topic_tail) + (12 if len(host) == 20 else 0)
+        total = HEAD_V4_SIZE + blen + len(topic_tail) + self._store_host_extra
+        if len(host) == 20:
+            total += 12
         if total + 8 > self.file_size:
             return _refused(_ILLEGAL, f"a record of {total} bytes cannot fit in a commit-log file")
         # a plain tuple in _Prepared's field order (building the NamedTuple costs more)
@@ -383,7 +386,7 @@ class CommitLog:
             phys = mf.from_offset + pos
             table = self.topic_queue_table
             qoff = table.get(key, 0) if in_queue else 0
-            if len(born_host) == 8:
+            if len(born_host) == 8 and not self._store_host_extra:
                 blen = len(body)
                 _HEAD.pack_into(
                     target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
@@ -449,8 +452,6 @@ class CommitLog:
             if p.__class__ is PutMessageResult:
                 return p  # type: ignore[return-value]
             p = _Prepared._make(p)
-            if len(p.born_host) != 8:
-                return _refused(_ILLEGAL, "batches take IPv4 born hosts only")
             prepared.append(p)
         total = sum(p.total for p in prepared)
         if total + 8 > self.file_size:
@@ -460,16 +461,26 @@ class CommitLog:
         starts = []
         pos = 0
         store_host = self.store_host
+        store_ts_at = []  # STORETIMESTAMP moves with the born host's size
         for p in prepared:
             starts.append(pos)
+            store_ts_at.append(pos + OFFSET_BORN_HOST + len(p.born_host))
             blen = len(p.body)
-            _HEAD.pack_into(
-                buf, pos, p.total, MAGIC_V1, p.crc, queue_id, p.flag, 0, 0, p.sys_flag,
-                p.born_ts, p.born_host, 0, store_host, p.reconsume, p.prepared, blen,
-            )
-            q = pos + HEAD_V4_SIZE + blen
-            buf[pos + HEAD_V4_SIZE : q] = p.body
-            buf[q : pos + p.total] = p.tail
+            if len(p.born_host) == 8 and not self._store_host_extra:
+                _HEAD.pack_into(
+                    buf, pos, p.total, MAGIC_V1, p.crc, queue_id, p.flag, 0, 0, p.sys_flag,
+                    p.born_ts, p.born_host, 0, store_host, p.reconsume, p.prepared, blen,
+                )
+                q = pos + HEAD_V4_SIZE + blen
+                buf[pos + HEAD_V4_SIZE : q] = p.body
+                buf[q : pos + p.total] = p.tail
+            else:
+                buf[pos : pos + p.total] = encode_record(
+                    topic=topic, body=bytes(p.body), queue_id=queue_id, flag=p.flag,
+                    sys_flag=p.sys_flag, born_timestamp=p.born_ts, born_host=p.born_host,
+                    store_host=store_host, reconsume_times=p.reconsume,
+                    prepared_transaction_offset=p.prepared, properties=p.props.decode(),
+                )
             pos += p.total
         key = (topic, queue_id)
         with self.put_lock:
@@ -485,7 +496,7 @@ class CommitLog:
             first_qoff = self.topic_queue_table.get(key, 0)
             for i, start in enumerate(starts):
                 _QUEUE_FIELDS.pack_into(buf, start + OFFSET_QUEUE_OFFSET, first_qoff + i, first_phys + start)
-                _STORE_TS.pack_into(buf, start + OFFSET_STORE_TIMESTAMP_V4, now)
+                _STORE_TS.pack_into(buf, store_ts_at[i], now)
                 if not prepared[i].born_ts:
                     _STORE_TS.pack_into(buf, start + OFFSET_BORN_TIMESTAMP, now)
             mf.write_target[wpos : wpos + total] = buf

@@ -37,6 +37,7 @@ _CONF_ALIASES = {
     "flushLeastPagesWhenWarmMapedFile": "flush_least_pages_when_warm_mapped_file",
     "brokerIP1": "store_host",
     "listenPort": "store_port",
+    "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_mills",
 }
 
 
@@ -215,6 +216,8 @@ class StoreConfig:
         extra: list[tuple[str, str]] = []
         for raw_key, raw_value in values.items():
             name = _CONF_ALIASES.get(raw_key) or _snake(raw_key)
+            if name not in known and "maped" in name:
+                name = name.replace("maped", "mapped")  # old RocketMQ spelling
             if name not in known:
                 extra.append((raw_key, str(raw_value)))
                 continue
@@ -248,7 +251,8 @@ class StoreConfig:
 def _snake(name: str) -> str:
     if "_" in name or name.islower():
         return name
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+    # "checkCRCOnRecover" → "check_crc_on_recover": an acronym is one word
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def _convert(name: str, hint: Any, value: Any) -> Any:

@@ -52,6 +52,7 @@ class MessageStore:
                 pool=self.pool,
                 warm=self.config.warm_mapped_file_enable,
                 warm_min_size=self.config.mapped_file_size_commit_log,
+                fast_fail_if_no_buffer=self.config.fast_fail_if_no_buffer_in_store_pool,
                 clock=clock,
             )
         self.commit_log = CommitLog(

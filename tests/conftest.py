@@ -1,0 +1,55 @@
+"""Shared fixtures of the rocketstore test suite."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocketstore import ManualClock, MessageStore, StoreConfig
+
+SMALL_FILE = 64 * 1024
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., StoreConfig]:
+    """A StoreConfig in ``tmp_path/store`` with 64 KiB commit-log files; keywords override."""
+
+    def make(**overrides: Any) -> StoreConfig:
+        base = StoreConfig(
+            store_path_root_dir=str(tmp_path / "store"),
+            mapped_file_size_commit_log=SMALL_FILE,
+            flush_interval_commit_log=10,
+            commit_interval_commit_log=10,
+        )
+        return dataclasses.replace(base, **overrides)
+
+    return make
+
+
+@pytest.fixture
+def open_store(make_config: Callable[..., StoreConfig]) -> Iterator[Callable[..., MessageStore]]:
+    """Open (load + start) a MessageStore; every store opened is shut down after the test."""
+    opened: list[MessageStore] = []
+
+    def open_(
+        config: StoreConfig | None = None, *, clock: Any = None, **overrides: Any
+    ) -> MessageStore:
+        cfg = config if config is not None else make_config(**overrides)
+        store = MessageStore(cfg, clock=clock) if clock is not None else MessageStore(cfg)
+        store.load()
+        store.start()
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in reversed(opened):
+        store.shutdown()
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    return ManualClock()
