@@ -176,6 +176,9 @@ class MappedFile:
             except StoreError:
                 # as RocketMQ: with no buffer left the file is written directly
                 log.warning("%s: no write buffer free in the transient store pool", self.path)
+        # where appends go: the write buffer if there is one, else the mapping (an attribute,
+        # not a property: the put path reads it for every message)
+        self.write_target: mmap.mmap = self.write_buffer if self.write_buffer is not None else self.mm
         # reference counting
         self._ref_lock = threading.Lock()
         self._refs = 1
@@ -189,11 +192,6 @@ class MappedFile:
     @property
     def file_name(self) -> str:
         return self.path.name
-
-    @property
-    def write_target(self) -> mmap.mmap:
-        """Where appends go: the write buffer if there is one, else the mapping."""
-        return self.write_buffer if self.write_buffer is not None else self.mm
 
     @property
     def read_position(self) -> int:
@@ -262,8 +260,9 @@ class MappedFile:
             finally:
                 self.release()
         if self.committed_position >= self.file_size and self._pool is not None:
-            self._pool.return_buffer(wb)
             self.write_buffer = None
+            self.write_target = self.mm
+            self._pool.return_buffer(wb)
         return self.committed_position
 
     def flush(self, least_pages: int) -> int:

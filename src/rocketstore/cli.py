@@ -71,6 +71,142 @@ def put(
         sys.exit(1)
 
 
+def _detected_sizes(store: str) -> dict[str, int]:
+    """File sizes of an existing store (commit log, consume queue) when no --conf says them."""
+    import os
+
+    sizes: dict[str, int] = {}
+    cl = os.path.join(store, "commitlog")
+    if os.path.isdir(cl):
+        names = sorted(n for n in os.listdir(cl) if n.isdigit())
+        if names:
+            sizes["mapped_file_size_commit_log"] = os.path.getsize(os.path.join(cl, names[0]))
+    cq = os.path.join(store, "consumequeue")
+    for root, _dirs, files in os.walk(cq) if os.path.isdir(cq) else ():
+        digits = sorted(f for f in files if f.isdigit())
+        if digits and os.path.getsize(os.path.join(root, digits[0])):
+            sizes["mapped_file_size_consume_queue"] = os.path.getsize(os.path.join(root, digits[0]))
+            break
+    return sizes
+
+
+def _open_for_reading(store: str, conf: str | None, index: bool, slots: int | None, entries: int | None) -> MessageStore:
+    overrides: dict[str, Any] = {} if conf else _detected_sizes(store)
+    if slots:
+        overrides["max_hash_slot_num"] = slots
+    if entries:
+        overrides["max_index_num"] = entries
+    if not index:
+        overrides["message_index_enable"] = False
+    return MessageStore(store_config(store, conf, **overrides))
+
+
+def _message_dict(m: Any, body: str) -> dict[str, Any]:
+    if body == "text":
+        payload: Any = m.body.decode("utf-8", "replace")
+    elif body == "hex":
+        payload = m.body.hex()
+    else:
+        payload = len(m.body)
+    return {
+        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+        "commitlog_offset": m.commitlog_offset, "msg_id": m.msg_id, "store_size": m.store_size,
+        "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
+        "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
+        "born_host": m.born_host_str, "store_host": m.store_host_str,
+        "reconsume_times": m.reconsume_times, "sys_flag": m.sys_flag, "flag": m.flag,
+        "body_crc": m.body_crc, "properties": m.properties,
+        "body" if body != "size" else "body_size": payload,
+    }
+
+
+body_option = click.option(
+    "--body", "body", type=click.Choice(["text", "hex", "size"]), default="text",
+    show_default=True, help="how to print bodies",
+)
+slots_option = click.option("--max-hash-slot-num", "slots", type=int, default=None,
+                            help="index slots per file (when the store's differ from the default)")
+entries_option = click.option("--max-index-num", "entries", type=int, default=None,
+                              help="index entries per file")
+
+
+@main.command()
+@store_option
+@conf_option
+@click.argument("topic")
+@click.argument("queue_id", metavar="QUEUE", type=int)
+@click.argument("offset", type=int)
+@click.option("--count", default=32, show_default=True, type=click.IntRange(min=1),
+              help="messages to read (pages through the queue)")
+@click.option("--tags", default=None, help='tag filter, e.g. "TagA || TagB"')
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@body_option
+def get(
+    store: str, conf: str | None, topic: str, queue_id: int, offset: int, count: int,
+    tags: str | None, as_json: bool, body: str,
+) -> None:
+    """Read COUNT messages of TOPIC / QUEUE from logical OFFSET."""
+    from ._filter import TagFilter
+
+    flt = TagFilter(tags) if tags else None
+    with _open_for_reading(store, conf, False, None, None) as ms:
+        got = 0
+        status = None
+        while got < count:
+            r = ms.get_message("rocketstore-cli", topic, queue_id, offset, min(32, count - got), flt)
+            status = r.status
+            for m in r.messages:
+                if as_json:
+                    click.echo(json.dumps(_message_dict(m, body), ensure_ascii=False))
+                else:
+                    click.echo(
+                        f"{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t"
+                        f"{' '.join(m.keys)}\t{_message_dict(m, body).get('body', len(m.body))}"
+                    )
+            got += len(r.messages)
+            if r.next_begin_offset == offset or status.name not in ("FOUND", "NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING"):
+                break
+            offset = r.next_begin_offset
+        summary = {
+            "status": status.name if status else None, "messages": got, "next_offset": offset,
+            "min_offset": ms.get_min_offset_in_queue(topic, queue_id),
+            "max_offset": ms.get_max_offset_in_queue(topic, queue_id),
+        }
+    click.echo(json.dumps(summary), err=not as_json)
+    if got == 0 and status is not None and status.name not in ("OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE"):
+        sys.exit(1)
+
+
+@main.command()
+@store_option
+@conf_option
+@click.option("--topic", required=True)
+@click.option("--key", required=True, help="a KEYS token or the UNIQ_KEY")
+@click.option("--max", "max_num", default=32, show_default=True, type=click.IntRange(1, 64))
+@click.option("--begin", default=0, show_default=True, type=int, help="store time from (ms)")
+@click.option("--end", default=2**63 - 1, type=int, help="store time to (ms)")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@body_option
+@slots_option
+@entries_option
+def query(
+    store: str, conf: str | None, topic: str, key: str, max_num: int, begin: int, end: int,
+    as_json: bool, body: str, slots: int | None, entries: int | None,
+) -> None:
+    """Find messages of a topic by key (the index)."""
+    with _open_for_reading(store, conf, True, slots, entries) as ms:
+        r = ms.query_message(topic, key, max_num, begin, end)
+    for m in r.messages:
+        if as_json:
+            click.echo(json.dumps(_message_dict(m, body), ensure_ascii=False))
+        else:
+            click.echo(f"{m.commitlog_offset}\t{m.msg_id}\t{m.queue_id}\t{m.queue_offset}\t{' '.join(m.keys)}")
+    if not as_json:
+        click.echo(f"{len(r.messages)} message(s)", err=True)
+    if not r.messages:
+        sys.exit(1)
+
+
 @main.command()
 @click.option("--store", "store", default="store", show_default=True, help="scratch store directory")
 @click.option("--scenario", "names", multiple=True, help="run only these scenarios (repeatable)")

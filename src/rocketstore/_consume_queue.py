@@ -1,0 +1,542 @@
+"""Consume queues: per topic and queue id, the commit-log position of every message, in order.
+
+One queue is a MappedFileQueue under ``consumequeue/<topic>/<queueId>/``; files are named by
+the byte offset of their first unit (20 digits). A unit, every integer big-endian::
+
+     0 COMMITLOG OFFSET  int64   where the record starts in the commit log
+     8 SIZE              int32   the record's TOTALSIZE
+    12 TAGS CODE         int64   Java String.hashCode of TAGS (0: none); for
+                                 SCHEDULE_TOPIC_XXXX the delivery time in ms
+
+Unit ``n`` (logical offset n) sits at byte ``n * 20``. A unit is valid when offset >= 0 and
+size > 0. When a queue's first file is created for a logical offset past the start of that file,
+the file is filled up to it with BLANK_UNIT (0, 0x7FFFFFFF, 0).
+
+Threads: units are written by the dispatcher only (ReputMessageService); flushes by
+FlushConsumeQueueService; readers from any thread (files are held while read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ._clock import SYSTEM_CLOCK, Clock
+from ._errors import CorruptFileError, translate_os_errors
+from ._mapped_file import MappedFile
+from ._mapped_file_queue import MappedFileQueue
+from ._service import ServiceThread
+
+log = logging.getLogger(__name__)
+
+UNIT = struct.Struct(">qiq")
+UNIT_SIZE = UNIT.size  # 20
+BLANK_SIZE = 0x7FFFFFFF
+BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
+RECOVER_FROM_LAST_FILES = 3
+_DELETE_INTERVAL_FORCIBLY_MS = 60_000
+
+
+def is_valid_unit(phys_offset: int, size: int) -> bool:
+    return phys_offset >= 0 and size > 0
+
+
+def is_blank_unit(phys_offset: int, size: int, tags_code: int) -> bool:
+    return phys_offset == 0 and size == BLANK_SIZE and tags_code == 0
+
+
+class ConsumeQueue:
+    """The consume queue of one (topic, queue id). Offsets in the API are logical (unit numbers)."""
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        root_dir: str | os.PathLike[str],
+        file_size: int,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+    ) -> None:
+        if file_size % UNIT_SIZE:
+            raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.path = Path(root_dir) / topic / str(queue_id)
+        self.queue = MappedFileQueue(self.path, file_size, clock=clock, read_only=read_only)
+        self.min_logic_offset = 0  # bytes
+        self.max_physic_offset = -1  # end of the last dispatched record in the commit log
+        self.last_store_timestamp = 0
+
+    # ---- loading and recovery ---------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map the files. A last file that is short (empty, a partial unit, or shorter than
+        the queue's other files: a crash while creating it) is extended, ``recover`` then finds
+        its units; any other size mismatch is an error (settings that do not fit the files)."""
+        if self.path.is_dir() and not self.queue.read_only:
+            names = sorted(
+                e.name for e in os.scandir(self.path) if e.is_file() and e.name.isdigit()
+            )
+            if names:
+                last = self.path / names[-1]
+                with translate_os_errors(f"stat {last}"):
+                    actual = last.stat().st_size
+                    confirmed = len(names) > 1 and (self.path / names[0]).stat().st_size == self.file_size
+                    partial = actual == 0 or actual % UNIT_SIZE or confirmed
+                    if actual < self.file_size and partial:
+                        log.warning(
+                            "%s: size %d, expected %d; resizing it (recovery finds its units)",
+                            last, actual, self.file_size,
+                        )
+                        os.truncate(last, self.file_size)
+        self.queue.load()
+
+    def recover(self) -> int:
+        """Find the last valid unit (scanning the last three files) and cut the queue there.
+
+        Returns the logical end offset in bytes. Called before dispatch starts.
+        """
+        files = self.queue.files
+        if not files:
+            return 0
+        index = max(0, len(files) - RECOVER_FROM_LAST_FILES)
+        mf = files[index]
+        end = mf.from_offset
+        max_phys = -1
+        while True:
+            pos, last = _scan_units(mf, self.file_size)
+            if last is not None:
+                max_phys = last
+            end = mf.from_offset + pos
+            if pos == self.file_size and index + 1 < len(files):
+                index += 1
+                mf = files[index]
+                continue
+            break
+        if max_phys >= 0:
+            self.max_physic_offset = max_phys
+        self._cut_at(end)
+        return end
+
+    def _cut_at(self, end: int) -> None:
+        """Set the write position to ``end`` and delete the files past it (no zeroing: the unit
+        at ``end`` is already invalid, and later writes go in order)."""
+        while (last := self.queue.last_file()) is not None and last.from_offset > end:
+            log.warning("%s: removing consume-queue file %s past the end", self.path, last.file_name)
+            self.queue.delete_last_mapped_file()
+        last = self.queue.last_file()
+        if last is not None:
+            last.set_positions(end - last.from_offset)
+        self.queue.set_flushed_where(end)
+
+    def truncate_dirty(self, phys_offset: int) -> int:
+        """Drop the units of records at or past ``phys_offset`` (the commit log was cut there).
+
+        Returns how many units were removed. Called before dispatch starts.
+        """
+        removed = 0
+        while True:
+            mf = self.queue.last_file()
+            if mf is None:
+                self.max_physic_offset = -1
+                return removed
+            wrote = mf.wrote_position
+            keep = 0
+            last_end = -1
+            for pos in range(0, wrote, UNIT_SIZE):
+                off, size, _tags = UNIT.unpack_from(mf.mm, pos)
+                if not is_valid_unit(off, size) or off >= phys_offset:
+                    break
+                keep = pos + UNIT_SIZE
+                if size != BLANK_SIZE:
+                    last_end = off + size
+            removed += (wrote - keep) // UNIT_SIZE
+            if keep == 0 and len(self.queue.files) > 1:
+                self.queue.delete_last_mapped_file()
+                continue
+            if keep < wrote:
+                mf.mm[keep:wrote] = bytes(wrote - keep)
+            mf.set_positions(keep)
+            self.queue.set_flushed_where(mf.from_offset + keep)
+            self.max_physic_offset = last_end if last_end >= 0 else self._last_end_before(mf)
+            return removed
+
+    def _last_end_before(self, mf: MappedFile) -> int:
+        files = self.queue.files
+        i = files.index(mf)
+        if i == 0:
+            return -1
+        prev = files[i - 1]
+        off, size, _ = UNIT.unpack_from(prev.mm, self.file_size - UNIT_SIZE)
+        return off + size if is_valid_unit(off, size) and size != BLANK_SIZE else -1
+
+    def correct_min_offset(self, min_phys_offset: int) -> None:
+        """Move the minimum to the first unit whose record is still in the commit log."""
+        mf = self.queue.first_file()
+        if mf is None or not mf.hold():
+            return
+        try:
+            readable = mf.read_position
+            for pos in range(0, readable, UNIT_SIZE):
+                off, size, tags = UNIT.unpack_from(mf.mm, pos)
+                if is_blank_unit(off, size, tags):
+                    continue
+                if off >= min_phys_offset:
+                    self.min_logic_offset = mf.from_offset + pos
+                    return
+            self.min_logic_offset = mf.from_offset + readable
+        finally:
+            mf.release()
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def put_unit(self, phys_offset: int, size: int, tags_code: int, offset: int) -> bool:
+        """Write the unit of logical ``offset``; a record already in the queue is skipped.
+
+        Dispatcher thread only. False when no file could be created.
+        """
+        if phys_offset + size <= self.max_physic_offset:
+            return True  # dispatched before (re-dispatch after a restart)
+        expect = offset * UNIT_SIZE
+        mf = self.queue.last_file()
+        if mf is None or mf.wrote_position >= self.file_size:
+            mf = self.queue.get_last_mapped_file(expect)
+            if mf is None:
+                return False
+        if mf.first_create_in_queue and mf.wrote_position == 0 and expect > mf.from_offset:
+            self._fill_blank(mf, expect - mf.from_offset)
+            self.min_logic_offset = expect
+            self.queue.set_flushed_where(mf.from_offset)
+        current = mf.from_offset + mf.wrote_position
+        if expect < current:
+            log.debug("%s: unit %d is in the queue already", self.path, offset)
+            return True
+        if expect != current:
+            log.error(
+                "%s: unit %d does not follow the queue end %d; blank units fill the gap",
+                self.path, offset, current // UNIT_SIZE,
+            )
+            while current < expect:
+                if mf.wrote_position >= self.file_size:
+                    mf = self.queue.get_last_mapped_file(current)
+                    if mf is None:
+                        return False
+                self._fill_blank(mf, min(self.file_size, expect - mf.from_offset))
+                current = mf.from_offset + mf.wrote_position
+            if mf.wrote_position >= self.file_size:
+                mf = self.queue.get_last_mapped_file(expect)
+                if mf is None:
+                    return False
+        pos = mf.wrote_position
+        UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
+        mf.wrote_position = pos + UNIT_SIZE
+        self.max_physic_offset = phys_offset + size
+        return True
+
+    def _fill_blank(self, mf: MappedFile, until: int) -> None:
+        pos = mf.wrote_position
+        count = (until - pos) // UNIT_SIZE
+        if count > 0:
+            mf.mm[pos : pos + count * UNIT_SIZE] = BLANK_UNIT * count
+            mf.wrote_position = pos + count * UNIT_SIZE
+
+    def flush(self, least_pages: int) -> int:
+        return self.queue.flush(least_pages)
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """Smallest logical offset still readable."""
+        return self.min_logic_offset // UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last unit (the next logical offset)."""
+        return self.queue.get_max_offset() // UNIT_SIZE
+
+    def get_unit(self, offset: int) -> tuple[int, int, int] | None:
+        """(commit-log offset, size, tags code) of the unit at logical ``offset``, or None."""
+        where = offset * UNIT_SIZE
+        if offset < 0 or where < self.min_logic_offset:
+            return None
+        mf = self.queue.find_mapped_file_by_offset(where)
+        if mf is None:
+            return None
+        pos = where - mf.from_offset
+        if pos + UNIT_SIZE > mf.read_position or not mf.hold():
+            return None
+        try:
+            return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+        finally:
+            mf.release()
+
+    @contextlib.contextmanager
+    def units_from(self, offset: int) -> Iterator[tuple[memoryview, int] | None]:
+        """A held view of the units from logical ``offset`` to the end of their file's data.
+
+        Yields (view, unit count) or None when the offset is not readable. The view is valid
+        only inside the ``with`` block.
+        """
+        where = offset * UNIT_SIZE
+        mf = None
+        if offset >= 0 and where >= self.min_logic_offset:
+            mf = self.queue.find_mapped_file_by_offset(where)
+        if mf is None:
+            yield None
+            return
+        result = mf.select_mapped_buffer(where - mf.from_offset)
+        if result is None:
+            yield None
+            return
+        try:
+            yield result.buffer, result.size // UNIT_SIZE
+        finally:
+            result.release()
+
+    def roll_next_file(self, offset: int) -> int:
+        """The logical offset that starts the file after the one holding ``offset``."""
+        per_file = self.file_size // UNIT_SIZE
+        return offset + per_file - offset % per_file
+
+    def last_unit(self) -> tuple[int, int, int] | None:
+        end = self.max_offset
+        return self.get_unit(end - 1) if end > self.min_offset else None
+
+    def get_offset_in_queue_by_time(
+        self, timestamp: int, store_time: Callable[[int, int], int], min_phys_offset: int
+    ) -> int:
+        """The logical offset whose message was stored closest to ``timestamp``.
+
+        A binary search over the queue (by store time): an exact match gives the first unit
+        with that time; otherwise the nearer neighbour (the earlier one on a tie), the first
+        unit when every message is later, the last unit when every message is earlier.
+        Units whose record is below ``min_phys_offset`` are skipped. 0 for an empty queue.
+        """
+        low, high = self.min_offset, self.max_offset - 1
+        # skip units whose records were deleted with their commit-log files
+        while low <= high:
+            unit = self.get_unit(low)
+            if unit is None or (unit[0] >= min_phys_offset and unit[1] != BLANK_SIZE):
+                break
+            low += 1
+        if low > high:
+            return 0
+        left = right = -1
+        left_time = right_time = -1
+        while low <= high:
+            mid = (low + high) // 2
+            unit = self.get_unit(mid)
+            if unit is None:
+                return 0
+            t = store_time(unit[0], unit[1])
+            if t < 0:
+                return 0
+            if t >= timestamp:
+                high = mid - 1
+                right, right_time = mid, t
+            else:
+                low = mid + 1
+                left, left_time = mid, t
+        if right_time == timestamp:
+            return right
+        if left < 0:
+            return right
+        if right < 0:
+            return left
+        return right if abs(timestamp - left_time) > abs(timestamp - right_time) else left
+
+    # ---- cleaning ---------------------------------------------------------------------------
+
+    def delete_expired_files(self, min_phys_offset: int) -> int:
+        """Delete files (never the last) whose units all point below ``min_phys_offset``."""
+        def last_phys(mf: MappedFile) -> int:
+            off, size, _ = UNIT.unpack_from(mf.mm, self.file_size - UNIT_SIZE)
+            return off if is_valid_unit(off, size) else -1
+
+        count = self.queue.delete_expired_files_by_offset(min_phys_offset, UNIT_SIZE, last_phys)
+        if count:
+            self.correct_min_offset(min_phys_offset)
+        return count
+
+    def shutdown(self) -> None:
+        self.queue.shutdown(0)
+
+    def destroy(self) -> None:
+        """Delete every file of the queue (and its directory when empty)."""
+        self.queue.destroy()
+        self.min_logic_offset = 0
+        self.max_physic_offset = -1
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, "
+            f"max={self.max_offset})"
+        )
+
+
+def _scan_units(mf: MappedFile, file_size: int) -> tuple[int, int | None]:
+    """(end of the valid units, commit-log end of the last real one) of one file."""
+    buf = mf.mm
+    last: int | None = None
+    for pos in range(0, file_size, UNIT_SIZE):
+        off, size, _ = UNIT.unpack_from(buf, pos)
+        if not is_valid_unit(off, size):
+            return pos, last
+        if size != BLANK_SIZE:
+            last = off + size
+    return file_size, last
+
+
+class ConsumeQueueTable:
+    """Every consume queue of a store, by topic and queue id (``consumequeue/`` directory).
+
+    Queues are created by the dispatcher on first use; readers never create one.
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        file_size: int,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+    ) -> None:
+        self.root = Path(root_dir)
+        self.file_size = file_size
+        self.clock = clock
+        self.read_only = read_only
+        self.queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self.last_store_timestamp = 0  # store time of the last dispatched message
+
+    def load(self) -> None:
+        """Map every queue found on disk (directory names that are not queue ids are skipped)."""
+        if not self.root.is_dir():
+            return
+        with translate_os_errors(f"list {self.root}"):
+            topics = sorted((e for e in os.scandir(self.root) if e.is_dir()), key=lambda e: e.name)
+            for topic_entry in topics:
+                for qdir in sorted(os.scandir(topic_entry.path), key=lambda e: e.name):
+                    if not qdir.is_dir() or not qdir.name.isdigit():
+                        log.warning("%s: not a queue directory, skipped", qdir.path)
+                        continue
+                    cq = self._new(topic_entry.name, int(qdir.name))
+                    cq.load()
+                    self.queues.setdefault(topic_entry.name, {})[int(qdir.name)] = cq
+
+    def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(
+            topic, queue_id, self.root, self.file_size, clock=self.clock, read_only=self.read_only
+        )
+
+    def recover(self) -> int:
+        """Recover every queue; returns the highest commit-log end among their units (or -1)."""
+        highest = -1
+        for cq in self:
+            cq.recover()
+            highest = max(highest, cq.max_physic_offset)
+        return highest
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        by_id = self.queues.get(topic)
+        return by_id.get(queue_id) if by_id is not None else None
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Dispatcher thread only."""
+        by_id = self.queues.get(topic)
+        if by_id is None:
+            by_id = self.queues[topic] = {}
+        cq = by_id.get(queue_id)
+        if cq is None:
+            cq = by_id[queue_id] = self._new(topic, queue_id)
+        return cq
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        for by_id in list(self.queues.values()):
+            yield from list(by_id.values())
+
+    def max_physic_offset(self) -> int:
+        return max((cq.max_physic_offset for cq in self), default=-1)
+
+    def offset_table(self) -> dict[tuple[str, int], int]:
+        """(topic, queue id) → next logical offset: the commit log's topic-queue table."""
+        return {(cq.topic, cq.queue_id): cq.max_offset for cq in self}
+
+    def truncate_dirty(self, phys_offset: int) -> int:
+        return sum(cq.truncate_dirty(phys_offset) for cq in self)
+
+    def correct_min_offset(self, min_phys_offset: int) -> None:
+        for cq in self:
+            cq.correct_min_offset(min_phys_offset)
+
+    def delete_expired_files(self, min_phys_offset: int) -> int:
+        return sum(cq.delete_expired_files(min_phys_offset) for cq in self)
+
+    def flush(self, least_pages: int) -> None:
+        for cq in self:
+            cq.flush(least_pages)
+
+    def shutdown(self) -> None:
+        for cq in self:
+            cq.shutdown()
+
+    def destroy(self) -> None:
+        for cq in self:
+            cq.destroy()
+        self.queues = {}
+
+
+class FlushConsumeQueueService(ServiceThread):
+    """Flushes every consume queue each ``interval_ms`` when ``least_pages`` are dirty, and
+    all of them every ``thorough_interval_ms``; after a thorough flush ``on_flushed`` gets the
+    store time of the last message dispatched before it (the checkpoint's logics time)."""
+
+    def __init__(
+        self,
+        table: ConsumeQueueTable,
+        clock: Clock,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        on_flushed: Callable[[int], None] | None = None,
+    ) -> None:
+        super().__init__("FlushConsumeQueueService")
+        self.table = table
+        self.clock = clock
+        self.interval = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000
+        self.on_flushed = on_flushed
+        self._last_thorough = clock.monotonic()
+
+    def flush_now(self, least_pages: int) -> None:
+        ts = self.table.last_store_timestamp
+        self.table.flush(least_pages)
+        if least_pages == 0 and ts and self.on_flushed is not None:
+            self.on_flushed(ts)
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(self.interval)
+            least = self.least_pages
+            now = self.clock.monotonic()
+            if now - self._last_thorough >= self.thorough_interval:
+                self._last_thorough = now
+                least = 0
+            try:
+                self.flush_now(least)
+            except OSError:
+                log.exception("consume-queue flush failed; retrying")
+        for _ in range(3):
+            try:
+                self.flush_now(0)
+                break
+            except OSError:
+                log.exception("consume-queue flush at shutdown failed")

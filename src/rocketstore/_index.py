@@ -1,0 +1,459 @@
+"""The key index: ``index/<yyyyMMddHHmmssSSS>`` files mapping message keys to commit-log offsets.
+
+One file (every integer big-endian; S = max_hash_slot_num, N = max_index_num)::
+
+    0            header, 40 bytes
+                   0 beginTimestamp  int64   store time of the first entry
+                   8 endTimestamp    int64   store time of the last entry
+                  16 beginPhyOffset  int64   commit-log offset of the first entry
+                  24 endPhyOffset    int64   commit-log offset of the last entry
+                  32 hashSlotCount   int32   slots in use
+                  36 indexCount      int32   next entry number (starts at 1: entry 0 is unused)
+    40           S slots of int32: the newest entry number of the slot's chain (0 = empty)
+    40 + 4S      N entries of 20 bytes:
+                   0 keyHash   int32   abs(Java hashCode of "topic#key") (MIN_VALUE → 0)
+                   4 phyOffset int64
+                  12 timeDiff  int32   seconds since beginTimestamp
+                  16 prevIndex int32   the previous entry of the same slot (0 = none)
+
+slot = keyHash % S. A file is full when indexCount reaches N; the next file starts with the
+previous file's end offset and time. Keys of a message: ``topic#UNIQ_KEY`` and ``topic#<key>``
+for every KEYS token. A query walks files newest to oldest and each chain newest to oldest;
+hashes collide, so callers re-check the messages.
+
+Threads: keys are added by the dispatcher only; queries from any thread.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from ._clock import SYSTEM_CLOCK, Clock
+from ._errors import CorruptFileError, translate_os_errors
+from ._java_hash import index_key_hash, java_hash_unsigned, power31, to_signed, utf16_length
+from ._mapped_file import MappedFile
+from ._record import (
+    KEY_SEPARATOR,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_ROLLBACK_TYPE,
+    DispatchRequest,
+)
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size  # 40
+SLOT = struct.Struct(">i")
+SLOT_SIZE = SLOT.size  # 4
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size  # 20
+INVALID_INDEX = 0
+INT32_MAX = 0x7FFFFFFF
+MAX_QUERY_NUM = 64  # RocketMQ's maxMsgsNumBatch
+
+
+def index_file_size(slot_num: int, index_num: int) -> int:
+    return HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+
+
+def index_file_name(now_ms: int) -> str:
+    """yyyyMMddHHmmssSSS in local time, as RocketMQ names index files."""
+    dt = datetime.datetime.fromtimestamp(now_ms / 1000)
+    return dt.strftime("%Y%m%d%H%M%S") + f"{now_ms % 1000:03d}"
+
+
+class KeyHasher:
+    """``index_key_hash(hashCode(topic + "#" + key))``, with the topic prefix hashed once."""
+
+    def __init__(self) -> None:
+        self._prefix: dict[str, int] = {}
+
+    def __call__(self, topic: str, key: str) -> int:
+        hp = self._prefix.get(topic)
+        if hp is None:
+            hp = java_hash_unsigned(topic + "#")
+            if len(self._prefix) < 100_000:
+                self._prefix[topic] = hp
+        h = hp * power31(utf16_length(key)) + java_hash_unsigned(key)
+        return index_key_hash(to_signed(h))
+
+
+class IndexFile:
+    """One index file. ``put_key`` from the dispatcher; ``select`` from any thread."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        slot_num: int,
+        index_num: int,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        create: bool = True,
+        read_only: bool = False,
+        begin_phy_offset: int = 0,
+        begin_timestamp: int = 0,
+    ) -> None:
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.file_size = index_file_size(slot_num, index_num)
+        self.mf = MappedFile(path, self.file_size, clock=clock, read_only=read_only, create=create)
+        self.mf.set_positions(self.file_size)
+        self.path = self.mf.path
+        self.begin_timestamp = 0
+        self.end_timestamp = 0
+        self.begin_phy_offset = 0
+        self.end_phy_offset = 0
+        self.hash_slot_count = 0
+        self.index_count = 1
+        if self.mf.created:
+            # a new file continues where the previous one ended
+            if begin_phy_offset > 0:
+                self.begin_phy_offset = self.end_phy_offset = begin_phy_offset
+            if begin_timestamp > 0:
+                self.begin_timestamp = self.end_timestamp = begin_timestamp
+            if not read_only:
+                self.write_header()
+        else:
+            self.load_header()
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def load_header(self) -> None:
+        (
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+            self.end_phy_offset, self.hash_slot_count, self.index_count,
+        ) = HEADER.unpack_from(self.mf.mm, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+
+    def write_header(self) -> None:
+        HEADER.pack_into(
+            self.mf.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+            self.end_phy_offset, self.hash_slot_count, self.index_count,
+        )
+
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one entry (the header is written by ``write_header``). False when full."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        mm = self.mf.mm
+        slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
+        slot_value = SLOT.unpack_from(mm, slot_pos)[0]
+        if slot_value <= INVALID_INDEX or slot_value > count:
+            slot_value = INVALID_INDEX
+        begin = self.begin_timestamp
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = (store_timestamp - begin) // 1000 if store_timestamp >= begin else 0
+            if diff > INT32_MAX:
+                diff = INT32_MAX
+        entry_pos = HEADER_SIZE + self.slot_num * SLOT_SIZE + count * ENTRY_SIZE
+        ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, diff, slot_value)
+        SLOT.pack_into(mm, slot_pos, count)
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or b <= begin <= e or b <= end <= e
+
+    def select(
+        self,
+        key_hash: int,
+        begin: int,
+        end: int,
+        accept: Callable[[int], bool],
+        out: list[int],
+        max_num: int,
+    ) -> None:
+        """Append to ``out`` the offsets of the chain entries with ``key_hash`` stored within
+        [begin, end] that ``accept``, newest first, until ``out`` holds ``max_num``."""
+        if not self.mf.hold():
+            return
+        try:
+            mm = self.mf.mm
+            count = self.index_count
+            slot_value = SLOT.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE)[0]
+            if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
+                return
+            entries = HEADER_SIZE + self.slot_num * SLOT_SIZE
+            base_time = self.begin_timestamp
+            current = slot_value
+            for _ in range(count):  # a damaged chain cannot loop forever
+                if len(out) >= max_num:
+                    return
+                h, phy, diff, prev = ENTRY.unpack_from(mm, entries + current * ENTRY_SIZE)
+                if diff < 0:
+                    return
+                # entry 1 set the begin time itself (its diff was taken from the previous
+                # file's end time, as RocketMQ writes it)
+                t = base_time + diff * 1000 if current != 1 else base_time
+                if h == key_hash and begin <= t <= end and accept(phy):
+                    out.append(phy)
+                if prev <= INVALID_INDEX or prev > count or prev == current or t < begin:
+                    return
+                current = prev
+        finally:
+            self.mf.release()
+
+    def flush(self) -> None:
+        self.write_header()
+        self.mf.flushed_position = 0
+        self.mf.flush(0)
+
+    def close(self) -> None:
+        self.mf.close()
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        return self.mf.destroy(interval_forcibly_ms)
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.name}, entries={self.index_count - 1}/{self.index_num - 1})"
+
+
+class IndexService:
+    """The index files of a store: adds the keys of dispatched messages and answers queries."""
+
+    def __init__(
+        self,
+        index_dir: str | os.PathLike[str],
+        *,
+        slot_num: int,
+        index_num: int,
+        enabled: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+        on_flushed: Callable[[int], None] | None = None,
+    ) -> None:
+        self.dir = Path(index_dir)
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.enabled = enabled
+        self.clock = clock
+        self.read_only = read_only
+        self.on_flushed = on_flushed
+        self.files: list[IndexFile] = []  # oldest first; replaced, never mutated
+        self._lock = threading.Lock()
+        self._flushers: list[threading.Thread] = []
+        self.hasher = KeyHasher()
+
+    # ---- loading ----------------------------------------------------------------------------
+
+    def load(self, last_exit_ok: bool = True, index_checkpoint_ms: int | None = None) -> bool:
+        """Map the index files. After an abnormal exit, files whose last entry is newer than
+        the checkpoint's index time are destroyed (recovery re-dispatches those messages).
+        A newest file shorter than it should be (half created) is renamed ``*.corrupt``;
+        any other size mismatch is an error (settings that do not fit the files). With the
+        index disabled nothing is loaded."""
+        if not self.enabled or not self.dir.is_dir():
+            return True
+        size = index_file_size(self.slot_num, self.index_num)
+        files: list[IndexFile] = []
+        with translate_os_errors(f"list {self.dir}"):
+            names = sorted(e.name for e in os.scandir(self.dir) if e.is_file() and e.name.isdigit())
+        for name in names:
+            path = self.dir / name
+            try:
+                actual = path.stat().st_size
+            except OSError:
+                continue
+            if actual != size:
+                if name != names[-1] or actual > size or self.read_only:
+                    raise CorruptFileError(
+                        f"{path}: size {actual} is not {size} (max_hash_slot_num "
+                        f"{self.slot_num}, max_index_num {self.index_num}): wrong settings?"
+                    )
+                # the newest file was being created when the process died
+                log.warning("%s: half-created (%d of %d bytes); renamed to %s.corrupt",
+                            path, actual, size, name)
+                with translate_os_errors(f"rename {path}"):
+                    os.replace(path, path.with_name(name + ".corrupt"))
+                continue
+            f = IndexFile(
+                path, self.slot_num, self.index_num, clock=self.clock, create=False,
+                read_only=self.read_only,
+            )
+            if (
+                not last_exit_ok
+                and index_checkpoint_ms is not None
+                and f.end_timestamp > index_checkpoint_ms
+            ):
+                log.warning("%s: newer than the index checkpoint; destroyed", path)
+                f.destroy(0)
+                continue
+            files.append(f)
+        self.files = files
+        return True
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def _last_file(self) -> IndexFile:
+        files = self.files
+        last = files[-1] if files else None
+        if last is not None and not last.is_full():
+            return last
+        now = self.clock.now_ms()
+        name = index_file_name(now)
+        if last is not None and int(name) <= int(last.name):
+            name = str(int(last.name) + 1)  # never two files with one name
+        with translate_os_errors(f"create {self.dir}"):
+            self.dir.mkdir(parents=True, exist_ok=True)
+        new = IndexFile(
+            self.dir / name, self.slot_num, self.index_num, clock=self.clock,
+            begin_phy_offset=last.end_phy_offset if last is not None else 0,
+            begin_timestamp=last.end_timestamp if last is not None else 0,
+        )
+        with self._lock:
+            self.files = [*files, new]
+        if last is not None:
+            last.write_header()
+            t = threading.Thread(target=self._flush_file, args=(last,), name="IndexFlush", daemon=True)
+            self._flushers = [th for th in self._flushers if th.is_alive()] + [t]
+            t.start()
+        return new
+
+    def _flush_file(self, f: IndexFile) -> None:
+        try:
+            f.flush()
+        except Exception:  # the file is flushed again at shutdown
+            log.exception("%s: flush failed", f.path)
+            return
+        if self.on_flushed is not None and f.end_timestamp > 0:
+            self.on_flushed(f.end_timestamp)
+
+    def build_index(self, req: DispatchRequest) -> None:
+        """Index ``topic#UNIQ_KEY`` and ``topic#key`` of one dispatched record (not rollbacks).
+
+        Dispatcher thread only. A record at or below the last indexed offset is skipped.
+        """
+        if not self.enabled or self.read_only:
+            return
+        f = self._last_file()
+        phys = req.commitlog_offset
+        if phys < f.end_phy_offset or (phys == f.end_phy_offset and f.index_count > 1):
+            return
+        if req.sys_flag & SYSFLAG_TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return
+        topic = req.topic
+        ts = req.store_timestamp
+        hasher = self.hasher
+        if req.uniq_key:
+            f = self._put(f, hasher(topic, req.uniq_key), phys, ts)
+        keys = req.keys
+        if keys:
+            for key in keys.split(KEY_SEPARATOR):
+                if key:
+                    f = self._put(f, hasher(topic, key), phys, ts)
+        f.write_header()
+
+    def _put(self, f: IndexFile, key_hash: int, phys: int, ts: int) -> IndexFile:
+        if f.put_key(key_hash, phys, ts):
+            return f
+        f.write_header()
+        log.info("index file %s is full; starting another", f.name)
+        f = self._last_file()
+        if not f.put_key(key_hash, phys, ts):
+            raise CorruptFileError(f"{f.path}: a new index file refused an entry")
+        return f
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin: int,
+        end: int,
+        accept: Callable[[int], bool] = lambda _phy: True,
+    ) -> tuple[list[int], int, int]:
+        """Offsets of the newest ``max_num`` accepted entries for ``topic#key`` stored within
+        [begin, end], sorted ascending; with the newest file's end time and end offset."""
+        max_num = min(max_num, MAX_QUERY_NUM)
+        out: list[int] = []
+        last_ts = last_phy = 0
+        files = self.files
+        if not files or max_num <= 0:
+            return out, last_ts, last_phy
+        key_hash = self.hasher(topic, key)
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if i == len(files) - 1:
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select(key_hash, begin, end, accept, out, max_num)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        out.sort()
+        return out, last_ts, last_phy
+
+    @property
+    def last_update_timestamp(self) -> int:
+        files = self.files
+        return files[-1].end_timestamp if files else 0
+
+    # ---- cleaning and lifecycle -------------------------------------------------------------
+
+    def delete_expired_files(self, min_phys_offset: int) -> int:
+        """Destroy files (never the last) whose entries all point below ``min_phys_offset``."""
+        self._join_flushers()
+        files = self.files
+        gone = []
+        for f in files[:-1]:
+            if f.end_phy_offset >= min_phys_offset:
+                break
+            if not f.destroy(3000):
+                break
+            gone.append(f)
+        if gone:
+            with self._lock:
+                self.files = [f for f in self.files if f not in gone]
+        return len(gone)
+
+    def flush(self) -> None:
+        """Write every header and make the files durable (shutdown, tests)."""
+        for f in self.files:
+            if not self.read_only:
+                f.flush()
+        files = self.files
+        if files and self.on_flushed is not None and files[-1].end_timestamp > 0:
+            self.on_flushed(files[-1].end_timestamp)
+
+    def _join_flushers(self) -> None:
+        for t in self._flushers:
+            t.join(30)
+        self._flushers = []
+
+    def shutdown(self) -> None:
+        self._join_flushers()
+        if not self.read_only:
+            self.flush()
+        for f in self.files:
+            f.close()
+        self.files = []
+
+    def destroy(self) -> None:
+        self._join_flushers()
+        for f in self.files:
+            f.destroy(3000)
+        self.files = []

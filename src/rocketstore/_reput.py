@@ -1,0 +1,205 @@
+"""ReputMessageService: follows the commit log and dispatches every record.
+
+From ``reput_from_offset`` to the dispatch limit (the flushed position under SYNC_FLUSH, the
+committed position with write buffers, else the written end) each message goes to:
+
+- its consume queue, when its transaction type is none or commit;
+- the index (keys and UNIQ_KEY), unless index building is off;
+- the MessageArrivingListener ``(topic, queue_id, next_offset, tags_code, store_timestamp)``,
+  which wakes long polls.
+
+The put path leaves a DispatchRequest per stored message in ``commit_log.dispatch_handoff``;
+while those line up with ``reput_from_offset`` nothing is parsed. Otherwise (after a restart,
+at a BLANK, when the handoff is off) records are read back from the file and checked.
+
+The service works in batches: it drains everything there is, then sleeps about a millisecond,
+so it competes with producers for the interpreter lock once per batch, not once per message.
+When the commit log stays idle it sleeps longer and is woken by the next append.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._consume_queue import ConsumeQueueTable
+from ._errors import CorruptRecordError
+from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, DispatchRequest
+from ._service import ServiceThread
+
+if TYPE_CHECKING:
+    from ._commit_log import CommitLog
+    from ._index import IndexService
+
+log = logging.getLogger(__name__)
+
+MessageArrivingListener = Callable[[str, int, int, int, int], None]
+"""(topic, queue id, next logical offset, tags code, store timestamp)."""
+
+BUSY_WAIT_S = 0.001
+IDLE_WAIT_S = 0.1
+IDLE_ROUNDS = 50
+MAX_BATCH = 4096
+
+
+class ReputMessageService(ServiceThread):
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService | None,
+        *,
+        listener: MessageArrivingListener | None = None,
+        limit: Callable[[], int] | None = None,
+        request_flush: Callable[[int], None] | None = None,
+    ) -> None:
+        super().__init__("ReputMessageService")
+        self.commit_log = commit_log
+        self.consume_queues = consume_queues
+        self.index = index
+        self.listener = listener
+        self.reput_from_offset = 0
+        self._limit = limit or commit_log.queue.get_max_offset
+        self._request_flush = request_flush
+        self._idle = False
+        self.dispatched = 0
+        self.parsed = 0
+
+    # ---- progress ---------------------------------------------------------------------------
+
+    def dispatch_behind_bytes(self) -> int:
+        """Bytes written to the commit log and not dispatched yet."""
+        return max(0, self.commit_log.max_offset - self.reput_from_offset)
+
+    def on_append(self) -> None:
+        """Set as ``commit_log.on_append``: wakes the service only when it sleeps long."""
+        if self._idle:
+            self._idle = False
+            self.wakeup()
+
+    # ---- dispatching ------------------------------------------------------------------------
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        """Send one record to its consume queue, the index and the listener. Dispatcher thread."""
+        tran = req.sys_flag & SYSFLAG_TRANSACTION_MASK
+        if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
+            cq = self.consume_queues.find_or_create(req.topic, req.queue_id)
+            if not cq.put_unit(req.commitlog_offset, req.msg_size, req.tags_code, req.queue_offset):
+                raise CorruptRecordError(
+                    f"could not write the consume-queue unit of {req.topic}/{req.queue_id} "
+                    f"offset {req.queue_offset}"
+                )
+            self.consume_queues.last_store_timestamp = req.store_timestamp
+        if self.index is not None:
+            self.index.build_index(req)
+        listener = self.listener
+        if listener is not None and (tran == 0 or tran == TRANSACTION_COMMIT_TYPE):
+            try:
+                listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
+            except Exception:
+                log.exception("message arriving listener failed")
+
+    def do_reput(self, max_batch: int = MAX_BATCH) -> int:
+        """Dispatch up to ``max_batch`` records that are ready; returns how many were handled."""
+        cl = self.commit_log
+        if self.reput_from_offset < cl.min_offset:
+            log.warning(
+                "reput offset %d is below the commit log's minimum %d; moving up",
+                self.reput_from_offset, cl.min_offset,
+            )
+            self.reput_from_offset = cl.min_offset
+        limit = self._limit()
+        if self._request_flush is not None and cl.max_offset > limit:
+            self._request_flush(cl.max_offset)
+        handoff = cl.dispatch_handoff
+        done = 0
+        dispatch = self.dispatch
+        while done < max_batch:
+            offset = self.reput_from_offset
+            if offset >= limit:
+                break
+            if handoff:
+                req = handoff[0]
+                start = req.commitlog_offset
+                if start < offset:  # dispatched from the file already
+                    handoff.popleft()
+                    continue
+                if start == offset:
+                    end = start + req.msg_size
+                    if end > limit:
+                        break
+                    handoff.popleft()
+                    dispatch(req)
+                    self.reput_from_offset = end
+                    done += 1
+                    continue
+            if not self._from_file(offset, limit):
+                break
+            done += 1
+        self.dispatched += done
+        return done
+
+    def _from_file(self, offset: int, limit: int) -> bool:
+        """Dispatch the record at ``offset`` read back from the file; False to stop here."""
+        cl = self.commit_log
+        try:
+            r = cl.check_at(offset, check_crc=False)
+        except CorruptRecordError as exc:
+            log.error("dispatch stopped at %d: %s", offset, exc)
+            return False
+        if isinstance(r, int):
+            if r > 0:  # BLANK: the rest of this file is empty, go on in the next one
+                self.reput_from_offset = cl.roll_next_file(offset)
+                return True
+            return False
+        if r.commitlog_offset != offset:
+            log.error("record at %d says it is at %d; dispatch stops", offset, r.commitlog_offset)
+            return False
+        end = offset + r.msg_size
+        if end > limit:
+            return False
+        self.dispatch(r)
+        self.parsed += 1
+        self.reput_from_offset = end
+        return True
+
+    def catch_up(self) -> int:
+        """Dispatch everything that is ready (start-up, tests). Caller's thread."""
+        total = 0
+        while (n := self.do_reput()) > 0:
+            total += n
+        return total
+
+    # ---- the thread -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        idle_rounds = 0
+        while not self.stopped:
+            try:
+                n = self.do_reput()
+            except Exception:
+                log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
+                n = 0
+                self.wait_for_running(IDLE_WAIT_S)
+            if n >= MAX_BATCH:
+                continue
+            if n:
+                idle_rounds = 0
+            else:
+                idle_rounds += 1
+            if idle_rounds >= IDLE_ROUNDS:
+                self._idle = True
+                if self.commit_log.max_offset > self.reput_from_offset:
+                    self._idle = False  # raced with an append
+                    continue
+                self.wait_for_running(IDLE_WAIT_S)
+                self._idle = False
+                idle_rounds = 0
+            else:
+                self.wait_for_running(BUSY_WAIT_S)
+        # let what was written before shutdown reach the queues
+        try:
+            self.catch_up()
+        except Exception:
+            log.exception("dispatch at shutdown failed")

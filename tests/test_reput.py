@@ -1,0 +1,189 @@
+"""ReputMessageService: dispatch from the handoff and from the files, limits, idempotence."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore._consume_queue import UNIT_SIZE
+
+SMALL = {
+    "mapped_file_size_consume_queue": 40 * UNIT_SIZE,
+    "max_hash_slot_num": 16,
+    "max_index_num": 64,
+    "flush_interval_consume_queue": 10,
+}
+
+
+def wait_dispatched(store: MessageStore, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while store.dispatch_behind_bytes() > 0:
+        assert time.monotonic() < deadline, "dispatch did not catch up"
+        time.sleep(0.001)
+
+
+def cq_bytes(root: Path) -> dict[str, bytes]:
+    base = root / "consumequeue"
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def put_many(store: MessageStore, n: int, topic: str = "T", queues: int = 3, body: int = 300) -> None:
+    for i in range(n):
+        r = store.put_message(
+            Message(topic, bytes([i % 256]) * body, i % queues, tags=f"tag{i % 4}", keys=[f"k{i}"],
+                    properties={"UNIQ_KEY": f"U{i:08d}"})
+        )
+        assert r.ok, r
+
+
+def test_dispatch_fills_queues_index_and_listener(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    store = open_store(make_config(**SMALL))
+    seen: list[tuple[Any, ...]] = []
+    store.set_message_arriving_listener(lambda *args: seen.append(args))
+    put_many(store, 300)  # several commit-log files (BLANK records) and queue files
+    wait_dispatched(store)
+    assert len(store.commit_log.queue.files) > 1
+    for q in range(3):
+        assert store.get_max_offset_in_queue("T", q) == 100
+    assert len(seen) == 300
+    topic, qid, next_offset, code, ts = seen[-1]
+    assert (topic, qid, next_offset) == ("T", 299 % 3, 100)
+    assert ts > 0 and code == store.consume_queues.find("T", 2).get_unit(99)[2]  # type: ignore[union-attr]
+    assert [m.queue_offset for m in store.query_message("T", "k299").messages] == [99]
+    assert store.query_message("T", "U00000150").messages[0].body[:1] == bytes([150])
+    assert store.reput.parsed == 0  # everything came through the handoff
+    assert len(store.index.files) > 1  # 64 entries a file
+
+
+def test_redispatch_from_files_writes_the_same_bytes(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig], tmp_path: Path
+) -> None:
+    config = make_config(**SMALL)
+    store = open_store(config)
+    put_many(store, 250)
+    wait_dispatched(store)
+    store.shutdown()
+    root = Path(config.store_path_root_dir)
+    before = cq_bytes(root)
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    store = open_store(config)  # start-up re-dispatches everything, parsing the files
+    assert store.reput.parsed == 250
+    assert cq_bytes(root) == before
+    assert [m.queue_offset for m in store.query_message("T", "k7").messages] == [2]
+    # and dispatching it all again adds nothing
+    index_count = [f.index_count for f in store.index.files]
+    store.reput.stop()
+    store.reput.reput_from_offset = 0
+    store.reput.catch_up()
+    assert cq_bytes(root) == before
+    assert [f.index_count for f in store.index.files] == index_count
+
+
+def test_restart_continues_queue_offsets(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    config = make_config(**SMALL)
+    store = open_store(config)
+    put_many(store, 10, queues=2)
+    store.shutdown()
+    store = open_store(config)
+    assert store.commit_log.topic_queue_table == {("T", 0): 5, ("T", 1): 5}
+    r = store.put_message(Message("T", b"x", 1))
+    assert r.queue_offset == 5
+    wait_dispatched(store)
+    assert store.get_max_offset_in_queue("T", 1) == 6
+
+
+def test_transactions_prepared_and_rollback_stay_out_of_queues(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    store = open_store(make_config(**SMALL))
+    for flag, key in ((0x4, "prepared"), (0xC, "rollback"), (0x8, "commit"), (0, "plain")):
+        assert store.put_message(Message("T", b"x", 0, keys=[key], sys_flag=flag)).ok
+    wait_dispatched(store)
+    g = store.get_message("g", "T", 0, 0, 32)
+    assert [m.keys for m in g.messages] == [["commit"], ["plain"]]
+    assert len(store.query_message("T", "prepared").messages) == 1  # indexed, as RocketMQ does
+    assert store.query_message("T", "rollback").messages == []
+
+
+def test_dispatch_stops_at_the_limit(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    store = open_store(make_config(**SMALL))
+    store.reput.stop()
+    results = [store.put_message(Message("T", b"x" * 50, 0)) for _ in range(5)]
+    limit = results[2].wrote_offset  # as if only two messages were flushed
+    store.reput._limit = lambda: limit
+    store.reput.catch_up()
+    assert store.get_max_offset_in_queue("T", 0) == 2
+    store.reput._limit = store._dispatch_limit
+    store.reput.catch_up()
+    assert store.get_max_offset_in_queue("T", 0) == 5
+
+
+def test_misaligned_handoff_falls_back_to_the_file(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    store = open_store(make_config(**SMALL))
+    store.reput.stop()
+    for i in range(6):
+        store.put_message(Message("T", b"x" * 50, 0, keys=[f"k{i}"]))
+    handoff = store.commit_log.dispatch_handoff
+    assert handoff is not None and len(handoff) == 6
+    handoff.popleft()
+    handoff.popleft()  # the first two must come from the file
+    store.reput.catch_up()
+    assert store.reput.parsed == 2
+    assert store.get_max_offset_in_queue("T", 0) == 6
+    assert len(handoff) == 0
+
+
+def test_sync_flush_dispatches_flushed_messages(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    store = open_store(make_config(flush_disk_type="SYNC_FLUSH", **SMALL))
+    assert store.put_message(Message("T", b"a", 0)).ok
+    # WAIT=false does not wait for the flush; dispatch asks for one
+    assert store.put_message(Message("T", b"b", 0, properties={"WAIT": "false"})).ok
+    wait_dispatched(store)
+    deadline = time.monotonic() + 5
+    while store.get_max_offset_in_queue("T", 0) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert store.commit_log.queue.flushed_where >= store.reput.reput_from_offset
+
+
+def test_write_buffers_dispatch_committed_data(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    store = open_store(
+        make_config(transient_store_pool_enable=True, transient_store_pool_size=3,
+                    mlock_write_buffers=False, **SMALL)
+    )
+    put_many(store, 40, queues=1)
+    deadline = time.monotonic() + 5
+    while store.get_max_offset_in_queue("T", 0) < 40:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    g = store.get_message("g", "T", 0, 0, 32)
+    assert [m.queue_offset for m in g.messages] == list(range(32))
+
+
+def test_index_can_be_disabled(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    config = make_config(message_index_enable=False, **SMALL)
+    store = open_store(config)
+    put_many(store, 5)
+    wait_dispatched(store)
+    assert store.query_message("T", "k1").messages == []
+    assert not (Path(config.store_path_root_dir) / "index").exists()
+    assert store.get_max_offset_in_queue("T", 1) == 2
