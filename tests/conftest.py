@@ -53,3 +53,27 @@ def open_store(make_config: Callable[..., StoreConfig]) -> Iterator[Callable[...
 @pytest.fixture
 def manual_clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the Spark tests (local[2], no UI, UTC, loopback driver,
+    Python filter pushdown on); the tests using it are skipped when pyspark is missing."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -19,6 +19,8 @@ from ._message import Message as Message
 from ._message import PutMessageResult as PutMessageResult
 from ._message import PutMessageStatus as PutMessageStatus
 from ._record import MessageExt as MessageExt
+from ._stats import StoreStatistics as StoreStatistics
+from ._stats import TopicPutStats as TopicPutStats
 from ._store import MessageStore as MessageStore
 
 __version__ = "0.1.0"
@@ -43,6 +45,8 @@ __all__ = [
     "StoreError",
     "StoreIOError",
     "StoreLockedError",
+    "StoreStatistics",
     "SystemClock",
+    "TopicPutStats",
     "__version__",
 ]

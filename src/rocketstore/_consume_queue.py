@@ -167,6 +167,41 @@ class ConsumeQueue:
             self.max_physic_offset = last_end if last_end >= 0 else self._last_end_before(mf)
             return removed
 
+    def truncate_to(self, offset: int) -> int:
+        """Drop the units from logical ``offset`` on (a unit there did not match the commit
+        log): later files are deleted, the rest of the file holding it is zeroed.
+
+        Returns how many units were removed. Before dispatch starts (loader thread).
+        """
+        where = offset * UNIT_SIZE
+        end = self.queue.get_max_offset()
+        if where >= end or offset < 0:
+            return 0
+        removed = (end - where) // UNIT_SIZE
+        while (last := self.queue.last_file()) is not None and last.from_offset > where:
+            self.queue.delete_last_mapped_file()
+        mf = self.queue.last_file()
+        if mf is None:
+            self.max_physic_offset = -1
+            return removed
+        pos = where - mf.from_offset
+        wrote = mf.wrote_position
+        if pos < wrote:
+            mf.mm[pos:wrote] = bytes(wrote - pos)
+        mf.set_positions(pos)
+        self.queue.set_flushed_where(where)
+        self.max_physic_offset = self._end_of_last_unit()
+        return removed
+
+    def _end_of_last_unit(self) -> int:
+        """Commit-log end of the last real (non-blank) unit, -1 when there is none."""
+        for mf in reversed(self.queue.files):
+            for pos in range(mf.wrote_position - UNIT_SIZE, -1, -UNIT_SIZE):
+                off, size, _tags = UNIT.unpack_from(mf.mm, pos)
+                if is_valid_unit(off, size) and size != BLANK_SIZE:
+                    return off + size
+        return -1
+
     def _last_end_before(self, mf: MappedFile) -> int:
         files = self.queue.files
         i = files.index(mf)
@@ -204,7 +239,16 @@ class ConsumeQueue:
         if phys_offset + size <= self.max_physic_offset:
             return True  # dispatched before (re-dispatch after a restart)
         expect = offset * UNIT_SIZE
-        mf = self.queue.last_file()
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is not None:
+            pos = mf.wrote_position
+            if pos < self.file_size and mf.from_offset + pos == expect and pos:
+                # the usual case: the next unit of a file already in use
+                UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
+                mf.wrote_position = pos + UNIT_SIZE
+                self.max_physic_offset = phys_offset + size
+                return True
         if mf is None or mf.wrote_position >= self.file_size:
             mf = self.queue.get_last_mapped_file(expect)
             if mf is None:
@@ -415,8 +459,12 @@ class ConsumeQueueTable:
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.last_store_timestamp = 0  # store time of the last dispatched message
 
-    def load(self) -> None:
-        """Map every queue found on disk (directory names that are not queue ids are skipped)."""
+    def load(self, on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None) -> None:
+        """Map every queue found on disk (directory names that are not queue ids are skipped).
+
+        A queue whose files do not load (wrong sizes, names) raises CorruptFileError, or, with
+        ``on_corrupt``, is handed to it and left out (the loader deletes it and rebuilds it).
+        """
         if not self.root.is_dir():
             return
         with translate_os_errors(f"list {self.root}"):
@@ -427,7 +475,13 @@ class ConsumeQueueTable:
                         log.warning("%s: not a queue directory, skipped", qdir.path)
                         continue
                     cq = self._new(topic_entry.name, int(qdir.name))
-                    cq.load()
+                    try:
+                        cq.load()
+                    except CorruptFileError as exc:
+                        if on_corrupt is None:
+                            raise
+                        on_corrupt(cq, exc)
+                        continue
                     self.queues.setdefault(topic_entry.name, {})[int(qdir.name)] = cq
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:

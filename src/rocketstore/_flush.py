@@ -88,8 +88,62 @@ class GroupCommitService(ServiceThread):
             self._done.notify_all()
 
 
-class FlushRealTimeService(ServiceThread):
-    """Async flush on an interval (reads its settings from the values given, not the store)."""
+class PeriodicPageService(ServiceThread):
+    """The loop shared by the interval-driven flush and commit services.
+
+    Every ``interval_ms`` it calls ``step(least_pages)``; once per ``thorough_interval_ms`` it
+    passes 0 so that whatever is dirty goes out however little it is. At stop it calls
+    ``step(0)`` until nothing moves (at most ``final_rounds`` times). Errors from the OS are
+    logged and the next round tries again.
+    """
+
+    what = "flush"
+    final_rounds = RETRY_TIMES_OVER
+
+    def __init__(
+        self,
+        name: str,
+        clock: Clock,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+    ) -> None:
+        super().__init__(name)
+        self.clock = clock
+        self.interval = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_interval = thorough_interval_ms / 1000
+        self._last_thorough = clock.monotonic()
+
+    def step(self, least_pages: int) -> bool:
+        """One round; True when it moved anything."""
+        raise NotImplementedError
+
+    def _least_pages_now(self) -> int:
+        now = self.clock.monotonic()
+        if now - self._last_thorough >= self.thorough_interval:
+            self._last_thorough = now
+            return 0
+        return self.least_pages
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(self.interval)
+            try:
+                self.step(self._least_pages_now())
+            except OSError:
+                log.exception("%s: %s failed; retrying in %.1f s", self.name, self.what, self.interval)
+        for _ in range(self.final_rounds):
+            try:
+                if not self.step(0):
+                    break
+            except OSError:
+                log.exception("%s: final %s failed", self.name, self.what)
+
+
+class FlushRealTimeService(PeriodicPageService):
+    """Async flush of the commit log on an interval."""
 
     def __init__(
         self,
@@ -101,46 +155,32 @@ class FlushRealTimeService(ServiceThread):
         thorough_interval_ms: int,
         on_flushed: FlushedCallback = _noop,
     ) -> None:
-        super().__init__("FlushRealTimeService")
+        super().__init__(
+            "FlushRealTimeService", clock, interval_ms=interval_ms, least_pages=least_pages,
+            thorough_interval_ms=thorough_interval_ms,
+        )
         self.queue = queue
-        self.clock = clock
-        self.interval = interval_ms / 1000
-        self.least_pages = least_pages
-        self.thorough_interval = thorough_interval_ms / 1000
         self.on_flushed = on_flushed
-        self._last_thorough = clock.monotonic()
         self.flush_count = 0
 
-    def flush_now(self, least_pages: int) -> None:
+    def step(self, least_pages: int) -> bool:
         before = self.queue.flushed_where
         self.queue.flush(least_pages)
-        if self.queue.flushed_where != before:
-            self.flush_count += 1
-            ts = self.queue.store_timestamp
-            if ts:
-                self.on_flushed(ts)
+        if self.queue.flushed_where == before:
+            return False
+        self.flush_count += 1
+        ts = self.queue.store_timestamp
+        if ts:
+            self.on_flushed(ts)
+        return True
 
-    def run(self) -> None:
-        while not self.stopped:
-            self.wait_for_running(self.interval)
-            least = self.least_pages
-            now = self.clock.monotonic()
-            if now - self._last_thorough >= self.thorough_interval:
-                self._last_thorough = now
-                least = 0
-            try:
-                self.flush_now(least)
-            except OSError:
-                log.exception("commit-log flush failed; retrying in %.1f s", self.interval)
-        for _ in range(RETRY_TIMES_OVER):
-            before = self.queue.flushed_where
-            self.flush_now(0)
-            if self.queue.flushed_where == before:
-                break
+    flush_now = step
 
 
-class CommitRealTimeService(ServiceThread):
+class CommitRealTimeService(PeriodicPageService):
     """Moves data from write buffers into the mapped files, then wakes the flusher."""
+
+    what = "commit"
 
     def __init__(
         self,
@@ -152,29 +192,17 @@ class CommitRealTimeService(ServiceThread):
         thorough_interval_ms: int,
         flusher: ServiceThread,
     ) -> None:
-        super().__init__("CommitRealTimeService")
+        super().__init__(
+            "CommitRealTimeService", clock, interval_ms=interval_ms, least_pages=least_pages,
+            thorough_interval_ms=thorough_interval_ms,
+        )
         self.queue = queue
-        self.clock = clock
-        self.interval = interval_ms / 1000
-        self.least_pages = least_pages
-        self.thorough_interval = thorough_interval_ms / 1000
         self.flusher = flusher
-        self._last_thorough = clock.monotonic()
 
-    def run(self) -> None:
-        while not self.stopped:
-            least = self.least_pages
-            now = self.clock.monotonic()
-            if now - self._last_thorough >= self.thorough_interval:
-                self._last_thorough = now
-                least = 0
-            before = self.queue.committed_where
-            self.queue.commit(least)
-            if self.queue.committed_where != before:
-                self.flusher.wakeup()
-            self.wait_for_running(self.interval)
-        for _ in range(RETRY_TIMES_OVER):
-            before = self.queue.committed_where
-            self.queue.commit(0)
-            if self.queue.committed_where == before:
-                break
+    def step(self, least_pages: int) -> bool:
+        before = self.queue.committed_where
+        self.queue.commit(least_pages)
+        if self.queue.committed_where == before:
+            return False
+        self.flusher.wakeup()
+        return True

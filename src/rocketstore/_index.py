@@ -216,6 +216,54 @@ class IndexFile:
         finally:
             self.mf.release()
 
+    # ---- recovery ---------------------------------------------------------------------------
+
+    def header_problem(self) -> str | None:
+        """What makes the header unbelievable (counts out of range, offsets reversed), or None."""
+        if not 1 <= self.index_count <= self.index_num:
+            return f"index count {self.index_count} outside 1..{self.index_num}"
+        if not 0 <= self.hash_slot_count <= self.slot_num:
+            return f"slot count {self.hash_slot_count} outside 0..{self.slot_num}"
+        if self.begin_phy_offset < 0 or self.end_phy_offset < self.begin_phy_offset:
+            return f"offsets {self.begin_phy_offset}..{self.end_phy_offset} out of order"
+        return None
+
+    def entry(self, number: int) -> tuple[int, int, int, int]:
+        """(key hash, commit-log offset, time diff s, previous entry) of entry ``number``."""
+        at = HEADER_SIZE + self.slot_num * SLOT_SIZE + number * ENTRY_SIZE
+        return ENTRY.unpack_from(self.mf.mm, at)  # type: ignore[return-value]
+
+    def truncate_entries(self, keep: int) -> int:
+        """Keep entries 1 .. keep-1 only: later entries are unlinked from their slots (newest
+        first, so each slot falls back to its chain's older entry) and zeroed; the header then
+        ends at the last kept entry. Returns how many entries were dropped. Loader thread."""
+        count = self.index_count
+        keep = max(1, keep)
+        if keep >= count:
+            return 0
+        mm = self.mf.mm
+        slots = HEADER_SIZE
+        for n in range(count - 1, keep - 1, -1):
+            key_hash, _phy, _diff, prev = self.entry(n)
+            at = slots + (key_hash % self.slot_num) * SLOT_SIZE if key_hash >= 0 else -1
+            if at >= 0 and SLOT.unpack_from(mm, at)[0] == n:
+                fallback = prev if 0 < prev < n else INVALID_INDEX
+                SLOT.pack_into(mm, at, fallback)
+                if fallback == INVALID_INDEX:
+                    self.hash_slot_count = max(0, self.hash_slot_count - 1)
+            e_at = HEADER_SIZE + self.slot_num * SLOT_SIZE + n * ENTRY_SIZE
+            mm[e_at : e_at + ENTRY_SIZE] = bytes(ENTRY_SIZE)
+        self.index_count = keep
+        if keep > 1:
+            _h, phy, diff, _p = self.entry(keep - 1)
+            self.end_phy_offset = phy
+            self.end_timestamp = self.begin_timestamp + max(0, diff) * 1000 if keep - 1 != 1 else self.begin_timestamp
+        else:
+            self.end_phy_offset = self.begin_phy_offset
+            self.end_timestamp = self.begin_timestamp
+        self.write_header()
+        return count - keep
+
     def flush(self) -> None:
         self.write_header()
         self.mf.flushed_position = 0
@@ -347,6 +395,10 @@ class IndexService:
         Dispatcher thread only. A record at or below the last indexed offset is skipped.
         """
         if not self.enabled or self.read_only:
+            return
+        if not req.uniq_key and not req.keys:
+            if not self.files:
+                self._last_file()  # the first dispatch creates the first file, as RocketMQ does
             return
         f = self._last_file()
         phys = req.commitlog_offset

@@ -29,6 +29,7 @@ from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, Dispatch
 from ._service import ServiceThread
 
 if TYPE_CHECKING:
+    from ._checkpoint import StoreCheckpoint
     from ._commit_log import CommitLog
     from ._index import IndexService
 
@@ -65,6 +66,12 @@ class ReputMessageService(ServiceThread):
         self._idle = False
         self.dispatched = 0
         self.parsed = 0
+        # checkpoint: the consume queues' dispatch time is kept in
+        # consume_queues.last_store_timestamp (made durable by the queue flush); on a slave and
+        # under SYNC_FLUSH (dispatch never passes the flushed position) dispatch also moves
+        # the checkpoint's physic time, which no commit-log flush of a slave would
+        self.checkpoint: StoreCheckpoint | None = None
+        self.physic_at_dispatch = False
 
     # ---- progress ---------------------------------------------------------------------------
 
@@ -82,21 +89,28 @@ class ReputMessageService(ServiceThread):
 
     def dispatch(self, req: DispatchRequest) -> None:
         """Send one record to its consume queue, the index and the listener. Dispatcher thread."""
-        tran = req.sys_flag & SYSFLAG_TRANSACTION_MASK
-        if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
-            cq = self.consume_queues.find_or_create(req.topic, req.queue_id)
-            if not cq.put_unit(req.commitlog_offset, req.msg_size, req.tags_code, req.queue_offset):
+        # unpacking is cheaper than NamedTuple attribute access, and this runs per message
+        (topic, queue_id, phys, size, tags_code, store_ts, queue_offset, keys, uniq, sys_flag,
+         _prepared) = req
+        tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+        in_queue = tran == 0 or tran == TRANSACTION_COMMIT_TYPE
+        if in_queue:
+            cq = self.consume_queues.find_or_create(topic, queue_id)
+            if not cq.put_unit(phys, size, tags_code, queue_offset):
                 raise CorruptRecordError(
-                    f"could not write the consume-queue unit of {req.topic}/{req.queue_id} "
-                    f"offset {req.queue_offset}"
+                    f"could not write the consume-queue unit of {topic}/{queue_id} "
+                    f"offset {queue_offset}"
                 )
-            self.consume_queues.last_store_timestamp = req.store_timestamp
-        if self.index is not None:
-            self.index.build_index(req)
+            self.consume_queues.last_store_timestamp = store_ts
+            if self.physic_at_dispatch and self.checkpoint is not None:
+                self.checkpoint.physic_msg_timestamp = store_ts
+        index = self.index
+        if index is not None and (keys or uniq or not index.files):
+            index.build_index(req)
         listener = self.listener
-        if listener is not None and (tran == 0 or tran == TRANSACTION_COMMIT_TYPE):
+        if listener is not None and in_queue:
             try:
-                listener(req.topic, req.queue_id, req.queue_offset + 1, req.tags_code, req.store_timestamp)
+                listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
             except Exception:
                 log.exception("message arriving listener failed")
 
@@ -115,29 +129,30 @@ class ReputMessageService(ServiceThread):
         handoff = cl.dispatch_handoff
         done = 0
         dispatch = self.dispatch
-        while done < max_batch:
-            offset = self.reput_from_offset
-            if offset >= limit:
-                break
-            if handoff:
-                req = handoff[0]
-                start = req.commitlog_offset
-                if start < offset:  # dispatched from the file already
-                    handoff.popleft()
-                    continue
-                if start == offset:
-                    end = start + req.msg_size
-                    if end > limit:
-                        break
-                    handoff.popleft()
-                    dispatch(req)
-                    self.reput_from_offset = end
-                    done += 1
-                    continue
-            if not self._from_file(offset, limit):
-                break
-            done += 1
-        self.dispatched += done
+        offset = self.reput_from_offset
+        try:
+            while done < max_batch and offset < limit:
+                if handoff:
+                    req = handoff[0]
+                    start = req[2]  # commitlog_offset
+                    if start < offset:  # dispatched from the file already
+                        handoff.popleft()
+                        continue
+                    if start == offset:
+                        end = start + req[3]  # msg_size
+                        if end > limit:
+                            break
+                        handoff.popleft()
+                        dispatch(req)
+                        offset = self.reput_from_offset = end
+                        done += 1
+                        continue
+                if not self._from_file(offset, limit):
+                    break
+                offset = self.reput_from_offset
+                done += 1
+        finally:
+            self.dispatched += done
         return done
 
     def _from_file(self, offset: int, limit: int) -> bool:

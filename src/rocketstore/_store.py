@@ -15,13 +15,18 @@ from pathlib import Path
 from types import TracebackType
 
 from ._allocate import AllocateMappedFileService
+from ._checkpoint import StoreCheckpoint
+from ._clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
 from ._clock import SYSTEM_CLOCK, Clock
 from ._commit_log import CommitLog
 from ._config import StoreConfig
 from ._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
+from ._delay_offset import DelayOffsetFile
+from ._disk import DiskUsageProbe, RunningFlags, disk_used_ratio
 from ._errors import StoreClosedError, translate_os_errors
 from ._filter import MessageFilter
 from ._index import IndexService
+from ._loader import LoadResult, StoreLoader
 from ._lock import StoreLock
 from ._mapped_file_queue import MappedFileQueue
 from ._message import (
@@ -34,6 +39,8 @@ from ._message import (
 from ._read_api import ReadApi
 from ._record import MessageExt
 from ._reput import MessageArrivingListener, ReputMessageService
+from ._schedule import ScheduleMessageService
+from ._stats import StoreStatistics, StoreStatsService
 from ._transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -46,7 +53,17 @@ class MessageStore:
     Thread-safe: puts and reads from any thread.
     """
 
-    def __init__(self, config: StoreConfig | None = None, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        disk_usage: DiskUsageProbe | None = None,
+        maintenance: bool = True,
+    ) -> None:
+        """``disk_usage``: how full a path's partition is (tests simulate a full disk);
+        ``maintenance=False`` runs neither delayed delivery nor retention cleaning (inspection
+        tools that must not change a store)."""
         self.config = config or StoreConfig()
         self.clock = clock
         self.root = Path(self.config.store_path_root_dir)
@@ -77,7 +94,11 @@ class MessageStore:
                 pool=self.pool,
                 clock=clock,
             ),
+            on_flushed=self._on_commit_log_flushed,
         )
+        # crash safety: the checkpoint (opened at load) and what the last load found
+        self.checkpoint: StoreCheckpoint | None = None
+        self.load_result: LoadResult | None = None
         # dispatch and the read side (consume queues, index, reput, reads)
         self.consume_queues = ConsumeQueueTable(
             self.root / "consumequeue", self.config.consume_queue_file_size, clock=clock
@@ -88,6 +109,7 @@ class MessageStore:
             index_num=self.config.max_index_num,
             enabled=self.config.message_index_enable,
             clock=clock,
+            on_flushed=self._on_index_flushed,
         )
         sync_flush = self.config.flush_disk_type == "SYNC_FLUSH"
         self.reput = ReputMessageService(
@@ -103,11 +125,46 @@ class MessageStore:
             interval_ms=self.config.flush_interval_consume_queue,
             least_pages=self.config.flush_consume_queue_least_pages,
             thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
+            on_flushed=self._on_queues_flushed,
         )
         self.reader = ReadApi(
             self.config, self.commit_log, self.consume_queues, self.index,
             known_queue=lambda t, q: (t, q) in self.commit_log.topic_queue_table,
         )
+        # delayed delivery, retention, statistics
+        self.maintenance = maintenance
+        self.running_flags = RunningFlags()
+        probe = disk_usage or disk_used_ratio
+        logics_path = str(self.root / "consumequeue")
+        self.schedule = ScheduleMessageService(
+            levels_ms=self.config.delay_levels_ms(),
+            consume_queues=self.consume_queues,
+            read_message=self.commit_log.read_message,
+            put_message=self.put_message,
+            flushed_offset=lambda: self.commit_log.queue.flushed_where,
+            offset_file=DelayOffsetFile(self.root / "config"),
+            clock=clock,
+            persist_interval_ms=self.config.flush_delay_offset_interval,
+        )
+        self.clean_commit_log = CleanCommitLogService(
+            self.config, self.commit_log.queue, logics_path=logics_path, clock=clock,
+            disk_usage=probe, flags=self.running_flags, refuse=self.commit_log.set_refusal,
+        )
+        self.clean_consume_queue = CleanConsumeQueueService(
+            self.consume_queues, self.index, lambda: self.commit_log.min_offset,
+            delete_interval_ms=self.config.delete_consume_queue_files_interval,
+        )
+        self.cleaner = CleanService(
+            self.clean_commit_log, self.clean_consume_queue,
+            interval_ms=self.config.clean_resource_interval,
+            after_clean=self.schedule.correct_offsets,
+        )
+        self.stats = StoreStatsService(
+            clock, self.commit_log, self.reader, dispatch_behind=self.reput.dispatch_behind_bytes,
+            disk_usage=probe, logics_path=logics_path, flags=self.running_flags,
+            schedule_progress=self.schedule.progress,
+        )
+        self._monotonic = clock.monotonic
         self._loaded = False
         self._running = False
 
@@ -121,6 +178,29 @@ class MessageStore:
     def _request_flush(self, end: int) -> None:
         self.commit_log.flush_service.wait_flushed(end, 0)  # type: ignore[union-attr]
 
+    # ---- checkpoint updates (flush and dispatch threads) -----------------------------------
+
+    def _on_commit_log_flushed(self, store_timestamp: int) -> None:
+        """The commit log is durable up to a message stored at ``store_timestamp``."""
+        cp = self.checkpoint
+        if cp is not None and store_timestamp > cp.physic_msg_timestamp:
+            cp.physic_msg_timestamp = store_timestamp
+
+    def _on_queues_flushed(self, store_timestamp: int) -> None:
+        """Every consume queue is durable up to a message stored at ``store_timestamp``."""
+        cp = self.checkpoint
+        if cp is not None:
+            if store_timestamp > cp.logics_msg_timestamp:
+                cp.logics_msg_timestamp = store_timestamp
+            cp.flush()
+
+    def _on_index_flushed(self, store_timestamp: int) -> None:
+        cp = self.checkpoint
+        if cp is not None:
+            if store_timestamp > cp.index_msg_timestamp:
+                cp.index_msg_timestamp = store_timestamp
+            cp.flush()
+
     # ---- lifecycle --------------------------------------------------------------------------
 
     def load(self) -> bool:
@@ -133,43 +213,25 @@ class MessageStore:
         try:
             if self.pool is not None:
                 self.pool.init()
-            self.commit_log.queue.load()
-            self.consume_queues.load()
-            self.consume_queues.recover()
-            self._recover()
-            dropped = self.consume_queues.truncate_dirty(self.commit_log.max_offset)
-            if dropped:
-                log.warning("dropped %d consume-queue units past the commit log's end", dropped)
-            self.index.load(last_exit_ok=True)
+            self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            self.reput.checkpoint = self.checkpoint
+            self.reput.physic_at_dispatch = (
+                self.config.broker_role == "SLAVE" or self.config.flush_disk_type == "SYNC_FLUSH"
+            )
+            self.load_result = StoreLoader(
+                self.config, self.root,
+                commit_log=self.commit_log, consume_queues=self.consume_queues,
+                index=self.index, reput=self.reput, checkpoint=self.checkpoint, clock=self.clock,
+            ).load()
+            self.schedule.load()
         except BaseException:
+            if self.checkpoint is not None:
+                self.checkpoint.shutdown()
+                self.checkpoint = None
             self._lock.release()
             raise
         self._loaded = True
         return True
-
-    def _recover(self) -> None:
-        """Find the end of the commit log (CRC-checked) and rebuild the queue offset table."""
-        queue = self.commit_log.queue
-        table: dict[tuple[str, int], int] = {}
-        end = 0
-        for mf in queue.files:
-            pos, requests, _blank = self.commit_log.scan_file(
-                mf, 0, self.config.check_crc_on_recover
-            )
-            for r in requests:
-                if r.sys_flag & 0xC in (0, 0x8):
-                    table[(r.topic, r.queue_id)] = r.queue_offset + 1
-            end = mf.from_offset + pos
-            if pos < mf.file_size:
-                break
-        queue.set_flushed_where(end)
-        for mf in queue.files:
-            if mf.from_offset <= end < mf.from_offset + mf.file_size:
-                mf.set_positions(end - mf.from_offset)
-        removed = queue.truncate_dirty_files(end)
-        if removed:
-            log.warning("recovery removed commit-log files past %d: %s", end, removed)
-        self.commit_log.rebuild_topic_queue_table(table)
 
     def start(self) -> None:
         if self._running:
@@ -177,6 +239,7 @@ class MessageStore:
         if not self._loaded:
             self.load()
         self._catch_up_dispatch()
+        self._create_abort_file()
         if self.allocator is not None:
             self.allocator.start()
         self.commit_log.dispatch_handoff = collections.deque()
@@ -184,6 +247,12 @@ class MessageStore:
         self.commit_log.start()
         self.reput.start()
         self.flush_consume_queue.start()
+        self.clean_commit_log.check_disk()  # a full disk refuses puts from the first one
+        self.stats.start()
+        if self.maintenance:
+            self.cleaner.start()
+            if self.config.broker_role != "SLAVE":
+                self.schedule.start()
         if self.config.broker_role == "SLAVE":
             self.commit_log.set_refusal(
                 "slave", (PutMessageStatus.SERVICE_NOT_AVAILABLE, "a slave does not accept writes")
@@ -195,12 +264,18 @@ class MessageStore:
         if not self._loaded:
             return
         self._running = False
+        self.schedule.stop()
+        self.cleaner.stop()
+        self.stats.stop()
         self.commit_log.shutdown()
+        if self.maintenance and self.config.broker_role != "SLAVE":
+            self.schedule.persist()  # after the commit log's last flush: all progress is safe
         self.reput.stop()  # dispatches what is left first
         self.commit_log.dispatch_handoff = None
         self.commit_log.on_append = None
         self.flush_consume_queue.stop()  # flushes every queue
         self.index.shutdown()
+        self._finish_checkpoint()
         self.consume_queues.shutdown()
         if self.allocator is not None:
             self.allocator.stop()
@@ -213,18 +288,50 @@ class MessageStore:
     close = shutdown
 
     def _catch_up_dispatch(self) -> None:
-        """Dispatch what the consume queues miss (from the end of their last unit), then take
-        the topic-queue table from the queues and correct their minimums."""
+        """Dispatch whatever the loader left behind (nothing, unless something was written
+        between load and start), so start returns only when dispatch has caught up."""
+        if self.reput.dispatch_behind_bytes():
+            self.reput.catch_up()
+            self.commit_log.rebuild_topic_queue_table(self.consume_queues.offset_table())
+
+    @property
+    def _abort_path(self) -> Path:
+        return self.root / "abort"
+
+    def _create_abort_file(self) -> None:
+        """Present while the store runs: its presence at the next load means a crash."""
+        with translate_os_errors(f"create {self._abort_path}"):
+            fd = os.open(self._abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.close(fd)
+            _fsync_dir(self.root)
+
+    def _finish_checkpoint(self) -> None:
+        """Shutdown, after the last flushes: flush the checkpoint; when everything written
+        was flushed and dispatched, record the clean end and remove the abort file."""
+        cp = self.checkpoint
+        if cp is None:
+            return
         cl = self.commit_log
-        self.reput.reput_from_offset = max(self.consume_queues.max_physic_offset(), cl.min_offset, 0)
-        behind = self.reput.dispatch_behind_bytes()
-        if behind:
-            log.info("dispatching %d bytes of the commit log from %d", behind, self.reput.reput_from_offset)
-        self.reput.catch_up()
-        table = dict(cl.topic_queue_table)
-        table.update(self.consume_queues.offset_table())
-        cl.rebuild_topic_queue_table(table)
-        self.consume_queues.correct_min_offset(max(cl.min_offset, 0))
+        end = cl.max_offset
+        caught_up = self.reput.reput_from_offset >= end and cl.queue.flushed_where >= end
+        if caught_up and self.reput.error is None:
+            cp.mark_clean(end)
+            with translate_os_errors(f"remove {self._abort_path}"):
+                try:
+                    os.unlink(self._abort_path)
+                except FileNotFoundError:
+                    pass
+                _fsync_dir(self.root)
+        else:
+            cp.flush()
+            log.warning(
+                "%s: shut down with dispatch at %d of %d (flushed %d); the abort file stays, "
+                "the next load recovers abnormally",
+                self.root, self.reput.reput_from_offset, end, cl.queue.flushed_where,
+            )
+        cp.shutdown()
+        self.checkpoint = None
+        self.reput.checkpoint = None
 
     def __enter__(self) -> MessageStore:
         self.load()
@@ -251,11 +358,23 @@ class MessageStore:
 
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Any thread; statuses as RocketMQ's (see PutMessageStatus)."""
-        return self.commit_log.put_message(msg)
+        begin = self._monotonic()
+        r = self.commit_log.put_message(msg)
+        elapsed = self._monotonic() - begin
+        if elapsed >= 0.001:  # faster calls are counted as "[<=0ms]" without more work
+            self.stats.note_slow_put(elapsed)
+        return r
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
         """Store a batch (one topic and queue) in one append."""
-        return self.commit_log.put_messages(msgs)
+        begin = self._monotonic()
+        r = self.commit_log.put_messages(msgs)
+        elapsed = self._monotonic() - begin
+        if r.msg_count > 1:
+            self.stats.note_batch(r.msg_count)
+        if elapsed >= 0.001:
+            self.stats.note_slow_put(elapsed)
+        return r
 
     # ---- reading ----------------------------------------------------------------------------
 
@@ -276,7 +395,12 @@ class MessageStore:
         """Up to ``max_msg_nums`` messages of a queue from logical ``offset`` (RocketMQ's
         statuses and next_begin_offset rules; see ReadApi). Any thread."""
         self._check_running()
-        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter)
+        begin = self._monotonic()
+        r = self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, message_filter)
+        elapsed = self._monotonic() - begin
+        if elapsed >= 0.001:
+            self.stats.note_get(elapsed)
+        return r
 
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = 2**63 - 1
@@ -309,6 +433,21 @@ class MessageStore:
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes()
 
+    # ---- statistics and maintenance ---------------------------------------------------------
+
+    def runtime_info(self) -> dict[str, str]:
+        """RocketMQ's runtime info of the store (string values, RocketMQ's keys)."""
+        return self.stats.runtime_info()
+
+    def statistics(self) -> StoreStatistics:
+        """A frozen, typed snapshot of the store's statistics."""
+        return self.stats.statistics()
+
+    def execute_delete_files_manually(self) -> None:
+        """Delete commit-log files older than file_reserved_time in the next 20 cleaning runs,
+        whatever the hour (RocketMQ's executeDeleteFilesManually)."""
+        self.cleaner.execute_delete_files_manually()
+
     def set_message_arriving_listener(self, listener: MessageArrivingListener | None) -> None:
         """Called by the dispatcher for every message entering a consume queue."""
         self.reput.listener = listener
@@ -332,3 +471,11 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({os.fspath(self.root)!r}, running={self._running})"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -98,7 +98,8 @@ def _open_for_reading(store: str, conf: str | None, index: bool, slots: int | No
         overrides["max_index_num"] = entries
     if not index:
         overrides["message_index_enable"] = False
-    return MessageStore(store_config(store, conf, **overrides))
+    # reading must not change the store: no delayed delivery, no retention cleaning
+    return MessageStore(store_config(store, conf, **overrides), maintenance=False)
 
 
 def _message_dict(m: Any, body: str) -> dict[str, Any]:
@@ -208,6 +209,119 @@ def query(
 
 
 @main.command()
+@store_option
+@conf_option
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def stats(store: str, conf: str | None, as_json: bool) -> None:
+    """Print a store's runtime info (RocketMQ's keys), what each topic holds and the progress
+    of every delay level. Opens the store without delivering or cleaning anything."""
+    from ._stats import stored_topics
+
+    with _open_for_reading(store, conf, False, None, None) as ms:
+        info = ms.runtime_info()
+        snapshot = ms.statistics()
+        topics = stored_topics(ms.consume_queues)
+    levels = [p._asdict() for p in snapshot.schedule]
+    if as_json:
+        click.echo(json.dumps({
+            "runtime_info": dict(sorted(info.items())),
+            "topics": {t: {"messages": s.messages, "bytes": s.bytes} for t, s in topics.items()},
+            "delay_levels": levels,
+        }, ensure_ascii=False))
+        return
+    width = max(map(len, info), default=0)
+    for key in sorted(info):
+        click.echo(f"{key:<{width}}  {info[key]}")
+    click.echo(f"\n{'topic':<40} {'messages':>12} {'bytes':>16}")
+    for topic, t in topics.items():
+        click.echo(f"{topic:<40} {t.messages:>12} {t.bytes:>16}")
+    if levels:
+        click.echo(f"\n{'delay level':<12} {'delay ms':>10} {'next offset':>12} {'max offset':>12} {'pending':>8}")
+        for lv in levels:
+            delay = "?" if lv["delay_ms"] is None else str(lv["delay_ms"])
+            click.echo(
+                f"{lv['level']:<12} {delay:>10} {lv['offset']:>12} {lv['max_offset']:>12} "
+                f"{max(0, lv['max_offset'] - lv['offset']):>8}"
+            )
+
+
+@main.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@conf_option
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@slots_option
+@entries_option
+@click.option("--progress/--no-progress", default=None,
+              help="progress bar (default: on for stores over 256 MB on a terminal)")
+def inspect(
+    directory: str, conf: str | None, as_json: bool, slots: int | None, entries: int | None,
+    progress: bool | None,
+) -> None:
+    """Verify a store directory (ours or RocketMQ's) record by record, read-only, and
+    summarise it. Exit status 1 when something is corrupt."""
+    from ._inspect import Inspector
+
+    kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
+    if conf:
+        cfg = StoreConfig.from_broker_conf(conf)
+        kw.update(commit_log_file_size=cfg.mapped_file_size_commit_log,
+                  consume_queue_file_size=cfg.consume_queue_file_size)
+        kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
+        kw["max_index_num"] = entries or cfg.max_index_num
+    inspector = Inspector(directory, **kw)
+    total = inspector.work()
+    show = progress if progress is not None else (total >= 256 << 20 and sys.stderr.isatty())
+    if show:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        with Progress(
+            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+            TimeRemainingColumn(), transient=True,
+        ) as bar:
+            task = bar.add_task("inspecting", total=total)
+            report = inspector.run(lambda n: bar.advance(task, n))
+    else:
+        report = inspector.run()
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+    else:
+        _print_report(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _print_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    d = report.as_dict()
+    cl = d["commit_log"]
+    console.print(f"[bold]{d['root']}[/bold]")
+    console.print(
+        f"commit log: {cl.get('files', 0)} files of {cl.get('file_size', 0):,} bytes, "
+        f"offsets {cl.get('min_offset', 0):,}..{cl.get('max_offset', 0):,}, "
+        f"{cl.get('records', 0):,} records ({cl.get('bytes', 0):,} bytes), "
+        f"{cl.get('blank_records', 0)} BLANK"
+    )
+    if d["checkpoint"]:
+        console.print(f"checkpoint: {d['checkpoint']}")
+    console.print(f"abort file: {'present' if d['abort_file'] else 'absent'}; "
+                  f"index files: {len(d['index'].get('files', []))}")
+    table = Table("topic", "queue", "min", "max", "messages", "bytes")
+    for topic, t in d["topics"].items():
+        for q in t["queues"]:
+            table.add_row(topic, str(q["queue_id"]), f"{q['min_offset']:,}", f"{q['max_offset']:,}",
+                          f"{q['commit_log_messages']:,}", f"{q['commit_log_bytes']:,}")
+    console.print(table)
+    for w in d["warnings"]:
+        console.print(f"[yellow]warning[/yellow]: {w}")
+    for e in d["errors"]:
+        console.print(f"[red]error[/red]: {e}")
+    console.print("[green]OK[/green]" if report.ok else f"[red]{len(d['errors'])} error(s)[/red]")
+
+
+@main.command()
 @click.option("--store", "store", default="store", show_default=True, help="scratch store directory")
 @click.option("--scenario", "names", multiple=True, help="run only these scenarios (repeatable)")
 @click.option("--messages", "count", default=None, type=int, help="messages per scenario")
@@ -227,6 +341,44 @@ def bench(store: str, names: tuple[str, ...], count: int | None, as_json: bool, 
     if unknown:
         raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario")
     sys.exit(run_scenarios(scenarios, names, store, count, as_json))
+
+
+# ---- Spark jobs (need the spark extra; Spark runs locally, local[2]) -------------------------
+
+
+def _spark_jobs():  # type: ignore[no-untyped-def]
+    try:
+        from .spark import _jobs
+    except ImportError as exc:
+        raise click.ClickException(
+            f"this command runs Spark: pip install 'rocketstore[spark]' ({exc})"
+        ) from exc
+    return _jobs
+
+
+@main.command("export")
+@click.option("--store", "store", required=True, help="store directory (read-only, ours or RocketMQ's)")
+@click.option("--topic", "topics", multiple=True, help="topic to export (repeatable; default: all)")
+@click.option("--to", "to", required=True, help="output path (a Parquet or JSON-lines directory)")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
+@click.option("--starting-offsets", default=None, help='"earliest" or JSON {topic: {queue: offset}}')
+@click.option("--ending-offsets", default=None, help='"latest" or JSON {topic: {queue: offset}}')
+def export_cmd(store: str, topics: tuple[str, ...], to: str, fmt: str,
+               starting_offsets: str | None, ending_offsets: str | None) -> None:
+    """Export topics of a store to Parquet or JSON lines with Spark."""
+    n = _spark_jobs().export_topic(store, list(topics), to, fmt, starting_offsets, ending_offsets)
+    click.echo(json.dumps({"exported": n, "to": to}))
+
+
+@main.command("import")
+@click.option("--store", "store", required=True, help="store directory to write into (must not be owned)")
+@click.option("--from", "source", required=True, help="Parquet or JSON-lines file or directory")
+@click.option("--topic", default=None, help="topic for every row (else the rows' topic column)")
+@click.option("--format", "fmt", type=click.Choice(["auto", "parquet", "json"]), default="auto", show_default=True)
+def import_cmd(store: str, source: str, topic: str | None, fmt: str) -> None:
+    """Import rows (body, optional topic/tags/keys/properties/queue_id) into a store with Spark."""
+    n = _spark_jobs().import_file(store, source, topic, fmt)
+    click.echo(json.dumps({"imported": n, "store": store}))
 
 
 if __name__ == "__main__":

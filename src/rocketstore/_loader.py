@@ -1,0 +1,706 @@
+"""StoreLoader: everything between "the directory is ours" and "the store may take writes".
+
+One ``load()`` runs numbered passes and returns an immutable LoadResult:
+
+1. state       the ``abort`` file (present: the last run did not shut down cleanly), the
+               checkpoint (missing, wrong size: said in the notes) and the clean-shutdown
+               record in it (cleared at once: from now on the store may change)
+2. files       commit-log files mapped; a last file cut short by a crash while it was being
+               created is extended with zeroes; consume queues and index files mapped (a queue
+               whose files do not load is deleted and rebuilt; after an abnormal exit, index
+               files newer than the checkpoint's index time are destroyed)
+3. end         where the valid commit log ends:
+                 clean    the clean-shutdown record, verified by a CRC scan from the end of the
+                          consume queues to it (falls back to normal when they disagree)
+                 normal   CRC scan of the last three files
+                 abnormal CRC scan from the last file whose first record was stored at or before
+                          the checkpoint's min_timestamp (the first file when none was)
+               the scan stops at the first invalid record (bad magic, lengths that disagree,
+               CRC mismatch, a record that is not where it says, a torn write)
+4. cut         the tail past the end is zeroed, later files deleted
+5. queues      units past the end dropped; after an abnormal exit every record of the scanned
+               window is checked against its queue's unit (missing or different units are
+               rebuilt, their index entries added); otherwise each queue's last units are
+               checked against the commit log and cut back to the last one that matches
+6. index       entries of the newest index file that point past the end, or at no record,
+               are unlinked; an unbelievable header destroys the file
+7. dispatch    catch-up dispatch of what the queues still miss
+8. tables      the topic-queue table is rebuilt from the consume queues, queue minimums
+               corrected, the recovered data made durable and the checkpoint moved to it
+
+Runs on the thread that opens the store, before any service starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._checkpoint import StoreCheckpoint
+from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
+from ._errors import CorruptFileError, CorruptRecordError, translate_os_errors
+from ._mapped_file import MappedFile
+from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
+from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, first_store_timestamp, scan_records
+
+if TYPE_CHECKING:
+    from ._clock import Clock
+    from ._commit_log import CommitLog
+    from ._config import StoreConfig
+    from ._consume_queue import ConsumeQueueTable
+    from ._index import IndexFile, IndexService
+    from ._reput import ReputMessageService
+
+log = logging.getLogger(__name__)
+
+RECOVER_FROM_LAST_FILES = 3
+TAIL_CHECK_MAX_UNITS = 100_000
+CLEAN_VERIFY_BYTES = 64 * 1024 * 1024  # a clean restart CRC-checks at least this much tail  # units walked back per queue before giving the queue up
+_ZERO_CHUNK = 1 << 20
+_ZERO_CRC = zlib.crc32(bytes(_ZERO_CHUNK))
+
+CLEAN = "clean"
+NORMAL = "normal"
+ABNORMAL = "abnormal"
+EMPTY = "empty"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What the loader found and what it changed. Immutable."""
+
+    mode: str  # clean / normal / abnormal / empty
+    abort_file_found: bool
+    checkpoint_found: bool
+    checkpoint_on_disk: tuple[int, int, int]  # physic, logics, index timestamps as found
+    min_timestamp: int
+    commit_log_files: int
+    scan_from: int  # commit-log offset where the CRC scan started
+    scanned_bytes: int
+    scanned_records: int
+    min_phys_offset: int
+    max_phys_offset: int  # the recovered end of the commit log
+    stop: str  # why the scan stopped: end of data, or what was wrong with the record there
+    dirty_tail_bytes: int  # non-zero bytes past the end that were zeroed
+    removed_commit_log_files: tuple[str, ...]
+    consume_queues: int
+    dropped_units: int  # units past the end or not matching the commit log
+    rebuilt_queues: tuple[str, ...]  # "topic/queue" cut back or deleted because of bad units
+    destroyed_index_files: tuple[str, ...]
+    dropped_index_entries: int
+    dispatched: int  # records dispatched during the load
+    checkpoint_after: tuple[int, int, int]
+    seconds: float
+    notes: tuple[str, ...] = field(default=())
+
+    def summary(self) -> str:
+        mb = self.scanned_bytes / 1e6
+        parts = [
+            f"{self.mode} recovery in {self.seconds:.3f} s: commit log "
+            f"{self.min_phys_offset}..{self.max_phys_offset} ({self.commit_log_files} files)",
+            f"scanned {self.scanned_records} records / {mb:.1f} MB from {self.scan_from}, "
+            f"stopped at {self.stop}",
+        ]
+        if self.dirty_tail_bytes or self.removed_commit_log_files:
+            parts.append(
+                f"cut {self.dirty_tail_bytes} dirty bytes, removed files "
+                f"{list(self.removed_commit_log_files)}"
+            )
+        if self.dropped_units or self.rebuilt_queues:
+            parts.append(f"dropped {self.dropped_units} units, rebuilt {list(self.rebuilt_queues)}")
+        if self.destroyed_index_files or self.dropped_index_entries:
+            parts.append(
+                f"destroyed index files {list(self.destroyed_index_files)}, "
+                f"dropped {self.dropped_index_entries} index entries"
+            )
+        parts.append(f"dispatched {self.dispatched}")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StoreLoader:
+    """Recovers a store directory its owner has just locked (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        root: Path,
+        *,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService,
+        reput: ReputMessageService,
+        checkpoint: StoreCheckpoint,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.root = root
+        self.cl = commit_log
+        self.cqt = consume_queues
+        self.index = index
+        self.reput = reput
+        self.cp = checkpoint
+        self.clock = clock
+        self.notes: list[str] = []
+        self._rebuilt: list[str] = []
+        self._dropped_units = 0
+        self._dispatched = 0
+        self._redispatch_from: int | None = None
+        self._destroyed_index: list[str] = []
+        self._log_next: dict[tuple[str, int], int] = {}  # per queue: next offset seen in the scan
+        self._dropped_index_entries = 0
+
+    def _note(self, text: str) -> None:
+        log.warning("%s", text)
+        self.notes.append(text)
+
+    # ---- the passes -------------------------------------------------------------------------
+
+    def load(self) -> LoadResult:
+        begin = self.clock.monotonic()
+        cfg = self.config
+        cp = self.cp
+        # 1. state
+        abort = (self.root / "abort").exists()
+        on_disk = (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp)
+        if cp.problem:
+            self._note(cp.problem)
+        clean_end = None if abort else cp.clean_end_offset()
+        cp.clear_clean()
+        # 2. files
+        self._repair_commit_log_files()
+        self.cl.queue.load()
+        files = self.cl.queue.files
+        if not cp.existed and files:
+            self._note(
+                f"{cp.path}: no checkpoint; "
+                + ("recovery scans from the first file" if abort else "recovering normally")
+            )
+        self.cqt.load(on_corrupt=self._queue_unloadable)
+        for cq in self.cqt:
+            cq.recover()
+        self._load_index(abort)
+        # 3. end
+        min_ts = cp.min_timestamp
+        if cfg.message_index_enable and cfg.message_index_safe:
+            min_ts = cp.min_timestamp_index
+        scan_from = 0
+        stop = "no commit-log files"
+        scanned = records = 0
+        last_ts = 0
+        if not files:
+            mode = EMPTY
+            end = 0
+        else:
+            mode = NORMAL
+            verified = None
+            if clean_end is not None:
+                verified = self._verify_clean_end(clean_end)
+            if verified is not None:
+                mode = CLEAN
+                scan_from, end, stop, records, last_ts = verified
+            elif abort:
+                mode = ABNORMAL
+                scan_from = self._abnormal_start(min_ts)
+                end, stop, records, last_ts = self._scan(scan_from, reconcile=True)
+            else:
+                first = files[max(0, len(files) - RECOVER_FROM_LAST_FILES)]
+                scan_from = first.from_offset
+                end, stop, records, last_ts = self._scan(scan_from, reconcile=False)
+            scanned = end - scan_from
+        # 4. cut
+        dirty, removed = self._cut_commit_log(end, zero=mode != CLEAN)
+        # 5. queues
+        self._dropped_units += self.cqt.truncate_dirty(end)
+        for cq in list(self.cqt):
+            self._check_queue_tail(cq, end)
+        self._check_queues_behind()
+        # 6. index
+        self._check_index(end)
+        # 7. dispatch
+        self._catch_up()
+        # 8. tables
+        self.cl.rebuild_topic_queue_table(self.cqt.offset_table())
+        self.cqt.correct_min_offset(max(self.cl.min_offset, 0))
+        self._make_durable(mode, last_ts)
+        result = LoadResult(
+            mode=mode,
+            abort_file_found=abort,
+            checkpoint_found=cp.existed,
+            checkpoint_on_disk=on_disk,
+            min_timestamp=min_ts,
+            commit_log_files=len(self.cl.queue.files),
+            scan_from=scan_from,
+            scanned_bytes=max(0, scanned),
+            scanned_records=records,
+            min_phys_offset=max(self.cl.min_offset, 0),
+            max_phys_offset=self.cl.max_offset,
+            stop=stop,
+            dirty_tail_bytes=dirty,
+            removed_commit_log_files=tuple(removed),
+            consume_queues=sum(1 for _ in self.cqt),
+            dropped_units=self._dropped_units,
+            rebuilt_queues=tuple(sorted(set(self._rebuilt))),
+            destroyed_index_files=tuple(self._destroyed_index),
+            dropped_index_entries=self._dropped_index_entries,
+            dispatched=self._dispatched,
+            checkpoint_after=(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp),
+            seconds=round(self.clock.monotonic() - begin, 6),
+            notes=tuple(self.notes),
+        )
+        level = logging.WARNING if mode == ABNORMAL or dirty or self._dropped_units else logging.INFO
+        log.log(level, "%s: %s", self.root, result.summary())
+        return result
+
+    # ---- pass 2: files ----------------------------------------------------------------------
+
+    def _repair_commit_log_files(self) -> None:
+        """Extend a last commit-log file that a crash left short (the file is created, then
+        sized): only when it is empty or another file shows the configured size."""
+        d = Path(self.config.commit_log_dir)
+        if not d.is_dir():
+            return
+        size = self.config.mapped_file_size_commit_log
+        with translate_os_errors(f"list {d}"):
+            names = sorted(e.name for e in os.scandir(d) if e.is_file() and e.name.isdigit())
+            if not names:
+                return
+            last = d / names[-1]
+            actual = last.stat().st_size
+            confirmed = len(names) > 1 and (d / names[0]).stat().st_size == size
+            if actual < size and (actual == 0 or confirmed):
+                self._note(f"{last}: {actual} of {size} bytes (cut short while created); extended")
+                os.truncate(last, size)
+            elif actual != size:
+                raise CorruptFileError(
+                    f"{last}: {actual} bytes, but mapped_file_size_commit_log is {size}: "
+                    "open the store with the file size it was written with"
+                )
+
+    def _queue_unloadable(self, cq: ConsumeQueue, exc: CorruptFileError) -> None:
+        self._note(f"consume queue {cq.topic}/{cq.queue_id} does not load ({exc}); rebuilt")
+        shutil.rmtree(cq.path, ignore_errors=True)
+        self._rebuilt.append(f"{cq.topic}/{cq.queue_id}")
+        self._redispatch_from = 0  # everything still in the commit log
+
+    def _load_index(self, abort: bool) -> None:
+        idx = self.index
+        if not idx.enabled:
+            return
+        before = set(_index_names(idx.dir))
+        try:
+            idx.load(last_exit_ok=not abort, index_checkpoint_ms=self.cp.index_msg_timestamp)
+        except CorruptFileError as exc:
+            # a file of the wrong size in the middle: index files are derived data
+            self._note(f"index files do not load ({exc}); the index starts over")
+            for f in idx.files:
+                f.close()
+            for name in _index_names(idx.dir):
+                os.replace(idx.dir / name, idx.dir / f"{name}.corrupt")
+            idx.files = []
+            idx.load(last_exit_ok=True)
+        gone = sorted(before - {f.name for f in idx.files})
+        if gone:
+            self._destroyed_index.extend(gone)
+            self._note(f"index files destroyed or set aside: {gone}")
+
+    # ---- pass 3: where the commit log ends --------------------------------------------------
+
+    def _abnormal_start(self, min_ts: int) -> int:
+        files = self.cl.queue.files
+        for mf in reversed(files):
+            ts = first_store_timestamp(mf.mm, mf.file_size)
+            if ts and ts <= min_ts:
+                return mf.from_offset
+        return files[0].from_offset
+
+    def _scan(self, start: int, *, reconcile: bool) -> tuple[int, str, int, int]:
+        """CRC-scan from ``start`` to the first invalid record: (end, why, records, last ts).
+        With ``reconcile`` every record is checked against (or dispatched to) its queue."""
+        check_crc = self.config.check_crc_on_recover
+        files = self.cl.queue.files
+        i = next(k for k, mf in enumerate(files) if mf.from_offset <= start < mf.from_offset + mf.file_size)
+        pos = start - files[i].from_offset
+        records = 0
+        last_ts = 0
+        batch: list[ScannedRecord] | None = [] if reconcile else None
+        track: list[ScannedRecord] | None = None if reconcile else []
+        while True:
+            mf = files[i]
+            r = scan_records(
+                mf.mm, pos, mf.file_size, mf.from_offset, check_crc=check_crc,
+                collect=batch if reconcile else track,
+            )
+            records += r.records
+            if r.last_store_timestamp:
+                last_ts = r.last_store_timestamp
+            if batch:
+                # the file is mapped read-write, dispatch may read it; records are reconciled
+                # a file at a time
+                self._reconcile(mf, batch)
+                batch.clear()
+            elif track is not None:
+                log_next = self._log_next
+                for _p, _s, topic, qid, qoff, sys_flag, _t, _k in track:
+                    tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+                    if (tran == 0 or tran == TRANSACTION_COMMIT_TYPE) and qoff >= log_next.get((topic, qid), 0):
+                        log_next[(topic, qid)] = qoff + 1
+                track.clear()
+            end = mf.from_offset + r.end
+            if r.stop == BLANK_RECORD:
+                if i + 1 < len(files):
+                    i += 1
+                    pos = 0
+                    continue
+                return mf.from_offset + mf.file_size, "a BLANK record at the end of the last file", records, last_ts
+            if r.stop == BAD_RECORD:
+                return end, f"an invalid record at {end}: {r.error}", records, last_ts
+            if r.end >= mf.file_size and i + 1 < len(files):  # file filled exactly
+                i += 1
+                pos = 0
+                continue
+            return end, f"end of data at {end}", records, last_ts
+
+    def _verify_clean_end(self, clean_end: int) -> tuple[int, int, str, int, int] | None:
+        """CRC-scan the last CLEAN_VERIFY_BYTES up to the recorded clean end, from the first
+        record (a known record start: a consume-queue unit, found by binary search in each
+        queue) at or after ``clean_end - CLEAN_VERIFY_BYTES``. The recorded end is believed
+        only if the scan stops exactly there."""
+        q = self.cl.queue
+        start = self.cqt.max_physic_offset()
+        target = clean_end - CLEAN_VERIFY_BYTES
+        for cq in self.cqt:
+            phys = _first_unit_at_or_after(cq, target)
+            if phys is not None and phys < start:
+                start = phys
+        if start < 0 or not q.files:
+            self._note("a clean-shutdown record but no consume queues to verify it from; normal recovery")
+            return None
+        first = q.files[0].from_offset
+        last_end = q.files[-1].from_offset + q.file_size
+        if not first <= start <= clean_end <= last_end:
+            self._note(
+                f"clean-shutdown end {clean_end} disagrees with the files or the queues "
+                f"({first}..{last_end}, queues end at {start}); normal recovery"
+            )
+            return None
+        if start == last_end:
+            return start, clean_end, "the clean-shutdown end", 0, 0
+        end, stop, records, last_ts = self._scan(start, reconcile=False)
+        if end != clean_end:
+            self._note(
+                f"clean-shutdown end {clean_end}, but the records end at {end} ({stop}); "
+                "normal recovery"
+            )
+            return None
+        return start, end, f"the clean-shutdown end {end}", records, last_ts
+
+    # ---- pass 4: cut the commit log ---------------------------------------------------------
+
+    def _cut_commit_log(self, end: int, *, zero: bool) -> tuple[int, list[str]]:
+        q = self.cl.queue
+        removed = []
+        while (last := q.last_file()) is not None and last.from_offset > end:
+            removed.append(last.file_name)
+            q.delete_last_mapped_file()
+        if removed:
+            self._note(f"commit-log files past the end {end} removed: {removed}")
+        dirty = 0
+        last = q.last_file()
+        if last is not None:
+            pos = end - last.from_offset
+            if zero:
+                dirty = _zero_dirty(last, pos)
+                if dirty:
+                    self._note(f"{last.path}: {dirty} bytes of invalid data past {end} zeroed")
+            last.set_positions(pos)
+        q.set_flushed_where(end)
+        return dirty, removed
+
+    # ---- pass 5: consume queues -------------------------------------------------------------
+
+    def _reconcile(self, mf: MappedFile, records: list[ScannedRecord]) -> None:
+        """Abnormal recovery: make every scanned record's unit and index entries right.
+
+        A record whose queue already holds the same unit (offset and size) at its queue
+        offset costs a unit read; a missing unit is dispatched; a different unit cuts the
+        queue there (it is rebuilt by the dispatch of this and the following records)."""
+        cqt = self.cqt
+        index = self.index if self.index.enabled else None
+        dispatch = self.reput.dispatch
+        delay_time = self.cl.delivery_time
+        mm = mf.mm
+        base = mf.from_offset
+        limit = mf.file_size
+        # per queue: [queue, its end, its start, cached file, file start, file end] (offsets
+        # in bytes); reading a unit from the cached file is one unpack
+        queues: dict[tuple[str, int], list[Any]] = {}
+        unpack_unit = UNIT.unpack_from
+        for phys, size, topic, qid, qoff, sys_flag, _ts, keyed in records:
+            need = False
+            tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+            if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
+                key = (topic, qid)
+                st = queues.get(key)
+                if st is None:
+                    cq = cqt.find(topic, qid)
+                    if cq is None:
+                        need = True
+                    else:
+                        st = queues[key] = _queue_state(cq)
+                if st is not None:
+                    where = qoff * UNIT_SIZE
+                    if where >= st[1]:
+                        need = True
+                    elif where >= st[2]:
+                        if not st[4] <= where < st[5]:
+                            mf_q = st[0].queue.find_mapped_file_by_offset(where)
+                            st[3:6] = [mf_q, mf_q.from_offset, mf_q.from_offset + mf_q.wrote_position] if mf_q else [None, 0, 0]
+                        mf_q = st[3]
+                        unit = unpack_unit(mf_q.mm, where - st[4]) if mf_q is not None else None
+                        if unit is None or unit[0] != phys or unit[1] != size:
+                            cq = st[0]
+                            dropped = cq.truncate_to(qoff)
+                            self._dropped_units += dropped
+                            self._rebuilt.append(f"{topic}/{qid}")
+                            log.warning(
+                                "%s/%d: unit %d is %s, the commit log has (%d, %d); %d units rebuilt",
+                                topic, qid, qoff, unit, phys, size, dropped,
+                            )
+                            need = True
+                    if need:
+                        del queues[key]  # dispatch changes the queue: read it again next time
+            if index is not None and keyed and not need:
+                files = index.files
+                if not files:
+                    need = True
+                else:
+                    f = files[-1]
+                    need = phys > f.end_phy_offset or (phys == f.end_phy_offset and f.index_count <= 1)
+            if need:
+                req = check_record(mm, phys - base, limit, check_crc=False, delay_time=delay_time)
+                assert not isinstance(req, int)
+                dispatch(req)
+                self._dispatched += 1
+                self.reput.parsed += 1
+
+    def _check_queue_tail(self, cq: ConsumeQueue, end: int) -> None:
+        """Walk back from a queue's last unit to the last one that matches its record."""
+        lo, n = cq.min_offset, cq.max_offset
+        min_phys = max(self.cl.min_offset, 0)
+        bad_from = None
+        k = n - 1
+        walked = 0
+        while k >= lo:
+            unit = _unit_at(cq, k)
+            if unit is None:
+                break
+            phys, size, tags = unit
+            if phys == 0 and size == BLANK_SIZE:
+                break  # filler at the start of a queue
+            if phys < min_phys:
+                break  # its file was deleted: nothing to check against
+            if self._unit_matches(cq, k, phys, size, tags, end):
+                break
+            bad_from = k
+            k -= 1
+            walked += 1
+            if walked >= TAIL_CHECK_MAX_UNITS:
+                bad_from = lo
+                break
+        if bad_from is None:
+            return
+        dropped = cq.truncate_to(bad_from)
+        self._dropped_units += dropped
+        self._rebuilt.append(f"{cq.topic}/{cq.queue_id}")
+        self._note(
+            f"consume queue {cq.topic}/{cq.queue_id}: {dropped} units from offset {bad_from} "
+            "do not match the commit log; cut and re-dispatched"
+        )
+        resume = cq.max_physic_offset if cq.max_physic_offset >= 0 else 0
+        if self._redispatch_from is None or resume < self._redispatch_from:
+            self._redispatch_from = resume
+
+    def _check_queues_behind(self) -> None:
+        """A queue that ends before the last of its records seen in the scanned tail lost
+        units (an emptied or cut file): re-dispatch from where it ends."""
+        for (topic, qid), nxt in self._log_next.items():
+            cq = self.cqt.find(topic, qid)
+            have = cq.max_offset if cq is not None else 0
+            if have >= nxt:
+                continue
+            resume = cq.max_physic_offset if cq is not None and cq.max_physic_offset >= 0 else 0
+            self._note(
+                f"consume queue {topic}/{qid} ends at {have}, the commit log has messages up to "
+                f"{nxt - 1}; re-dispatched from {resume}"
+            )
+            self._rebuilt.append(f"{topic}/{qid}")
+            if self._redispatch_from is None or resume < self._redispatch_from:
+                self._redispatch_from = resume
+
+    def _unit_matches(
+        self, cq: ConsumeQueue, offset: int, phys: int, size: int, tags: int, end: int
+    ) -> bool:
+        if phys < 0 or size <= 0 or phys + size > end:
+            return False
+        try:
+            r = self.cl.check_at(phys, check_crc=False)
+        except CorruptRecordError:
+            return False
+        if isinstance(r, int):
+            return False
+        tran = r.sys_flag & SYSFLAG_TRANSACTION_MASK
+        return (
+            r.msg_size == size
+            and r.topic == cq.topic
+            and r.queue_id == cq.queue_id
+            and r.queue_offset == offset
+            and r.tags_code == tags
+            and (tran == 0 or tran == TRANSACTION_COMMIT_TYPE)
+        )
+
+    # ---- pass 6: index ----------------------------------------------------------------------
+
+    def _check_index(self, end: int) -> None:
+        idx = self.index
+        if not idx.enabled or not idx.files:
+            return
+        keep: list[IndexFile] = []
+        for f in idx.files:
+            problem = f.header_problem()
+            if problem is None and f.index_count > 1 and f.begin_phy_offset >= end > 0 and f is not idx.files[0]:
+                problem = f"it starts at {f.begin_phy_offset}, past the commit log's end {end}"
+            if problem is not None:
+                self._note(f"{f.path}: {problem}; destroyed")
+                self._destroyed_index.append(f.name)
+                f.destroy(0)
+                continue
+            keep.append(f)
+        idx.files = keep
+        if self._destroyed_index:
+            # re-dispatch from where the surviving index ends: rebuilds the newest entries
+            resume = keep[-1].end_phy_offset if keep else 0
+            if self._redispatch_from is None or resume < self._redispatch_from:
+                self._redispatch_from = resume
+        if not keep:
+            return
+        newest = keep[-1]
+        # drop the newest file's entries that point past the end or at no record
+        k = newest.index_count
+        while k > 1:
+            _h, phys, _d, _p = newest.entry(k - 1)
+            if 0 <= phys < end and self._record_at(phys):
+                break
+            k -= 1
+        dropped = newest.truncate_entries(k)
+        if dropped:
+            self._dropped_index_entries += dropped
+            self._note(f"{newest.path}: {dropped} entries past the commit log's end or at no record dropped")
+            resume = newest.end_phy_offset if k > 1 else newest.begin_phy_offset
+            if self._redispatch_from is None or resume < self._redispatch_from:
+                self._redispatch_from = resume
+
+    def _record_at(self, phys: int) -> bool:
+        try:
+            return not isinstance(self.cl.check_at(phys, check_crc=False), int)
+        except CorruptRecordError:
+            return False
+
+    # ---- passes 7 and 8 ---------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        cl = self.cl
+        start = max(self.cqt.max_physic_offset(), cl.min_offset, 0)
+        if self._redispatch_from is not None:
+            start = max(min(start, self._redispatch_from), cl.min_offset, 0)
+        self.reput.reput_from_offset = start
+        behind = self.reput.dispatch_behind_bytes()
+        if behind:
+            log.info("dispatching %d bytes of the commit log from %d", behind, start)
+        self._dispatched += self.reput.catch_up()
+
+    def _make_durable(self, mode: str, last_ts: int) -> None:
+        """Flush what recovery touched, then move the checkpoint to it."""
+        cp = self.cp
+        q = self.cl.queue
+        if mode in (NORMAL, ABNORMAL) and q.files:
+            last = q.files[-1]
+            last.flushed_position = 0
+            last.flush(0)
+            if last_ts:
+                cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, last_ts)
+        if self._dispatched or self._dropped_units:
+            for cq in self.cqt:
+                cq.queue.flush_all(0)
+            ts = self.cqt.last_store_timestamp
+            if ts:
+                cp.logics_msg_timestamp = max(cp.logics_msg_timestamp, ts)
+        cp.flush()
+
+
+def _queue_state(cq: ConsumeQueue) -> list[Any]:
+    return [cq, cq.max_offset * UNIT_SIZE, cq.min_logic_offset, None, 0, 0]
+
+
+def _unit_at(cq: ConsumeQueue, offset: int) -> tuple[int, int, int] | None:
+    where = offset * UNIT_SIZE
+    mf = cq.queue.find_mapped_file_by_offset(where)
+    if mf is None:
+        return None
+    pos = where - mf.from_offset
+    if pos + UNIT_SIZE > mf.wrote_position:
+        return None
+    return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+
+
+def _first_unit_at_or_after(cq: ConsumeQueue, target: int) -> int | None:
+    """Commit-log offset of a queue's first unit whose record starts at or after ``target``."""
+    lo, hi = cq.min_offset, cq.max_offset - 1
+    found = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        unit = _unit_at(cq, mid)
+        if unit is None:
+            return found
+        if unit[1] == BLANK_SIZE or unit[0] < target:
+            lo = mid + 1
+        else:
+            found = unit[0]
+            hi = mid - 1
+    return found
+
+
+def _zero_dirty(mf: MappedFile, pos: int) -> int:
+    """Zero whatever is not zero from ``pos`` to the end of the file; returns how far the
+    non-zero bytes reached past ``pos`` (0: the tail was clean)."""
+    mm = mf.mm
+    size = mf.file_size
+    reach = 0
+    at = pos
+    while at < size:
+        n = min(_ZERO_CHUNK, size - at)
+        chunk = memoryview(mm)[at : at + n]
+        try:
+            clean = zlib.crc32(chunk) == (_ZERO_CRC if n == _ZERO_CHUNK else zlib.crc32(bytes(n)))
+            if not clean:
+                data = chunk.tobytes()
+                if data.count(0) != n:
+                    reach = at + len(data.rstrip(b"\0")) - pos
+                    chunk[:] = bytes(n)
+        finally:
+            chunk.release()
+        at += n
+    return reach
+
+
+def _index_names(d: Path) -> list[str]:
+    if not d.is_dir():
+        return []
+    return sorted(e.name for e in os.scandir(d) if e.is_file() and e.name.isdigit())

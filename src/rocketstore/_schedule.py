@@ -1,0 +1,310 @@
+"""ScheduleMessageService: delivers delayed messages when their time comes.
+
+A put with DELAY level n > 0 is stored by the commit log in SCHEDULE_TOPIC_XXXX queue n-1 (REAL_TOPIC
+and REAL_QID saved in its properties); the consume-queue unit's tags code is its delivery time
+(store time + the level's delay). This service keeps one timer per level: it walks the level's
+queue from the next undelivered offset, and each due message is put again to its real topic and
+queue with its body, flag, sys flag, born time and host, reconsume times and its properties
+string unchanged, DELAY, REAL_TOPIC and REAL_QID included, as RocketMQ 4.9.8 stores it. The first
+message not yet due sets when the level's timer fires next.
+
+As RocketMQ: an empty or caught-up level looks again after 100 ms; a put that fails for a reason
+that can pass (disk full, shutting down) is retried after 10 s from the same offset; a message
+that can never be delivered (no REAL_TOPIC, a refused topic, a transaction half message) is
+logged with its id and skipped: it stays in the commit log. A delivery time further away than the
+level's delay (a clock that went back) is taken as due now. Queues of levels the current table does
+not know (a store written with a longer ``message_delay_level``) are delivered by their stored
+delivery times.
+
+Progress (level -> next offset) is persisted in config/delayOffset.json every
+``flush_delay_offset_interval`` ms and at shutdown. Only progress whose re-put messages are
+flushed in the commit log is persisted, so a crash repeats deliveries (at most those since the
+last persist) and never loses one. Offsets are clamped into each queue's [min, max] at start and
+whenever a queue's minimum moves (retention cleaning).
+
+Runs only on a master. Threads: the service's own thread; ``deliver_due`` and ``persist`` may be
+called from any thread (one lock serialises them).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+from ._clock import Clock
+from ._commit_log import RedeliveredMessage
+from ._consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable
+from ._delay_offset import DelayOffsetFile
+from ._message import PutMessageResult, PutMessageStatus
+from ._record import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    MessageExt,
+)
+from ._service import ServiceThread
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.1  # RocketMQ's DELAY_FOR_A_WHILE
+RETRY_WAIT_S = 10.0  # RocketMQ's DELAY_FOR_A_PERIOD
+MAX_WAIT_S = 0.1  # the thread looks at the clock at least this often
+BATCH = 1024  # messages per level per run, so one busy level does not starve the others
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+_PERMANENT = frozenset({PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED})
+
+
+class LevelProgress(NamedTuple):
+    """One delay level: next offset to deliver, the queue's max offset, delivered since start."""
+
+    level: int
+    delay_ms: int | None
+    offset: int
+    max_offset: int
+    delivered: int
+
+
+class ScheduleMessageService(ServiceThread):
+    def __init__(
+        self,
+        *,
+        levels_ms: tuple[int, ...],
+        consume_queues: ConsumeQueueTable,
+        read_message: Callable[[int, int], MessageExt | None],
+        put_message: Callable[[RedeliveredMessage], PutMessageResult],
+        flushed_offset: Callable[[], int],
+        offset_file: DelayOffsetFile,
+        clock: Clock,
+        persist_interval_ms: int,
+    ) -> None:
+        super().__init__("ScheduleMessageService")
+        self.levels_ms = levels_ms
+        self.consume_queues = consume_queues
+        self._read = read_message
+        self._put = put_message
+        self._flushed = flushed_offset
+        self.offset_file = offset_file
+        self.clock = clock
+        self.persist_interval = persist_interval_ms / 1000
+        self._lock = threading.RLock()
+        self._offsets: dict[int, int] = {}  # level -> next offset (delivered up to here)
+        self._safe: dict[int, int] = {}  # level -> offset whose re-puts are all flushed
+        # level -> (offset after a delivery, commit-log end of its re-put; 0: nothing written)
+        self._unflushed: dict[int, collections.deque[tuple[int, int]]] = {}
+        self._next_run: dict[int, float] = {}  # level -> monotonic time of its timer
+        self._delivered: collections.Counter[int] = collections.Counter()
+        self._warned_levels: set[int] = set()
+        self._loaded = False
+
+    # ---- progress ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read delayOffset.json (or its .bak). Store start-up thread."""
+        with self._lock:
+            table = self.offset_file.load()
+            unknown = sorted(level for level in table if level > len(self.levels_ms))
+            if unknown:
+                log.warning(
+                    "delayOffset.json has levels %s beyond the %d configured; their queues are "
+                    "delivered by their stored delivery times", unknown, len(self.levels_ms),
+                )
+            self._offsets = dict(table)
+            self._safe = dict(table)
+            self._unflushed = {}
+            self._loaded = True
+
+    def offset_table(self) -> dict[int, int]:
+        """Level -> next offset to deliver (in memory, may be ahead of the file)."""
+        with self._lock:
+            return dict(self._offsets)
+
+    def progress(self) -> list[LevelProgress]:
+        """Every level that has a queue or an offset, ascending."""
+        with self._lock:
+            queues = self._level_queues()
+            levels = sorted(set(queues) | set(self._offsets))
+            out = []
+            for level in levels:
+                cq = queues.get(level)
+                out.append(LevelProgress(
+                    level, self._delay_of(level), self._offsets.get(level, 0),
+                    cq.max_offset if cq is not None else 0, self._delivered[level],
+                ))
+            return out
+
+    def _advance(self, level: int, offset: int, end_phys: int) -> None:
+        self._offsets[level] = offset
+        self._unflushed.setdefault(level, collections.deque()).append((offset, end_phys))
+
+    def _collect_safe(self, flushed: int) -> dict[int, int]:
+        for level, pending in self._unflushed.items():
+            while pending and pending[0][1] <= flushed:
+                self._safe[level] = pending.popleft()[0]
+        return dict(self._safe)
+
+    def persist(self) -> None:
+        """Write the flushed part of the progress to delayOffset.json. Any thread."""
+        with self._lock:
+            if not self._loaded:
+                return
+            table = self._collect_safe(self._flushed())
+            try:
+                self.offset_file.persist(table)
+            except OSError:
+                log.exception("could not persist delay progress; retried at the next interval")
+
+    def correct_offsets(self) -> None:
+        """Clamp every level's offset into its queue's [min, max] (start-up, after cleaning)."""
+        with self._lock:
+            for level, cq in self._level_queues().items():
+                current = self._offsets.get(level)
+                if current is None:
+                    continue
+                lo, hi = cq.min_offset, cq.max_offset
+                fixed = min(max(current, lo), hi)
+                if fixed != current:
+                    log.error(
+                        "delay level %d: offset %d outside its queue [%d, %d]; corrected to %d",
+                        level, current, lo, hi, fixed,
+                    )
+                    self._offsets[level] = self._safe[level] = fixed
+                    self._unflushed.pop(level, None)
+
+    # ---- delivery ---------------------------------------------------------------------------
+
+    def _delay_of(self, level: int) -> int | None:
+        return self.levels_ms[level - 1] if 0 < level <= len(self.levels_ms) else None
+
+    def _level_queues(self) -> dict[int, ConsumeQueue]:
+        by_id = self.consume_queues.queues.get(SCHEDULE_TOPIC)
+        return {qid + 1: cq for qid, cq in list(by_id.items())} if by_id else {}
+
+    def deliver_due(self) -> int:
+        """Run every level whose timer has fired; returns how many messages were delivered.
+
+        Called by the service thread; tests call it after moving a ManualClock.
+        """
+        with self._lock:
+            now = self.clock.monotonic()
+            delivered = 0
+            for level, cq in sorted(self._level_queues().items()):
+                if self._next_run.get(level, 0.0) > now:
+                    continue
+                if self._delay_of(level) is None and level not in self._warned_levels:
+                    self._warned_levels.add(level)
+                    log.warning(
+                        "SCHEDULE_TOPIC_XXXX queue %d is delay level %d, beyond the %d configured "
+                        "(message_delay_level); delivered by its stored delivery times",
+                        level - 1, level, len(self.levels_ms),
+                    )
+                try:
+                    count, wait = self._run_level(level, cq)
+                except Exception:
+                    log.exception("delay level %d: delivery failed; retrying in %.0f s", level, RETRY_WAIT_S)
+                    count, wait = 0, RETRY_WAIT_S
+                delivered += count
+                self._next_run[level] = self.clock.monotonic() + wait
+            return delivered
+
+    def next_wait(self) -> float:
+        """Seconds until the earliest level timer (at most MAX_WAIT_S)."""
+        with self._lock:
+            now = self.clock.monotonic()
+            nearest = min(self._next_run.values(), default=now + MAX_WAIT_S)
+            return max(0.0, min(MAX_WAIT_S, nearest - now))
+
+    def _run_level(self, level: int, cq: ConsumeQueue) -> tuple[int, float]:
+        """Deliver what is due in one level: (delivered, seconds until this level runs again)."""
+        offset = self._offsets.get(level, 0)
+        lo, hi = cq.min_offset, cq.max_offset
+        if offset < lo:
+            log.error("delay level %d: offset %d is below its queue's minimum %d; moving up", level, offset, lo)
+            offset = lo
+            self._advance(level, offset, 0)
+        delay_ms = self._delay_of(level)
+        now_ms = self.clock.now_ms()
+        delivered = 0
+        while offset < hi:
+            if delivered >= BATCH:
+                return delivered, 0.0
+            unit = cq.get_unit(offset)
+            if unit is None:
+                return delivered, IDLE_WAIT_S
+            phys, size, deliver_at = unit
+            if phys < 0 or size <= 0 or size == BLANK_SIZE:
+                offset += 1
+                self._advance(level, offset, 0)
+                continue
+            if delay_ms is not None and deliver_at > now_ms + delay_ms:
+                deliver_at = now_ms  # a clock that went back: due now, as RocketMQ
+            if deliver_at > now_ms:
+                return delivered, (deliver_at - now_ms) / 1000
+            msg = self._read(phys, size)
+            if msg is None:
+                log.error(
+                    "delay level %d offset %d: no message at commit-log offset %d (deleted?); skipped",
+                    level, offset, phys,
+                )
+                offset += 1
+                self._advance(level, offset, 0)
+                continue
+            outcome = self._redeliver(level, offset, msg)
+            if outcome is None:
+                return delivered, RETRY_WAIT_S
+            offset += 1
+            self._advance(level, offset, outcome)
+            if outcome:
+                delivered += 1
+                self._delivered[level] += 1
+        return delivered, IDLE_WAIT_S
+
+    def _redeliver(self, level: int, offset: int, msg: MessageExt) -> int | None:
+        """Put ``msg`` back to its real topic: the commit-log end of the new record, 0 when the
+        message was skipped, None to retry later."""
+        props = msg.properties
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
+        where = f"delay level {level} offset {offset} (msgId {msg.msg_id})"
+        if not real_topic or not real_qid.isdigit():
+            log.error("%s: no valid REAL_TOPIC / REAL_QID (%r, %r); skipped", where, real_topic, real_qid)
+            return 0
+        if real_topic == TRANS_HALF_TOPIC:
+            log.error("%s: real topic is %s; a half message is never delivered; skipped", where, real_topic)
+            return 0
+        out = RedeliveredMessage(
+            real_topic, msg.body, int(real_qid), properties=props, flag=msg.flag,
+            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host_str, reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+        )
+        r = self._put(out)
+        if r.ok:
+            return r.wrote_offset + r.wrote_bytes
+        if r.status in _PERMANENT:
+            log.error("%s: %s refused it for good (%s); skipped", where, real_topic, r.error or r.status.name)
+            return 0
+        log.warning("%s: put refused (%s: %s); retrying in %.0f s", where, r.status.name, r.error, RETRY_WAIT_S)
+        return None
+
+    # ---- the thread -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Clamp the offsets into their queues and start delivering (master only: the caller
+        decides)."""
+        if not self._loaded:
+            self.load()
+        self.correct_offsets()
+        super().start()
+
+    def run(self) -> None:
+        last_persist = self.clock.monotonic()
+        while not self.stopped:
+            self.deliver_due()
+            now = self.clock.monotonic()
+            if now - last_persist >= self.persist_interval:
+                last_persist = now
+                self.persist()
+            self.wait_for_running(self.next_wait())

@@ -1,0 +1,124 @@
+"""Spark jobs behind ``rocketstore export`` and ``rocketstore import`` (local Spark, with a
+progress bar fed by Spark's status tracker)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def local_session(master: str = "local[2]") -> tuple[Any, bool]:
+    """(session, whether it was created here): a running session is reused, not stopped."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("rocketstore")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, True
+
+
+def run_with_progress(spark: Any, what: str, job: Callable[[], Any], console: Console | None = None) -> Any:
+    """Run ``job`` (in this thread: Spark resolves data sources per thread) while a helper
+    thread shows the tasks of Spark's active stages."""
+    console = console or Console(stderr=True)
+    done = threading.Event()
+    tracker = spark.sparkContext.statusTracker()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tasks"),
+        TimeElapsedColumn(), console=console, transient=False,
+    ) as progress:
+        bar = progress.add_task(what, total=None)
+
+        def watch() -> None:
+            while not done.wait(0.25):
+                try:
+                    stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+                except Exception:  # the context is going away
+                    return
+                stages = [s for s in stages if s is not None]
+                if stages:
+                    total = sum(s.numTasks for s in stages)
+                    finished = sum(s.numCompletedTasks for s in stages)
+                    progress.update(bar, total=total, completed=finished)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            value = job()
+        finally:
+            done.set()
+            watcher.join(2)
+        total = progress.tasks[0].total or 1
+        progress.update(bar, total=total, completed=total)
+    return value
+
+
+def export_topic(store: str, topics: list[str], to: str, fmt: str, starting: str | None, ending: str | None) -> int:
+    spark, created = local_session()
+    try:
+        reader = spark.read.format("rocketstore").option("path", store)
+        if topics:
+            reader = reader.option("topics", ",".join(topics))
+        if starting:
+            reader = reader.option("startingOffsets", starting)
+        if ending:
+            reader = reader.option("endingOffsets", ending)
+        df = reader.load()
+        out = df.write.mode("overwrite")
+        if fmt == "parquet":
+            job = lambda: out.parquet(to)  # noqa: E731
+        else:
+            job = lambda: df.selectExpr(  # noqa: E731
+                "*", "base64(body) AS body_base64"
+            ).drop("body").write.mode("overwrite").json(to)
+        run_with_progress(spark, f"export → {to}", job)
+        return int(spark.read.parquet(to).count() if fmt == "parquet" else spark.read.json(to).count())
+    finally:
+        if created:
+            spark.stop()
+
+
+def import_file(store: str, source: str, topic: str | None, fmt: str) -> int:
+    spark, created = local_session()
+    try:
+        if fmt == "auto":
+            fmt = "parquet" if Path(source).suffix == ".parquet" or Path(source).is_dir() else "json"
+        df = spark.read.parquet(source) if fmt == "parquet" else spark.read.json(source)
+        if "body" not in df.columns and "body_base64" in df.columns:
+            df = df.selectExpr("*", "unbase64(body_base64) AS body").drop("body_base64")
+        from pyspark.sql import functions as F
+
+        if topic:
+            df = df.withColumn("topic", F.lit(topic))
+        keep = [c for c in ("topic", "body", "tags", "keys", "properties", "queue_id") if c in df.columns]
+        df = df.select(*keep)
+        if "properties" in df.columns:
+            # exported messages that were delivered late keep DELAY; importing them must not
+            # delay them again
+            df = df.withColumn("properties", F.expr("map_filter(properties, (k, v) -> k != 'DELAY')"))
+        if "queue_id" in df.columns:
+            df = df.withColumn("queue_id", df["queue_id"].cast("int"))
+        rows = df.count()
+        run_with_progress(
+            spark, f"import → {store}",
+            lambda: df.coalesce(1).write.format("rocketstore").option("path", store).mode("append").save(),
+        )
+        return int(rows)
+    finally:
+        if created:
+            spark.stop()
