@@ -33,9 +33,9 @@ from ._record import (
     HEAD_V4_SIZE,
     INT16,
     MAGIC_V1,
+    OFFSET_BORN_HOST,
     OFFSET_BORN_TIMESTAMP,
     OFFSET_QUEUE_OFFSET,
-    OFFSET_BORN_HOST,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -284,7 +284,7 @@ class CommitLog:
         if props:
             if PROPERTY_DELAY in props and msg.__class__ is not RedeliveredMessage:
                 tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-                if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
+                if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     rewritten = self._delay_rewrite(topic, queue_id, props)
                     if isinstance(rewritten, PutMessageResult):
                         return rewritten
@@ -394,7 +394,7 @@ class CommitLog:
         (topic, tail, queue_id, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
          prepared, props, total, code, keys, uniq, wait) = p  # type: ignore[misc]
         tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-        in_queue = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
+        in_queue = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         key = (topic, queue_id)
         with self.put_lock:
             now = self._now_ms()

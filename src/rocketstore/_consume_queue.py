@@ -199,7 +199,7 @@ class ConsumeQueue:
             for pos in range(mf.wrote_position - UNIT_SIZE, -1, -UNIT_SIZE):
                 off, size, _tags = UNIT.unpack_from(mf.mm, pos)
                 if is_valid_unit(off, size) and size != BLANK_SIZE:
-                    return off + size
+                    return int(off + size)
         return -1
 
     def _last_end_before(self, mf: MappedFile) -> int:

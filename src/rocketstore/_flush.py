@@ -56,7 +56,7 @@ class GroupCommitService(ServiceThread):
             deadline = self.clock.monotonic() + timeout
             while self.queue.flushed_where < end_offset:
                 remaining = deadline - self.clock.monotonic()
-                if remaining <= 0 or self.stopped and not self.running:
+                if remaining <= 0 or (self.stopped and not self.running):
                     return self.queue.flushed_where >= end_offset
                 self._done.wait(min(remaining, 0.5))
             return True

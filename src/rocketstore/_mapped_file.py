@@ -21,9 +21,9 @@ service threads; readers call ``select_mapped_buffer`` from any thread.
 from __future__ import annotations
 
 import contextlib
-import errno
 import ctypes
 import ctypes.util
+import errno
 import logging
 import mmap
 import os

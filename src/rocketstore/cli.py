@@ -346,7 +346,7 @@ def bench(store: str, names: tuple[str, ...], count: int | None, as_json: bool, 
 # ---- Spark jobs (need the spark extra; Spark runs locally, local[2]) -------------------------
 
 
-def _spark_jobs():  # type: ignore[no-untyped-def]
+def _spark_jobs() -> Any:
     try:
         from .spark import _jobs
     except ImportError as exc:

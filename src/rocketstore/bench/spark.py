@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from . import Figures, scenario
 
@@ -18,7 +19,7 @@ BODY_SIZE = 1024
 TOPIC = "SparkBench"
 
 
-def _session():  # type: ignore[no-untyped-def]
+def _session() -> Any:
     from pyspark.sql import SparkSession
 
     spark = (

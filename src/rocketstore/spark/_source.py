@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -121,7 +122,7 @@ def _pushdown_allowed(setting: str) -> bool:
     """
     if setting != "auto":
         return setting == "true"
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(6):
         if frame is None:
             break
@@ -173,7 +174,8 @@ class PushdownBatchReader(BatchReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         c = self.constraints
         for f in filters:
-            col = f.attribute[0] if len(f.attribute) == 1 else None
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
+            col = attribute[0] if len(attribute) == 1 else None
             if isinstance(f, IsNotNull) and col in _NOT_NULL:
                 continue
             if col == "topic" and isinstance(f, EqualTo | In):
@@ -253,7 +255,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with open_reader(opts) as reader:
             initial(reader, opts)  # errors at planning
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         with open_reader(self.opts) as reader:
             return canonical(initial(reader, self.opts))
 
@@ -277,7 +279,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             }
         return end, mins
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         end, mins = self._latest()
         # never move a queue backwards (a queue the start already read past keeps its offset)
         for t, qs in start.items():
@@ -288,11 +290,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = limit_offsets(start, end, mins, limit.max_rows)
         return canonical(end)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         end, _ = self._latest()
         return canonical(end)
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         from .._reader import split_range
         from ._options import SourceOptionError
 
@@ -321,5 +323,5 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return iter(())
         return read_range(self.opts, partition.range)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the store keeps its messages by its own retention."""
