@@ -75,20 +75,31 @@ def config(root: Path, flush: str = "ASYNC_FLUSH", **kw: Any) -> StoreConfig:
     kw.setdefault("max_hash_slot_num", 1000)  # small index files: cheap to copy
     kw.setdefault("max_index_num", 4000)
     return StoreConfig(
-        store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE,
-        flush_disk_type=flush, **kw,
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=FILE_SIZE,
+        flush_disk_type=flush,
+        **kw,
     )
 
 
 def produce_and_kill(
-    root: Path, flush: str, cycle: int, rng: random.Random, *, min_acks: int = 5, max_acks: int = 150
+    root: Path,
+    flush: str,
+    cycle: int,
+    rng: random.Random,
+    *,
+    min_acks: int = 5,
+    max_acks: int = 150,
 ) -> tuple[dict[str, Any], list[Ack]]:
     """Run the producer until it has acknowledged a random number of messages, wait a random
     moment more, kill -9 it; returns its load report and every acknowledged message."""
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(
         [sys.executable, "-c", PRODUCER, str(root), flush, str(cycle), str(rng.randrange(1 << 30))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     want = rng.randint(min_acks, max_acks)
@@ -148,5 +159,8 @@ def power_loss_copy(src: Path, dst: Path, flushed: int, rng: random.Random, garb
         with open(path, "r+b") as f:
             f.seek(pos)
             n = FILE_SIZE - pos
-            f.write(bytes(rng.getrandbits(8) for _ in range(min(n, 4096))) + bytes(max(0, n - 4096))
-                    if garbage else bytes(n))
+            f.write(
+                bytes(rng.getrandbits(8) for _ in range(min(n, 4096))) + bytes(max(0, n - 4096))
+                if garbage
+                else bytes(n)
+            )

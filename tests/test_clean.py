@@ -39,12 +39,19 @@ def clock() -> ManualClock:
     return ManualClock(time.time_ns() // 1_000_000)  # file times are real: start at real now
 
 
-def open_clean(make_config: Any, clock: ManualClock, disk: Disk, *, at_delete_hour: bool, **kw: Any) -> MessageStore:
+def open_clean(
+    make_config: Any, clock: ManualClock, disk: Disk, *, at_delete_hour: bool, **kw: Any
+) -> MessageStore:
     hour = hour_of(clock) if at_delete_hour else (hour_of(clock) + 12) % 24
     config = make_config(
-        delete_when=f"{hour:02d}", file_reserved_time=1, delete_commit_log_files_interval=0,
-        delete_consume_queue_files_interval=0, mapped_file_size_consume_queue=50 * 20,
-        max_hash_slot_num=64, max_index_num=100, **kw,
+        delete_when=f"{hour:02d}",
+        file_reserved_time=1,
+        delete_commit_log_files_interval=0,
+        delete_consume_queue_files_interval=0,
+        mapped_file_size_consume_queue=50 * 20,
+        max_hash_slot_num=64,
+        max_index_num=100,
+        **kw,
     )
     store = MessageStore(config, clock=clock, disk_usage=disk)
     store.load()
@@ -93,7 +100,9 @@ def stores() -> Any:
 # ---- by time -------------------------------------------------------------------------------
 
 
-def test_by_time_at_the_delete_hour(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_by_time_at_the_delete_hour(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     store = open_clean(make_config, clock, Disk(), at_delete_hour=True)
     stores.append(store)
     fill(store, 5)
@@ -121,7 +130,9 @@ def test_by_time_at_the_delete_hour(make_config: Any, clock: ManualClock, stores
     assert store.cleaner.run_once() == 0
 
 
-def test_young_files_and_other_hours_are_kept(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_young_files_and_other_hours_are_kept(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     store = open_clean(make_config, clock, Disk(), at_delete_hour=False)
     stores.append(store)
     fill(store, 4)
@@ -138,7 +149,9 @@ def test_young_files_and_other_hours_are_kept(make_config: Any, clock: ManualClo
     assert names(store) == files
 
 
-def test_at_most_ten_files_per_run(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_at_most_ten_files_per_run(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     store = open_clean(make_config, clock, Disk(), at_delete_hour=True)
     stores.append(store)
     fill(store, DELETE_FILES_BATCH_MAX + 3)
@@ -167,10 +180,15 @@ def test_by_disk_ratio(make_config: Any, clock: ManualClock, stores: list[Messag
     store.cleaner.run_once()
     assert names(store) == files[-1:]
     assert store.put_message(Message("C", b"still writable")).ok
-    assert {store.config.commit_log_dir, str(Path(store.config.store_path_root_dir) / "consumequeue")} <= disk.paths
+    assert {
+        store.config.commit_log_dir,
+        str(Path(store.config.store_path_root_dir) / "consumequeue"),
+    } <= disk.paths
 
 
-def test_full_disk_refuses_puts_until_space_is_freed(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_full_disk_refuses_puts_until_space_is_freed(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     disk = Disk()
     store = open_clean(make_config, clock, disk, at_delete_hour=False)
     stores.append(store)
@@ -181,7 +199,10 @@ def test_full_disk_refuses_puts_until_space_is_freed(make_config: Any, clock: Ma
     r = store.put_message(Message("C", b"no room"))
     assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert "disk is full" in (r.error or "") and "95.0%" in (r.error or "")
-    assert store.put_messages([Message("C", b"a"), Message("C", b"b")]).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert (
+        store.put_messages([Message("C", b"a"), Message("C", b"b")]).status
+        is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    )
     assert store.runtime_info()["runningFlags"] == str(DISK_FULL_BIT)
     # messages already stored in the kept file are still readable
     readable = 0
@@ -197,7 +218,9 @@ def test_full_disk_refuses_puts_until_space_is_freed(make_config: Any, clock: Ma
     assert r.ok and r.queue_offset == (n + 1) // 2
 
 
-def test_full_disk_at_start(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_full_disk_at_start(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     store = open_clean(make_config, clock, Disk(0.99), at_delete_hour=False)
     stores.append(store)
     r = store.put_message(Message("C", b"x"))
@@ -227,7 +250,9 @@ def test_manual_deletion(make_config: Any, clock: ManualClock, stores: list[Mess
 # ---- a reader holding a file -----------------------------------------------------------------
 
 
-def test_reader_holding_the_oldest_file(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_reader_holding_the_oldest_file(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     store = open_clean(make_config, clock, Disk(), at_delete_hour=True)
     stores.append(store)
     fill(store, 4)
@@ -248,7 +273,9 @@ def test_reader_holding_the_oldest_file(make_config: Any, clock: ManualClock, st
     assert not first.path.exists()
 
 
-def test_hanged_file_is_destroyed_forcibly(make_config: Any, clock: ManualClock, stores: list[MessageStore]) -> None:
+def test_hanged_file_is_destroyed_forcibly(
+    make_config: Any, clock: ManualClock, stores: list[MessageStore]
+) -> None:
     store = open_clean(make_config, clock, Disk(), at_delete_hour=False)
     stores.append(store)
     fill(store, 3)

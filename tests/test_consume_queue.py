@@ -209,7 +209,11 @@ def test_flush_service_reports_logics_time(tmp_path: Path) -> None:
     table.last_store_timestamp = 1234
     seen: list[int] = []
     svc = FlushConsumeQueueService(
-        table, ManualClock(), interval_ms=10, least_pages=2, thorough_interval_ms=100,
+        table,
+        ManualClock(),
+        interval_ms=10,
+        least_pages=2,
+        thorough_interval_ms=100,
         on_flushed=seen.append,
     )
     svc.flush_now(2)

@@ -77,8 +77,11 @@ def test_kill_minus_nine_loop(tmp_path: Path, flush: str) -> None:
 @pytest.mark.parametrize("garbage", [False, True], ids=["zeroed", "garbage"])
 def test_power_loss_drops_the_unflushed_tail(tmp_path: Path, garbage: bool) -> None:
     rng = random.Random(f"power-{garbage}")
-    cfg = config(tmp_path / "live", flush_interval_commit_log=3_600_000,
-                 flush_commit_log_thorough_interval=3_600_000)
+    cfg = config(
+        tmp_path / "live",
+        flush_interval_commit_log=3_600_000,
+        flush_commit_log_thorough_interval=3_600_000,
+    )
     durable: list[tuple[int, int, bytes]] = []
     with MessageStore(cfg) as live:
         for round_ in range(6):
@@ -116,7 +119,9 @@ CORRUPTIONS = ["body-bit", "crc", "magic", "length", "garbage-length", "phys", "
 
 
 @pytest.fixture(scope="module")
-def base_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[int, int, int, int, bytes]]]:
+def base_store(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, list[tuple[int, int, int, int, bytes]]]:
     """A store of ~3 commit-log files: (queue id, queue offset, phys, size, body) per record."""
     root = tmp_path_factory.mktemp("tail") / "store"
     rng = random.Random("base-store")
@@ -196,7 +201,9 @@ def test_damaged_tail_is_cut_at_the_first_bad_record(
         while store.dispatch_behind_bytes():
             time.sleep(0.001)
         assert {m.body for m in store.query_message(TOPIC, "after").messages} == {
-            b"after-\x00", b"after-\x01", b"after-\x02"
+            b"after-\x00",
+            b"after-\x01",
+            b"after-\x02",
         }
     with MessageStore(config(root)) as store:  # and survive a clean restart
         assert store.load_result is not None and store.load_result.mode == "clean"

@@ -48,13 +48,17 @@ def expected(fixture: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(params=["clean", "abort"])
-def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[MessageStore, list[dict[str, Any]]]]:
+def opened(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[MessageStore, list[dict[str, Any]]]]:
     fixture = unpack(request.param, tmp_path)
     with MessageStore(config(fixture / "store")) as store:
         yield store, expected(fixture)
 
 
-def test_queues_and_messages_match_rocketmq(opened: tuple[MessageStore, list[dict[str, Any]]]) -> None:
+def test_queues_and_messages_match_rocketmq(
+    opened: tuple[MessageStore, list[dict[str, Any]]],
+) -> None:
     store, lines = opened
     queues = [d for d in lines if d["type"] == "queue"]
     assert queues
@@ -81,23 +85,41 @@ def test_queues_and_messages_match_rocketmq(opened: tuple[MessageStore, list[dic
         for m, d in zip(got, want, strict=True):
             assert cq.get_unit(d["cqOffset"]) == (d["cqPhyOffset"], d["cqSize"], d["cqTagsCode"])
             assert m.queue_offset == d["queueOffset"] and m.commitlog_offset == d["physicalOffset"]
-            assert (m.topic, m.queue_id, m.store_size) == (d["recTopic"], d["recQueueId"], d["storeSize"])
+            assert (m.topic, m.queue_id, m.store_size) == (
+                d["recTopic"],
+                d["recQueueId"],
+                d["storeSize"],
+            )
             assert m.msg_id == d["msgId"]
-            assert (m.store_timestamp, m.born_timestamp) == (d["storeTimestamp"], d["bornTimestamp"])
+            assert (m.store_timestamp, m.born_timestamp) == (
+                d["storeTimestamp"],
+                d["bornTimestamp"],
+            )
             assert (m.born_host_str, m.store_host_str) == (d["bornHost"], d["storeHost"])
-            assert (m.sys_flag, m.flag, m.reconsume_times) == (d["sysFlag"], d["flag"], d["reconsumeTimes"])
+            assert (m.sys_flag, m.flag, m.reconsume_times) == (
+                d["sysFlag"],
+                d["flag"],
+                d["reconsumeTimes"],
+            )
             assert m.prepared_transaction_offset == d["preparedTransactionOffset"]
-            assert (m.body_crc, hashlib.sha256(m.body).hexdigest()) == (d["bodyCRC"], d["bodySha256"])
+            assert (m.body_crc, hashlib.sha256(m.body).hexdigest()) == (
+                d["bodyCRC"],
+                d["bodySha256"],
+            )
             assert (m.tags, m.uniq_key, m.properties) == (d["tags"], d["uniqKey"], d["properties"])
 
 
-def test_key_queries_and_msg_ids_match_rocketmq(opened: tuple[MessageStore, list[dict[str, Any]]]) -> None:
+def test_key_queries_and_msg_ids_match_rocketmq(
+    opened: tuple[MessageStore, list[dict[str, Any]]],
+) -> None:
     store, lines = opened
     queries = [d for d in lines if d["type"] == "query"]
     assert queries
     for d in queries:
         r = store.query_message(d["topic"], d["key"], 64, 0, 2**63 - 1)
-        assert [m.commitlog_offset for m in r.messages] == [x["physicalOffset"] for x in d["results"]]
+        assert [m.commitlog_offset for m in r.messages] == [
+            x["physicalOffset"] for x in d["results"]
+        ]
         assert [m.msg_id for m in r.messages] == [x["msgId"] for x in d["results"]]
         if d["results"]:
             assert r.index_last_update_phyoffset == d["indexLastUpdatePhyoffset"]
@@ -106,7 +128,10 @@ def test_key_queries_and_msg_ids_match_rocketmq(opened: tuple[MessageStore, list
         m = store.look_message_by_offset(phys)
         assert m is not None
         assert (m.msg_id, m.store_size, m.topic, m.queue_offset) == (
-            d["msgId"], d["storeSize"], d["recTopic"], d["queueOffset"],
+            d["msgId"],
+            d["storeSize"],
+            d["recTopic"],
+            d["queueOffset"],
         )
 
 
@@ -138,4 +163,6 @@ def test_clean_reopen_changes_nothing(clean: Path, tmp_path: Path) -> None:
     for sub in ("consumequeue", "index"):
         for p in (clean / "store" / sub).rglob("*"):
             if p.is_file():
-                assert (store_dir / p.relative_to(clean / "store")).read_bytes() == p.read_bytes(), p
+                assert (
+                    store_dir / p.relative_to(clean / "store")
+                ).read_bytes() == p.read_bytes(), p

@@ -69,8 +69,14 @@ def test_file_name_is_local_time_with_millis() -> None:
     assert name[:14] == datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y%m%d%H%M%S")
 
 
-def req(phys: int, ts: int, keys: str | None = None, uniq: str | None = None, topic: str = "T",
-        sys_flag: int = 0) -> DispatchRequest:
+def req(
+    phys: int,
+    ts: int,
+    keys: str | None = None,
+    uniq: str | None = None,
+    topic: str = "T",
+    sys_flag: int = 0,
+) -> DispatchRequest:
     return DispatchRequest(topic, 0, phys, 100, 0, ts, 0, keys, uniq, sys_flag, 0)
 
 

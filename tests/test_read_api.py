@@ -66,7 +66,9 @@ def test_paging_through_a_queue(store: MessageStore) -> None:
     assert len(g.messages) == 5 and g.next_begin_offset == 40
 
 
-def test_statuses_out_of_range(store: MessageStore, open_store: OpenStore, make_config: MakeConfig) -> None:
+def test_statuses_out_of_range(
+    store: MessageStore, open_store: OpenStore, make_config: MakeConfig
+) -> None:
     g = store.get_message("g", "Nope", 0, 0, 32)
     assert (g.status, g.next_begin_offset) == (S.NO_MATCHED_LOGIC_QUEUE, 0)
     assert store.get_message("g", "T", 9, 5, 32).status is S.NO_MATCHED_LOGIC_QUEUE
@@ -88,7 +90,12 @@ def test_statuses_after_the_queue_start_moves(store: MessageStore) -> None:
     store.put_message(Message("Late", b"x", 0))
     settle(store)
     g = store.get_message("g", "Late", 0, 3, 32)
-    assert (g.status, g.next_begin_offset, g.min_offset, g.max_offset) == (S.OFFSET_TOO_SMALL, 45, 45, 46)
+    assert (g.status, g.next_begin_offset, g.min_offset, g.max_offset) == (
+        S.OFFSET_TOO_SMALL,
+        45,
+        45,
+        46,
+    )
     g = store.get_message("g", "Late", 0, 99, 32)
     assert (g.status, g.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 46)  # min > 0: max
     assert [m.body for m in store.get_message("g", "Late", 0, 45, 32).messages] == [b"x"]
@@ -116,7 +123,9 @@ def test_removed_commit_log_files(open_store: OpenStore, make_config: MakeConfig
     assert g.next_begin_offset > 0
     # the units of a deleted file are skipped at once, up to the first message still there
     first_kept = next(
-        i for i in range(200) if s.get_commit_log_offset_in_queue("T", 0, i) >= s.commit_log.min_offset
+        i
+        for i in range(200)
+        if s.get_commit_log_offset_in_queue("T", 0, i) >= s.commit_log.min_offset
     )
     offset = 0
     while (g := s.get_message("g", "T", 0, offset, 32)).status is S.MESSAGE_WAS_REMOVING:
@@ -133,10 +142,13 @@ def test_max_msg_nums_must_be_positive(store: MessageStore) -> None:
 
 
 def test_transfer_limits(open_store: OpenStore, make_config: MakeConfig) -> None:
-    s = open_store(make_config(
-        max_transfer_count_on_message_in_memory=4,
-        max_transfer_bytes_on_message_in_memory=10_000, **SMALL,
-    ))
+    s = open_store(
+        make_config(
+            max_transfer_count_on_message_in_memory=4,
+            max_transfer_bytes_on_message_in_memory=10_000,
+            **SMALL,
+        )
+    )
     for _ in range(30):
         s.put_message(Message("T", b"x" * 1000, 0))
     settle(s)
@@ -290,8 +302,23 @@ def test_cli_get_and_query(make_config: MakeConfig) -> None:
     assert lines[-1]["status"] == "OFFSET_OVERFLOW_ONE"
     res = runner.invoke(main, ["get", "--store", root, "Nope", "0", "0"])
     assert res.exit_code == 1
-    res = runner.invoke(main, ["query", "--store", root, "--topic", "T", "--key", "k7", "--json",
-                               "--max-hash-slot-num", "16", "--max-index-num", "64"])
+    res = runner.invoke(
+        main,
+        [
+            "query",
+            "--store",
+            root,
+            "--topic",
+            "T",
+            "--key",
+            "k7",
+            "--json",
+            "--max-hash-slot-num",
+            "16",
+            "--max-index-num",
+            "64",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout.splitlines()[0])["body"] == "body7"
     assert Path(root, "consumequeue").is_dir()

@@ -46,8 +46,11 @@ def bodies(store: MessageStore, qid: int) -> list[bytes]:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ---- RocketMQ's stores --------------------------------------------------------------------------
@@ -68,16 +71,25 @@ def test_rocketmq_crashed_store_recovers_as_rocketmq_does(tmp_path: Path) -> Non
         assert r.max_phys_offset == load["recoveredMaxPhyOffset"] == store.max_phy_offset
         assert r.removed_commit_log_files == ("00000000000004194304",)  # the pre-allocated one
         cp = after["checkpointAfterStart"]
-        assert r.checkpoint_after == (cp["physicMsgTimestamp"], cp["logicsMsgTimestamp"], cp["indexMsgTimestamp"])
+        assert r.checkpoint_after == (
+            cp["physicMsgTimestamp"],
+            cp["logicsMsgTimestamp"],
+            cp["indexMsgTimestamp"],
+        )
         table = {f"{t}-{q}": str(n) for (t, q), n in store.commit_log.topic_queue_table.items()}
-        want = {k: v for k, v in after["topicQueueTable"].items() if not k.startswith("SCHEDULE_TOPIC")}
+        want = {
+            k: v for k, v in after["topicQueueTable"].items() if not k.startswith("SCHEDULE_TOPIC")
+        }
         assert {k: v for k, v in table.items() if not k.startswith("SCHEDULE_TOPIC")} == want
         assert store.dispatch_behind_bytes() == 0
         assert (root / "abort").exists()
     assert not (root / "abort").exists()  # removed by the clean shutdown
     with MessageStore(fixture_config(root)) as store:
         assert store.load_result is not None and store.load_result.mode == "clean"
-        assert store.load_result.dispatched == 0 and store.max_phy_offset == load["recoveredMaxPhyOffset"]
+        assert (
+            store.load_result.dispatched == 0
+            and store.max_phy_offset == load["recoveredMaxPhyOffset"]
+        )
 
 
 @needs_fixtures
@@ -97,8 +109,12 @@ def test_rocketmq_clean_store_recovers_normally(tmp_path: Path) -> None:
 
 
 def test_abort_file_and_checkpoint_lifecycle(tmp_path: Path) -> None:
-    cfg = config(tmp_path / "s", flush_interval_consume_queue=10, flush_consume_queue_thorough_interval=0,
-                 flush_commit_log_least_pages=0)
+    cfg = config(
+        tmp_path / "s",
+        flush_interval_consume_queue=10,
+        flush_consume_queue_thorough_interval=0,
+        flush_commit_log_least_pages=0,
+    )
     with MessageStore(cfg) as store:
         assert (tmp_path / "s" / "abort").exists()
         sent = fill(store, 50)
@@ -107,7 +123,10 @@ def test_abort_file_and_checkpoint_lifecycle(tmp_path: Path) -> None:
         cp = store.checkpoint
         assert cp is not None
         # the flush services move the checkpoint: commit log (physic), queues (logics)
-        while cp.logics_msg_timestamp < last.store_timestamp or cp.physic_msg_timestamp < last.store_timestamp:
+        while (
+            cp.logics_msg_timestamp < last.store_timestamp
+            or cp.physic_msg_timestamp < last.store_timestamp
+        ):
             assert time.monotonic() < deadline, cp.as_dict()
             time.sleep(0.01)
         sent.append((0, last.queue_offset, b"last"))
@@ -118,7 +137,9 @@ def test_abort_file_and_checkpoint_lifecycle(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("role,flush", [("SLAVE", "ASYNC_FLUSH"), ("ASYNC_MASTER", "SYNC_FLUSH")])
-def test_dispatch_moves_the_physic_checkpoint_on_slaves_and_sync_flush(tmp_path: Path, role: str, flush: str) -> None:
+def test_dispatch_moves_the_physic_checkpoint_on_slaves_and_sync_flush(
+    tmp_path: Path, role: str, flush: str
+) -> None:
     with MessageStore(config(tmp_path / "m")) as master:
         fill(master, 5)
     data = (tmp_path / "m" / "commitlog" / f"{0:020d}").read_bytes()
@@ -133,7 +154,10 @@ def test_dispatch_moves_the_physic_checkpoint_on_slaves_and_sync_flush(tmp_path:
             assert time.monotonic() < deadline
             time.sleep(0.005)
         cp = store.checkpoint
-        assert cp is not None and cp.physic_msg_timestamp == store.consume_queues.last_store_timestamp > 0
+        assert (
+            cp is not None
+            and cp.physic_msg_timestamp == store.consume_queues.last_store_timestamp > 0
+        )
 
 
 def test_missing_or_damaged_checkpoint_after_a_crash(tmp_path: Path) -> None:
@@ -181,7 +205,9 @@ def test_commit_log_file_sizes(tmp_path: Path) -> None:
         MessageStore(cfg).load()
 
 
-@pytest.mark.parametrize("damage", ["garbage-units", "foreign-unit", "empty-last-file", "partial-unit", "bad-size"])
+@pytest.mark.parametrize(
+    "damage", ["garbage-units", "foreign-unit", "empty-last-file", "partial-unit", "bad-size"]
+)
 def test_damaged_consume_queue_is_rebuilt(tmp_path: Path, damage: str) -> None:
     cfg = config(tmp_path / "s", mapped_file_size_consume_queue=20 * 40)
     with MessageStore(cfg) as store:
@@ -190,8 +216,11 @@ def test_damaged_consume_queue_is_rebuilt(tmp_path: Path, damage: str) -> None:
     files = sorted(qdir.iterdir())
     last = files[-1]
     data = bytearray(last.read_bytes())
-    used = next(p for p in range(0, len(data) + UNIT_SIZE, UNIT_SIZE)
-                if p >= len(data) or UNIT.unpack_from(data, p)[1] <= 0)  # the units in use
+    used = next(
+        p
+        for p in range(0, len(data) + UNIT_SIZE, UNIT_SIZE)
+        if p >= len(data) or UNIT.unpack_from(data, p)[1] <= 0
+    )  # the units in use
     if damage == "garbage-units":
         rng = random.Random(7)
         data[used - 60 : used] = bytes(rng.getrandbits(8) for _ in range(60))
@@ -228,7 +257,9 @@ def test_damaged_index_files(tmp_path: Path) -> None:
         assert r is not None and idx[-1].name in r.destroyed_index_files
         for i in (0, 450, 699):
             got = store.query_message(T, f"k{i}").messages
-            assert [m.queue_offset for m in got] and got[0].body == f"m{i}|".encode() * (1 + i % 50), i
+            assert [m.queue_offset for m in got] and got[0].body == f"m{i}|".encode() * (
+                1 + i % 50
+            ), i
 
 
 def test_index_entries_past_the_end_are_dropped(tmp_path: Path) -> None:
@@ -277,8 +308,14 @@ def test_scan_records_agrees_with_check_record() -> None:
             born = b"\x00" * 20 if rng.random() < 0.1 else b"\x7f\x00\x00\x01\x00\x00\x13\x88"
             props = "KEYS\x01a b\x02TAGS\x01x" if rng.random() < 0.5 else ""
             body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 60)))
-            buf += encode_record(topic=topic, body=body, phys_offset=len(buf), born_host=born,
-                                 queue_offset=i, properties=props)
+            buf += encode_record(
+                topic=topic,
+                body=body,
+                phys_offset=len(buf),
+                born_host=born,
+                queue_offset=i,
+                properties=props,
+            )
         buf += bytes(rng.randint(0, 30))
         for _ in range(rng.randint(0, 3)):  # damage
             at = rng.randrange(len(buf))
@@ -301,12 +338,17 @@ def test_inspect_rocketmq_stores(tmp_path: Path, name: str) -> None:
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
     assert report["ok"] and not report["errors"]
-    queues = {(q["topic"], q["queue_id"]): q for t in report["topics"].values() for q in t["queues"]}
+    queues = {
+        (q["topic"], q["queue_id"]): q for t in report["topics"].values() for q in t["queues"]
+    }
     for d in expected(fixture):
         if d["type"] == "queue":
             assert queues[(d["topic"], d["queueId"])]["commit_log_next_offset"] == d["maxOffset"]
     if name == "abort":
-        assert report["abort_file"] and sum("not in the queue yet" in w for w in report["warnings"]) == 8
+        assert (
+            report["abort_file"]
+            and sum("not in the queue yet" in w for w in report["warnings"]) == 8
+        )
     assert tree_digest(fixture / "store") == before  # read-only
 
 

@@ -28,14 +28,24 @@ def wait_dispatched(store: MessageStore, timeout: float = 5.0) -> None:
 
 def cq_bytes(root: Path) -> dict[str, bytes]:
     base = root / "consumequeue"
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()
+    }
 
 
-def put_many(store: MessageStore, n: int, topic: str = "T", queues: int = 3, body: int = 300) -> None:
+def put_many(
+    store: MessageStore, n: int, topic: str = "T", queues: int = 3, body: int = 300
+) -> None:
     for i in range(n):
         r = store.put_message(
-            Message(topic, bytes([i % 256]) * body, i % queues, tags=f"tag{i % 4}", keys=[f"k{i}"],
-                    properties={"UNIQ_KEY": f"U{i:08d}"})
+            Message(
+                topic,
+                bytes([i % 256]) * body,
+                i % queues,
+                tags=f"tag{i % 4}",
+                keys=[f"k{i}"],
+                properties={"UNIQ_KEY": f"U{i:08d}"},
+            )
         )
         assert r.ok, r
 
@@ -165,8 +175,12 @@ def test_write_buffers_dispatch_committed_data(
     open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
 ) -> None:
     store = open_store(
-        make_config(transient_store_pool_enable=True, transient_store_pool_size=3,
-                    mlock_write_buffers=False, **SMALL)
+        make_config(
+            transient_store_pool_enable=True,
+            transient_store_pool_size=3,
+            mlock_write_buffers=False,
+            **SMALL,
+        )
     )
     put_many(store, 40, queues=1)
     deadline = time.monotonic() + 5

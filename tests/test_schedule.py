@@ -52,7 +52,9 @@ def queue_messages(store: MessageStore, topic: str, queue_id: int) -> list[Any]:
     return list(r.messages)
 
 
-def put_delayed(store: MessageStore, topic: str, queue_id: int, level: str, body: bytes, **kw: Any) -> Any:
+def put_delayed(
+    store: MessageStore, topic: str, queue_id: int, level: str, body: bytes, **kw: Any
+) -> Any:
     props = {PROPERTY_DELAY: level, "user": "ü-value", **kw.pop("properties", {})}
     r = store.put_message(Message(topic, body, queue_id, properties=props, **kw))
     assert r.status is PutMessageStatus.PUT_OK, r
@@ -155,7 +157,9 @@ def test_undeliverable_message_is_skipped_and_logged(open_store: Any, caplog: An
     clock = ManualClock()
     store = open_manual(open_store, clock)
     # written straight to the schedule topic without REAL_TOPIC: nothing to deliver it to
-    assert store.put_message(Message(SCHEDULE_TOPIC, b"orphan", 0, properties={PROPERTY_DELAY: "1"})).ok
+    assert store.put_message(
+        Message(SCHEDULE_TOPIC, b"orphan", 0, properties={PROPERTY_DELAY: "1"})
+    ).ok
     put_delayed(store, "T", 0, "1", b"fine")
     wait_for(lambda: store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 2)
     clock.advance(1)
@@ -206,7 +210,9 @@ def test_restart_in_the_middle_of_delays(open_store: Any, make_config: Any) -> N
 
 def test_only_flushed_progress_is_persisted(open_store: Any, make_config: Any) -> None:
     clock = ManualClock()
-    store = open_manual(open_store, clock, flush_interval_commit_log=60_000, flush_commit_log_least_pages=1000)
+    store = open_manual(
+        open_store, clock, flush_interval_commit_log=60_000, flush_commit_log_least_pages=1000
+    )
     put_delayed(store, "T", 0, "1", b"x")
     wait_for(lambda: store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1)
     clock.advance(1)
@@ -235,8 +241,15 @@ def test_delay_offset_file_format_and_backup(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "damage",
-    [b"", b"{", b'{"offsetTable":[1,2]}', b'{"offsetTable":{x:1}}', b'{"offsetTable":{1:-4}}',
-     b'{"offsetTable":{1:"7"}}', b"\xff\xfe"],
+    [
+        b"",
+        b"{",
+        b'{"offsetTable":[1,2]}',
+        b'{"offsetTable":{x:1}}',
+        b'{"offsetTable":{1:-4}}',
+        b'{"offsetTable":{1:"7"}}',
+        b"\xff\xfe",
+    ],
 )
 def test_malformed_delay_offset_json(tmp_path: Path, damage: bytes, caplog: Any) -> None:
     f = DelayOffsetFile(tmp_path)
@@ -292,7 +305,11 @@ def test_rocketmq_store_resumes_delivery(tmp_path: Path) -> None:
         src = by_uniq[d["uniqKey"]]
         assert d["properties"] == src["properties"]
         assert (d["bodyCRC"], d["bornTimestamp"], d["sysFlag"], d["flag"]) == (
-            src["bodyCRC"], src["bornTimestamp"], src["sysFlag"], src["flag"])
+            src["bodyCRC"],
+            src["bornTimestamp"],
+            src["sysFlag"],
+            src["flag"],
+        )
         assert d["wroteBytes"] == src["wroteBytes"] - (len(SCHEDULE_TOPIC) - len(d["topic"]))
     pending = [m for m in delayed if m["queueId"] == 17]
     assert len(pending) == 2
@@ -300,8 +317,11 @@ def test_rocketmq_store_resumes_delivery(tmp_path: Path) -> None:
     clock = ManualClock(max(m["storeTimestamp"] for m in msgs) + 5000)
     hour = time.localtime(clock.now_ms() / 1000).tm_hour
     config = StoreConfig(
-        store_path_root_dir=str(base / "store"), mapped_file_size_commit_log=1048576,
-        mapped_file_size_consume_queue=20000, max_hash_slot_num=1000, max_index_num=4000,
+        store_path_root_dir=str(base / "store"),
+        mapped_file_size_commit_log=1048576,
+        mapped_file_size_consume_queue=20000,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
         delete_when=f"{(hour + 12) % 24:02d}",
     )
     with MessageStore(config, clock=clock, disk_usage=lambda _p: 0.1) as store:
@@ -310,8 +330,16 @@ def test_rocketmq_store_resumes_delivery(tmp_path: Path) -> None:
         cq = store.consume_queues.find(SCHEDULE_TOPIC, 17)
         assert cq is not None and cq.max_offset == 2
         for i, m in enumerate(pending):
-            assert cq.get_unit(i) == (m["wroteOffset"], m["wroteBytes"], m["storeTimestamp"] + 7_200_000)
-        before = {(t, q): store.get_max_offset_in_queue(t, q) for t in ("TopicA", "TopicB") for q in range(4)}
+            assert cq.get_unit(i) == (
+                m["wroteOffset"],
+                m["wroteBytes"],
+                m["storeTimestamp"] + 7_200_000,
+            )
+        before = {
+            (t, q): store.get_max_offset_in_queue(t, q)
+            for t in ("TopicA", "TopicB")
+            for q in range(4)
+        }
         assert store.schedule.deliver_due() == 0  # level 1 done (offset 6 of 6), level 18 not due
         clock.advance(2 * 3600)
         assert store.schedule.deliver_due() == 2
@@ -325,7 +353,11 @@ def test_rocketmq_store_resumes_delivery(tmp_path: Path) -> None:
             assert got.properties_string == src.properties_string
             assert got.body == src.body and got.born_timestamp == src.born_timestamp
             assert got.store_size == m["wroteBytes"] - (len(SCHEDULE_TOPIC) - len("TopicB"))
-        after = {(t, q): store.get_max_offset_in_queue(t, q) for t in ("TopicA", "TopicB") for q in range(4)}
+        after = {
+            (t, q): store.get_max_offset_in_queue(t, q)
+            for t in ("TopicA", "TopicB")
+            for q in range(4)
+        }
         assert sum(after.values()) - sum(before.values()) == 2  # no level-1 duplicates
         assert store.schedule.deliver_due() == 0
     raw = (base / "store" / "config" / DELAY_OFFSET_FILE).read_bytes()

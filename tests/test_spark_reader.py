@@ -81,7 +81,9 @@ def test_fixture_lookups(tmp_path: Path) -> None:
     with StoreReader(fixture / "store") as reader:
         first = expected[("TopicA", 0, 0)]
         for key in first["keys"].split():
-            assert ("TopicA" in reader.topics()) and (0, 0) in (reader.lookup_key("TopicA", key) or [])
+            assert ("TopicA" in reader.topics()) and (0, 0) in (
+                reader.lookup_key("TopicA", key) or []
+            )
         ts = expected[("TopicA", 0, 10)]["storeTimestamp"]
         off = reader.offset_for_time("TopicA", 0, ts)
         assert off <= 10
@@ -136,7 +138,11 @@ def test_bad_record_is_never_returned(tmp_path: Path) -> None:
         r = QueueRange("Bad", 0, 0, 20)
         with pytest.raises(CorruptRecordError, match="offset 5"):
             list(RangeDecoder(reader).batches(r))
-        rows = [x for b in RangeDecoder(reader, fail_on_data_loss=False).batches(r) for x in b.to_pylist()]
+        rows = [
+            x
+            for b in RangeDecoder(reader, fail_on_data_loss=False).batches(r)
+            for x in b.to_pylist()
+        ]
         assert [x["queue_offset"] for x in rows] == [o for o in range(20) if o != 5]
         for b in RangeDecoder(reader, fail_on_data_loss=False).batches(r):
             assert b.schema.equals(ARROW_SCHEMA)
@@ -149,7 +155,9 @@ def test_not_a_store(tmp_path: Path) -> None:
 
 def test_options_and_offsets() -> None:
     assert parse_offsets("startingOffsets", "earliest", -1) == -2
-    assert parse_offsets("startingOffsets", '{"T": {"1": 5, "0": -2}}', -1) == {"T": {"1": 5, "0": -2}}
+    assert parse_offsets("startingOffsets", '{"T": {"1": 5, "0": -2}}', -1) == {
+        "T": {"1": 5, "0": -2}
+    }
     for bad in ("{", "[1]", '{"T": 3}', '{"T": {"x": 1}}', '{"T": {"0": -5}}'):
         with pytest.raises(SourceOptionError, match="startingOffsets"):
             parse_offsets("startingOffsets", bad, -1)

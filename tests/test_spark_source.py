@@ -20,24 +20,37 @@ pytest.importorskip("pyspark")
 FMT = "rocketstore"
 
 
+# new stores written by the tests use small commit-log files (1 GiB is RocketMQ's default)
+SMALL_FILE = str(4 * 1024 * 1024)
+
+
 def _config(root: Path) -> StoreConfig:
     return StoreConfig(
         store_path_root_dir=str(root),
         mapped_file_size_commit_log=64 * 1024,
         mapped_file_size_consume_queue=20 * 40,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
     )
 
 
 def _put(root: Path, topic: str, queues: int, count: int, start: int = 0) -> None:
     with MessageStore(_config(root)) as store:
         for i in range(start, start + count):
-            msg = Message(topic, b"%s-%d" % (topic.encode(), i), i % queues, tags=f"t{i % 3}",
-                          keys=[f"{topic}-k{i}", "common"], properties={"n": str(i)})
+            msg = Message(
+                topic,
+                b"%s-%d" % (topic.encode(), i),
+                i % queues,
+                tags=f"t{i % 3}",
+                keys=[f"{topic}-k{i}", "common"],
+                properties={"n": str(i)},
+            )
             assert store.put_message(msg).ok
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and sum(
-            store.get_max_offset_in_queue(topic, q) for q in range(queues)
-        ) < start + count:
+        while (
+            time.monotonic() < deadline
+            and sum(store.get_max_offset_in_queue(topic, q) for q in range(queues)) < start + count
+        ):
             time.sleep(0.01)
 
 
@@ -71,14 +84,20 @@ def test_batch_read_everything(spark: Any, store: Path) -> None:
     assert r.body == b"T1-1" and r.tags == "t1" and r.keys == ["T1-k1", "common"]
     assert r.properties["n"] == "1"
     assert r.store_host.endswith(":10911") and len(r.msg_id) == 32
-    assert df.schema.simpleString().startswith("struct<topic:string,queue_id:int,queue_offset:bigint")
+    assert df.schema.simpleString().startswith(
+        "struct<topic:string,queue_id:int,queue_offset:bigint"
+    )
 
 
 def test_topics_and_offsets_options(spark: Any, store: Path) -> None:
     assert _read(spark, store, topics="T2").count() == 60
-    df = _read(spark, store, topics="T1",
-               startingOffsets=json.dumps({"T1": {"0": 10, "1": -2}}),
-               endingOffsets=json.dumps({"T1": {"0": 20, "2": 5}}))
+    df = _read(
+        spark,
+        store,
+        topics="T1",
+        startingOffsets=json.dumps({"T1": {"0": 10, "1": -2}}),
+        endingOffsets=json.dumps({"T1": {"0": 20, "2": 5}}),
+    )
     counts = {r.queue_id: r["count"] for r in df.groupBy("queue_id").count().collect()}
     assert counts == {0: 10, 1: 50, 2: 5, 3: 50}
     assert _read(spark, store, startingOffsets="latest").count() == 0
@@ -130,9 +149,7 @@ def test_pushdown_conf_off_still_reads(spark: Any, store: Path) -> None:
 def test_planning_errors(spark: Any, store: Path, tmp_path: Path) -> None:
     assert "not a store directory" in _error(lambda: _read(spark, tmp_path).count())
     assert "unknown topic(s) Nope" in _error(lambda: _read(spark, store, topics="Nope").count())
-    assert "startingOffsets" in _error(
-        lambda: _read(spark, store, startingOffsets="{bad").count()
-    )
+    assert "startingOffsets" in _error(lambda: _read(spark, store, startingOffsets="{bad").count())
     assert "path" in _error(lambda: spark.read.format(FMT).load().count())
 
 
@@ -156,8 +173,11 @@ def _run_available_now(spark: Any, store: Path, checkpoint: Path, **options: str
     for k, v in options.items():
         reader = reader.option(k, v)
     q = (
-        reader.load().writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     q.awaitTermination(120)
     assert q.exception() is None
@@ -181,7 +201,11 @@ def test_streaming_available_now_twice(spark: Any, store: Path, tmp_path: Path) 
 
 def test_streaming_max_offsets_per_trigger(spark: Any, store: Path, tmp_path: Path) -> None:
     sizes = _run_available_now(
-        spark, store, tmp_path / "ckpt", topics="T1", startingOffsets="earliest",
+        spark,
+        store,
+        tmp_path / "ckpt",
+        topics="T1",
+        startingOffsets="earliest",
         maxOffsetsPerTrigger="64",
     )
     assert sum(sizes) == 200
@@ -189,22 +213,37 @@ def test_streaming_max_offsets_per_trigger(spark: Any, store: Path, tmp_path: Pa
 
 
 def test_streaming_fail_on_data_loss_option_parses(spark: Any, store: Path, tmp_path: Path) -> None:
-    sizes = _run_available_now(spark, store, tmp_path / "c", topics="T2",
-                               startingOffsets="earliest", failOnDataLoss="false")
+    sizes = _run_available_now(
+        spark,
+        store,
+        tmp_path / "c",
+        topics="T2",
+        startingOffsets="earliest",
+        failOnDataLoss="false",
+    )
     assert sum(sizes) == 60
 
 
 def test_write_then_read_back(spark: Any, tmp_path: Path) -> None:
     target = tmp_path / "out"
-    rows = [("W", bytearray(b"w%d" % i), f"tag{i % 2}", [f"k{i}"], {"p": str(i)}, i % 3)
-            for i in range(90)]
+    rows = [
+        ("W", bytearray(b"w%d" % i), f"tag{i % 2}", [f"k{i}"], {"p": str(i)}, i % 3)
+        for i in range(90)
+    ]
     df = spark.createDataFrame(
-        rows, "topic string, body binary, tags string, keys array<string>, "
-              "properties map<string,string>, queue_id int",
+        rows,
+        "topic string, body binary, tags string, keys array<string>, "
+        "properties map<string,string>, queue_id int",
     )
-    df.repartition(2).write.format(FMT).option("path", str(target)).mode("append").save()
-    strings = spark.createDataFrame([("S", f"text{i}") for i in range(8)], "topic string, body string")
-    strings.coalesce(1).write.format(FMT).option("path", str(target)).mode("append").save()
+    df.repartition(2).write.format(FMT).option("path", str(target)).option(
+        "commitLogFileSize", SMALL_FILE
+    ).mode("append").save()
+    strings = spark.createDataFrame(
+        [("S", f"text{i}") for i in range(8)], "topic string, body string"
+    )
+    strings.coalesce(1).write.format(FMT).option("path", str(target)).option(
+        "commitLogFileSize", SMALL_FILE
+    ).mode("append").save()
     back = _read(spark, target)
     assert back.count() == 98
     w = back.filter("topic = 'W'").collect()
@@ -220,11 +259,18 @@ def test_write_then_read_back(spark: Any, tmp_path: Path) -> None:
 def test_streaming_write(spark: Any, store: Path, tmp_path: Path) -> None:
     target = tmp_path / "copy"
     q = (
-        spark.readStream.format(FMT).option("path", str(store)).option("topics", "T2")
-        .option("startingOffsets", "earliest").load()
+        spark.readStream.format(FMT)
+        .option("path", str(store))
+        .option("topics", "T2")
+        .option("startingOffsets", "earliest")
+        .load()
         .selectExpr("topic", "body", "tags", "keys", "queue_id")
-        .writeStream.format(FMT).option("path", str(target))
-        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+        .writeStream.format(FMT)
+        .option("path", str(target))
+        .option("commitLogFileSize", SMALL_FILE)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
     )
     q.awaitTermination(120)
     assert q.exception() is None
@@ -246,7 +292,9 @@ def test_write_errors(spark: Any, tmp_path: Path) -> None:
         import os
 
         msg = _error(
-            lambda: ok.write.format(FMT).option("path", str(tmp_path / "owned")).mode("append").save()
+            lambda: (
+                ok.write.format(FMT).option("path", str(tmp_path / "owned")).mode("append").save()
+            )
         )
         assert f"owned by process {os.getpid()}" in msg
     assert "append" in _error(
@@ -275,8 +323,6 @@ def test_reads_rocketmq_fixtures(spark: Any, tmp_path: Path, name: str) -> None:
         assert int(ts.timestamp() * 1000) == rec["storeTimestamp"]
 
 
-
-
 @pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 def test_cli_export_then_import(spark: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner
@@ -286,13 +332,27 @@ def test_cli_export_then_import(spark: Any, tmp_path: Path) -> None:
     fixture = unpack_fixture("clean", tmp_path)
     out = tmp_path / "topic-b.parquet"
     runner = CliRunner()
-    r = runner.invoke(main, ["export", "--store", str(fixture / "store"), "--topic", "TopicB",
-                             "--to", str(out)])
+    r = runner.invoke(
+        main, ["export", "--store", str(fixture / "store"), "--topic", "TopicB", "--to", str(out)]
+    )
     assert r.exit_code == 0, r.output
     expected = [k for k in expected_queue_messages(fixture) if k[0] == "TopicB"]
     assert json.loads(r.stdout.strip().splitlines()[-1])["exported"] == len(expected)
     target = tmp_path / "imported"
-    r = runner.invoke(main, ["import", "--store", str(target), "--from", str(out), "--topic", "Copy"])
+    r = runner.invoke(
+        main,
+        [
+            "import",
+            "--store",
+            str(target),
+            "--from",
+            str(out),
+            "--topic",
+            "Copy",
+            "--commit-log-file-size",
+            SMALL_FILE,
+        ],
+    )
     assert r.exit_code == 0, r.output
     back = _read(spark, target).collect()
     assert len(back) == len(expected) and {x.topic for x in back} == {"Copy"}

@@ -23,11 +23,26 @@ from rocketstore._stats import (
 from rocketstore.cli import main
 
 RUNTIME_KEYS = {
-    "bootTimestamp", "runtime", "putMessageEntireTimeMax", "putMessageTimesTotal",
-    "putMessageSizeTotal", "putMessageDistributeTime", "putMessageAverageSize",
-    "dispatchMaxBuffer", "getMessageEntireTimeMax", "putTps", "getFoundTps", "getMissTps",
-    "getTotalTps", "getTransferedTps", "commitLogDiskRatio", "consumeQueueDiskRatio",
-    "commitLogMinOffset", "commitLogMaxOffset", "dispatchBehindBytes", "runningFlags",
+    "bootTimestamp",
+    "runtime",
+    "putMessageEntireTimeMax",
+    "putMessageTimesTotal",
+    "putMessageSizeTotal",
+    "putMessageDistributeTime",
+    "putMessageAverageSize",
+    "dispatchMaxBuffer",
+    "getMessageEntireTimeMax",
+    "putTps",
+    "getFoundTps",
+    "getMissTps",
+    "getTotalTps",
+    "getTransferedTps",
+    "commitLogDiskRatio",
+    "consumeQueueDiskRatio",
+    "commitLogMinOffset",
+    "commitLogMaxOffset",
+    "dispatchBehindBytes",
+    "runningFlags",
 }
 
 
@@ -53,8 +68,11 @@ def test_exact_counts_after_known_traffic(open_store: Any) -> None:
     assert not store.put_message(Message("bad topic!", b"x")).ok  # refused: not counted
     settle(store)
     found = [store.get_message("g", "A", 0, 0, 32), store.get_message("g", "B", 3, 1, 2)]
-    missed = [store.get_message("g", "A", 0, 99, 1), store.get_message("g", "nope", 0, 0, 1),
-              store.get_message("g", "B", 3, 5, 1)]
+    missed = [
+        store.get_message("g", "A", 0, 99, 1),
+        store.get_message("g", "nope", 0, 0, 1),
+        store.get_message("g", "B", 3, 5, 1),
+    ]
     assert [r.status for r in found] == [GetMessageStatus.FOUND] * 2
     assert all(r.status is not GetMessageStatus.FOUND for r in missed)
 
@@ -64,7 +82,8 @@ def test_exact_counts_after_known_traffic(open_store: Any) -> None:
     assert s.put_message_size_total == sum(sizes.values())
     assert s.put_message_average_size == sum(sizes.values()) / 13
     assert dict(s.topics) == {
-        "A": TopicPutStats(7, sizes["A"]), "B": TopicPutStats(5, sizes["B"]),
+        "A": TopicPutStats(7, sizes["A"]),
+        "B": TopicPutStats(5, sizes["B"]),
         SCHEDULE_TOPIC: TopicPutStats(1, sizes[SCHEDULE_TOPIC]),
     }
     assert (s.get_found_total, s.get_miss_total, s.get_transferred_total) == (2, 3, 4 + 2)
@@ -129,9 +148,30 @@ def test_tps_windows_are_sampled_each_second(open_store: Any) -> None:
 
 def test_latency_buckets_and_max() -> None:
     assert len(PUT_LATENCY_BUCKETS) == 13
-    cases = {0: 0, 1: 1, 9: 1, 10: 2, 49: 2, 50: 3, 99: 3, 100: 4, 199: 4, 200: 5, 499: 5,
-             500: 6, 999: 6, 1000: 7, 1999: 7, 2000: 8, 3000: 9, 4000: 10, 5000: 11, 9999: 11,
-             10000: 12, 10**7: 12}
+    cases = {
+        0: 0,
+        1: 1,
+        9: 1,
+        10: 2,
+        49: 2,
+        50: 3,
+        99: 3,
+        100: 4,
+        199: 4,
+        200: 5,
+        499: 5,
+        500: 6,
+        999: 6,
+        1000: 7,
+        1999: 7,
+        2000: 8,
+        3000: 9,
+        4000: 10,
+        5000: 11,
+        9999: 11,
+        10000: 12,
+        10**7: 12,
+    }
     assert {ms: latency_bucket(ms) for ms in cases} == cases
 
 
@@ -157,9 +197,18 @@ def test_slow_calls_fill_the_distribution(open_store: Any) -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(0.0, "0.0"), (5.0, "5.0"), (0.25, "0.25"), (1234.5, "1234.5"), (1e7, "1.0E7"),
-     (12345678.9, "1.23456789E7"), (0.0001, "1.0E-4"), (0.001, "0.001"), (-2.5e-5, "-2.5E-5"),
-     (1 / 3, "0.3333333333333333")],
+    [
+        (0.0, "0.0"),
+        (5.0, "5.0"),
+        (0.25, "0.25"),
+        (1234.5, "1234.5"),
+        (1e7, "1.0E7"),
+        (12345678.9, "1.23456789E7"),
+        (0.0001, "1.0E-4"),
+        (0.001, "0.001"),
+        (-2.5e-5, "-2.5E-5"),
+        (1 / 3, "0.3333333333333333"),
+    ],
 )
 def test_java_double_formatting(value: float, text: str) -> None:
     assert java_double(value) == text
@@ -182,8 +231,14 @@ def test_cli_stats(open_store: Any, make_config: Any) -> None:
     assert out["topics"]["A"] == {"messages": 4, "bytes": sizes["A"]}
     assert out["topics"]["B"] == {"messages": 2, "bytes": sizes["B"]}
     assert out["topics"][SCHEDULE_TOPIC]["messages"] == 1
-    assert [(lv["level"], lv["offset"], lv["max_offset"]) for lv in out["delay_levels"]] == [(2, 0, 1)]
+    assert [(lv["level"], lv["offset"], lv["max_offset"]) for lv in out["delay_levels"]] == [
+        (2, 0, 1)
+    ]
     text = runner.invoke(main, ["stats", "--store", root])
-    assert text.exit_code == 0 and "putMessageTimesTotal" in text.output and "delay level" in text.output
+    assert (
+        text.exit_code == 0
+        and "putMessageTimesTotal" in text.output
+        and "delay level" in text.output
+    )
     # reading did not deliver the pending delayed message nor write its progress
     assert not (Path(root) / "config" / "delayOffset.json.bak").exists()

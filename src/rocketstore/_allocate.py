@@ -113,7 +113,7 @@ class AllocateMappedFileService(ServiceThread):
 
     def _make(self, path: Path, size: int) -> MappedFile:
         path.parent.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile(path, size, pool=self.pool, clock=self.clock)
+        mf = MappedFile(path, size, pool=self.pool, clock=self.clock, preallocate=True)
         if self.warm and size >= self.warm_min_size and mf.created:
             mf.warm(lock_memory=self.lock_memory)
         self.created += 1

@@ -96,7 +96,9 @@ class StoreCheckpoint:
     @property
     def min_timestamp(self) -> int:
         """Where abnormal recovery may start: min(physic, logics) less a 3 s margin."""
-        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - MIN_TIMESTAMP_MARGIN_MS)
+        return max(
+            0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - MIN_TIMESTAMP_MARGIN_MS
+        )
 
     @property
     def min_timestamp_index(self) -> int:
@@ -107,8 +109,11 @@ class StoreCheckpoint:
         if self._mm is None or self.read_only:
             return
         _LAYOUT.pack_into(
-            self._mm, 0,
-            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
+            self._mm,
+            0,
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
         )
         with translate_os_errors(f"flush {self.path}"):
             self._mm.flush()
@@ -133,8 +138,12 @@ class StoreCheckpoint:
         if self._mm is None or self.read_only:
             return
         _CLEAN.pack_into(
-            self._mm, _CLEAN_AT, CLEAN_MAGIC, end_offset,
-            self.physic_msg_timestamp, self.logics_msg_timestamp,
+            self._mm,
+            _CLEAN_AT,
+            CLEAN_MAGIC,
+            end_offset,
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
         )
         _CLEAN_CRC.pack_into(self._mm, _CLEAN_CRC_AT, zlib.crc32(self._mm[_CLEAN_AT:_CLEAN_CRC_AT]))
         self.flush()

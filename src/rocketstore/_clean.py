@@ -99,7 +99,9 @@ class CleanCommitLogService:
     def execute_delete_files_manually(self) -> None:
         """Delete files older than the reserved time in the next 20 runs, at any hour."""
         self.manual_runs = MANUAL_DELETE_RUNS
-        log.info("manual deletion of expired commit-log files requested (%d runs)", MANUAL_DELETE_RUNS)
+        log.info(
+            "manual deletion of expired commit-log files requested (%d runs)", MANUAL_DELETE_RUNS
+        )
 
     def is_time_to_delete(self) -> bool:
         return time.localtime(self.clock.now_ms() / 1000).tm_hour in self.delete_hours
@@ -118,13 +120,20 @@ class CleanCommitLogService:
     def _apply_full(self, where: str, ratio: float, full: bool) -> bool:
         if full:
             if self.flags.make_disk_full():
-                log.error("the disk of the %s is %.1f%% used; disk marked full, puts refused", where, ratio * 100)
-            self.refuse(DISK_FULL, (
-                PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                f"the disk is full: the {where} partition is {ratio * 100:.1f}% used, above "
-                f"disk_space_warning_level_ratio {self.warning_ratio * 100:.0f}%; writes resume "
-                "when retention frees space",
-            ))
+                log.error(
+                    "the disk of the %s is %.1f%% used; disk marked full, puts refused",
+                    where,
+                    ratio * 100,
+                )
+            self.refuse(
+                DISK_FULL,
+                (
+                    PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                    f"the disk is full: the {where} partition is {ratio * 100:.1f}% used, above "
+                    f"disk_space_warning_level_ratio {self.warning_ratio * 100:.0f}%; writes resume "
+                    "when retention frees space",
+                ),
+            )
         else:
             if self.flags.make_disk_ok():
                 log.info("disk space OK again (%.1f%% used); puts accepted", ratio * 100)
@@ -169,7 +178,11 @@ class CleanCommitLogService:
                 self.deleted_files += deleted
                 log.info(
                     "deleted %d commit-log file(s) (time %s, space %s, manual %s, at once %s)",
-                    deleted, timeup, space_full, manual, at_once,
+                    deleted,
+                    timeup,
+                    space_full,
+                    manual,
+                    at_once,
                 )
             elif space_full:
                 log.warning("the disk will be full soon, but no commit-log file could be deleted")
@@ -224,7 +237,11 @@ class CleanConsumeQueueService:
         if self.index is not None:
             deleted += self.index.delete_expired_files(min_phys)
         if deleted:
-            log.info("deleted %d consume-queue / index file(s) below commit-log offset %d", deleted, min_phys)
+            log.info(
+                "deleted %d consume-queue / index file(s) below commit-log offset %d",
+                deleted,
+                min_phys,
+            )
         self.deleted_files += deleted
         return deleted
 

@@ -157,7 +157,8 @@ class CommitLog:
             self.flush_service = GroupCommitService(queue, clock, flushed)
         else:
             self.flush_service = FlushRealTimeService(
-                queue, clock,
+                queue,
+                clock,
                 interval_ms=config.flush_interval_commit_log,
                 least_pages=config.flush_commit_log_least_pages,
                 thorough_interval_ms=config.flush_commit_log_thorough_interval,
@@ -166,7 +167,8 @@ class CommitLog:
         self.commit_service: CommitRealTimeService | None = None
         if queue.pool is not None:
             self.commit_service = CommitRealTimeService(
-                queue, clock,
+                queue,
+                clock,
                 interval_ms=config.commit_interval_commit_log,
                 least_pages=config.commit_commit_log_least_pages,
                 thorough_interval_ms=config.commit_commit_log_thorough_interval,
@@ -179,7 +181,8 @@ class CommitLog:
         self.put_latency_max_ms = 0.0
         # None while writes are accepted, else (status, reason)
         self._refusal: tuple[PutMessageStatus, str] | None = (
-            PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is not running"
+            PutMessageStatus.SERVICE_NOT_AVAILABLE,
+            "the store is not running",
         )
         self._extra_refusals: dict[str, tuple[PutMessageStatus, str]] = {}
 
@@ -192,7 +195,9 @@ class CommitLog:
         self.set_refusal("stopped", None)
 
     def shutdown(self) -> None:
-        self.set_refusal("stopped", (PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is shut down"))
+        self.set_refusal(
+            "stopped", (PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is shut down")
+        )
         with self.put_lock:  # let a put in progress finish
             pass
         if self.commit_service is not None:
@@ -297,7 +302,9 @@ class CommitLog:
             else:
                 text = "\x02".join([f"{k}\x01{v}" for k, v in props.items()])
             if text.count("\x01") != len(props) or text.count("\x02") != len(props) - 1:
-                return _refused(_ILLEGAL, "property names and values must not contain \\x01 or \\x02")
+                return _refused(
+                    _ILLEGAL, "property names and values must not contain \\x01 or \\x02"
+                )
             pbytes = text.encode()
             if len(pbytes) > self.max_properties_size:
                 return _refused(
@@ -330,9 +337,23 @@ class CommitLog:
             return _refused(_ILLEGAL, f"a record of {total} bytes cannot fit in a commit-log file")
         # a plain tuple in _Prepared's field order (building the NamedTuple costs more)
         return (  # type: ignore[return-value]
-            topic, topic_tail, queue_id, body, zlib.crc32(body) & 0x7FFFFFFF, msg.flag, sys_flag,
-            msg.born_timestamp, host, msg.reconsume_times, msg.prepared_transaction_offset,
-            pbytes, total, code, keys, uniq, wait,
+            topic,
+            topic_tail,
+            queue_id,
+            body,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            msg.flag,
+            sys_flag,
+            msg.born_timestamp,
+            host,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            pbytes,
+            total,
+            code,
+            keys,
+            uniq,
+            wait,
         )
 
     def _delay_rewrite(
@@ -391,8 +412,25 @@ class CommitLog:
         p = self._prepare(msg)
         if p.__class__ is PutMessageResult:
             return p  # type: ignore[return-value]
-        (topic, tail, queue_id, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
-         prepared, props, total, code, keys, uniq, wait) = p  # type: ignore[misc]
+        (
+            topic,
+            tail,
+            queue_id,
+            body,
+            crc,
+            flag,
+            sys_flag,
+            born_ts,
+            born_host,
+            reconsume,
+            prepared,
+            props,
+            total,
+            code,
+            keys,
+            uniq,
+            wait,
+        ) = p  # type: ignore[misc]
         tran = sys_flag & SYSFLAG_TRANSACTION_MASK
         in_queue = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         key = (topic, queue_id)
@@ -407,7 +445,8 @@ class CommitLog:
                 self._note_latency(self._monotonic() - begin)
                 if mf is None:
                     return _refused(
-                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
+                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
+                        "could not create a commit-log file",
                     )
             pos = mf.wrote_position
             target = mf.write_target
@@ -417,19 +456,43 @@ class CommitLog:
             if len(born_host) == 8 and not self._store_host_extra:
                 blen = len(body)
                 _HEAD.pack_into(
-                    target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
-                    born_ts or now, born_host, now, self.store_host, reconsume, prepared, blen,
+                    target,
+                    pos,
+                    total,
+                    MAGIC_V1,
+                    crc,
+                    queue_id,
+                    flag,
+                    qoff,
+                    phys,
+                    sys_flag,
+                    born_ts or now,
+                    born_host,
+                    now,
+                    self.store_host,
+                    reconsume,
+                    prepared,
+                    blen,
                 )
                 q = pos + HEAD_V4_SIZE + blen
                 target[pos + HEAD_V4_SIZE : q] = body
                 target[q : pos + total] = tail
             else:
                 target[pos : pos + total] = encode_record(
-                    topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
-                    queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
-                    born_timestamp=born_ts or now, born_host=born_host, store_timestamp=now,
-                    store_host=self.store_host, reconsume_times=reconsume,
-                    prepared_transaction_offset=prepared, properties=props.decode(),
+                    topic=topic,
+                    body=bytes(body),
+                    queue_id=queue_id,
+                    flag=flag,
+                    queue_offset=qoff,
+                    phys_offset=phys,
+                    sys_flag=sys_flag,
+                    born_timestamp=born_ts or now,
+                    born_host=born_host,
+                    store_timestamp=now,
+                    store_host=self.store_host,
+                    reconsume_times=reconsume,
+                    prepared_transaction_offset=prepared,
+                    properties=props.decode(),
                 )
             mf.wrote_position = pos + total
             mf.store_timestamp = now
@@ -439,9 +502,24 @@ class CommitLog:
             if handoff is not None:
                 if code == DELAY_TAGS_CODE:
                     code = self.delivery_time(queue_id + 1, now)
-                handoff.append(_new_result(DispatchRequest, (
-                    topic, queue_id, phys, total, code, now, qoff, keys, uniq, sys_flag, prepared,
-                )))
+                handoff.append(
+                    _new_result(
+                        DispatchRequest,
+                        (
+                            topic,
+                            queue_id,
+                            phys,
+                            total,
+                            code,
+                            now,
+                            qoff,
+                            keys,
+                            uniq,
+                            sys_flag,
+                            prepared,
+                        ),
+                    )
+                )
             try:
                 self.topic_put_counts[topic] += 1
                 self.topic_put_bytes[topic] += total
@@ -453,10 +531,20 @@ class CommitLog:
             on_append()
         if self.sync_flush and wait:
             if not self.flush_service.wait_flushed(phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
-                return _new_result(PutMessageResult, (
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT, phys, total, qoff, now, self.store_host, 1,
-                    None, (),
-                ))
+                return _new_result(
+                    PutMessageResult,
+                    (
+                        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                        phys,
+                        total,
+                        qoff,
+                        now,
+                        self.store_host,
+                        1,
+                        None,
+                        (),
+                    ),
+                )
         return _new_result(
             PutMessageResult, (_PUT_OK, phys, total, qoff, now, self.store_host, 1, None, ())
         )
@@ -495,18 +583,40 @@ class CommitLog:
             blen = len(p.body)
             if len(p.born_host) == 8 and not self._store_host_extra:
                 _HEAD.pack_into(
-                    buf, pos, p.total, MAGIC_V1, p.crc, queue_id, p.flag, 0, 0, p.sys_flag,
-                    p.born_ts, p.born_host, 0, store_host, p.reconsume, p.prepared, blen,
+                    buf,
+                    pos,
+                    p.total,
+                    MAGIC_V1,
+                    p.crc,
+                    queue_id,
+                    p.flag,
+                    0,
+                    0,
+                    p.sys_flag,
+                    p.born_ts,
+                    p.born_host,
+                    0,
+                    store_host,
+                    p.reconsume,
+                    p.prepared,
+                    blen,
                 )
                 q = pos + HEAD_V4_SIZE + blen
                 buf[pos + HEAD_V4_SIZE : q] = p.body
                 buf[q : pos + p.total] = p.tail
             else:
                 buf[pos : pos + p.total] = encode_record(
-                    topic=topic, body=bytes(p.body), queue_id=queue_id, flag=p.flag,
-                    sys_flag=p.sys_flag, born_timestamp=p.born_ts, born_host=p.born_host,
-                    store_host=store_host, reconsume_times=p.reconsume,
-                    prepared_transaction_offset=p.prepared, properties=p.props.decode(),
+                    topic=topic,
+                    body=bytes(p.body),
+                    queue_id=queue_id,
+                    flag=p.flag,
+                    sys_flag=p.sys_flag,
+                    born_timestamp=p.born_ts,
+                    born_host=p.born_host,
+                    store_host=store_host,
+                    reconsume_times=p.reconsume,
+                    prepared_transaction_offset=p.prepared,
+                    properties=p.props.decode(),
                 )
             pos += p.total
         key = (topic, queue_id)
@@ -522,7 +632,9 @@ class CommitLog:
             first_phys = mf.from_offset + wpos
             first_qoff = self.topic_queue_table.get(key, 0)
             for i, start in enumerate(starts):
-                _QUEUE_FIELDS.pack_into(buf, start + OFFSET_QUEUE_OFFSET, first_qoff + i, first_phys + start)
+                _QUEUE_FIELDS.pack_into(
+                    buf, start + OFFSET_QUEUE_OFFSET, first_qoff + i, first_phys + start
+                )
                 _STORE_TS.pack_into(buf, store_ts_at[i], now)
                 if not prepared[i].born_ts:
                     _STORE_TS.pack_into(buf, start + OFFSET_BORN_TIMESTAMP, now)
@@ -534,8 +646,17 @@ class CommitLog:
             if handoff is not None:
                 handoff.extend(
                     DispatchRequest(
-                        topic, queue_id, first_phys + starts[i], p.total, p.tags_code, now,
-                        first_qoff + i, p.keys, p.uniq, p.sys_flag, p.prepared,
+                        topic,
+                        queue_id,
+                        first_phys + starts[i],
+                        p.total,
+                        p.tags_code,
+                        now,
+                        first_qoff + i,
+                        p.keys,
+                        p.uniq,
+                        p.sys_flag,
+                        p.prepared,
                     )
                     for i, p in enumerate(prepared)
                 )
@@ -550,7 +671,14 @@ class CommitLog:
             if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return PutMessageResult(
-            status, first_phys, total, first_qoff, now, store_host, len(prepared), None,
+            status,
+            first_phys,
+            total,
+            first_qoff,
+            now,
+            store_host,
+            len(prepared),
+            None,
             tuple(first_phys + s for s in starts),
         )
 
@@ -572,7 +700,9 @@ class CommitLog:
             return None
         return mf.select_mapped_buffer(offset - mf.from_offset, size)
 
-    def read_message(self, phys_offset: int, size: int | None = None, *, check_crc: bool = True) -> MessageExt | None:
+    def read_message(
+        self, phys_offset: int, size: int | None = None, *, check_crc: bool = True
+    ) -> MessageExt | None:
         """Decode the message at ``phys_offset``; None where there is none."""
         mf = self.queue.find_mapped_file_by_offset(phys_offset)
         if mf is None or not mf.hold():
@@ -596,15 +726,20 @@ class CommitLog:
             return 0
         try:
             return check_record(
-                mf.mm, phys_offset - mf.from_offset, mf.read_position,
-                check_crc=check_crc, delay_time=self.delivery_time,
+                mf.mm,
+                phys_offset - mf.from_offset,
+                mf.read_position,
+                check_crc=check_crc,
+                delay_time=self.delivery_time,
             )
         finally:
             mf.release()
 
     # ---- recovery helpers -------------------------------------------------------------------
 
-    def scan_file(self, mf: MappedFile, start: int, check_crc: bool) -> tuple[int, list[DispatchRequest], bool]:
+    def scan_file(
+        self, mf: MappedFile, start: int, check_crc: bool
+    ) -> tuple[int, list[DispatchRequest], bool]:
         """Walk records from ``start`` (file-relative): (end position, requests, hit a BLANK).
 
         Stops at the first invalid record or the end of the data.
@@ -615,7 +750,9 @@ class CommitLog:
         buf = mf.mm
         while pos < limit:
             try:
-                r = check_record(buf, pos, limit, check_crc=check_crc, delay_time=self.delivery_time)
+                r = check_record(
+                    buf, pos, limit, check_crc=check_crc, delay_time=self.delivery_time
+                )
             except CorruptRecordError as exc:
                 log.warning("%s: %s; the log ends here", mf.path, exc)
                 return pos, requests, False
@@ -626,7 +763,9 @@ class CommitLog:
             if r.commitlog_offset != mf.from_offset + pos:
                 log.warning(
                     "%s: record at %d says it is at %d; the log ends here",
-                    mf.path, pos, r.commitlog_offset,
+                    mf.path,
+                    pos,
+                    r.commitlog_offset,
                 )
                 return pos, requests, False
             requests.append(r)

@@ -87,12 +87,16 @@ class ConsumeQueue:
                 last = self.path / names[-1]
                 with translate_os_errors(f"stat {last}"):
                     actual = last.stat().st_size
-                    confirmed = len(names) > 1 and (self.path / names[0]).stat().st_size == self.file_size
+                    confirmed = (
+                        len(names) > 1 and (self.path / names[0]).stat().st_size == self.file_size
+                    )
                     partial = actual == 0 or actual % UNIT_SIZE or confirmed
                     if actual < self.file_size and partial:
                         log.warning(
                             "%s: size %d, expected %d; resizing it (recovery finds its units)",
-                            last, actual, self.file_size,
+                            last,
+                            actual,
+                            self.file_size,
                         )
                         os.truncate(last, self.file_size)
         self.queue.load()
@@ -128,7 +132,9 @@ class ConsumeQueue:
         """Set the write position to ``end`` and delete the files past it (no zeroing: the unit
         at ``end`` is already invalid, and later writes go in order)."""
         while (last := self.queue.last_file()) is not None and last.from_offset > end:
-            log.warning("%s: removing consume-queue file %s past the end", self.path, last.file_name)
+            log.warning(
+                "%s: removing consume-queue file %s past the end", self.path, last.file_name
+            )
             self.queue.delete_last_mapped_file()
         last = self.queue.last_file()
         if last is not None:
@@ -264,7 +270,9 @@ class ConsumeQueue:
         if expect != current:
             log.error(
                 "%s: unit %d does not follow the queue end %d; blank units fill the gap",
-                self.path, offset, current // UNIT_SIZE,
+                self.path,
+                offset,
+                current // UNIT_SIZE,
             )
             while current < expect:
                 if mf.wrote_position >= self.file_size:
@@ -400,6 +408,7 @@ class ConsumeQueue:
 
     def delete_expired_files(self, min_phys_offset: int) -> int:
         """Delete files (never the last) whose units all point below ``min_phys_offset``."""
+
         def last_phys(mf: MappedFile) -> int:
             off, size, _ = UNIT.unpack_from(mf.mm, self.file_size - UNIT_SIZE)
             return off if is_valid_unit(off, size) else -1
@@ -459,7 +468,9 @@ class ConsumeQueueTable:
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.last_store_timestamp = 0  # store time of the last dispatched message
 
-    def load(self, on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None) -> None:
+    def load(
+        self, on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None
+    ) -> None:
         """Map every queue found on disk (directory names that are not queue ids are skipped).
 
         A queue whose files do not load (wrong sizes, names) raises CorruptFileError, or, with

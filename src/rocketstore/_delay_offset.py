@@ -140,7 +140,8 @@ class DelayOffsetFile:
             log.error(
                 "%s; no usable backup either: kept as %s, delayed messages are delivered from "
                 "the start of their queues again (duplicates possible, nothing lost)",
-                problem, corrupt,
+                problem,
+                corrupt,
             )
             with contextlib.suppress(OSError):
                 os.replace(self.path, corrupt)

@@ -34,7 +34,9 @@ def _noop(_ts: int) -> None:
 class GroupCommitService(ServiceThread):
     """Sync flush with group commit. ``wait_flushed`` is called by producers, any thread."""
 
-    def __init__(self, queue: MappedFileQueue, clock: Clock, on_flushed: FlushedCallback = _noop) -> None:
+    def __init__(
+        self, queue: MappedFileQueue, clock: Clock, on_flushed: FlushedCallback = _noop
+    ) -> None:
         super().__init__("GroupCommitService")
         self.queue = queue
         self.clock = clock
@@ -133,7 +135,9 @@ class PeriodicPageService(ServiceThread):
             try:
                 self.step(self._least_pages_now())
             except OSError:
-                log.exception("%s: %s failed; retrying in %.1f s", self.name, self.what, self.interval)
+                log.exception(
+                    "%s: %s failed; retrying in %.1f s", self.name, self.what, self.interval
+                )
         for _ in range(self.final_rounds):
             try:
                 if not self.step(0):
@@ -156,7 +160,10 @@ class FlushRealTimeService(PeriodicPageService):
         on_flushed: FlushedCallback = _noop,
     ) -> None:
         super().__init__(
-            "FlushRealTimeService", clock, interval_ms=interval_ms, least_pages=least_pages,
+            "FlushRealTimeService",
+            clock,
+            interval_ms=interval_ms,
+            least_pages=least_pages,
             thorough_interval_ms=thorough_interval_ms,
         )
         self.queue = queue
@@ -193,7 +200,10 @@ class CommitRealTimeService(PeriodicPageService):
         flusher: ServiceThread,
     ) -> None:
         super().__init__(
-            "CommitRealTimeService", clock, interval_ms=interval_ms, least_pages=least_pages,
+            "CommitRealTimeService",
+            clock,
+            interval_ms=interval_ms,
+            least_pages=least_pages,
             thorough_interval_ms=thorough_interval_ms,
         )
         self.queue = queue

@@ -128,16 +128,26 @@ class IndexFile:
 
     def load_header(self) -> None:
         (
-            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-            self.end_phy_offset, self.hash_slot_count, self.index_count,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
         ) = HEADER.unpack_from(self.mf.mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
 
     def write_header(self) -> None:
         HEADER.pack_into(
-            self.mf.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-            self.end_phy_offset, self.hash_slot_count, self.index_count,
+            self.mf.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
         )
 
     def is_full(self) -> bool:
@@ -193,7 +203,9 @@ class IndexFile:
         try:
             mm = self.mf.mm
             count = self.index_count
-            slot_value = SLOT.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE)[0]
+            slot_value = SLOT.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE)[
+                0
+            ]
             if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
                 return
             entries = HEADER_SIZE + self.slot_num * SLOT_SIZE
@@ -257,7 +269,11 @@ class IndexFile:
         if keep > 1:
             _h, phy, diff, _p = self.entry(keep - 1)
             self.end_phy_offset = phy
-            self.end_timestamp = self.begin_timestamp + max(0, diff) * 1000 if keep - 1 != 1 else self.begin_timestamp
+            self.end_timestamp = (
+                self.begin_timestamp + max(0, diff) * 1000
+                if keep - 1 != 1
+                else self.begin_timestamp
+            )
         else:
             self.end_phy_offset = self.begin_phy_offset
             self.end_timestamp = self.begin_timestamp
@@ -332,13 +348,22 @@ class IndexService:
                         f"{self.slot_num}, max_index_num {self.index_num}): wrong settings?"
                     )
                 # the newest file was being created when the process died
-                log.warning("%s: half-created (%d of %d bytes); renamed to %s.corrupt",
-                            path, actual, size, name)
+                log.warning(
+                    "%s: half-created (%d of %d bytes); renamed to %s.corrupt",
+                    path,
+                    actual,
+                    size,
+                    name,
+                )
                 with translate_os_errors(f"rename {path}"):
                     os.replace(path, path.with_name(name + ".corrupt"))
                 continue
             f = IndexFile(
-                path, self.slot_num, self.index_num, clock=self.clock, create=False,
+                path,
+                self.slot_num,
+                self.index_num,
+                clock=self.clock,
+                create=False,
                 read_only=self.read_only,
             )
             if (
@@ -367,7 +392,10 @@ class IndexService:
         with translate_os_errors(f"create {self.dir}"):
             self.dir.mkdir(parents=True, exist_ok=True)
         new = IndexFile(
-            self.dir / name, self.slot_num, self.index_num, clock=self.clock,
+            self.dir / name,
+            self.slot_num,
+            self.index_num,
+            clock=self.clock,
             begin_phy_offset=last.end_phy_offset if last is not None else 0,
             begin_timestamp=last.end_timestamp if last is not None else 0,
         )
@@ -375,7 +403,9 @@ class IndexService:
             self.files = [*files, new]
         if last is not None:
             last.write_header()
-            t = threading.Thread(target=self._flush_file, args=(last,), name="IndexFlush", daemon=True)
+            t = threading.Thread(
+                target=self._flush_file, args=(last,), name="IndexFlush", daemon=True
+            )
             self._flushers = [th for th in self._flushers if th.is_alive()] + [t]
             t.start()
         return new

@@ -51,9 +51,13 @@ class QueueSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "topic": self.topic, "queue_id": self.queue_id, "min_offset": self.min_offset,
-            "max_offset": self.max_offset, "commit_log_messages": self.log_messages,
-            "commit_log_bytes": self.log_bytes, "commit_log_next_offset": self.log_next_offset,
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+            "commit_log_messages": self.log_messages,
+            "commit_log_bytes": self.log_bytes,
+            "commit_log_next_offset": self.log_next_offset,
         }
 
 
@@ -80,9 +84,15 @@ class InspectReport:
             t["bytes"] += q.log_bytes
             t["queues"].append(q.as_dict())
         return {
-            "root": self.root, "ok": self.ok, "errors": self.errors, "warnings": self.warnings,
-            "abort_file": self.abort_file, "checkpoint": self.checkpoint,
-            "commit_log": self.commit_log, "topics": topics, "index": self.index,
+            "root": self.root,
+            "ok": self.ok,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "abort_file": self.abort_file,
+            "checkpoint": self.checkpoint,
+            "commit_log": self.commit_log,
+            "topics": topics,
+            "index": self.index,
         }
 
 
@@ -148,7 +158,9 @@ class Inspector:
             d = self.root / sub
             if d.is_dir():
                 for dirpath, _dirs, files in os.walk(d):
-                    total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files if f.isdigit())
+                    total += sum(
+                        os.path.getsize(os.path.join(dirpath, f)) for f in files if f.isdigit()
+                    )
         return total
 
     def run(self, progress: Progress | None = None) -> InspectReport:
@@ -159,7 +171,9 @@ class Inspector:
             return rep
         rep.abort_file = (self.root / "abort").exists()
         if rep.abort_file:
-            rep.warnings.append("abort file present: the store was not shut down cleanly (or is open)")
+            rep.warnings.append(
+                "abort file present: the store was not shut down cleanly (or is open)"
+            )
         with self._stack:
             per_queue = self._commit_log(step)
             self._consume_queues(per_queue, step)
@@ -197,7 +211,9 @@ class Inspector:
             if int(n) % size:
                 rep.errors.append(f"commitlog/{n}: not a multiple of the file size {size}")
             if i and int(n) != int(names[i - 1]) + size:
-                rep.errors.append(f"commitlog/{n}: does not follow {names[i - 1]} (a file is missing)")
+                rep.errors.append(
+                    f"commitlog/{n}: does not follow {names[i - 1]} (a file is missing)"
+                )
             files.append(d / n)
         self._cl_files = files
         info["files"] = len(files)
@@ -212,9 +228,13 @@ class Inspector:
             with _mapped(path) as mm:
                 if ended:
                     if len(mm) and _nonzero(mm):  # type: ignore[arg-type]
-                        rep.errors.append(f"commitlog/{path.name}: data after the end of the log at {end}")
+                        rep.errors.append(
+                            f"commitlog/{path.name}: data after the end of the log at {end}"
+                        )
                     else:
-                        rep.warnings.append(f"commitlog/{path.name}: empty (pre-allocated) file after the end")
+                        rep.warnings.append(
+                            f"commitlog/{path.name}: empty (pre-allocated) file after the end"
+                        )
                     step(size)
                     continue
                 r = scan_records(mm, 0, size, base, check_crc=True, collect=batch)
@@ -236,7 +256,9 @@ class Inspector:
                     info["blank_records"] += 1
                     end = base + size
                 elif r.stop == BAD_RECORD:
-                    rep.errors.append(f"commitlog/{path.name}: invalid record at {base + r.end}: {r.error}")
+                    rep.errors.append(
+                        f"commitlog/{path.name}: invalid record at {base + r.end}: {r.error}"
+                    )
                     end = base + r.end
                     ended = True
                 elif r.end < size:
@@ -281,7 +303,9 @@ class Inspector:
             for topic_dir in sorted(p for p in d.iterdir() if p.is_dir()):
                 for qdir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
                     if not qdir.name.isdigit():
-                        rep.warnings.append(f"consumequeue/{topic_dir.name}/{qdir.name}: not a queue directory")
+                        rep.warnings.append(
+                            f"consumequeue/{topic_dir.name}/{qdir.name}: not a queue directory"
+                        )
                         continue
                     key = (topic_dir.name, int(qdir.name))
                     found.add(key)
@@ -295,7 +319,9 @@ class Inspector:
                     "(dispatch will build it)"
                 )
 
-    def _queue(self, key: tuple[str, int], qdir: Path, stats: list[int] | None, step: Progress) -> None:
+    def _queue(
+        self, key: tuple[str, int], qdir: Path, stats: list[int] | None, step: Progress
+    ) -> None:
         rep = self.report
         where = f"consumequeue/{key[0]}/{key[1]}"
         q = rep.queues[key] = QueueSummary(key[0], key[1])
@@ -334,7 +360,9 @@ class Inspector:
                             ended = True
                             q.max_offset = offset
                         if off or usize or _tags:
-                            rep.errors.append(f"{where}: unit {offset} after the queue's end is not zero")
+                            rep.errors.append(
+                                f"{where}: unit {offset} after the queue's end is not zero"
+                            )
                             break
                         continue
                     if off == 0 and usize == BLANK_SIZE:
@@ -400,17 +428,27 @@ class Inspector:
             item: dict[str, Any] = {"name": n, "size": size}
             info["files"].append(item)
             if slots is None or entries is None:
-                rep.errors.append(f"index/{n}: {size} bytes fits no index geometry (give the slot and entry numbers)")
+                rep.errors.append(
+                    f"index/{n}: {size} bytes fits no index geometry (give the slot and entry numbers)"
+                )
                 continue
             with _mapped(path) as mm:
                 if len(mm) < HEADER_SIZE:
                     rep.errors.append(f"index/{n}: shorter than its header")
                     continue
                 b_ts, e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack_from(mm, 0)
-                item.update(begin_timestamp=b_ts, end_timestamp=e_ts, begin_phy_offset=b_phy,
-                            end_phy_offset=e_phy, hash_slot_count=slot_count, index_count=count)
+                item.update(
+                    begin_timestamp=b_ts,
+                    end_timestamp=e_ts,
+                    begin_phy_offset=b_phy,
+                    end_phy_offset=e_phy,
+                    hash_slot_count=slot_count,
+                    index_count=count,
+                )
                 if not 1 <= count <= entries or not 0 <= slot_count <= slots or e_phy < b_phy:
-                    rep.errors.append(f"index/{n}: header out of range (count {count}, slots {slot_count})")
+                    rep.errors.append(
+                        f"index/{n}: header out of range (count {count}, slots {slot_count})"
+                    )
                     continue
                 entries_at = HEADER_SIZE + slots * SLOT_SIZE
                 for k in range(count - 1, max(0, count - 1 - INDEX_ENTRIES_CHECKED), -1):
@@ -419,10 +457,14 @@ class Inspector:
                         rep.errors.append(f"index/{n}: entry {k} links to entry {prev}")
                         break
                     if phy >= self._cl_end:
-                        rep.warnings.append(f"index/{n}: entry {k} points past the commit log's end")
+                        rep.warnings.append(
+                            f"index/{n}: entry {k} points past the commit log's end"
+                        )
                         break
                     if phy >= self._cl_min and self._record(phy) is None:
-                        rep.errors.append(f"index/{n}: entry {k} points at {phy}, where no record starts")
+                        rep.errors.append(
+                            f"index/{n}: entry {k} points at {phy}, where no record starts"
+                        )
                         break
 
     def _index_geometry(self, size: int) -> tuple[int | None, int | None]:
@@ -443,7 +485,9 @@ class Inspector:
         rep = self.report
         path = self.root / "checkpoint"
         if not path.exists():
-            rep.warnings.append("no checkpoint file (a restart after a crash scans from the first file)")
+            rep.warnings.append(
+                "no checkpoint file (a restart after a crash scans from the first file)"
+            )
             return
         size = path.stat().st_size
         if size < 24:
@@ -458,7 +502,9 @@ class Inspector:
             clean = cp.clean_end_offset()
             rep.checkpoint["cleanShutdownEnd"] = clean
             if clean is not None and clean != self._cl_end and self._cl_files:
-                rep.warnings.append(f"checkpoint: clean-shutdown end {clean}, the log ends at {self._cl_end}")
+                rep.warnings.append(
+                    f"checkpoint: clean-shutdown end {clean}, the log ends at {self._cl_end}"
+                )
         finally:
             cp.shutdown()
 
@@ -473,4 +519,3 @@ def _nonzero(mm: mmap.mmap, start: int = 0) -> int:
         if chunk.count(0) != len(chunk):
             reach = at + len(chunk.rstrip(b"\0")) - start
     return reach
-

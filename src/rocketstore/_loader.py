@@ -60,7 +60,9 @@ log = logging.getLogger(__name__)
 
 RECOVER_FROM_LAST_FILES = 3
 TAIL_CHECK_MAX_UNITS = 100_000
-CLEAN_VERIFY_BYTES = 64 * 1024 * 1024  # a clean restart CRC-checks at least this much tail  # units walked back per queue before giving the queue up
+CLEAN_VERIFY_BYTES = (
+    64 * 1024 * 1024
+)  # a clean restart CRC-checks at least this much tail  # units walked back per queue before giving the queue up
 _ZERO_CHUNK = 1 << 20
 _ZERO_CRC = zlib.crc32(bytes(_ZERO_CHUNK))
 
@@ -251,11 +253,17 @@ class StoreLoader:
             destroyed_index_files=tuple(self._destroyed_index),
             dropped_index_entries=self._dropped_index_entries,
             dispatched=self._dispatched,
-            checkpoint_after=(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp),
+            checkpoint_after=(
+                cp.physic_msg_timestamp,
+                cp.logics_msg_timestamp,
+                cp.index_msg_timestamp,
+            ),
             seconds=round(self.clock.monotonic() - begin, 6),
             notes=tuple(self.notes),
         )
-        level = logging.WARNING if mode == ABNORMAL or dirty or self._dropped_units else logging.INFO
+        level = (
+            logging.WARNING if mode == ABNORMAL or dirty or self._dropped_units else logging.INFO
+        )
         log.log(level, "%s: %s", self.root, result.summary())
         return result
 
@@ -326,7 +334,11 @@ class StoreLoader:
         With ``reconcile`` every record is checked against (or dispatched to) its queue."""
         check_crc = self.config.check_crc_on_recover
         files = self.cl.queue.files
-        i = next(k for k, mf in enumerate(files) if mf.from_offset <= start < mf.from_offset + mf.file_size)
+        i = next(
+            k
+            for k, mf in enumerate(files)
+            if mf.from_offset <= start < mf.from_offset + mf.file_size
+        )
         pos = start - files[i].from_offset
         records = 0
         last_ts = 0
@@ -335,7 +347,11 @@ class StoreLoader:
         while True:
             mf = files[i]
             r = scan_records(
-                mf.mm, pos, mf.file_size, mf.from_offset, check_crc=check_crc,
+                mf.mm,
+                pos,
+                mf.file_size,
+                mf.from_offset,
+                check_crc=check_crc,
                 collect=batch if reconcile else track,
             )
             records += r.records
@@ -350,7 +366,9 @@ class StoreLoader:
                 log_next = self._log_next
                 for _p, _s, topic, qid, qoff, sys_flag, _t, _k in track:
                     tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-                    if (tran == 0 or tran == TRANSACTION_COMMIT_TYPE) and qoff >= log_next.get((topic, qid), 0):
+                    if (tran == 0 or tran == TRANSACTION_COMMIT_TYPE) and qoff >= log_next.get(
+                        (topic, qid), 0
+                    ):
                         log_next[(topic, qid)] = qoff + 1
                 track.clear()
             end = mf.from_offset + r.end
@@ -359,7 +377,12 @@ class StoreLoader:
                     i += 1
                     pos = 0
                     continue
-                return mf.from_offset + mf.file_size, "a BLANK record at the end of the last file", records, last_ts
+                return (
+                    mf.from_offset + mf.file_size,
+                    "a BLANK record at the end of the last file",
+                    records,
+                    last_ts,
+                )
             if r.stop == BAD_RECORD:
                 return end, f"an invalid record at {end}: {r.error}", records, last_ts
             if r.end >= mf.file_size and i + 1 < len(files):  # file filled exactly
@@ -381,7 +404,9 @@ class StoreLoader:
             if phys is not None and phys < start:
                 start = phys
         if start < 0 or not q.files:
-            self._note("a clean-shutdown record but no consume queues to verify it from; normal recovery")
+            self._note(
+                "a clean-shutdown record but no consume queues to verify it from; normal recovery"
+            )
             return None
         first = q.files[0].from_offset
         last_end = q.files[-1].from_offset + q.file_size
@@ -462,7 +487,11 @@ class StoreLoader:
                     elif where >= st[2]:
                         if not st[4] <= where < st[5]:
                             mf_q = st[0].queue.find_mapped_file_by_offset(where)
-                            st[3:6] = [mf_q, mf_q.from_offset, mf_q.from_offset + mf_q.wrote_position] if mf_q else [None, 0, 0]
+                            st[3:6] = (
+                                [mf_q, mf_q.from_offset, mf_q.from_offset + mf_q.wrote_position]
+                                if mf_q
+                                else [None, 0, 0]
+                            )
                         mf_q = st[3]
                         unit = unpack_unit(mf_q.mm, where - st[4]) if mf_q is not None else None
                         if unit is None or unit[0] != phys or unit[1] != size:
@@ -472,7 +501,13 @@ class StoreLoader:
                             self._rebuilt.append(f"{topic}/{qid}")
                             log.warning(
                                 "%s/%d: unit %d is %s, the commit log has (%d, %d); %d units rebuilt",
-                                topic, qid, qoff, unit, phys, size, dropped,
+                                topic,
+                                qid,
+                                qoff,
+                                unit,
+                                phys,
+                                size,
+                                dropped,
                             )
                             need = True
                     if need:
@@ -483,7 +518,9 @@ class StoreLoader:
                     need = True
                 else:
                     f = files[-1]
-                    need = phys > f.end_phy_offset or (phys == f.end_phy_offset and f.index_count <= 1)
+                    need = phys > f.end_phy_offset or (
+                        phys == f.end_phy_offset and f.index_count <= 1
+                    )
             if need:
                 req = check_record(mm, phys - base, limit, check_crc=False, delay_time=delay_time)
                 assert not isinstance(req, int)
@@ -575,7 +612,12 @@ class StoreLoader:
         keep: list[IndexFile] = []
         for f in idx.files:
             problem = f.header_problem()
-            if problem is None and f.index_count > 1 and f.begin_phy_offset >= end > 0 and f is not idx.files[0]:
+            if (
+                problem is None
+                and f.index_count > 1
+                and f.begin_phy_offset >= end > 0
+                and f is not idx.files[0]
+            ):
                 problem = f"it starts at {f.begin_phy_offset}, past the commit log's end {end}"
             if problem is not None:
                 self._note(f"{f.path}: {problem}; destroyed")
@@ -602,7 +644,9 @@ class StoreLoader:
         dropped = newest.truncate_entries(k)
         if dropped:
             self._dropped_index_entries += dropped
-            self._note(f"{newest.path}: {dropped} entries past the commit log's end or at no record dropped")
+            self._note(
+                f"{newest.path}: {dropped} entries past the commit log's end or at no record dropped"
+            )
             resume = newest.end_phy_offset if k > 1 else newest.begin_phy_offset
             if self._redispatch_from is None or resume < self._redispatch_from:
                 self._redispatch_from = resume

@@ -122,7 +122,11 @@ class MappedFile:
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
         create: bool = True,
+        preallocate: bool = False,
     ) -> None:
+        """``preallocate``: reserve the file's disk blocks when creating it (commit-log files:
+        a full disk then fails the creation instead of a write through the mapping, which
+        would kill the process with SIGBUS). Sparse otherwise, as RocketMQ creates files."""
         self.path = Path(path)
         self.file_size = file_size
         self.clock = clock
@@ -130,7 +134,9 @@ class MappedFile:
         try:
             self.from_offset = int(self.path.name)
         except ValueError:
-            raise CorruptFileError(f"{self.path}: a store file must be named by its offset") from None
+            raise CorruptFileError(
+                f"{self.path}: a store file must be named by its offset"
+            ) from None
         with translate_os_errors(f"open {self.path}"):
             exists = self.path.exists()
             if not exists and (read_only or not create):
@@ -145,8 +151,7 @@ class MappedFile:
                     )
                 if not exists:
                     os.ftruncate(self._fd, file_size)
-                    # reserve the blocks now: a full disk fails here, not as SIGBUS mid-write,
-                    # and first writes to each page need no block allocation
+                if not exists and preallocate:
                     with contextlib.suppress(AttributeError):
                         try:
                             os.posix_fallocate(self._fd, 0, file_size)
@@ -178,7 +183,9 @@ class MappedFile:
                 log.warning("%s: no write buffer free in the transient store pool", self.path)
         # where appends go: the write buffer if there is one, else the mapping (an attribute,
         # not a property: the put path reads it for every message)
-        self.write_target: mmap.mmap = self.write_buffer if self.write_buffer is not None else self.mm
+        self.write_target: mmap.mmap = (
+            self.write_buffer if self.write_buffer is not None else self.mm
+        )
         # reference counting
         self._ref_lock = threading.Lock()
         self._refs = 1
@@ -224,7 +231,9 @@ class MappedFile:
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, offset: int = 0, length: int = -1) -> bool:
+    def append(
+        self, data: bytes | bytearray | memoryview, offset: int = 0, length: int = -1
+    ) -> bool:
         """Append raw bytes (replication, tests); False when they do not fit."""
         view = memoryview(data)
         if length < 0:
@@ -282,7 +291,9 @@ class MappedFile:
 
     # ---- reading ----------------------------------------------------------------------------
 
-    def select_mapped_buffer(self, pos: int, size: int | None = None) -> SelectMappedBufferResult | None:
+    def select_mapped_buffer(
+        self, pos: int, size: int | None = None
+    ) -> SelectMappedBufferResult | None:
         """A held view from ``pos`` (to the read position, or ``size`` bytes); None if unreadable."""
         readable = self.read_position
         if pos < 0 or pos > readable:
@@ -357,7 +368,9 @@ class MappedFile:
         try:
             self.mm.close()
         except BufferError:
-            log.warning("%s: a reader still holds a view; the mapping is left to the collector", self.path)
+            log.warning(
+                "%s: a reader still holds a view; the mapping is left to the collector", self.path
+            )
         with contextlib.suppress(OSError):
             os.close(self._fd)
         _count(-1, -self.file_size)

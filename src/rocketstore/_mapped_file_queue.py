@@ -40,8 +40,10 @@ class MappedFileQueue:
         pool: TransientStorePool | None = None,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        preallocate: bool = False,
     ) -> None:
         self.store_path = Path(store_path)
+        self.preallocate = preallocate
         self.file_size = file_size
         self.allocator = allocator
         self.pool = pool
@@ -83,8 +85,11 @@ class MappedFileQueue:
                     f"{self.store_path}: file {name} does not follow {files[-1].file_name}"
                 )
             mf = MappedFile(
-                self.store_path / name, self.file_size, clock=self.clock,
-                read_only=self.read_only, create=False,
+                self.store_path / name,
+                self.file_size,
+                clock=self.clock,
+                read_only=self.read_only,
+                create=False,
             )
             mf.set_positions(self.file_size)
             files.append(mf)
@@ -92,7 +97,9 @@ class MappedFileQueue:
 
     # ---- creating ---------------------------------------------------------------------------
 
-    def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
+    def get_last_mapped_file(
+        self, start_offset: int = 0, need_create: bool = True
+    ) -> MappedFile | None:
         """The file appends go to; a new one when there is none or the last is full."""
         files = self.files
         last = files[-1] if files else None
@@ -116,7 +123,9 @@ class MappedFileQueue:
         else:
             with translate_os_errors(f"create {self.store_path}"):
                 self.store_path.mkdir(parents=True, exist_ok=True)
-            mf = MappedFile(path, self.file_size, pool=self.pool, clock=self.clock)
+            mf = MappedFile(
+                path, self.file_size, pool=self.pool, clock=self.clock, preallocate=self.preallocate
+            )
         mf.first_create_in_queue = first
         with self._lock:
             self.files = [*self.files, mf]

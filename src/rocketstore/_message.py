@@ -77,7 +77,9 @@ class Message:
         return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
 
     def __repr__(self) -> str:
-        return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes)"
+        return (
+            f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes)"
+        )
 
 
 class PutMessageStatus(enum.Enum):

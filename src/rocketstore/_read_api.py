@@ -73,7 +73,9 @@ class ReadApi:
         self.consume_queues = consume_queues
         self.index = index
         self.slave = config.broker_role == "SLAVE"
-        self.memory = int(total_physical_memory() * (config.access_message_in_memory_max_ratio / 100.0))
+        self.memory = int(
+            total_physical_memory() * (config.access_message_in_memory_max_ratio / 100.0)
+        )
         self.max_bytes_memory = config.max_transfer_bytes_on_message_in_memory
         self.max_count_memory = config.max_transfer_count_on_message_in_memory
         self.max_bytes_disk = config.max_transfer_bytes_on_message_in_disk
@@ -103,7 +105,11 @@ class ReadApi:
             raise ValueError(f"offset must be an integer, got {offset!r}")
         cq = self.consume_queues.find(topic, queue_id) if isinstance(queue_id, int) else None
         if cq is None:
-            status = S.NO_MESSAGE_IN_QUEUE if self.known_queue(topic, queue_id) else S.NO_MATCHED_LOGIC_QUEUE
+            status = (
+                S.NO_MESSAGE_IN_QUEUE
+                if self.known_queue(topic, queue_id)
+                else S.NO_MATCHED_LOGIC_QUEUE
+            )
             self.get_miss += 1
             return GetMessageResult(status, self._correct(offset, 0), 0, 0)
         min_offset = cq.min_offset
@@ -111,7 +117,9 @@ class ReadApi:
         if max_offset == 0:
             result = GetMessageResult(S.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0), 0, 0)
         elif offset < min_offset:
-            result = GetMessageResult(S.OFFSET_TOO_SMALL, self._correct(offset, min_offset), min_offset, max_offset)
+            result = GetMessageResult(
+                S.OFFSET_TOO_SMALL, self._correct(offset, min_offset), min_offset, max_offset
+            )
         elif offset == max_offset:
             result = GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         elif offset > max_offset:
@@ -135,13 +143,18 @@ class ReadApi:
             if units is None:
                 nxt = self._correct(offset, cq.roll_next_file(offset))
                 log.warning(
-                    "%s/%d: no consume-queue data at %d (max %d)", cq.topic, cq.queue_id, offset,
+                    "%s/%d: no consume-queue data at %d (max %d)",
+                    cq.topic,
+                    cq.queue_id,
+                    offset,
                     cq.max_offset,
                 )
                 return GetMessageResult(S.OFFSET_FOUND_NULL, nxt, 0, 0)
             view, count = units
             limit = min(count, max(MIN_FILTER_UNITS, max_msg_nums))
-            return self._collect(cq, offset, view[: limit * UNIT_SIZE], max_msg_nums, message_filter)
+            return self._collect(
+                cq, offset, view[: limit * UNIT_SIZE], max_msg_nums, message_filter
+            )
 
     def _collect(
         self,
@@ -185,11 +198,19 @@ class ReadApi:
                     elif total + size > self.max_bytes_memory or n >= self.max_count_memory:
                         break
                 examined += 1
-                if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
+                if message_filter is not None and not message_filter.is_matched_by_consume_queue(
+                    tags_code
+                ):
                     continue
                 if phys < 0 or size <= 0 or size == BLANK_SIZE:
-                    log.warning("%s/%d: invalid unit (%d, %d) at %d skipped", topic, queue_id,
-                                phys, size, offset + examined - 1)
+                    log.warning(
+                        "%s/%d: invalid unit (%d, %d) at %d skipped",
+                        topic,
+                        queue_id,
+                        phys,
+                        size,
+                        offset + examined - 1,
+                    )
                     if not messages:
                         status = S.MESSAGE_WAS_REMOVING
                     continue
@@ -239,7 +260,9 @@ class ReadApi:
 
     # ---- lookups ----------------------------------------------------------------------------
 
-    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
+    def look_message_by_offset(
+        self, phys_offset: int, size: int | None = None
+    ) -> MessageExt | None:
         return self.commit_log.read_message(phys_offset, size)
 
     def pickup_store_timestamp(self, phys_offset: int, size: int) -> int:
@@ -264,7 +287,9 @@ class ReadApi:
             return -1
         return self.pickup_store_timestamp(unit[0], unit[1])
 
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+    def get_earliest_message_time(
+        self, topic: str | None = None, queue_id: int | None = None
+    ) -> int:
         """Store time of the first message of a queue, or of the commit log; -1 when none."""
         if topic is None:
             lo = self.commit_log.min_offset
@@ -299,7 +324,9 @@ class ReadApi:
 
     # ---- query by key -----------------------------------------------------------------------
 
-    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryMessageResult:
         """Messages of ``topic`` whose UNIQ_KEY or one of whose KEYS is ``key``, stored within
         [begin, end]: the newest ``max_num`` (at most 64), ascending by commit-log offset."""
         result = QueryMessageResult()

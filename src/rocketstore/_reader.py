@@ -134,7 +134,10 @@ class QueueView:
                 )
             first = mf.from_offset // UNIT_SIZE
             stop = min(end, first + self.units_per_file)
-            yield offset, memoryview(mf.mm)[(offset - first) * UNIT_SIZE : (stop - first) * UNIT_SIZE]
+            yield (
+                offset,
+                memoryview(mf.mm)[(offset - first) * UNIT_SIZE : (stop - first) * UNIT_SIZE],
+            )
             offset = stop
 
     def units(self, begin: int, end: int) -> Iterator[tuple[int, int, int, int]]:
@@ -223,7 +226,9 @@ class IndexView:
         if layout is None:
             self._failed = True
             return None
-        service = IndexService(self.directory, slot_num=layout[0], index_num=layout[1], read_only=True)
+        service = IndexService(
+            self.directory, slot_num=layout[0], index_num=layout[1], read_only=True
+        )
         try:
             service.load()
         except (CorruptFileError, OSError):
@@ -295,7 +300,9 @@ class StoreReader:
     def queue_ids(self, topic: str) -> list[int]:
         try:
             return sorted(
-                int(e.name) for e in os.scandir(self.cq_dir / topic) if e.is_dir() and e.name.isdigit()
+                int(e.name)
+                for e in os.scandir(self.cq_dir / topic)
+                if e.is_dir() and e.name.isdigit()
             )
         except OSError:
             return []
@@ -418,4 +425,11 @@ def keys_of(raw: str | None) -> list[str]:
     return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
 
 
-__all__ = ["CommitLogView", "IndexView", "NotAStoreError", "QueueView", "StoreReader", "split_range"]
+__all__ = [
+    "CommitLogView",
+    "IndexView",
+    "NotAStoreError",
+    "QueueView",
+    "StoreReader",
+    "split_range",
+]

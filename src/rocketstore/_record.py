@@ -115,10 +115,26 @@ def record_length(
     born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
     store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
     return (
-        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
-        + 4 + body_length
-        + topic_length_bytes + topic_length
-        + 2 + properties_length
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + born
+        + 8
+        + store
+        + 4
+        + 8
+        + 4
+        + body_length
+        + topic_length_bytes
+        + topic_length
+        + 2
+        + properties_length
     )
 
 
@@ -130,9 +146,7 @@ def body_crc(body: bytes | bytearray | memoryview) -> int:
 
 
 def properties_to_string(properties: Mapping[str, str]) -> str:
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items()
-    )
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items())
 
 
 def string_to_properties(text: str) -> dict[str, str]:
@@ -181,7 +195,9 @@ def pack_host(host: str) -> bytes:
 
 def unpack_host(data: bytes | memoryview) -> str:
     if len(data) == 8:
-        return f"{socket.inet_ntop(socket.AF_INET, bytes(data[:4]))}:{INT32.unpack_from(data, 4)[0]}"
+        return (
+            f"{socket.inet_ntop(socket.AF_INET, bytes(data[:4]))}:{INT32.unpack_from(data, 4)[0]}"
+        )
     return f"{socket.inet_ntop(socket.AF_INET6, bytes(data[:16]))}:{INT32.unpack_from(data, 16)[0]}"
 
 
@@ -361,15 +377,27 @@ def encode_record(
     total = record_length(len(body), len(topic_b), len(props_b), sys_flag, 2 if v2 else 1)
     parts = [
         _PREFIX.pack(
-            total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(body), queue_id, flag,
-            queue_offset, phys_offset, sys_flag,
+            total,
+            MAGIC_V2 if v2 else MAGIC_V1,
+            body_crc(body),
+            queue_id,
+            flag,
+            queue_offset,
+            phys_offset,
+            sys_flag,
         ),
-        INT64.pack(born_timestamp), born_host,
-        INT64.pack(store_timestamp), store_host,
-        INT32.pack(reconsume_times), INT64.pack(prepared_transaction_offset),
-        INT32.pack(len(body)), bytes(body),
-        INT16.pack(len(topic_b)) if v2 else bytes((len(topic_b),)), topic_b,
-        INT16.pack(len(props_b)), props_b,
+        INT64.pack(born_timestamp),
+        born_host,
+        INT64.pack(store_timestamp),
+        store_host,
+        INT32.pack(reconsume_times),
+        INT64.pack(prepared_transaction_offset),
+        INT32.pack(len(body)),
+        bytes(body),
+        INT16.pack(len(topic_b)) if v2 else bytes((len(topic_b),)),
+        topic_b,
+        INT16.pack(len(props_b)),
+        props_b,
     ]
     out = b"".join(parts)
     assert len(out) == total
@@ -441,8 +469,18 @@ def read_layout(buf: Buffer, pos: int, limit: int) -> RecordLayout:
             f"(body {body_len}, topic {topic_len}, properties {props_len})"
         )
     return RecordLayout(
-        total, magic, OFFSET_BORN_HOST, p_store_ts, p_store_host, p_reconsume, p_body_len,
-        p_body_len + 4, p_topic_len, p_topic, p_props_len, p_props,
+        total,
+        magic,
+        OFFSET_BORN_HOST,
+        p_store_ts,
+        p_store_host,
+        p_reconsume,
+        p_body_len,
+        p_body_len + 4,
+        p_topic_len,
+        p_topic,
+        p_props_len,
+        p_props,
     )
 
 
@@ -478,8 +516,22 @@ def decode_message(
     except UnicodeDecodeError as exc:
         raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
     return MessageExt(
-        topic, queue_id, queue_offset, phys, total, body, crc, flag, sys_flag,
-        born_ts, born_host, store_ts, store_host, reconsume, prepared, props,
+        topic,
+        queue_id,
+        queue_offset,
+        phys,
+        total,
+        body,
+        crc,
+        flag,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        props,
     )
 
 
@@ -537,7 +589,16 @@ def check_record(
             if level and level.isdigit() and int(level) > 0:
                 code = delay_time(int(level), store_ts)
     return DispatchRequest(
-        topic, queue_id, phys, total, code, store_ts, queue_offset, keys, uniq, sys_flag,
+        topic,
+        queue_id,
+        phys,
+        total,
+        code,
+        store_ts,
+        queue_offset,
+        keys,
+        uniq,
+        sys_flag,
         prepared,
     )
 
@@ -556,7 +617,9 @@ _HEAD_HOSTS8_SIZE = _HEAD_HOSTS8.size  # 88
 _topic_names: dict[bytes, str] = {}
 
 
-def decode_stored(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, size: int) -> MessageExt:
+def decode_stored(
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, size: int
+) -> MessageExt:
     """Decode the record at ``pos`` that a consume-queue unit says is ``size`` bytes long.
 
     The hot path of get_message: one unpack for the fixed part of a V1 record with IPv4
@@ -564,8 +627,23 @@ def decode_stored(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, siz
     Raises CorruptRecordError when the record is damaged or its length is not ``size``.
     """
     try:
-        (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host,
-         store_ts, store_host, reconsume, prepared, body_len) = _HEAD_HOSTS8.unpack_from(buf, pos)
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            phys,
+            sys_flag,
+            born_ts,
+            born_host,
+            store_ts,
+            store_host,
+            reconsume,
+            prepared,
+            body_len,
+        ) = _HEAD_HOSTS8.unpack_from(buf, pos)
     except struct.error:
         raise CorruptRecordError(f"truncated record at {pos}") from None
     if magic != MAGIC_V1 or sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
@@ -598,6 +676,20 @@ def decode_stored(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, siz
     except UnicodeDecodeError as exc:
         raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
     return MessageExt(
-        topic, queue_id, queue_offset, phys, total, bytes(body), crc, flag, sys_flag,
-        born_ts, born_host, store_ts, store_host, reconsume, prepared, props,
+        topic,
+        queue_id,
+        queue_offset,
+        phys,
+        total,
+        bytes(body),
+        crc,
+        flag,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        props,
     )

@@ -90,8 +90,19 @@ class ReputMessageService(ServiceThread):
     def dispatch(self, req: DispatchRequest) -> None:
         """Send one record to its consume queue, the index and the listener. Dispatcher thread."""
         # unpacking is cheaper than NamedTuple attribute access, and this runs per message
-        (topic, queue_id, phys, size, tags_code, store_ts, queue_offset, keys, uniq, sys_flag,
-         _prepared) = req
+        (
+            topic,
+            queue_id,
+            phys,
+            size,
+            tags_code,
+            store_ts,
+            queue_offset,
+            keys,
+            uniq,
+            sys_flag,
+            _prepared,
+        ) = req
         tran = sys_flag & SYSFLAG_TRANSACTION_MASK
         in_queue = tran == 0 or tran == TRANSACTION_COMMIT_TYPE
         if in_queue:
@@ -120,7 +131,8 @@ class ReputMessageService(ServiceThread):
         if self.reput_from_offset < cl.min_offset:
             log.warning(
                 "reput offset %d is below the commit log's minimum %d; moving up",
-                self.reput_from_offset, cl.min_offset,
+                self.reput_from_offset,
+                cl.min_offset,
             )
             self.reput_from_offset = cl.min_offset
         limit = self._limit()

@@ -85,8 +85,9 @@ def scan_records(
     try:
         while True:
             if pos + _HEAD_SIZE <= limit:
-                (total, magic, crc, qid, _flag, qoff, phys, sys_flag, store_ts,
-                 body_len) = unpack(view, pos)
+                (total, magic, crc, qid, _flag, qoff, phys, sys_flag, store_ts, body_len) = unpack(
+                    view, pos
+                )
                 end = pos + total
                 b = pos + _HEAD_SIZE
                 t = b + body_len  # TOPICLENGTH
@@ -123,7 +124,9 @@ def scan_records(
                                 pass  # check_record below gives the verdict and the message
                             else:
                                 if append is not None:
-                                    append((phys, total, topic, qid, qoff, sys_flag, store_ts, keyed))
+                                    append(
+                                        (phys, total, topic, qid, qoff, sys_flag, store_ts, keyed)
+                                    )
                                 count += 1
                                 last_ts = store_ts
                                 pos = end
@@ -139,9 +142,11 @@ def scan_records(
                 return ScanResult(pos, BLANK_RECORD, None, count, last_ts)
             if r.commitlog_offset != base + pos:
                 return ScanResult(
-                    pos, BAD_RECORD,
+                    pos,
+                    BAD_RECORD,
                     f"the record at {base + pos} says it is at {r.commitlog_offset}",
-                    count, last_ts,
+                    count,
+                    last_ts,
                 )
             if append is not None:
                 append(_scanned(r))
@@ -154,8 +159,14 @@ def scan_records(
 
 def _scanned(r: DispatchRequest) -> ScannedRecord:
     return (
-        r.commitlog_offset, r.msg_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag,
-        r.store_timestamp, bool(r.keys or r.uniq_key),
+        r.commitlog_offset,
+        r.msg_size,
+        r.topic,
+        r.queue_id,
+        r.queue_offset,
+        r.sys_flag,
+        r.store_timestamp,
+        bool(r.keys or r.uniq_key),
     )
 
 

@@ -54,7 +54,9 @@ RETRY_WAIT_S = 10.0  # RocketMQ's DELAY_FOR_A_PERIOD
 MAX_WAIT_S = 0.1  # the thread looks at the clock at least this often
 BATCH = 1024  # messages per level per run, so one busy level does not starve the others
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-_PERMANENT = frozenset({PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED})
+_PERMANENT = frozenset(
+    {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
+)
 
 
 class LevelProgress(NamedTuple):
@@ -109,7 +111,9 @@ class ScheduleMessageService(ServiceThread):
             if unknown:
                 log.warning(
                     "delayOffset.json has levels %s beyond the %d configured; their queues are "
-                    "delivered by their stored delivery times", unknown, len(self.levels_ms),
+                    "delivered by their stored delivery times",
+                    unknown,
+                    len(self.levels_ms),
                 )
             self._offsets = dict(table)
             self._safe = dict(table)
@@ -129,10 +133,15 @@ class ScheduleMessageService(ServiceThread):
             out = []
             for level in levels:
                 cq = queues.get(level)
-                out.append(LevelProgress(
-                    level, self._delay_of(level), self._offsets.get(level, 0),
-                    cq.max_offset if cq is not None else 0, self._delivered[level],
-                ))
+                out.append(
+                    LevelProgress(
+                        level,
+                        self._delay_of(level),
+                        self._offsets.get(level, 0),
+                        cq.max_offset if cq is not None else 0,
+                        self._delivered[level],
+                    )
+                )
             return out
 
     def _advance(self, level: int, offset: int, end_phys: int) -> None:
@@ -168,7 +177,11 @@ class ScheduleMessageService(ServiceThread):
                 if fixed != current:
                     log.error(
                         "delay level %d: offset %d outside its queue [%d, %d]; corrected to %d",
-                        level, current, lo, hi, fixed,
+                        level,
+                        current,
+                        lo,
+                        hi,
+                        fixed,
                     )
                     self._offsets[level] = self._safe[level] = fixed
                     self._unflushed.pop(level, None)
@@ -198,12 +211,16 @@ class ScheduleMessageService(ServiceThread):
                     log.warning(
                         "SCHEDULE_TOPIC_XXXX queue %d is delay level %d, beyond the %d configured "
                         "(message_delay_level); delivered by its stored delivery times",
-                        level - 1, level, len(self.levels_ms),
+                        level - 1,
+                        level,
+                        len(self.levels_ms),
                     )
                 try:
                     count, wait = self._run_level(level, cq)
                 except Exception:
-                    log.exception("delay level %d: delivery failed; retrying in %.0f s", level, RETRY_WAIT_S)
+                    log.exception(
+                        "delay level %d: delivery failed; retrying in %.0f s", level, RETRY_WAIT_S
+                    )
                     count, wait = 0, RETRY_WAIT_S
                 delivered += count
                 self._next_run[level] = self.clock.monotonic() + wait
@@ -221,7 +238,12 @@ class ScheduleMessageService(ServiceThread):
         offset = self._offsets.get(level, 0)
         lo, hi = cq.min_offset, cq.max_offset
         if offset < lo:
-            log.error("delay level %d: offset %d is below its queue's minimum %d; moving up", level, offset, lo)
+            log.error(
+                "delay level %d: offset %d is below its queue's minimum %d; moving up",
+                level,
+                offset,
+                lo,
+            )
             offset = lo
             self._advance(level, offset, 0)
         delay_ms = self._delay_of(level)
@@ -246,7 +268,9 @@ class ScheduleMessageService(ServiceThread):
             if msg is None:
                 log.error(
                     "delay level %d offset %d: no message at commit-log offset %d (deleted?); skipped",
-                    level, offset, phys,
+                    level,
+                    offset,
+                    phys,
                 )
                 offset += 1
                 self._advance(level, offset, 0)
@@ -269,24 +293,47 @@ class ScheduleMessageService(ServiceThread):
         real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
         where = f"delay level {level} offset {offset} (msgId {msg.msg_id})"
         if not real_topic or not real_qid.isdigit():
-            log.error("%s: no valid REAL_TOPIC / REAL_QID (%r, %r); skipped", where, real_topic, real_qid)
+            log.error(
+                "%s: no valid REAL_TOPIC / REAL_QID (%r, %r); skipped", where, real_topic, real_qid
+            )
             return 0
         if real_topic == TRANS_HALF_TOPIC:
-            log.error("%s: real topic is %s; a half message is never delivered; skipped", where, real_topic)
+            log.error(
+                "%s: real topic is %s; a half message is never delivered; skipped",
+                where,
+                real_topic,
+            )
             return 0
         out = RedeliveredMessage(
-            real_topic, msg.body, int(real_qid), properties=props, flag=msg.flag,
-            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host_str, reconsume_times=msg.reconsume_times,
+            real_topic,
+            msg.body,
+            int(real_qid),
+            properties=props,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host_str,
+            reconsume_times=msg.reconsume_times,
             prepared_transaction_offset=msg.prepared_transaction_offset,
         )
         r = self._put(out)
         if r.ok:
             return r.wrote_offset + r.wrote_bytes
         if r.status in _PERMANENT:
-            log.error("%s: %s refused it for good (%s); skipped", where, real_topic, r.error or r.status.name)
+            log.error(
+                "%s: %s refused it for good (%s); skipped",
+                where,
+                real_topic,
+                r.error or r.status.name,
+            )
             return 0
-        log.warning("%s: put refused (%s: %s); retrying in %.0f s", where, r.status.name, r.error, RETRY_WAIT_S)
+        log.warning(
+            "%s: put refused (%s: %s); retrying in %.0f s",
+            where,
+            r.status.name,
+            r.error,
+            RETRY_WAIT_S,
+        )
         return None
 
     # ---- the thread -------------------------------------------------------------------------

@@ -45,8 +45,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PUT_LATENCY_BUCKETS = (
-    "[<=0ms]", "[0~10ms]", "[10~50ms]", "[50~100ms]", "[100~200ms]", "[200~500ms]",
-    "[500ms~1s]", "[1~2s]", "[2~3s]", "[3~4s]", "[4~5s]", "[5~10s]", "[10s~]",
+    "[<=0ms]",
+    "[0~10ms]",
+    "[10~50ms]",
+    "[50~100ms]",
+    "[100~200ms]",
+    "[200~500ms]",
+    "[500ms~1s]",
+    "[1~2s]",
+    "[2~3s]",
+    "[3~4s]",
+    "[4~5s]",
+    "[5~10s]",
+    "[10s~]",
 )
 _BUCKET_UPPER_MS = (0, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000)
 TPS_WINDOWS = (10, 60, 600)
@@ -198,7 +209,13 @@ class StoreStatsService(ServiceThread):
     def sample(self) -> None:
         """Take one sample of every counter now (the thread does it each second)."""
         r = self.reader
-        s = _Sample(self.clock.now_ms(), self.commit_log.stats_put_count, r.get_found, r.get_miss, r.transferred)
+        s = _Sample(
+            self.clock.now_ms(),
+            self.commit_log.stats_put_count,
+            r.get_found,
+            r.get_miss,
+            r.transferred,
+        )
         with self._sampling_lock:
             self._samples.append(s)
             self._last_sample = self.clock.monotonic()
@@ -282,7 +299,8 @@ class StoreStatsService(ServiceThread):
             "putMessageTimesTotal": str(times_total),
             "putMessageSizeTotal": str(s.put_message_size_total),
             "putMessageDistributeTime": "".join(
-                f"{name}:{n} " for name, n in zip(PUT_LATENCY_BUCKETS, s.put_message_distribute_time, strict=True)
+                f"{name}:{n} "
+                for name, n in zip(PUT_LATENCY_BUCKETS, s.put_message_distribute_time, strict=True)
             ),
             "putMessageAverageSize": java_double(s.put_message_size_total / times_total),
             "dispatchMaxBuffer": "0",
@@ -312,11 +330,14 @@ class StoreStatsService(ServiceThread):
         idx = TPS_WINDOWS.index(window) if window in TPS_WINDOWS else 1
         log.info(
             "[STORETPS] put_tps %s get_found_tps %s get_miss_tps %s get_transfered_tps %s",
-            self.tps("puts")[idx], self.tps("found")[idx], self.tps("miss")[idx],
+            self.tps("puts")[idx],
+            self.tps("found")[idx],
+            self.tps("miss")[idx],
             self.tps("transferred")[idx],
         )
         log.info(
-            "[PAGECACHERT] TotalPut %d, PutMessageDistributeTime %s", sum(ended),
+            "[PAGECACHERT] TotalPut %d, PutMessageDistributeTime %s",
+            sum(ended),
             " ".join(f"{n}:{c}" for n, c in zip(PUT_LATENCY_BUCKETS, ended, strict=True)),
         )
 

@@ -93,6 +93,7 @@ class MessageStore:
                 allocator=self.allocator,
                 pool=self.pool,
                 clock=clock,
+                preallocate=True,
             ),
             on_flushed=self._on_commit_log_flushed,
         )
@@ -128,7 +129,10 @@ class MessageStore:
             on_flushed=self._on_queues_flushed,
         )
         self.reader = ReadApi(
-            self.config, self.commit_log, self.consume_queues, self.index,
+            self.config,
+            self.commit_log,
+            self.consume_queues,
+            self.index,
             known_queue=lambda t, q: (t, q) in self.commit_log.topic_queue_table,
         )
         # delayed delivery, retention, statistics
@@ -147,21 +151,34 @@ class MessageStore:
             persist_interval_ms=self.config.flush_delay_offset_interval,
         )
         self.clean_commit_log = CleanCommitLogService(
-            self.config, self.commit_log.queue, logics_path=logics_path, clock=clock,
-            disk_usage=probe, flags=self.running_flags, refuse=self.commit_log.set_refusal,
+            self.config,
+            self.commit_log.queue,
+            logics_path=logics_path,
+            clock=clock,
+            disk_usage=probe,
+            flags=self.running_flags,
+            refuse=self.commit_log.set_refusal,
         )
         self.clean_consume_queue = CleanConsumeQueueService(
-            self.consume_queues, self.index, lambda: self.commit_log.min_offset,
+            self.consume_queues,
+            self.index,
+            lambda: self.commit_log.min_offset,
             delete_interval_ms=self.config.delete_consume_queue_files_interval,
         )
         self.cleaner = CleanService(
-            self.clean_commit_log, self.clean_consume_queue,
+            self.clean_commit_log,
+            self.clean_consume_queue,
             interval_ms=self.config.clean_resource_interval,
             after_clean=self.schedule.correct_offsets,
         )
         self.stats = StoreStatsService(
-            clock, self.commit_log, self.reader, dispatch_behind=self.reput.dispatch_behind_bytes,
-            disk_usage=probe, logics_path=logics_path, flags=self.running_flags,
+            clock,
+            self.commit_log,
+            self.reader,
+            dispatch_behind=self.reput.dispatch_behind_bytes,
+            disk_usage=probe,
+            logics_path=logics_path,
+            flags=self.running_flags,
             schedule_progress=self.schedule.progress,
         )
         self._monotonic = clock.monotonic
@@ -219,9 +236,14 @@ class MessageStore:
                 self.config.broker_role == "SLAVE" or self.config.flush_disk_type == "SYNC_FLUSH"
             )
             self.load_result = StoreLoader(
-                self.config, self.root,
-                commit_log=self.commit_log, consume_queues=self.consume_queues,
-                index=self.index, reput=self.reput, checkpoint=self.checkpoint, clock=self.clock,
+                self.config,
+                self.root,
+                commit_log=self.commit_log,
+                consume_queues=self.consume_queues,
+                index=self.index,
+                reput=self.reput,
+                checkpoint=self.checkpoint,
+                clock=self.clock,
             ).load()
             self.schedule.load()
         except BaseException:
@@ -327,7 +349,10 @@ class MessageStore:
             log.warning(
                 "%s: shut down with dispatch at %d of %d (flushed %d); the abort file stays, "
                 "the next load recovers abnormally",
-                self.root, self.reput.reput_from_offset, end, cl.queue.flushed_where,
+                self.root,
+                self.reput.reput_from_offset,
+                end,
+                cl.queue.flushed_where,
             )
         cp.shutdown()
         self.checkpoint = None
@@ -378,7 +403,9 @@ class MessageStore:
 
     # ---- reading ----------------------------------------------------------------------------
 
-    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
+    def look_message_by_offset(
+        self, phys_offset: int, size: int | None = None
+    ) -> MessageExt | None:
         """The message stored at ``phys_offset`` in the commit log, or None."""
         self._check_running()
         return self.commit_log.read_message(phys_offset, size)
@@ -417,7 +444,9 @@ class MessageStore:
         self._check_running()
         return self.reader.get_message_store_timestamp(topic, queue_id, offset)
 
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+    def get_earliest_message_time(
+        self, topic: str | None = None, queue_id: int | None = None
+    ) -> int:
         self._check_running()
         return self.reader.get_earliest_message_time(topic, queue_id)
 

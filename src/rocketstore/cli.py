@@ -22,7 +22,9 @@ def store_config(store: str, conf: str | None, **overrides: Any) -> StoreConfig:
 store_option = click.option(
     "--store", "store", default="store", show_default=True, help="store directory"
 )
-conf_option = click.option("--conf", default=None, help="a RocketMQ broker.conf to read settings from")
+conf_option = click.option(
+    "--conf", default=None, help="a RocketMQ broker.conf to read settings from"
+)
 
 
 @click.group()
@@ -42,8 +44,15 @@ def main() -> None:
 @click.option("--delay", default=0, type=int, help="delay level (0: none)")
 @click.argument("body", required=False)
 def put(
-    store: str, conf: str | None, topic: str, queue_id: int, tags: str | None,
-    keys: tuple[str, ...], props: tuple[str, ...], delay: int, body: str | None,
+    store: str,
+    conf: str | None,
+    topic: str,
+    queue_id: int,
+    tags: str | None,
+    keys: tuple[str, ...],
+    props: tuple[str, ...],
+    delay: int,
+    body: str | None,
 ) -> None:
     """Put one message (BODY, or standard input when BODY is omitted)."""
     properties = {}
@@ -57,11 +66,16 @@ def put(
     data = body.encode() if body is not None else sys.stdin.buffer.read()
     with MessageStore(store_config(store, conf)) as ms:
         r = ms.put_message(
-            Message(topic, data, queue_id, tags=tags, keys=list(keys) or None, properties=properties)
+            Message(
+                topic, data, queue_id, tags=tags, keys=list(keys) or None, properties=properties
+            )
         )
     out = {
-        "status": r.status.name, "msg_id": r.msg_id, "wrote_offset": r.wrote_offset,
-        "wrote_bytes": r.wrote_bytes, "queue_offset": r.queue_offset,
+        "status": r.status.name,
+        "msg_id": r.msg_id,
+        "wrote_offset": r.wrote_offset,
+        "wrote_bytes": r.wrote_bytes,
+        "queue_offset": r.queue_offset,
         "store_timestamp": r.store_timestamp,
     }
     if r.error:
@@ -90,7 +104,9 @@ def _detected_sizes(store: str) -> dict[str, int]:
     return sizes
 
 
-def _open_for_reading(store: str, conf: str | None, index: bool, slots: int | None, entries: int | None) -> MessageStore:
+def _open_for_reading(
+    store: str, conf: str | None, index: bool, slots: int | None, entries: int | None
+) -> MessageStore:
     overrides: dict[str, Any] = {} if conf else _detected_sizes(store)
     if slots:
         overrides["max_hash_slot_num"] = slots
@@ -110,25 +126,46 @@ def _message_dict(m: Any, body: str) -> dict[str, Any]:
     else:
         payload = len(m.body)
     return {
-        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-        "commitlog_offset": m.commitlog_offset, "msg_id": m.msg_id, "store_size": m.store_size,
-        "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
-        "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
-        "born_host": m.born_host_str, "store_host": m.store_host_str,
-        "reconsume_times": m.reconsume_times, "sys_flag": m.sys_flag, "flag": m.flag,
-        "body_crc": m.body_crc, "properties": m.properties,
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commitlog_offset": m.commitlog_offset,
+        "msg_id": m.msg_id,
+        "store_size": m.store_size,
+        "tags": m.tags,
+        "keys": m.keys,
+        "uniq_key": m.uniq_key,
+        "born_timestamp": m.born_timestamp,
+        "store_timestamp": m.store_timestamp,
+        "born_host": m.born_host_str,
+        "store_host": m.store_host_str,
+        "reconsume_times": m.reconsume_times,
+        "sys_flag": m.sys_flag,
+        "flag": m.flag,
+        "body_crc": m.body_crc,
+        "properties": m.properties,
         "body" if body != "size" else "body_size": payload,
     }
 
 
 body_option = click.option(
-    "--body", "body", type=click.Choice(["text", "hex", "size"]), default="text",
-    show_default=True, help="how to print bodies",
+    "--body",
+    "body",
+    type=click.Choice(["text", "hex", "size"]),
+    default="text",
+    show_default=True,
+    help="how to print bodies",
 )
-slots_option = click.option("--max-hash-slot-num", "slots", type=int, default=None,
-                            help="index slots per file (when the store's differ from the default)")
-entries_option = click.option("--max-index-num", "entries", type=int, default=None,
-                              help="index entries per file")
+slots_option = click.option(
+    "--max-hash-slot-num",
+    "slots",
+    type=int,
+    default=None,
+    help="index slots per file (when the store's differ from the default)",
+)
+entries_option = click.option(
+    "--max-index-num", "entries", type=int, default=None, help="index entries per file"
+)
 
 
 @main.command()
@@ -137,14 +174,26 @@ entries_option = click.option("--max-index-num", "entries", type=int, default=No
 @click.argument("topic")
 @click.argument("queue_id", metavar="QUEUE", type=int)
 @click.argument("offset", type=int)
-@click.option("--count", default=32, show_default=True, type=click.IntRange(min=1),
-              help="messages to read (pages through the queue)")
+@click.option(
+    "--count",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="messages to read (pages through the queue)",
+)
 @click.option("--tags", default=None, help='tag filter, e.g. "TagA || TagB"')
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @body_option
 def get(
-    store: str, conf: str | None, topic: str, queue_id: int, offset: int, count: int,
-    tags: str | None, as_json: bool, body: str,
+    store: str,
+    conf: str | None,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    count: int,
+    tags: str | None,
+    as_json: bool,
+    body: str,
 ) -> None:
     """Read COUNT messages of TOPIC / QUEUE from logical OFFSET."""
     from ._filter import TagFilter
@@ -154,7 +203,9 @@ def get(
         got = 0
         status = None
         while got < count:
-            r = ms.get_message("rocketstore-cli", topic, queue_id, offset, min(32, count - got), flt)
+            r = ms.get_message(
+                "rocketstore-cli", topic, queue_id, offset, min(32, count - got), flt
+            )
             status = r.status
             for m in r.messages:
                 if as_json:
@@ -165,16 +216,26 @@ def get(
                         f"{' '.join(m.keys)}\t{_message_dict(m, body).get('body', len(m.body))}"
                     )
             got += len(r.messages)
-            if r.next_begin_offset == offset or status.name not in ("FOUND", "NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING"):
+            if r.next_begin_offset == offset or status.name not in (
+                "FOUND",
+                "NO_MATCHED_MESSAGE",
+                "MESSAGE_WAS_REMOVING",
+            ):
                 break
             offset = r.next_begin_offset
         summary = {
-            "status": status.name if status else None, "messages": got, "next_offset": offset,
+            "status": status.name if status else None,
+            "messages": got,
+            "next_offset": offset,
             "min_offset": ms.get_min_offset_in_queue(topic, queue_id),
             "max_offset": ms.get_max_offset_in_queue(topic, queue_id),
         }
     click.echo(json.dumps(summary), err=not as_json)
-    if got == 0 and status is not None and status.name not in ("OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE"):
+    if (
+        got == 0
+        and status is not None
+        and status.name not in ("OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE")
+    ):
         sys.exit(1)
 
 
@@ -191,8 +252,17 @@ def get(
 @slots_option
 @entries_option
 def query(
-    store: str, conf: str | None, topic: str, key: str, max_num: int, begin: int, end: int,
-    as_json: bool, body: str, slots: int | None, entries: int | None,
+    store: str,
+    conf: str | None,
+    topic: str,
+    key: str,
+    max_num: int,
+    begin: int,
+    end: int,
+    as_json: bool,
+    body: str,
+    slots: int | None,
+    entries: int | None,
 ) -> None:
     """Find messages of a topic by key (the index)."""
     with _open_for_reading(store, conf, True, slots, entries) as ms:
@@ -201,7 +271,9 @@ def query(
         if as_json:
             click.echo(json.dumps(_message_dict(m, body), ensure_ascii=False))
         else:
-            click.echo(f"{m.commitlog_offset}\t{m.msg_id}\t{m.queue_id}\t{m.queue_offset}\t{' '.join(m.keys)}")
+            click.echo(
+                f"{m.commitlog_offset}\t{m.msg_id}\t{m.queue_id}\t{m.queue_offset}\t{' '.join(m.keys)}"
+            )
     if not as_json:
         click.echo(f"{len(r.messages)} message(s)", err=True)
     if not r.messages:
@@ -223,11 +295,18 @@ def stats(store: str, conf: str | None, as_json: bool) -> None:
         topics = stored_topics(ms.consume_queues)
     levels = [p._asdict() for p in snapshot.schedule]
     if as_json:
-        click.echo(json.dumps({
-            "runtime_info": dict(sorted(info.items())),
-            "topics": {t: {"messages": s.messages, "bytes": s.bytes} for t, s in topics.items()},
-            "delay_levels": levels,
-        }, ensure_ascii=False))
+        click.echo(
+            json.dumps(
+                {
+                    "runtime_info": dict(sorted(info.items())),
+                    "topics": {
+                        t: {"messages": s.messages, "bytes": s.bytes} for t, s in topics.items()
+                    },
+                    "delay_levels": levels,
+                },
+                ensure_ascii=False,
+            )
+        )
         return
     width = max(map(len, info), default=0)
     for key in sorted(info):
@@ -236,7 +315,9 @@ def stats(store: str, conf: str | None, as_json: bool) -> None:
     for topic, t in topics.items():
         click.echo(f"{topic:<40} {t.messages:>12} {t.bytes:>16}")
     if levels:
-        click.echo(f"\n{'delay level':<12} {'delay ms':>10} {'next offset':>12} {'max offset':>12} {'pending':>8}")
+        click.echo(
+            f"\n{'delay level':<12} {'delay ms':>10} {'next offset':>12} {'max offset':>12} {'pending':>8}"
+        )
         for lv in levels:
             delay = "?" if lv["delay_ms"] is None else str(lv["delay_ms"])
             click.echo(
@@ -251,10 +332,17 @@ def stats(store: str, conf: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @slots_option
 @entries_option
-@click.option("--progress/--no-progress", default=None,
-              help="progress bar (default: on for stores over 256 MB on a terminal)")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="progress bar (default: on for stores over 256 MB on a terminal)",
+)
 def inspect(
-    directory: str, conf: str | None, as_json: bool, slots: int | None, entries: int | None,
+    directory: str,
+    conf: str | None,
+    as_json: bool,
+    slots: int | None,
+    entries: int | None,
     progress: bool | None,
 ) -> None:
     """Verify a store directory (ours or RocketMQ's) record by record, read-only, and
@@ -264,8 +352,10 @@ def inspect(
     kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
     if conf:
         cfg = StoreConfig.from_broker_conf(conf)
-        kw.update(commit_log_file_size=cfg.mapped_file_size_commit_log,
-                  consume_queue_file_size=cfg.consume_queue_file_size)
+        kw.update(
+            commit_log_file_size=cfg.mapped_file_size_commit_log,
+            consume_queue_file_size=cfg.consume_queue_file_size,
+        )
         kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
         kw["max_index_num"] = entries or cfg.max_index_num
     inspector = Inspector(directory, **kw)
@@ -275,8 +365,11 @@ def inspect(
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
         with Progress(
-            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-            TimeRemainingColumn(), transient=True,
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            transient=True,
         ) as bar:
             task = bar.add_task("inspecting", total=total)
             report = inspector.run(lambda n: bar.advance(task, n))
@@ -306,13 +399,21 @@ def _print_report(report: Any) -> None:
     )
     if d["checkpoint"]:
         console.print(f"checkpoint: {d['checkpoint']}")
-    console.print(f"abort file: {'present' if d['abort_file'] else 'absent'}; "
-                  f"index files: {len(d['index'].get('files', []))}")
+    console.print(
+        f"abort file: {'present' if d['abort_file'] else 'absent'}; "
+        f"index files: {len(d['index'].get('files', []))}"
+    )
     table = Table("topic", "queue", "min", "max", "messages", "bytes")
     for topic, t in d["topics"].items():
         for q in t["queues"]:
-            table.add_row(topic, str(q["queue_id"]), f"{q['min_offset']:,}", f"{q['max_offset']:,}",
-                          f"{q['commit_log_messages']:,}", f"{q['commit_log_bytes']:,}")
+            table.add_row(
+                topic,
+                str(q["queue_id"]),
+                f"{q['min_offset']:,}",
+                f"{q['max_offset']:,}",
+                f"{q['commit_log_messages']:,}",
+                f"{q['commit_log_bytes']:,}",
+            )
     console.print(table)
     for w in d["warnings"]:
         console.print(f"[yellow]warning[/yellow]: {w}")
@@ -322,12 +423,16 @@ def _print_report(report: Any) -> None:
 
 
 @main.command()
-@click.option("--store", "store", default="store", show_default=True, help="scratch store directory")
+@click.option(
+    "--store", "store", default="store", show_default=True, help="scratch store directory"
+)
 @click.option("--scenario", "names", multiple=True, help="run only these scenarios (repeatable)")
 @click.option("--messages", "count", default=None, type=int, help="messages per scenario")
 @click.option("--json", "as_json", is_flag=True, help="print figures as JSON")
 @click.option("--list", "list_only", is_flag=True, help="list the scenarios and exit")
-def bench(store: str, names: tuple[str, ...], count: int | None, as_json: bool, list_only: bool) -> None:
+def bench(
+    store: str, names: tuple[str, ...], count: int | None, as_json: bool, list_only: bool
+) -> None:
     """Write and read back messages and print figures (msgs/s, MB/s, ratio to the floor)."""
     from .bench import load_all
     from .bench._runner import run_scenarios
@@ -339,7 +444,9 @@ def bench(store: str, names: tuple[str, ...], count: int | None, as_json: bool, 
         return
     unknown = [n for n in names if n not in scenarios]
     if unknown:
-        raise click.BadParameter(f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario")
+        raise click.BadParameter(
+            f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario"
+        )
     sys.exit(run_scenarios(scenarios, names, store, count, as_json))
 
 
@@ -357,27 +464,55 @@ def _spark_jobs() -> Any:
 
 
 @main.command("export")
-@click.option("--store", "store", required=True, help="store directory (read-only, ours or RocketMQ's)")
+@click.option(
+    "--store", "store", required=True, help="store directory (read-only, ours or RocketMQ's)"
+)
 @click.option("--topic", "topics", multiple=True, help="topic to export (repeatable; default: all)")
 @click.option("--to", "to", required=True, help="output path (a Parquet or JSON-lines directory)")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True)
-@click.option("--starting-offsets", default=None, help='"earliest" or JSON {topic: {queue: offset}}')
+@click.option(
+    "--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True
+)
+@click.option(
+    "--starting-offsets", default=None, help='"earliest" or JSON {topic: {queue: offset}}'
+)
 @click.option("--ending-offsets", default=None, help='"latest" or JSON {topic: {queue: offset}}')
-def export_cmd(store: str, topics: tuple[str, ...], to: str, fmt: str,
-               starting_offsets: str | None, ending_offsets: str | None) -> None:
+def export_cmd(
+    store: str,
+    topics: tuple[str, ...],
+    to: str,
+    fmt: str,
+    starting_offsets: str | None,
+    ending_offsets: str | None,
+) -> None:
     """Export topics of a store to Parquet or JSON lines with Spark."""
     n = _spark_jobs().export_topic(store, list(topics), to, fmt, starting_offsets, ending_offsets)
     click.echo(json.dumps({"exported": n, "to": to}))
 
 
 @main.command("import")
-@click.option("--store", "store", required=True, help="store directory to write into (must not be owned)")
+@click.option(
+    "--store", "store", required=True, help="store directory to write into (must not be owned)"
+)
 @click.option("--from", "source", required=True, help="Parquet or JSON-lines file or directory")
 @click.option("--topic", default=None, help="topic for every row (else the rows' topic column)")
-@click.option("--format", "fmt", type=click.Choice(["auto", "parquet", "json"]), default="auto", show_default=True)
-def import_cmd(store: str, source: str, topic: str | None, fmt: str) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "parquet", "json"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "--commit-log-file-size",
+    type=int,
+    default=None,
+    help="commit-log file size in bytes for a new store (default RocketMQ's 1 GiB)",
+)
+def import_cmd(
+    store: str, source: str, topic: str | None, fmt: str, commit_log_file_size: int | None
+) -> None:
     """Import rows (body, optional topic/tags/keys/properties/queue_id) into a store with Spark."""
-    n = _spark_jobs().import_file(store, source, topic, fmt)
+    n = _spark_jobs().import_file(store, source, topic, fmt, commit_log_file_size)
     click.echo(json.dumps({"imported": n, "store": store}))
 
 

@@ -21,7 +21,9 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {}
 
 
-def scenario(name: str, area: str, description: str) -> Callable[[Callable[..., Figures]], Callable[..., Figures]]:
+def scenario(
+    name: str, area: str, description: str
+) -> Callable[[Callable[..., Figures]], Callable[..., Figures]]:
     def register(fn: Callable[..., Figures]) -> Callable[..., Figures]:
         SCENARIOS[name] = Scenario(name, area, description, fn)
         return fn

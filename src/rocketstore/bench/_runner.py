@@ -36,9 +36,11 @@ def run_scenarios(
     count: int | None,
     as_json: bool,
 ) -> int:
-    chosen = [scenarios[n] for n in names] if names else [
-        s for s in scenarios.values() if s.area not in OPT_IN_AREAS
-    ]
+    chosen = (
+        [scenarios[n] for n in names]
+        if names
+        else [s for s in scenarios.values() if s.area not in OPT_IN_AREAS]
+    )
     console = Console(stderr=True)
     root = Path(store)
     results: dict[str, Any] = {}

@@ -39,9 +39,14 @@ def _fill(store: MessageStore, n: int, queues: int, body_size: int, keys: bool) 
     put = store.put_message
     start = time.perf_counter()
     for i in range(n):
-        msg = Message(TOPIC, bodies[i & 63], i % queues, tags="TagA",
-                      keys=f"key-{i}" if keys else None,
-                      properties={"UNIQ_KEY": f"{i:032X}"} if keys else None)
+        msg = Message(
+            TOPIC,
+            bodies[i & 63],
+            i % queues,
+            tags="TagA",
+            keys=f"key-{i}" if keys else None,
+            properties={"UNIQ_KEY": f"{i:032X}"} if keys else None,
+        )
         r = put(msg)
         if r.status.name != "PUT_OK":
             raise RuntimeError(f"put failed: {r}")
@@ -111,7 +116,9 @@ def bench_query_message(root: str, count: int | None) -> Figures:
     }
 
 
-@scenario("dispatch_lag", "read", "dispatch lag while one producer puts 1 KiB messages (ASYNC_FLUSH)")
+@scenario(
+    "dispatch_lag", "read", "dispatch lag while one producer puts 1 KiB messages (ASYNC_FLUSH)"
+)
 def bench_dispatch_lag(root: str, count: int | None) -> Figures:
     n = count or 500_000
     samples: list[int] = []

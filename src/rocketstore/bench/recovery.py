@@ -34,11 +34,18 @@ def _fill(root: str, target_bytes: int) -> tuple[int, int]:
         batch = 32
         while store.max_phy_offset < target_bytes - 64 * 1024:
             q = n // batch % 4
-            r = store.put_messages([
-                Message(TOPIC, bodies[(n + k) & 63], q, tags="TagA",
-                        keys=[f"k{n + k}"] if (n + k) % 16 == 0 else None)
-                for k in range(batch)
-            ])
+            r = store.put_messages(
+                [
+                    Message(
+                        TOPIC,
+                        bodies[(n + k) & 63],
+                        q,
+                        tags="TagA",
+                        keys=[f"k{n + k}"] if (n + k) % 16 == 0 else None,
+                    )
+                    for k in range(batch)
+                ]
+            )
             if not r.ok:
                 break
             n += batch
@@ -88,7 +95,9 @@ def bench_clean_restart(root: str, count: int | None) -> Figures:
     }
 
 
-@scenario("abnormal_recovery", "recovery", "abnormal recovery with CRC check of page-cached data (MB/s)")
+@scenario(
+    "abnormal_recovery", "recovery", "abnormal recovery with CRC check of page-cached data (MB/s)"
+)
 def bench_abnormal_recovery(root: str, count: int | None) -> Figures:
     target = count * (BODY_SIZE + 150) if count else GIB - (1 << 20)
     n, size = _fill(root, target)
@@ -127,5 +136,3 @@ def bench_abnormal_recovery(root: str, count: int | None) -> Figures:
         "scan_loop_MB_per_s": round(best_scan, 1),
         "target_MB_per_s": 300,
     }
-
-

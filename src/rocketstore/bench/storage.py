@@ -74,8 +74,23 @@ def floor_rate(root: str, n: int, file_size: int = FILE_SIZE) -> float:
             pos = 0
         body = bodies[i & 63]
         head.pack_into(
-            mm, pos, total, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, i & 3, 0, i, base + pos, 0,
-            now, host, now, host, 0, 0, BODY_SIZE,
+            mm,
+            pos,
+            total,
+            MAGIC_V1,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            i & 3,
+            0,
+            i,
+            base + pos,
+            0,
+            now,
+            host,
+            now,
+            host,
+            0,
+            0,
+            BODY_SIZE,
         )
         q = pos + head.size
         mm[q : q + BODY_SIZE] = body
@@ -126,7 +141,9 @@ def bench_floor(root: str, count: int | None) -> Figures:
     return _rate_figures(n, n / rate, RECORD_SIZE)
 
 
-@scenario("put_async", "storage", "put_message, ASYNC_FLUSH, 1 KiB bodies, one thread, vs the floor")
+@scenario(
+    "put_async", "storage", "put_message, ASYNC_FLUSH, 1 KiB bodies, one thread, vs the floor"
+)
 def bench_put_async(root: str, count: int | None) -> Figures:
     n = count or DEFAULT_COUNT
     floor = floor_rate(root, n)
@@ -161,8 +178,12 @@ def bench_put_batch(root: str, count: int | None) -> Figures:
 
 
 def _sync_run(root: str, threads: int, per_thread: int) -> tuple[int, float]:
-    cfg = _config(root, flush_disk_type="SYNC_FLUSH", warm_mapped_file_enable=False,
-                  mapped_file_size_commit_log=256 * 1024 * 1024)
+    cfg = _config(
+        root,
+        flush_disk_type="SYNC_FLUSH",
+        warm_mapped_file_enable=False,
+        mapped_file_size_commit_log=256 * 1024 * 1024,
+    )
     msgs = _messages(threads * per_thread)
     errors: list[str] = []
     with MessageStore(cfg) as store:
@@ -208,7 +229,9 @@ def bench_put_pool(root: str, count: int | None) -> Figures:
     msgs = _messages(n)
     with MessageStore(_config(os.path.join(root, "plain"))) as store:
         plain, _ = _put_loop(store, msgs)
-    cfg = _config(os.path.join(root, "pool"), transient_store_pool_enable=True, transient_store_pool_size=3)
+    cfg = _config(
+        os.path.join(root, "pool"), transient_store_pool_enable=True, transient_store_pool_size=3
+    )
     with MessageStore(cfg) as store:
         pooled, _ = _put_loop(store, msgs)
     out = _rate_figures(n, pooled, RECORD_SIZE)
@@ -224,8 +247,11 @@ def bench_roll(root: str, count: int | None) -> Figures:
     msgs = _messages(n)
     out: Figures = {"file_size_mb": size // (1024 * 1024), "rolls": n * RECORD_SIZE // size}
     for name, alloc in (("allocator_on", True), ("allocator_off", False)):
-        cfg = _config(os.path.join(root, name), mapped_file_size_commit_log=size,
-                      allocate_mapped_file_enable=alloc)
+        cfg = _config(
+            os.path.join(root, name),
+            mapped_file_size_commit_log=size,
+            allocate_mapped_file_enable=alloc,
+        )
         with MessageStore(cfg) as store:
             elapsed, worst = _put_loop(store, msgs)
         out[f"{name}_max_put_ms"] = round(worst * 1000, 2)

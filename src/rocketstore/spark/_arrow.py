@@ -81,7 +81,9 @@ class QueueRange:
     end: int
 
 
-def _gather(view: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _gather(
+    view: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate ``view[starts[i]:starts[i]+lengths[i]]``: (data, int32 offsets)."""
     offsets = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -189,11 +191,15 @@ class RangeDecoder:
             begin = lowest
         end = min(r.end, q.max_offset)
         if end < r.end:
-            log.warning("%s/%d: only %d of %d offsets are readable", r.topic, r.queue_id, end, r.end)
+            log.warning(
+                "%s/%d: only %d of %d offsets are readable", r.topic, r.queue_id, end, r.end
+            )
         for lo in range(begin, end, self.batch_rows):
             hi = min(lo + self.batch_rows, end)
             parts = [
-                np.frombuffer(view, dtype=np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")]))
+                np.frombuffer(
+                    view, dtype=np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+                )
                 for _first, view in q.unit_bytes(lo, hi)
             ]
             units = np.concatenate(parts) if len(parts) != 1 else parts[0]
@@ -258,7 +264,11 @@ class RangeDecoder:
             poffs = np.ascontiguousarray(head[:, 28:36]).view(">i8").ravel()
             sysflag = np.ascontiguousarray(head[:, 36:40]).view(">i4").ravel()
             body_len = np.ascontiguousarray(head[:, 84:88]).view(">i4").ravel().astype(np.int64)
-            fast = ok & (magic == MAGIC_V1) & ((sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) == 0)
+            fast = (
+                ok
+                & (magic == MAGIC_V1)
+                & ((sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) == 0)
+            )
             fast &= (total == sizes) & (body_len >= 0) & (HEAD + body_len + 3 <= sizes)
             topic_b = topic.encode()
             tl_pos = np.where(fast, pos + HEAD + body_len, 0)
@@ -277,7 +287,9 @@ class RangeDecoder:
             if wrong.any():
                 for k in np.flatnonzero(wrong).tolist():
                     self._bad(
-                        topic, queue_id, int(offsets[k]),
+                        topic,
+                        queue_id,
+                        int(offsets[k]),
                         f"its unit points at a record of queue {qids[k]} offset {qoffs[k]} "
                         f"stored at {poffs[k]}",
                     )
@@ -354,7 +366,9 @@ class RangeDecoder:
                 continue
             if m.topic != topic or m.queue_id != queue_id or m.queue_offset != off:
                 self._bad(
-                    topic, queue_id, off,
+                    topic,
+                    queue_id,
+                    off,
                     f"its unit points at a record of {m.topic}/{m.queue_id} offset {m.queue_offset}",
                 )
                 continue

@@ -32,15 +32,21 @@ def local_session(master: str = "local[2]") -> tuple[Any, bool]:
     return spark, True
 
 
-def run_with_progress(spark: Any, what: str, job: Callable[[], Any], console: Console | None = None) -> Any:
+def run_with_progress(
+    spark: Any, what: str, job: Callable[[], Any], console: Console | None = None
+) -> Any:
     """Run ``job`` (in this thread: Spark resolves data sources per thread) while a helper
     thread shows the tasks of Spark's active stages."""
     console = console or Console(stderr=True)
     done = threading.Event()
     tracker = spark.sparkContext.statusTracker()
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} tasks"),
-        TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tasks"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as progress:
         bar = progress.add_task(what, total=None)
 
@@ -68,7 +74,9 @@ def run_with_progress(spark: Any, what: str, job: Callable[[], Any], console: Co
     return value
 
 
-def export_topic(store: str, topics: list[str], to: str, fmt: str, starting: str | None, ending: str | None) -> int:
+def export_topic(
+    store: str, topics: list[str], to: str, fmt: str, starting: str | None, ending: str | None
+) -> int:
     spark, created = local_session()
     try:
         reader = spark.read.format("rocketstore").option("path", store)
@@ -79,25 +87,34 @@ def export_topic(store: str, topics: list[str], to: str, fmt: str, starting: str
         if ending:
             reader = reader.option("endingOffsets", ending)
         df = reader.load()
-        out = df.write.mode("overwrite")
-        if fmt == "parquet":
-            job = lambda: out.parquet(to)  # noqa: E731
-        else:
-            job = lambda: df.selectExpr(  # noqa: E731
-                "*", "base64(body) AS body_base64"
-            ).drop("body").write.mode("overwrite").json(to)
+
+        def job() -> None:
+            if fmt == "parquet":
+                df.write.mode("overwrite").parquet(to)
+            else:
+                body_as_text = df.selectExpr("*", "base64(body) AS body_base64").drop("body")
+                body_as_text.write.mode("overwrite").json(to)
+
         run_with_progress(spark, f"export → {to}", job)
-        return int(spark.read.parquet(to).count() if fmt == "parquet" else spark.read.json(to).count())
+        return int(
+            spark.read.parquet(to).count() if fmt == "parquet" else spark.read.json(to).count()
+        )
     finally:
         if created:
             spark.stop()
 
 
-def import_file(store: str, source: str, topic: str | None, fmt: str) -> int:
+def import_file(
+    store: str, source: str, topic: str | None, fmt: str, commit_log_file_size: int | None = None
+) -> int:
+    """Write the rows of a Parquet / JSON-lines source into ``store``; a new store gets
+    commit-log files of ``commit_log_file_size`` bytes (RocketMQ's 1 GiB when None)."""
     spark, created = local_session()
     try:
         if fmt == "auto":
-            fmt = "parquet" if Path(source).suffix == ".parquet" or Path(source).is_dir() else "json"
+            fmt = (
+                "parquet" if Path(source).suffix == ".parquet" or Path(source).is_dir() else "json"
+            )
         df = spark.read.parquet(source) if fmt == "parquet" else spark.read.json(source)
         if "body" not in df.columns and "body_base64" in df.columns:
             df = df.selectExpr("*", "unbase64(body_base64) AS body").drop("body_base64")
@@ -105,19 +122,25 @@ def import_file(store: str, source: str, topic: str | None, fmt: str) -> int:
 
         if topic:
             df = df.withColumn("topic", F.lit(topic))
-        keep = [c for c in ("topic", "body", "tags", "keys", "properties", "queue_id") if c in df.columns]
+        keep = [
+            c
+            for c in ("topic", "body", "tags", "keys", "properties", "queue_id")
+            if c in df.columns
+        ]
         df = df.select(*keep)
         if "properties" in df.columns:
             # exported messages that were delivered late keep DELAY; importing them must not
             # delay them again
-            df = df.withColumn("properties", F.expr("map_filter(properties, (k, v) -> k != 'DELAY')"))
+            df = df.withColumn(
+                "properties", F.expr("map_filter(properties, (k, v) -> k != 'DELAY')")
+            )
         if "queue_id" in df.columns:
             df = df.withColumn("queue_id", df["queue_id"].cast("int"))
         rows = df.count()
-        run_with_progress(
-            spark, f"import → {store}",
-            lambda: df.coalesce(1).write.format("rocketstore").option("path", store).mode("append").save(),
-        )
+        writer = df.coalesce(1).write.format("rocketstore").option("path", store).mode("append")
+        if commit_log_file_size:
+            writer = writer.option("commitLogFileSize", str(commit_log_file_size))
+        run_with_progress(spark, f"import → {store}", writer.save)
         return int(rows)
     finally:
         if created:

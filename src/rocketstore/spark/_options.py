@@ -33,7 +33,9 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:
+def _int(
+    options: Mapping[str, str], name: str, default: int | None, minimum: int = 0
+) -> int | None:
     raw = _get(options, name)
     if raw is None or raw == "":
         return default
@@ -59,7 +61,7 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def parse_offsets(name: str, raw: str | None, default: int) -> int | Offsets:
-    """"earliest" / "latest" or a JSON object {topic: {queue: offset}} (-2 earliest, -1 latest)."""
+    """ "earliest" / "latest" or a JSON object {topic: {queue: offset}} (-2 earliest, -1 latest)."""
     if raw is None or raw.strip() == "":
         return default
     text = raw.strip()
@@ -74,7 +76,9 @@ def parse_offsets(name: str, raw: str | None, default: int) -> int | Offsets:
             f'option {name}: not "earliest", "latest" or JSON {{topic: {{queue: offset}}}}: {exc}'
         ) from None
     if not isinstance(value, dict):
-        raise SourceOptionError(f"option {name}: JSON must be an object {{topic: {{queue: offset}}}}")
+        raise SourceOptionError(
+            f"option {name}: JSON must be an object {{topic: {{queue: offset}}}}"
+        )
     out: Offsets = {}
     for topic, queues in value.items():
         if not isinstance(queues, dict):
@@ -82,7 +86,9 @@ def parse_offsets(name: str, raw: str | None, default: int) -> int | Offsets:
         per: dict[str, int] = {}
         for qid, off in queues.items():
             if not str(qid).isdigit():
-                raise SourceOptionError(f"option {name}: queue id {qid!r} of {topic!r} is not a number")
+                raise SourceOptionError(
+                    f"option {name}: queue id {qid!r} of {topic!r} is not a number"
+                )
             if isinstance(off, bool) or not isinstance(off, int) or off < -2:
                 raise SourceOptionError(
                     f"option {name}: offset {off!r} of {topic}/{qid} must be an integer >= -2"
@@ -131,7 +137,9 @@ class SourceOptions:
             raise SourceOptionError("option endingOffsets applies to batch reads only")
         if ending == EARLIEST:
             raise SourceOptionError('option endingOffsets cannot be "earliest"')
-        if isinstance(ending, dict) and any(v == EARLIEST for q in ending.values() for v in q.values()):
+        if isinstance(ending, dict) and any(
+            v == EARLIEST for q in ending.values() for v in q.values()
+        ):
             raise SourceOptionError("option endingOffsets: -2 (earliest) is not an end")
         push = (_get(options, "pushFilters") or "auto").strip().lower()
         if push not in ("auto", "true", "false"):

@@ -22,7 +22,9 @@ def open_reader(opts: SourceOptions) -> StoreReader:
     )
 
 
-def resolve_topics(reader: StoreReader, opts: SourceOptions, *, must_exist: bool = True) -> list[str]:
+def resolve_topics(
+    reader: StoreReader, opts: SourceOptions, *, must_exist: bool = True
+) -> list[str]:
     present = reader.topics()
     if opts.topics is None:
         return present
@@ -58,7 +60,16 @@ class Constraints:
         return self.queue_lo <= queue_id < self.queue_hi
 
 
-def _resolve(reader: StoreReader, topic: str, qid: int, spec: int | Offsets, ts: int | None, lo: int, hi: int, is_start: bool) -> int:
+def _resolve(
+    reader: StoreReader,
+    topic: str,
+    qid: int,
+    spec: int | Offsets,
+    ts: int | None,
+    lo: int,
+    hi: int,
+    is_start: bool,
+) -> int:
     if isinstance(spec, dict):
         per = spec.get(topic)
         value = per.get(str(qid)) if per is not None else None
@@ -89,7 +100,9 @@ def start_offset(reader: StoreReader, opts: SourceOptions, topic: str, qid: int)
     return begin
 
 
-def plan_batch(reader: StoreReader, opts: SourceOptions, cons: Constraints | None = None) -> list[QueueRange]:
+def plan_batch(
+    reader: StoreReader, opts: SourceOptions, cons: Constraints | None = None
+) -> list[QueueRange]:
     """The queue ranges of a batch read, cut to at most maxRowsPerPartition rows each."""
     cons = cons or Constraints()
     if cons.empty:
@@ -166,7 +179,9 @@ def initial(reader: StoreReader, opts: SourceOptions) -> Offsets:
     return out
 
 
-def limit_offsets(start: Offsets, end: Offsets, queue_min: dict[tuple[str, str], int], max_rows: int) -> Offsets:
+def limit_offsets(
+    start: Offsets, end: Offsets, queue_min: dict[tuple[str, str], int], max_rows: int
+) -> Offsets:
     """Move ``end`` back so at most ``max_rows`` offsets are read in total, shared out in
     proportion to what each queue has waiting (every queue with data gets at least one)."""
     pending: dict[tuple[str, str], tuple[int, int]] = {}

@@ -52,9 +52,20 @@ from ._plan import (
 NAME = "rocketstore"
 _NOT_NULL = frozenset(
     {
-        "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "body", "keys",
-        "properties", "born_timestamp", "store_timestamp", "born_host", "store_host",
-        "reconsume_times", "sys_flag",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "commitlog_offset",
+        "msg_id",
+        "body",
+        "keys",
+        "properties",
+        "born_timestamp",
+        "store_timestamp",
+        "born_host",
+        "store_host",
+        "reconsume_times",
+        "sys_flag",
     }
 )
 
@@ -273,7 +284,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             mins = {(t, q): reader.min_offset(t, int(q)) for t, qs in end.items() for q in qs}
         if self.target is not None:  # availableNow: nothing past what was there at the start
             end = {
-                t: {q: min(v, self.target[t][q]) for q, v in qs.items() if q in self.target.get(t, {})}
+                t: {
+                    q: min(v, self.target[t][q])
+                    for q, v in qs.items()
+                    if q in self.target.get(t, {})
+                }
                 for t, qs in end.items()
                 if t in self.target
             }

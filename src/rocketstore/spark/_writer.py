@@ -295,7 +295,10 @@ class BatchWriter(DataSourceArrowWriter):
         rows, failed = _summary(messages)
         log.warning(
             "rocketstore write aborted (%d task(s) failed); %d rows written by the tasks that "
-            "finished stay in %s (at-least-once)", failed, rows, self.settings.path,
+            "finished stay in %s (at-least-once)",
+            failed,
+            rows,
+            self.settings.path,
         )
 
 
@@ -318,6 +321,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         rows, failed = _summary(messages)
         log.warning(
             "rocketstore micro-batch %d aborted (%d task(s) failed); %d rows stay written",
-            batchId, failed, rows,
+            batchId,
+            failed,
+            rows,
         )
-
