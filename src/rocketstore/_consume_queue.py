@@ -27,9 +27,9 @@ from pathlib import Path
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import CorruptFileError, translate_os_errors
+from ._flush import PeriodicPageService
 from ._mapped_file import MappedFile
 from ._mapped_file_queue import MappedFileQueue
-from ._service import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -557,10 +557,12 @@ class ConsumeQueueTable:
         self.queues = {}
 
 
-class FlushConsumeQueueService(ServiceThread):
+class FlushConsumeQueueService(PeriodicPageService):
     """Flushes every consume queue each ``interval_ms`` when ``least_pages`` are dirty, and
     all of them every ``thorough_interval_ms``; after a thorough flush ``on_flushed`` gets the
     store time of the last message dispatched before it (the checkpoint's logics time)."""
+
+    final_rounds = 1  # one thorough flush at stop covers every queue
 
     def __init__(
         self,
@@ -572,36 +574,21 @@ class FlushConsumeQueueService(ServiceThread):
         thorough_interval_ms: int,
         on_flushed: Callable[[int], None] | None = None,
     ) -> None:
-        super().__init__("FlushConsumeQueueService")
+        super().__init__(
+            "FlushConsumeQueueService",
+            clock,
+            interval_ms=interval_ms,
+            least_pages=least_pages,
+            thorough_interval_ms=thorough_interval_ms,
+        )
         self.table = table
-        self.clock = clock
-        self.interval = interval_ms / 1000
-        self.least_pages = least_pages
-        self.thorough_interval = thorough_interval_ms / 1000
         self.on_flushed = on_flushed
-        self._last_thorough = clock.monotonic()
 
-    def flush_now(self, least_pages: int) -> None:
+    def step(self, least_pages: int) -> bool:
         ts = self.table.last_store_timestamp
         self.table.flush(least_pages)
         if least_pages == 0 and ts and self.on_flushed is not None:
             self.on_flushed(ts)
+        return False
 
-    def run(self) -> None:
-        while not self.stopped:
-            self.wait_for_running(self.interval)
-            least = self.least_pages
-            now = self.clock.monotonic()
-            if now - self._last_thorough >= self.thorough_interval:
-                self._last_thorough = now
-                least = 0
-            try:
-                self.flush_now(least)
-            except OSError:
-                log.exception("consume-queue flush failed; retrying")
-        for _ in range(3):
-            try:
-                self.flush_now(0)
-                break
-            except OSError:
-                log.exception("consume-queue flush at shutdown failed")
+    flush_now = step
