@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8"
-
-
-def unpack_fixture(name: str, dest: Path) -> Path:
-    """Unpack ``rocketmq-4.9.8-<name>.tar.gz`` under ``dest`` (the tarball is only read)."""
-    with tarfile.open(FIXTURES / f"rocketmq-4.9.8-{name}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return dest / f"rocketmq-4.9.8-{name}"
+from _fixtures import FIXTURES as FIXTURES
+from _fixtures import unpack_fixture as unpack_fixture
 
 
 def expected_queue_messages(fixture_dir: Path) -> dict[tuple[str, int, int], dict[str, Any]]:

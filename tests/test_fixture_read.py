@@ -6,24 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _fixtures import FIXTURES as FIXTURES
+from _fixtures import needs_fixtures
+from _fixtures import unpack_fixture as unpack
 from rocketstore import MessageStore, StoreConfig
 from rocketstore._record import decode_msg_id
 
-FIXTURES = Path("/work/shared/fixtures/rocketmq-4.9.8")
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
-
-
-def unpack(name: str, dest: Path) -> Path:
-    with tarfile.open(FIXTURES / f"rocketmq-4.9.8-{name}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return dest / f"rocketmq-4.9.8-{name}"
+pytestmark = needs_fixtures
 
 
 def config(store: Path) -> StoreConfig:

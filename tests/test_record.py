@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _fixtures import tarball
 from rocketstore import CorruptRecordError, StoreConfig
 from rocketstore._record import (
     BLANK,
@@ -45,8 +46,7 @@ from rocketstore._record import (
     unpack_host,
 )
 
-FIXTURES = Path("/work/shared/fixtures/rocketmq-4.9.8")
-CLEAN_TARBALL = FIXTURES / "rocketmq-4.9.8-clean.tar.gz"
+CLEAN_TARBALL = tarball("clean")
 
 # ---- strategies -----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from _fixtures import tarball
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore._delay_offset import (
     DELAY_OFFSET_FILE,
@@ -28,7 +29,6 @@ from rocketstore._record import (
     tags_code,
 )
 
-FIXTURES = Path("/work/shared/fixtures/rocketmq-4.9.8")
 LEVELS = "1s 3s"
 
 
@@ -284,10 +284,10 @@ def test_offsets_are_clamped_into_the_queue(open_store: Any, make_config: Any) -
 
 
 def _unpack(tmp_path: Path) -> Path:
-    tarball = FIXTURES / "rocketmq-4.9.8-clean.tar.gz"
-    if not tarball.exists():
-        pytest.skip("RocketMQ fixtures not available")
-    with tarfile.open(tarball) as tf:
+    clean = tarball("clean")
+    if not clean.exists():
+        pytest.skip(f"RocketMQ fixtures not present at {clean}")
+    with tarfile.open(clean) as tf:
         tf.extractall(tmp_path, filter="data")
     return tmp_path / "rocketmq-4.9.8-clean"
 
