@@ -430,8 +430,14 @@ def _print_report(report: Any) -> None:
 @click.option("--messages", "count", default=None, type=int, help="messages per scenario")
 @click.option("--json", "as_json", is_flag=True, help="print figures as JSON")
 @click.option("--list", "list_only", is_flag=True, help="list the scenarios and exit")
+@click.option("--all", "run_all", is_flag=True, help="every scenario but the Spark ones")
 def bench(
-    store: str, names: tuple[str, ...], count: int | None, as_json: bool, list_only: bool
+    store: str,
+    names: tuple[str, ...],
+    count: int | None,
+    as_json: bool,
+    list_only: bool,
+    run_all: bool,
 ) -> None:
     """Write and read back messages and print figures (msgs/s, MB/s, ratio to the floor)."""
     from .bench import load_all
@@ -447,7 +453,7 @@ def bench(
         raise click.BadParameter(
             f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario"
         )
-    sys.exit(run_scenarios(scenarios, names, store, count, as_json))
+    sys.exit(run_scenarios(scenarios, names, store, count, as_json, run_all))
 
 
 # ---- Spark jobs (need the spark extra; Spark runs locally, local[2]) -------------------------

@@ -15,7 +15,9 @@ from rich.table import Table
 
 from . import Scenario
 
-# scenarios of these areas run only when named (they are slow or need extras)
+# what a plain ``rocketstore bench`` runs: write, read back, and the put path against the floor
+DEFAULT_SCENARIOS = ("put_async", "put_batch", "put_sync", "get_message", "dispatch_lag")
+# scenarios of these areas run only when named (they are slow or need extras), even with --all
 OPT_IN_AREAS = frozenset({"spark"})
 
 
@@ -35,12 +37,14 @@ def run_scenarios(
     store: str,
     count: int | None,
     as_json: bool,
+    run_all: bool = False,
 ) -> int:
-    chosen = (
-        [scenarios[n] for n in names]
-        if names
-        else [s for s in scenarios.values() if s.area not in OPT_IN_AREAS]
-    )
+    if names:
+        chosen = [scenarios[n] for n in names]
+    elif run_all:
+        chosen = [s for s in scenarios.values() if s.area not in OPT_IN_AREAS]
+    else:
+        chosen = [scenarios[n] for n in DEFAULT_SCENARIOS if n in scenarios]
     console = Console(stderr=True)
     root = Path(store)
     results: dict[str, Any] = {}

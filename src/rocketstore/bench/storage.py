@@ -10,7 +10,7 @@ import time
 import zlib
 from pathlib import Path
 
-from .. import Message, MessageStore, StoreConfig
+from .. import Message, MessageStore, PutMessageStatus, StoreConfig
 from .._mapped_file import MappedFile
 from .._record import MAGIC_V1
 from . import Figures, scenario
@@ -25,7 +25,6 @@ def _config(root: str, **kw: object) -> StoreConfig:
     base = StoreConfig(
         store_path_root_dir=root,
         mapped_file_size_commit_log=FILE_SIZE,
-        warm_mapped_file_enable=True,
         flush_disk_type="ASYNC_FLUSH",
     )
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
@@ -36,7 +35,7 @@ def _messages(n: int, queues: int = 4) -> list[Message]:
     return [Message(TOPIC, bodies[i & 63], i % queues) for i in range(n)]
 
 
-def floor_rate(root: str, n: int, file_size: int = FILE_SIZE) -> float:
+def floor_rate(root: str, n: int, file_size: int = FILE_SIZE, warm: bool = False) -> float:
     """Messages per second of the minimal writer: header pack + CRC + body copy into a
     pre-warmed mapped file, rolling to the next file when full."""
     import struct
@@ -52,8 +51,10 @@ def floor_rate(root: str, n: int, file_size: int = FILE_SIZE) -> float:
     files: list[MappedFile] = []
 
     def new_file(offset: int) -> MappedFile:
-        mf = MappedFile(d / f"{offset:020d}", file_size)
-        mf.warm()
+        # made as the store makes commit-log files (preallocated, warmed only if configured)
+        mf = MappedFile(d / f"{offset:020d}", file_size, preallocate=True)
+        if warm:
+            mf.warm()
         files.append(mf)
         return mf
 
@@ -145,13 +146,31 @@ def bench_floor(root: str, count: int | None) -> Figures:
     "put_async", "storage", "put_message, ASYNC_FLUSH, 1 KiB bodies, one thread, vs the floor"
 )
 def bench_put_async(root: str, count: int | None) -> Figures:
+    """Rounds of the floor and of the store alternate and the best of each counts, so a burst
+    of load on the machine does not decide the ratio. The store runs as configured, with
+    dispatch to the consume queues competing for the interpreter lock."""
     n = count or DEFAULT_COUNT
-    floor = floor_rate(root, n)
-    msgs = _messages(n)
+    rounds = 3
+    per_round = max(n // rounds, 1)
+    msgs = _messages(per_round * rounds)
+    best_floor = best_put = 0.0
     with MessageStore(_config(os.path.join(root, "s"))) as store:
-        elapsed, worst = _put_loop(store, msgs)
-    out = _rate_figures(n, elapsed, RECORD_SIZE, floor)
-    out["max_put_latency_ms"] = round(worst * 1000, 2)
+        put = store.put_message
+        ok = PutMessageStatus.PUT_OK
+        for r in range(rounds):
+            best_floor = max(best_floor, floor_rate(os.path.join(root, f"f{r}"), per_round))
+            batch = msgs[r * per_round : (r + 1) * per_round]
+            start = time.perf_counter()
+            for m in batch:
+                if put(m).status is not ok:
+                    raise RuntimeError("put failed")
+            best_put = max(best_put, per_round / (time.perf_counter() - start))
+        stats = store.statistics()
+        lag = store.dispatch_behind_bytes()
+    out = _rate_figures(per_round, per_round / best_put, RECORD_SIZE, best_floor)
+    out["rounds"] = rounds
+    out["max_put_latency_ms"] = stats.put_message_entire_time_max_ms
+    out["dispatch_behind_bytes_at_end"] = lag
     return out
 
 
