@@ -201,6 +201,39 @@ def test_batch_put(open_store) -> None:  # type: ignore[no-untyped-def]
     assert store.put_message(Message("B", b"after", 3)).queue_offset == 11
 
 
+def test_plain_batch_stores_what_put_messages_stores(open_store) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("numpy")
+    store = open_store()
+    rows = [
+        (f"b{i}".encode() * (i + 1), f"t{i % 3}" if i % 4 else None, f"k{i} x") for i in range(9)
+    ]
+    msgs = [Message("P", body, 2, tags=tags, keys=keys) for body, tags, keys in rows]
+    props = [properties_to_string(m.properties).encode() for m in msgs]
+    r = store.put_plain_batch(
+        "P", 2, [b for b, _t, _k in rows], props, [t for _b, t, _k in rows], [k for *_x, k in rows]
+    )
+    assert r.status is PutMessageStatus.PUT_OK
+    assert (r.msg_count, r.queue_offset, r.offsets[0]) == (9, 0, r.wrote_offset)
+    log = raw_log(store)
+    for i, (off, m) in enumerate(zip(r.offsets, msgs, strict=True)):
+        want = expected_record(store, r._replace(wrote_offset=off), m, queue_offset=i)
+        assert log[off : off + len(want)] == want
+    assert r.wrote_offset + r.wrote_bytes == store.max_phy_offset
+    assert store.put_message(Message("P", b"after", 2)).queue_offset == 9
+    store.reput.stop()  # one dispatcher at a time: stop the service, then catch up here
+    store.reput.catch_up()
+    got = store.get_message("g", "P", 2, 0, 32)
+    assert [m.body for m in got.messages] == [b for b, _t, _k in rows] + [b"after"]
+    assert store.query_message("P", "k3", 10, 0, 2**62).messages[0].body == rows[3][0]
+    bad = store.put_plain_batch(
+        "P", 2, [b"x" * (store.config.max_message_size + 1)], [b""], [None], [None]
+    )
+    assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_plain_batch("bad topic", 0, [b"x"], [b""], [None], [None]).status is (
+        PutMessageStatus.MESSAGE_ILLEGAL
+    )
+
+
 def test_batch_is_never_split_across_files(open_store) -> None:  # type: ignore[no-untyped-def]
     store = open_store()
     while store.max_phy_offset < SIZE - 5000:

@@ -179,3 +179,83 @@ def test_limit_offsets_shares_the_budget() -> None:
     # a queue that appeared later starts at its minimum
     out = limit_offsets({"T": {"0": 0}}, {"T": {"0": 10, "1": 10}}, {("T", "1"): 4}, 8)
     assert sum(out["T"][q] - s for q, s in (("0", 0), ("1", 4))) <= 8
+
+
+def test_writer_column_wise_rows_match_messages(tmp_path: Path) -> None:
+    """Rows without a properties map take the column-wise put, rows with one the Message path;
+    both store what Message would, in input order within a queue."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.types import StructType
+
+    from rocketstore.spark._writer import _settings, write_batches
+
+    path = tmp_path / "w"
+    n = 40
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["A" if i % 3 else "B" for i in range(n)],
+            "body": [b"body%d" % i for i in range(n)],
+            "tags": [None if i % 5 == 0 else ("" if i % 7 == 0 else f"t{i % 2}") for i in range(n)],
+            "keys": [[f"k{i}", "x"] if i % 4 else [] for i in range(n)],
+            "properties": [{"p": str(i)} if i % 6 == 0 else None for i in range(n)],
+            "queue_id": [None if i % 2 else i % 3 for i in range(n)],
+        },
+        schema=pa.schema(
+            [
+                ("topic", pa.string()),
+                ("body", pa.binary()),
+                ("tags", pa.string()),
+                ("keys", pa.list_(pa.string())),
+                ("properties", pa.map_(pa.string(), pa.string())),
+                ("queue_id", pa.int32()),
+            ]
+        ),
+    )
+    schema = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": f.name, "type": t, "nullable": True, "metadata": {}}
+                for f, t in zip(
+                    batch.schema,
+                    [
+                        "string",
+                        "binary",
+                        "string",
+                        {"type": "array", "elementType": "string", "containsNull": True},
+                        {
+                            "type": "map",
+                            "keyType": "string",
+                            "valueType": "string",
+                            "valueContainsNull": True,
+                        },
+                        "integer",
+                    ],
+                    strict=True,
+                )
+            ],
+        }
+    )
+    settings = _settings({"path": str(path), "commitLogFileSize": "65536"}, schema)
+    report = write_batches(settings, iter([batch.slice(0, 25), batch.slice(25)]))
+    assert report.rows == n
+    got = {}
+    with StoreReader(path) as reader:
+        for topic in reader.topics():
+            for qid in reader.queue_ids(topic):
+                bodies = [m.body for m in reader.read(topic, qid)]
+                assert bodies == sorted(bodies, key=lambda b: int(b[4:]))  # input order
+                for m in reader.read(topic, qid):
+                    got[int(m.body[4:])] = m
+    assert sorted(got) == list(range(n))
+    for i, m in got.items():
+        want = Message(
+            "A" if i % 3 else "B",
+            b"body%d" % i,
+            tags=None if i % 5 == 0 else ("" if i % 7 == 0 else f"t{i % 2}"),
+            keys=[f"k{i}", "x"] if i % 4 else None,
+            properties={"p": str(i)} if i % 6 == 0 else None,
+        )
+        assert (m.topic, m.properties) == (want.topic, want.properties)
+        if i % 2 == 0:
+            assert m.queue_id == i % 3

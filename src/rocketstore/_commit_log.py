@@ -12,6 +12,7 @@ flush service threads; readers from anywhere.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import re
 import struct
@@ -65,6 +66,30 @@ _STORE_TS = struct.Struct(">q")
 _HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts
 assert _HEAD.size == HEAD_V4_SIZE
 _DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+_HEAD_FIELDS = [  # _HEAD as a numpy record (put_plain_batch builds heads column-wise)
+    ("total", ">i4"),
+    ("magic", ">i4"),
+    ("crc", ">i4"),
+    ("queue_id", ">i4"),
+    ("flag", ">i4"),
+    ("queue_offset", ">i8"),
+    ("phys_offset", ">i8"),
+    ("sys_flag", ">i4"),
+    ("born_timestamp", ">i8"),
+    ("born_host", "u1", 8),
+    ("store_timestamp", ">i8"),
+    ("store_host", "u1", 8),
+    ("reconsume_times", ">i4"),
+    ("prepared_offset", ">i8"),
+    ("body_length", ">i4"),
+]
+
+
+def _parse_properties(raw: bytes) -> dict[str, str]:
+    text = raw.decode()
+    if not text:
+        return {}
+    return dict(pair.split("\x01", 1) for pair in text.split("\x02"))  # type: ignore[misc]
 
 
 class InvalidTopicError(ValueError):
@@ -680,6 +705,153 @@ class CommitLog:
             len(prepared),
             None,
             tuple(first_phys + s for s in starts),
+        )
+
+    def put_plain_batch(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        tags: Sequence[str | None],
+        keys: Sequence[str | None],
+    ) -> PutMessageResult:
+        """Append a batch of plain messages given column-wise, in one copy.
+
+        Row ``i`` is ``bodies[i]`` with the encoded PROPERTIES field ``properties[i]``
+        (``name\\x01value`` pairs joined by ``\\x02``, UTF-8, may be empty) whose TAGS and KEYS
+        values are ``tags[i]`` / ``keys[i]`` (None when absent). The caller builds the properties
+        and guarantees that they hold no DELAY, UNIQ_KEY or WAIT and that no name or value
+        contains a separator; everything else is checked here as ``put_messages`` checks it.
+        Stored exactly as ``put_messages`` would store the same rows as Messages (flag,
+        sys flag, reconsume times 0, the default born host, born when stored).
+
+        Any thread. Takes the put lock for the append only.
+        """
+        import numpy as np  # the spark extra; the rest of the store does without it
+
+        refusal = self._refusal
+        if refusal is not None:
+            return _refused(*refusal)
+        n = len(bodies)
+        if not n or len(properties) != n or len(tags) != n or len(keys) != n:
+            return _refused(_ILLEGAL, "empty batch or columns of different lengths")
+        try:
+            topic_tail = self._topic_tail(topic)
+        except InvalidTopicError as exc:
+            return _refused(_ILLEGAL, str(exc))
+        if queue_id < 0:
+            return _refused(_ILLEGAL, f"negative queue id {queue_id}")
+        blens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
+        plens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
+        if int(blens.max()) > self.max_message_size:
+            return _refused(
+                _ILLEGAL,
+                f"body of {int(blens.max())} bytes exceeds max_message_size {self.max_message_size}",
+            )
+        if int(plens.max()) > self.max_properties_size:
+            return _refused(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                f"properties of {int(plens.max())} bytes exceed {self.max_properties_size}",
+            )
+        if self._store_host_extra or not all(b.__class__ is bytes for b in bodies):
+            msgs = [  # IPv6 store host or bodies of other types: the general path
+                Message(topic, bytes(b), queue_id, properties=_parse_properties(p))
+                for b, p in zip(bodies, properties, strict=True)
+            ]
+            return self.put_messages(msgs)
+        sizes = HEAD_V4_SIZE + blens + len(topic_tail) + plens
+        if int(sizes.max()) + 8 > self.file_size:
+            return _refused(_ILLEGAL, "a record cannot fit in a commit-log file")
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        total = int(starts[-1] + sizes[-1])
+        if total + 8 > self.file_size:
+            return _refused(_ILLEGAL, f"a batch of {total} bytes cannot fit in a commit-log file")
+        heads = np.zeros(n, dtype=_HEAD_FIELDS)
+        heads["total"] = sizes
+        heads["magic"] = MAGIC_V1
+        crc32 = zlib.crc32
+        heads["crc"] = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+        heads["queue_id"] = queue_id
+        heads["born_host"] = np.frombuffer(_DEFAULT_BORN_HOST, dtype=np.uint8)
+        heads["store_host"] = np.frombuffer(self.store_host, dtype=np.uint8)
+        heads["body_length"] = blens
+        topic_head = topic_tail[:-2]
+        pack16 = INT16.pack
+        tails = [topic_head + pack16(len(p)) + p for p in properties]
+        codes_of: dict[str | None, int] = {}
+        codes = []
+        for t in tags:
+            c = codes_of.get(t)
+            if c is None:
+                c = codes_of[t] = tags_code(t)
+            codes.append(c)
+        key = (topic, queue_id)
+        with self.put_lock:
+            begin = self._monotonic()
+            now = self._now_ms()
+            mf = self._writable_file(total, now)
+            if mf is None:
+                return _refused(
+                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
+                )
+            wpos = mf.wrote_position
+            first_phys = mf.from_offset + wpos
+            first_qoff = self.topic_queue_table.get(key, 0)
+            qoffs = np.arange(first_qoff, first_qoff + n, dtype=np.int64)
+            phys = starts + first_phys
+            heads["queue_offset"] = qoffs
+            heads["phys_offset"] = phys
+            heads["born_timestamp"] = now
+            heads["store_timestamp"] = now
+            raw = heads.tobytes()
+            parts: list[bytes] = [b""] * (3 * n)
+            parts[0::3] = [
+                raw[i : i + HEAD_V4_SIZE] for i in range(0, n * HEAD_V4_SIZE, HEAD_V4_SIZE)
+            ]
+            parts[1::3] = bodies
+            parts[2::3] = tails
+            mf.write_target[wpos : wpos + total] = b"".join(parts)
+            del parts
+            mf.wrote_position = wpos + total
+            mf.store_timestamp = now
+            self.topic_queue_table[key] = first_qoff + n
+            phys_list = phys.tolist()
+            handoff = self.dispatch_handoff
+            if handoff is not None:
+                handoff.extend(
+                    map(
+                        _new_result,
+                        itertools.repeat(DispatchRequest),
+                        zip(
+                            itertools.repeat(topic, n),
+                            itertools.repeat(queue_id, n),
+                            phys_list,
+                            sizes.tolist(),
+                            codes,
+                            itertools.repeat(now, n),
+                            qoffs.tolist(),
+                            keys,
+                            itertools.repeat(None, n),
+                            itertools.repeat(0, n),
+                            itertools.repeat(0, n),
+                            strict=True,
+                        ),
+                    )
+                )
+            self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + n
+            self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
+            self._note_latency(self._monotonic() - begin)
+        on_append = self.on_append
+        if on_append is not None:
+            on_append()
+        status = _PUT_OK
+        if self.sync_flush:
+            if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
+                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(
+            status, first_phys, total, first_qoff, now, self.store_host, n, None, tuple(phys_list)
         )
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:

@@ -28,13 +28,16 @@ from pathlib import Path
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import CorruptFileError, translate_os_errors
 from ._flush import PeriodicPageService
-from ._mapped_file import MappedFile
+from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
+UNIT_WITHOUT_TAGS = struct.Struct(">qi8x")  # (commit-log offset, size): reads that need no tags
+TAGS_CODE = struct.Struct(">q")
+OFFSET_TAGS_CODE = 12
 BLANK_SIZE = 0x7FFFFFFF
 BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
 RECOVER_FROM_LAST_FILES = 3
@@ -329,21 +332,22 @@ class ConsumeQueue:
         finally:
             mf.release()
 
+    def select_units(self, offset: int) -> SelectMappedBufferResult | None:
+        """A held view of the units from logical ``offset`` to the end of their file's data,
+        or None when the offset is not readable. The caller must ``release()`` it."""
+        where = offset * UNIT_SIZE
+        if offset < 0 or where < self.min_logic_offset:
+            return None
+        mf = self.queue.find_mapped_file_by_offset(where)
+        if mf is None:
+            return None
+        return mf.select_mapped_buffer(where - mf.from_offset)
+
     @contextlib.contextmanager
     def units_from(self, offset: int) -> Iterator[tuple[memoryview, int] | None]:
-        """A held view of the units from logical ``offset`` to the end of their file's data.
-
-        Yields (view, unit count) or None when the offset is not readable. The view is valid
-        only inside the ``with`` block.
-        """
-        where = offset * UNIT_SIZE
-        mf = None
-        if offset >= 0 and where >= self.min_logic_offset:
-            mf = self.queue.find_mapped_file_by_offset(where)
-        if mf is None:
-            yield None
-            return
-        result = mf.select_mapped_buffer(where - mf.from_offset)
+        """``select_units`` as a context manager: yields (view, unit count) or None. The view
+        is valid only inside the ``with`` block."""
+        result = self.select_units(offset)
         if result is None:
             yield None
             return

@@ -24,7 +24,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._config import StoreConfig
-from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
+from ._consume_queue import (
+    BLANK_SIZE,
+    OFFSET_TAGS_CODE,
+    TAGS_CODE,
+    UNIT_SIZE,
+    UNIT_WITHOUT_TAGS,
+    ConsumeQueue,
+    ConsumeQueueTable,
+)
 from ._errors import CorruptRecordError
 from ._filter import MessageFilter
 from ._index import IndexService
@@ -139,22 +147,24 @@ class ReadApi:
     def _read_units(
         self, cq: ConsumeQueue, offset: int, max_msg_nums: int, message_filter: MessageFilter | None
     ) -> GetMessageResult:
-        with cq.units_from(offset) as units:
-            if units is None:
-                nxt = self._correct(offset, cq.roll_next_file(offset))
-                log.warning(
-                    "%s/%d: no consume-queue data at %d (max %d)",
-                    cq.topic,
-                    cq.queue_id,
-                    offset,
-                    cq.max_offset,
-                )
-                return GetMessageResult(S.OFFSET_FOUND_NULL, nxt, 0, 0)
-            view, count = units
-            limit = min(count, max(MIN_FILTER_UNITS, max_msg_nums))
-            return self._collect(
-                cq, offset, view[: limit * UNIT_SIZE], max_msg_nums, message_filter
+        units = cq.select_units(offset)
+        if units is None:
+            nxt = self._correct(offset, cq.roll_next_file(offset))
+            log.warning(
+                "%s/%d: no consume-queue data at %d (max %d)",
+                cq.topic,
+                cq.queue_id,
+                offset,
+                cq.max_offset,
             )
+            return GetMessageResult(S.OFFSET_FOUND_NULL, nxt, 0, 0)
+        try:
+            limit = min(units.size // UNIT_SIZE, max(MIN_FILTER_UNITS, max_msg_nums))
+            return self._collect(
+                cq, offset, units.buffer[: limit * UNIT_SIZE], max_msg_nums, message_filter
+            )
+        finally:
+            units.release()
 
     def _collect(
         self,
@@ -170,51 +180,57 @@ class ReadApi:
         max_phys = cl.max_offset
         min_phys = cl.min_offset
         memory = self.memory
+        on_disk_below = max_phys - memory  # records before this are taken to be on disk
+        # a batch ends at max_msg_nums or the count/byte limit for where its next message is
+        count_memory = min(max_msg_nums, self.max_count_memory)
+        count_disk = min(max_msg_nums, self.max_count_disk)
+        bytes_memory = self.max_bytes_memory
+        bytes_disk = self.max_bytes_disk
         topic, queue_id = cq.topic, cq.queue_id
-        status = S.NO_MATCHED_MESSAGE
+        decode = decode_stored
+        status = S.NO_MATCHED_MESSAGE  # FOUND once there is a message; set after the loop
         messages: list[MessageExt] = []
         append = messages.append
         total = 0
         examined = 0
         next_file_start = -1
-        max_pulling = 0
         held: list[MappedFile] = []
         mf: MappedFile | None = None
         mf_from = mf_end = -1  # the range of commit-log offsets readable in ``mf``
         mm = None
+        phys = 0  # after the loop: the commit-log offset of the last unit looked at
         try:
-            for phys, size, tags_code in UNIT.iter_unpack(units):
-                max_pulling = phys
+            # The loop runs once a message: keep it short. Tags codes are read only when
+            # filtering (the unit being looked at is number ``examined - 1``).
+            for phys, size in UNIT_WITHOUT_TAGS.iter_unpack(units):
                 if phys < next_file_start:
                     examined += 1
                     continue
                 if messages:
                     n = len(messages)
-                    if n >= max_msg_nums:
-                        break
-                    if max_phys - phys > memory:
-                        if total + size > self.max_bytes_disk or n >= self.max_count_disk:
+                    if phys < on_disk_below:
+                        if n >= count_disk or total + size > bytes_disk:
                             break
-                    elif total + size > self.max_bytes_memory or n >= self.max_count_memory:
+                    elif n >= count_memory or total + size > bytes_memory:
                         break
                 examined += 1
                 if message_filter is not None and not message_filter.is_matched_by_consume_queue(
-                    tags_code
+                    TAGS_CODE.unpack_from(units, (examined - 1) * UNIT_SIZE + OFFSET_TAGS_CODE)[0]
                 ):
                     continue
-                if phys < 0 or size <= 0 or size == BLANK_SIZE:
-                    log.warning(
-                        "%s/%d: invalid unit (%d, %d) at %d skipped",
-                        topic,
-                        queue_id,
-                        phys,
-                        size,
-                        offset + examined - 1,
-                    )
-                    if not messages:
-                        status = S.MESSAGE_WAS_REMOVING
-                    continue
-                if not (mf_from <= phys and phys + size <= mf_end):
+                if not (mf_from <= phys and phys + size <= mf_end and 0 < size < BLANK_SIZE):
+                    if phys < 0 or size <= 0 or size == BLANK_SIZE:
+                        log.warning(
+                            "%s/%d: invalid unit (%d, %d) at %d skipped",
+                            topic,
+                            queue_id,
+                            phys,
+                            size,
+                            offset + examined - 1,
+                        )
+                        if not messages:
+                            status = S.MESSAGE_WAS_REMOVING
+                        continue
                     mf = files.find_mapped_file_by_offset(phys)
                     if mf is not None and mf not in held:
                         if mf.hold():
@@ -232,7 +248,7 @@ class ReadApi:
                     mf_end = mf_from + mf.read_position
                     mm = mf.mm
                 try:
-                    msg = decode_stored(mm, phys - mf_from, size)  # type: ignore[arg-type]
+                    msg = decode(mm, phys - mf_from, size)  # type: ignore[arg-type]
                     if msg.topic != topic or msg.queue_id != queue_id:
                         raise CorruptRecordError(
                             f"the record at {phys} belongs to {msg.topic}/{msg.queue_id}"
@@ -248,14 +264,15 @@ class ReadApi:
                     continue
                 append(msg)
                 total += size
-                status = S.FOUND
                 next_file_start = -1
         finally:
             for f in held:
                 f.release()
+        if messages:
+            status = S.FOUND
         result = GetMessageResult(status, offset + examined, 0, 0, messages)
         result.buffer_total_size = total
-        result.suggest_pulling_from_slave = max_phys - max_pulling > memory
+        result.suggest_pulling_from_slave = max_phys - phys > memory
         return result
 
     # ---- lookups ----------------------------------------------------------------------------

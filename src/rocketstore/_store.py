@@ -401,6 +401,26 @@ class MessageStore:
             self.stats.note_slow_put(elapsed)
         return r
 
+    def put_plain_batch(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        tags: Sequence[str | None],
+        keys: Sequence[str | None],
+    ) -> PutMessageResult:
+        """Store plain messages of one topic and queue given column-wise (the Spark writer's
+        path; see ``CommitLog.put_plain_batch`` for what the caller guarantees). Needs numpy."""
+        begin = self._monotonic()
+        r = self.commit_log.put_plain_batch(topic, queue_id, bodies, properties, tags, keys)
+        elapsed = self._monotonic() - begin
+        if r.msg_count > 1:
+            self.stats.note_batch(r.msg_count)
+        if elapsed >= 0.001:
+            self.stats.note_slow_put(elapsed)
+        return r
+
     # ---- reading ----------------------------------------------------------------------------
 
     def look_message_by_offset(

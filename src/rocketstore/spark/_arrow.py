@@ -295,13 +295,13 @@ class RangeDecoder:
                     )
                 keep &= ~wrong
             # bodies: one copy, CRC-checked record by record
+            # zero-copy slices of the mapping, made and checked by C-level map() loops
             mv = memoryview(mf.mm)
             b_start = (pos + HEAD).tolist()
             b_end = (pos + HEAD + body_len).tolist()
-            chunks = [mv[s:e] for s, e in zip(b_start, b_end, strict=True)]
+            chunks = list(map(mv.__getitem__, map(slice, b_start, b_end)))
             if self.check_crc:
-                crc32 = zlib.crc32
-                got = np.fromiter((crc32(c) for c in chunks), dtype=np.int64, count=len(chunks))
+                got = np.fromiter(map(zlib.crc32, chunks), dtype=np.int64, count=len(chunks))
                 bad_crc = (got & 0x7FFFFFFF) != crc
                 if bad_crc.any():
                     for k in np.flatnonzero(bad_crc).tolist():

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -45,7 +47,15 @@ from pyspark.sql.types import (
 from .. import Message, MessageStore, StoreConfig
 from .._errors import StoreLockedError
 from .._lock import lock_owner
+from .._message import PutMessageResult
 from .._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
+from .._record import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+)
 from ._options import SourceOptionError, _get, _int
 
 log = logging.getLogger(__name__)
@@ -199,9 +209,63 @@ def write_batches(s: WriteSettings, batches: Iterator[pa.RecordBatch]) -> WriteR
     return report
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     idx = batch.schema.get_field_index(name)
-    return batch.column(idx).to_pylist() if idx >= 0 else None
+    return batch.column(idx) if idx >= 0 else None
+
+
+def _first_null(col: pa.Array) -> int:
+    return int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+
+
+def _queue_ids(
+    s: WriteSettings,
+    topic_codes: np.ndarray,
+    topics: list[str],
+    qid_col: pa.Array | None,
+    turn: dict[str, int],
+    start: int,
+) -> np.ndarray:
+    """Each row's queue: its queue_id, else the next of its topic's queues in turn."""
+    n = len(topic_codes)
+    if qid_col is None:
+        qids = np.zeros(n, dtype=np.int64)
+        unset = np.ones(n, dtype=bool)
+    else:
+        unset = qid_col.is_null().to_numpy(zero_copy_only=False)
+        qids = qid_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if unset.any():
+        for code, topic in enumerate(topics):
+            rows = np.flatnonzero(unset & (topic_codes == code))
+            if not len(rows):
+                continue
+            count = s.queue_counts.get(topic, s.default_queues)
+            k = turn.get(topic, start)
+            turn[topic] = k + len(rows)
+            qids[rows] = (k + np.arange(len(rows), dtype=np.int64)) % count
+    return qids
+
+
+def _plain_properties(tags: pa.Array | None, keys: pa.Array | None, n: int) -> pa.Array:
+    """The PROPERTIES field of rows without a properties map: TAGS then KEYS, as Message
+    orders them (empty tags / keys are left out)."""
+    parts = []
+    for name, col in ((PROPERTY_TAGS, tags), (PROPERTY_KEYS, keys)):
+        if col is not None:
+            col = pc.if_else(pc.equal(pc.binary_length(col), 0), None, col)
+            parts.append(pc.binary_join_element_wise(name + NAME_VALUE_SEPARATOR, col, ""))
+    if not parts:
+        return pa.array([b""] * n, pa.binary())
+    # (not null_handling="skip": pyarrow drops rows where every part is null)
+    both = pc.binary_join_element_wise(*parts, PROPERTY_SEPARATOR) if len(parts) == 2 else None
+    joined = pc.coalesce(*([both] if both is not None else []), *parts, pa.scalar(""))
+    return joined.cast(pa.binary())
+
+
+def _has_separator(col: pa.Array | None) -> bool:
+    if col is None:
+        return False
+    return bool(pc.any(pc.match_substring_regex(col, "[\\x01\\x02]")).as_py())
 
 
 def _put_batch(
@@ -212,19 +276,116 @@ def _put_batch(
     start: int,
     report: WriteReport,
 ) -> None:
+    """Rows are grouped by (topic, queue) (input order kept within a group). Rows without a
+    properties map are built column-wise and stored with ``put_plain_batch``; rows with one go
+    through Message objects and ``put_messages`` (DELAY ones one at a time)."""
     n = batch.num_rows
-    topics = _column(batch, "topic") or []
-    bodies = _column(batch, "body") or []
-    tags = _column(batch, "tags") or [None] * n
-    keys = _column(batch, "keys") or [None] * n
-    props = _column(batch, "properties") or [None] * n
-    qids = _column(batch, "queue_id") or [None] * n
+    if not n:
+        return
+    topic_col = _column(batch, "topic")
+    body_col = _column(batch, "body")
+    assert topic_col is not None and body_col is not None
+    for col in (topic_col, body_col):
+        if col.null_count:
+            raise SourceOptionError(
+                f"row {_first_null(col)} of a write batch has a null topic or body"
+            )
+    if pa.types.is_string(body_col.type) or pa.types.is_large_string(body_col.type):
+        body_col = body_col.cast(pa.binary())
+    tags_col = _column(batch, "tags")
+    keys_col = _column(batch, "keys")
+    props_col = _column(batch, "properties")
+    if keys_col is not None and pa.types.is_list(keys_col.type):
+        if pc.list_flatten(keys_col).null_count:  # Message refuses null keys: keep its error
+            _put_rows(store, s, batch, turn, start, report)
+            return
+        keys_col = pc.binary_join(keys_col, KEY_SEPARATOR)
+    if _has_separator(tags_col) or _has_separator(keys_col):
+        _put_rows(store, s, batch, turn, start, report)  # refused there, as before
+        return
+    enc = pc.dictionary_encode(topic_col)
+    topics = enc.dictionary.to_pylist()
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    qids = _queue_ids(s, codes, topics, _column(batch, "queue_id"), turn, start)
+    with_map = (
+        ~props_col.is_null().to_numpy(zero_copy_only=False)
+        if props_col is not None and props_col.null_count < n
+        else np.zeros(n, dtype=bool)
+    )
+    bodies: list[bytes] = body_col.to_pylist()
+    plain_props: list[bytes] = _plain_properties(tags_col, keys_col, n).to_pylist()
+    tags = tags_col.to_pylist() if tags_col is not None else [None] * n
+    keys = keys_col.to_pylist() if keys_col is not None else [None] * n
+    report.body_bytes += int(pc.sum(pc.binary_length(body_col)).as_py() or 0)
+    group_key = codes * (1 << 32) + qids
+    order = np.argsort(group_key, kind="stable")
+    bounds = np.flatnonzero(np.diff(group_key[order])) + 1
+    limit = max(1, (s.commit_log_file_size or 1 << 30) // 4)
+    for rows in np.split(order, bounds):
+        topic = topics[int(codes[rows[0]])]
+        qid = int(qids[rows[0]])
+        flags = with_map[rows]
+        # runs of rows with and without a properties map, in input order
+        cuts = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
+        for run in np.split(rows, cuts):
+            idx = run.tolist()
+            if with_map[run[0]]:
+                props = props_col.take(pa.array(run)).to_pylist()  # type: ignore[union-attr]
+                msgs = [
+                    Message(
+                        topic,
+                        bodies[i],
+                        qid,
+                        tags=tags[i] or None,
+                        keys=keys[i] or None,
+                        properties=dict(p) if p else None,
+                    )
+                    for i, p in zip(idx, props, strict=True)
+                ]
+                _put_messages(store, msgs, limit, report)
+                continue
+            lo = 0
+            while lo < len(idx):
+                size = 0
+                hi = lo
+                while hi < len(idx) and hi - lo < _BATCH_MESSAGES and size < limit:
+                    size += len(bodies[idx[hi]]) + 200
+                    hi += 1
+                part = idx[lo:hi]
+                r = store.put_plain_batch(
+                    topic,
+                    qid,
+                    [bodies[i] for i in part],
+                    [plain_props[i] for i in part],
+                    [tags[i] for i in part],
+                    [keys[i] for i in part],
+                )
+                _report(r, topic, qid, len(part), report)
+                lo = hi
+
+
+def _put_rows(
+    store: MessageStore,
+    s: WriteSettings,
+    batch: pa.RecordBatch,
+    turn: dict[str, int],
+    start: int,
+    report: WriteReport,
+) -> None:
+    """The row-by-row path: every row becomes a Message (used when a batch has values the
+    column-wise path does not take, so that the store refuses them as it always has)."""
+    n = batch.num_rows
+
+    def values(name: str) -> list[Any]:
+        col = _column(batch, name)
+        return col.to_pylist() if col is not None else [None] * n
+
+    topics, bodies, tags, keys = values("topic"), values("body"), values("tags"), values("keys")
+    props, qids = values("properties"), values("queue_id")
     groups: dict[tuple[str, int], list[Message]] = {}
     for i in range(n):
         topic = topics[i]
         body = bodies[i]
-        if topic is None or body is None:
-            raise SourceOptionError(f"row {i} of a write batch has a null topic or body")
         if isinstance(body, str):
             body = body.encode()
         qid = qids[i]
@@ -241,31 +402,42 @@ def _put_batch(
         report.body_bytes += len(body)
     limit = max(1, (s.commit_log_file_size or 1 << 30) // 4)
     for msgs in groups.values():
-        chunk: list[Message] = []
-        size = 0
-        for m in msgs:
-            if "DELAY" in m.properties:  # the store takes delayed messages one at a time
-                _put(store, [m], report)
-                continue
-            est = len(m.body) + 200
-            if chunk and (len(chunk) >= _BATCH_MESSAGES or size + est > limit):
-                _put(store, chunk, report)
-                chunk, size = [], 0
-            chunk.append(m)
-            size += est
-        if chunk:
+        _put_messages(store, msgs, limit, report)
+
+
+def _put_messages(
+    store: MessageStore, msgs: list[Message], limit: int, report: WriteReport
+) -> None:
+    """Messages of one (topic, queue) in batches; DELAY ones one at a time."""
+    chunk: list[Message] = []
+    size = 0
+    for m in msgs:
+        if "DELAY" in m.properties:  # the store takes delayed messages one at a time
+            _put(store, [m], report)
+            continue
+        est = len(m.body) + 200
+        if chunk and (len(chunk) >= _BATCH_MESSAGES or size + est > limit):
             _put(store, chunk, report)
+            chunk, size = [], 0
+        chunk.append(m)
+        size += est
+    if chunk:
+        _put(store, chunk, report)
+
+
+def _report(r: PutMessageResult, topic: str, qid: int, count: int, report: WriteReport) -> None:
+    if not r.ok:
+        raise RuntimeError(
+            f"the store refused {count} message(s) for {topic}/{qid}: "
+            f"{r.status.name} {r.error or ''}".strip()
+        )
+    report.rows += count
+    report.queues[f"{topic}/{qid}"] = r.queue_offset + count
 
 
 def _put(store: MessageStore, msgs: list[Message], report: WriteReport) -> None:
     r = store.put_messages(msgs) if len(msgs) > 1 else store.put_message(msgs[0])
-    if not r.ok:
-        raise RuntimeError(
-            f"the store refused {len(msgs)} message(s) for {msgs[0].topic}/{msgs[0].queue_id}: "
-            f"{r.status.name} {r.error or ''}".strip()
-        )
-    report.rows += len(msgs)
-    report.queues[f"{msgs[0].topic}/{msgs[0].queue_id}"] = r.queue_offset + len(msgs)
+    _report(r, msgs[0].topic, msgs[0].queue_id, len(msgs), report)
 
 
 def _summary(messages: list[WriterCommitMessage | None]) -> tuple[int, int]:
