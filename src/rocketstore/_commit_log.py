@@ -17,9 +17,8 @@ import logging
 import re
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ._clock import Clock
 from ._config import StoreConfig
@@ -34,9 +33,6 @@ from ._record import (
     HEAD_V4_SIZE,
     INT16,
     MAGIC_V1,
-    OFFSET_BORN_HOST,
-    OFFSET_BORN_TIMESTAMP,
-    OFFSET_QUEUE_OFFSET,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -51,6 +47,7 @@ from ._record import (
     DispatchRequest,
     MessageExt,
     check_record,
+    crc32,
     decode_message,
     encode_record,
     pack_host,
@@ -366,7 +363,7 @@ class CommitLog:
             topic_tail,
             queue_id,
             body,
-            zlib.crc32(body) & 0x7FFFFFFF,
+            crc32(body) & 0x7FFFFFFF,
             msg.flag,
             sys_flag,
             msg.born_timestamp,
@@ -575,76 +572,45 @@ class CommitLog:
         )
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
-        """Append a batch (one topic and queue, no delay, no transaction) in one copy."""
+        """Append a batch (one topic and queue, no delay, no transaction) as one append.
+
+        Every message is checked first; the records are then packed straight into the file
+        under the put lock and become visible together. (Under the interpreter lock, encoding
+        outside the put lock would buy no parallelism, only a second copy.)
+        """
         refusal = self._refusal
         if refusal is not None:
             return _refused(*refusal)
         if not msgs:
             return _refused(_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
-        prepared: list[_Prepared] = []
+        prepare = self._prepare
+        prepared: list[tuple[Any, ...]] = []
+        total = 0
+        fast = not self._store_host_extra
+        wait = True
         for msg in msgs:
             if msg.topic != topic or msg.queue_id != queue_id:
                 return _refused(_ILLEGAL, "a batch must have one topic and queue")
-            if msg.sys_flag & SYSFLAG_TRANSACTION_MASK or PROPERTY_DELAY in msg.properties:
+            if msg.sys_flag & SYSFLAG_TRANSACTION_MASK or (
+                msg.properties and PROPERTY_DELAY in msg.properties
+            ):
                 return _refused(_ILLEGAL, "batches take neither delayed nor transactional messages")
-            p = self._prepare(msg)
-            if p.__class__ is PutMessageResult:
-                return p  # type: ignore[return-value]
-            p = _Prepared._make(p)
+            p = prepare(msg)
+            if isinstance(p, PutMessageResult):
+                return p
+            # p is a plain tuple in _Prepared's field order: index, don't name
             prepared.append(p)
-        total = sum(p.total for p in prepared)
+            total += p[12]
+            if len(p[8]) != 8:
+                fast = False
+            if not p[16]:
+                wait = False
         if total + 8 > self.file_size:
             return _refused(_ILLEGAL, f"a batch of {total} bytes cannot fit in a commit-log file")
-        # encode every record now; offsets and store time are patched in under the lock
-        buf = bytearray(total)
-        starts = []
-        pos = 0
         store_host = self.store_host
-        store_ts_at = []  # STORETIMESTAMP moves with the born host's size
-        for p in prepared:
-            starts.append(pos)
-            store_ts_at.append(pos + OFFSET_BORN_HOST + len(p.born_host))
-            blen = len(p.body)
-            if len(p.born_host) == 8 and not self._store_host_extra:
-                _HEAD.pack_into(
-                    buf,
-                    pos,
-                    p.total,
-                    MAGIC_V1,
-                    p.crc,
-                    queue_id,
-                    p.flag,
-                    0,
-                    0,
-                    p.sys_flag,
-                    p.born_ts,
-                    p.born_host,
-                    0,
-                    store_host,
-                    p.reconsume,
-                    p.prepared,
-                    blen,
-                )
-                q = pos + HEAD_V4_SIZE + blen
-                buf[pos + HEAD_V4_SIZE : q] = p.body
-                buf[q : pos + p.total] = p.tail
-            else:
-                buf[pos : pos + p.total] = encode_record(
-                    topic=topic,
-                    body=bytes(p.body),
-                    queue_id=queue_id,
-                    flag=p.flag,
-                    sys_flag=p.sys_flag,
-                    born_timestamp=p.born_ts,
-                    born_host=p.born_host,
-                    store_host=store_host,
-                    reconsume_times=p.reconsume,
-                    prepared_transaction_offset=p.prepared,
-                    properties=p.props.decode(),
-                )
-            pos += p.total
         key = (topic, queue_id)
+        offsets: list[int] = []
         with self.put_lock:
             begin = self._monotonic()
             now = self._now_ms()
@@ -653,59 +619,75 @@ class CommitLog:
                 return _refused(
                     PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
                 )
-            wpos = mf.wrote_position
-            first_phys = mf.from_offset + wpos
-            first_qoff = self.topic_queue_table.get(key, 0)
-            for i, start in enumerate(starts):
-                _QUEUE_FIELDS.pack_into(
-                    buf, start + OFFSET_QUEUE_OFFSET, first_qoff + i, first_phys + start
-                )
-                _STORE_TS.pack_into(buf, store_ts_at[i], now)
-                if not prepared[i].born_ts:
-                    _STORE_TS.pack_into(buf, start + OFFSET_BORN_TIMESTAMP, now)
-            mf.write_target[wpos : wpos + total] = buf
-            mf.wrote_position = wpos + total
-            mf.store_timestamp = now
-            self.topic_queue_table[key] = first_qoff + len(prepared)
+            target = mf.write_target
+            base = mf.from_offset
+            first_pos = pos = mf.wrote_position
+            first_qoff = qoff = self.topic_queue_table.get(key, 0)
             handoff = self.dispatch_handoff
-            if handoff is not None:
-                handoff.extend(
-                    DispatchRequest(
-                        topic,
-                        queue_id,
-                        first_phys + starts[i],
-                        p.total,
-                        p.tags_code,
-                        now,
-                        first_qoff + i,
-                        p.keys,
-                        p.uniq,
-                        p.sys_flag,
-                        p.prepared,
+            for (
+                _t, tail, _q, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
+                prepared_offset, props, size, code, keys, uniq, _w,
+            ) in prepared:  # fmt: skip
+                phys = base + pos
+                if fast:
+                    blen = len(body)
+                    _HEAD.pack_into(
+                        target, pos, size, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
+                        born_ts or now, born_host, now, store_host, reconsume, prepared_offset,
+                        blen,
+                    )  # fmt: skip
+                    q = pos + HEAD_V4_SIZE + blen
+                    target[pos + HEAD_V4_SIZE : q] = body
+                    target[q : pos + size] = tail
+                else:
+                    target[pos : pos + size] = encode_record(
+                        topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
+                        queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
+                        born_timestamp=born_ts or now, born_host=born_host, store_timestamp=now,
+                        store_host=store_host, reconsume_times=reconsume,
+                        prepared_transaction_offset=prepared_offset, properties=props.decode(),
+                    )  # fmt: skip
+                offsets.append(phys)
+                if handoff is not None:
+                    handoff.append(
+                        _new_result(
+                            DispatchRequest,
+                            (
+                                topic,
+                                queue_id,
+                                phys,
+                                size,
+                                code,
+                                now,
+                                qoff,
+                                keys,
+                                uniq,
+                                sys_flag,
+                                prepared_offset,
+                            ),
+                        )
                     )
-                    for i, p in enumerate(prepared)
-                )
+                pos += size
+                qoff += 1
+            # one append: readers and dispatch see the whole batch or none of it
+            mf.wrote_position = pos
+            mf.store_timestamp = now
+            self.topic_queue_table[key] = qoff
             self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + len(prepared)
             self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
             self._note_latency(self._monotonic() - begin)
         on_append = self.on_append
         if on_append is not None:
             on_append()
+        first_phys = base + first_pos
         status = _PUT_OK
-        if self.sync_flush and all(p.wait for p in prepared):
+        if self.sync_flush and wait:
             if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return PutMessageResult(
-            status,
-            first_phys,
-            total,
-            first_qoff,
-            now,
-            store_host,
-            len(prepared),
-            None,
-            tuple(first_phys + s for s in starts),
-        )
+            status, first_phys, total, first_qoff, now, store_host, len(prepared), None,
+            tuple(offsets),
+        )  # fmt: skip
 
     def put_plain_batch(
         self,
@@ -771,7 +753,6 @@ class CommitLog:
         heads = np.zeros(n, dtype=_HEAD_FIELDS)
         heads["total"] = sizes
         heads["magic"] = MAGIC_V1
-        crc32 = zlib.crc32
         heads["crc"] = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         heads["queue_id"] = queue_id
         heads["born_host"] = np.frombuffer(_DEFAULT_BORN_HOST, dtype=np.uint8)

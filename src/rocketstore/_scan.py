@@ -19,7 +19,6 @@ garbage tail ends the scan at the first bad record and is never skipped into.
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import NamedTuple
 
 from ._errors import CorruptRecordError
@@ -30,6 +29,7 @@ from ._record import (
     Buffer,
     DispatchRequest,
     check_record,
+    crc32,
 )
 
 # TOTALSIZE .. BODYLENGTH with both hosts as 8 bytes (IPv4 address + port)
@@ -76,7 +76,6 @@ def scan_records(
     """
     view = memoryview(buf)
     unpack = _HEAD.unpack_from
-    crc32 = zlib.crc32
     topics = _topics
     append = collect.append if collect is not None else None
     pos = start

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import binascii
 import logging
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ from .._record import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     MessageExt,
+    crc32,
     unpack_host,
 )
 
@@ -301,7 +301,7 @@ class RangeDecoder:
             b_end = (pos + HEAD + body_len).tolist()
             chunks = list(map(mv.__getitem__, map(slice, b_start, b_end)))
             if self.check_crc:
-                got = np.fromiter(map(zlib.crc32, chunks), dtype=np.int64, count=len(chunks))
+                got = np.fromiter(map(crc32, chunks), dtype=np.int64, count=len(chunks))
                 bad_crc = (got & 0x7FFFFFFF) != crc
                 if bad_crc.any():
                     for k in np.flatnonzero(bad_crc).tolist():
