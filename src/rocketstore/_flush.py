@@ -12,9 +12,11 @@ for the disk.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ._clock import Clock
 from ._mapped_file_queue import MappedFileQueue
@@ -32,7 +34,18 @@ def _noop(_ts: int) -> None:
 
 
 class GroupCommitService(ServiceThread):
-    """Sync flush with group commit. ``wait_flushed`` is called by producers, any thread."""
+    """Sync flush with group commit, leader and followers.
+
+    A producer that must wait for its message to be durable flushes the commit log itself
+    when no flush is running (it leads); producers arriving while a flush runs wait. When a
+    flush ends, exactly the waiters it covered are woken, plus the first one it did not cover,
+    who leads the next flush. One fdatasync therefore covers everyone who wrote while the
+    previous one ran, nobody is woken for nothing, and a lone producer pays no thread hand-off.
+    The service thread serves ``request_flush`` (dispatch under SYNC_FLUSH, WAIT=false puts)
+    and flushes what is left at shutdown.
+
+    Only one flush runs at a time (``_flushing``, under ``_lock``).
+    """
 
     def __init__(
         self, queue: MappedFileQueue, clock: Clock, on_flushed: FlushedCallback = _noop
@@ -43,27 +56,89 @@ class GroupCommitService(ServiceThread):
         self.on_flushed = on_flushed
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
-        self._done = threading.Condition(self._lock)
         self._highest_request = 0
+        self._flushing = False
+        # waiting producers: [end offset, arrival number, wake-up lock], smallest end first
+        self._waiters: list[list[Any]] = []
+        self._arrivals = 0
         self.flush_count = 0
 
-    def wait_flushed(self, end_offset: int, timeout: float) -> bool:
-        """Block until everything below ``end_offset`` is durable; False on timeout."""
+    def request_flush(self, end_offset: int) -> None:
+        """Ask the service thread to flush up to ``end_offset`` without waiting. Any thread."""
         if self.queue.flushed_where >= end_offset:
-            return True
+            return
         with self._lock:
             if end_offset > self._highest_request:
                 self._highest_request = end_offset
                 self._work.notify()
-            deadline = self.clock.monotonic() + timeout
-            while self.queue.flushed_where < end_offset:
-                remaining = deadline - self.clock.monotonic()
-                if remaining <= 0 or (self.stopped and not self.running):
-                    return self.queue.flushed_where >= end_offset
-                self._done.wait(min(remaining, 0.5))
+
+    def _take_token(self) -> bool:
+        """Become the flusher if nobody is. Caller holds ``_lock``."""
+        if self._flushing:
+            return False
+        self._flushing = True
+        return True
+
+    def _release_token(self) -> None:
+        """End a flush: wake the waiters it covered and the next leader. Caller holds ``_lock``."""
+        self._flushing = False
+        flushed = self.queue.flushed_where
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= flushed:
+            heapq.heappop(waiters)[2].release()
+        if waiters:
+            heapq.heappop(waiters)[2].release()  # not covered: it leads the next flush
+        elif self._highest_request > flushed:
+            self._work.notify()
+
+    def _flush_as_leader(self) -> None:
+        try:
+            self._flush_once()
+        finally:
+            with self._lock:
+                self._release_token()
+
+    def wait_flushed(self, end_offset: int, timeout: float) -> bool:
+        """Block until everything below ``end_offset`` is durable; False on timeout.
+
+        Producer threads. May run the flush in the calling thread (see the class).
+        """
+        queue = self.queue
+        if queue.flushed_where >= end_offset:
             return True
+        clock = self.clock
+        deadline = clock.monotonic() + timeout
+        while True:
+            with self._lock:
+                if queue.flushed_where >= end_offset:
+                    return True
+                lead = self._take_token()
+                if not lead:
+                    wake = threading.Lock()
+                    wake.acquire()
+                    self._arrivals += 1
+                    entry = [end_offset, self._arrivals, wake]
+                    heapq.heappush(self._waiters, entry)
+            if lead:
+                before = queue.flushed_where
+                self._flush_as_leader()
+                if queue.flushed_where >= end_offset:
+                    return True
+                if clock.monotonic() >= deadline:
+                    return False
+                if queue.flushed_where == before:  # the disk made no progress: do not spin
+                    threading.Event().wait(0.001)
+                continue
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or not wake.acquire(timeout=remaining):
+                with self._lock:
+                    if entry in self._waiters:
+                        self._waiters.remove(entry)
+                        heapq.heapify(self._waiters)
+                return queue.flushed_where >= end_offset
 
     def _flush_once(self) -> None:
+        """Flush to the current end of the log. Caller holds the flush token."""
         target = self.queue.get_max_offset()
         for _ in range(2):
             if self.queue.flushed_where >= target:
@@ -77,17 +152,28 @@ class GroupCommitService(ServiceThread):
     def run(self) -> None:
         while not self.stopped:
             with self._lock:
-                while self._highest_request <= self.queue.flushed_where and not self.stopped:
+                while not self.stopped and (
+                    self._flushing or self._highest_request <= self.queue.flushed_where
+                ):
                     self._work.wait(0.01)
-            if self.stopped:
-                break
-            self._flush_once()
+                if self.stopped:
+                    break
+                self._flushing = True
+            self._flush_as_leader()
+        # shutdown: after any flush in progress, flush what is left and release every waiter
+        while True:
             with self._lock:
-                self._done.notify_all()
-        # shutdown: flush whatever is left and release every waiter
-        self.queue.flush_all(0)
-        with self._lock:
-            self._done.notify_all()
+                if self._take_token():
+                    break
+            threading.Event().wait(0.01)
+        try:
+            self.queue.flush_all(0)
+        finally:
+            with self._lock:
+                self._release_token()
+                for entry in self._waiters:
+                    entry[2].release()
+                self._waiters.clear()
 
 
 class PeriodicPageService(ServiceThread):

@@ -193,7 +193,7 @@ class MessageStore:
         return self.commit_log.queue.get_max_offset()
 
     def _request_flush(self, end: int) -> None:
-        self.commit_log.flush_service.wait_flushed(end, 0)  # type: ignore[union-attr]
+        self.commit_log.flush_service.request_flush(end)  # type: ignore[union-attr]
 
     # ---- checkpoint updates (flush and dispatch threads) -----------------------------------
 

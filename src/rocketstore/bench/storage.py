@@ -196,16 +196,13 @@ def bench_put_batch(root: str, count: int | None) -> Figures:
     return out
 
 
-def _sync_run(root: str, threads: int, per_thread: int) -> tuple[int, float]:
-    cfg = _config(
-        root,
-        flush_disk_type="SYNC_FLUSH",
-        warm_mapped_file_enable=False,
-        mapped_file_size_commit_log=256 * 1024 * 1024,
-    )
+def _sync_run(root: str, threads: int, per_thread: int) -> tuple[int, float, int]:
+    """(messages, seconds, fdatasync calls) for ``threads`` producers under SYNC_FLUSH."""
+    cfg = _config(root, flush_disk_type="SYNC_FLUSH", mapped_file_size_commit_log=256 * 1024 * 1024)
     msgs = _messages(threads * per_thread)
     errors: list[str] = []
     with MessageStore(cfg) as store:
+        flusher = store.commit_log.flush_service
         barrier = threading.Barrier(threads + 1)
 
         def producer(k: int) -> None:
@@ -219,26 +216,30 @@ def _sync_run(root: str, threads: int, per_thread: int) -> tuple[int, float]:
         for t in ts:
             t.start()
         barrier.wait()
+        flushes_before = flusher.flush_count
         start = time.perf_counter()
         for t in ts:
             t.join()
         elapsed = time.perf_counter() - start
+        flushes = flusher.flush_count - flushes_before
     if errors:
         raise RuntimeError(f"{len(errors)} puts failed, first: {errors[0]}")
-    return threads * per_thread, elapsed
+    return threads * per_thread, elapsed, flushes
 
 
 @scenario("put_sync", "storage", "SYNC_FLUSH: one producer vs 32 producers (group commit)")
 def bench_put_sync(root: str, count: int | None) -> Figures:
     n = min(count or 20_000, 200_000)
-    single_n, single_t = _sync_run(os.path.join(root, "one"), 1, max(n // 10, 500))
-    multi_n, multi_t = _sync_run(os.path.join(root, "many"), 32, max(n // 32, 50))
+    single_n, single_t, single_f = _sync_run(os.path.join(root, "one"), 1, max(n // 10, 500))
+    multi_n, multi_t, multi_f = _sync_run(os.path.join(root, "many"), 32, max(n // 32, 50))
     single = single_n / single_t
     multi = multi_n / multi_t
     return {
         "single_thread_msgs_per_s": round(single),
         "threads_32_msgs_per_s": round(multi),
         "group_commit_speedup": round(multi / single, 1),
+        "fdatasync_ms_single": round(single_t / max(single_f, 1) * 1000, 3),
+        "msgs_per_fdatasync_32": round(multi_n / max(multi_f, 1), 1),
     }
 
 
