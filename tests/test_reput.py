@@ -201,3 +201,46 @@ def test_index_can_be_disabled(
     assert store.query_message("T", "k1").messages == []
     assert not (Path(config.store_path_root_dir) / "index").exists()
     assert store.get_max_offset_in_queue("T", 1) == 2
+
+
+def test_batch_put_dispatches_as_single_puts_do(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig], tmp_path: Path
+) -> None:
+    """A batch goes to dispatch as one entry; the consume-queue files it leaves (also across a
+    file boundary, where units go one by one) equal those of the same messages put singly."""
+    clock_ms = 1_700_000_000_000
+
+    class Fixed:  # one store time for both stores, so the records are byte-identical
+        def now_ms(self) -> int:
+            return clock_ms
+
+        monotonic = staticmethod(time.monotonic)
+
+    def messages() -> list[Message]:
+        return [
+            Message("B", b"m%03d" % i, 1, tags=f"t{i % 3}", keys=[f"k{i}"] if i % 2 else None)
+            for i in range(57)  # 40 units per consume-queue file: the batch crosses a file
+        ]
+
+    stores = {}
+    for name in ("single", "batch"):
+        cfg = make_config(**SMALL, store_path_root_dir=str(tmp_path / name))
+        store = open_store(cfg, clock=Fixed())
+        msgs = messages()
+        if name == "single":
+            for m in msgs:
+                assert store.put_message(m).ok
+        else:
+            assert store.put_messages(msgs[:3]).ok  # no file yet: unit by unit
+            assert store.put_messages(msgs[3:20]).queue_offset == 3  # one pack into the file
+            r = store.put_messages(msgs[20:])  # crosses into the next file: unit by unit
+            assert r.ok and r.queue_offset == 20 and len(r.offsets) == 37
+        wait_dispatched(store)
+        stores[name] = store
+    assert cq_bytes(tmp_path / "single") == cq_bytes(tmp_path / "batch")
+    batch = stores["batch"]
+    got = batch.get_message("g", "B", 1, 0, 64)
+    assert [m.body for m in got.messages][:32] == [b"m%03d" % i for i in range(32)]
+    assert batch.get_max_offset_in_queue("B", 1) == 57
+    found = batch.query_message("B", "k41").messages
+    assert [m.body for m in found] == [b"m041"]

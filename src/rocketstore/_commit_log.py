@@ -44,6 +44,7 @@ from ._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
+    BatchDispatch,
     DispatchRequest,
     MessageExt,
     check_record,
@@ -169,7 +170,7 @@ class CommitLog:
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self._topics: dict[str, bytes] = {}  # topic → length byte + UTF-8 name
         self._delay_levels = config.delay_levels_ms()
-        self.dispatch_handoff: collections.deque[DispatchRequest] | None = None
+        self.dispatch_handoff: collections.deque[DispatchRequest | BatchDispatch] | None = None
         self.on_append: Callable[[], None] | None = None  # wakes the dispatcher
         self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
         self.sync_flush_timeout = config.sync_flush_timeout / 1000
@@ -611,6 +612,9 @@ class CommitLog:
         store_host = self.store_host
         key = (topic, queue_id)
         offsets: list[int] = []
+        sizes: list[int] = []
+        codes: list[int] = []
+        indexed: list[DispatchRequest] = []
         with self.put_lock:
             begin = self._monotonic()
             now = self._now_ms()
@@ -649,10 +653,11 @@ class CommitLog:
                     )  # fmt: skip
                 offsets.append(phys)
                 if handoff is not None:
-                    handoff.append(
-                        _new_result(
-                            DispatchRequest,
-                            (
+                    sizes.append(size)
+                    codes.append(code)
+                    if keys or uniq:
+                        indexed.append(
+                            DispatchRequest(
                                 topic,
                                 queue_id,
                                 phys,
@@ -664,11 +669,25 @@ class CommitLog:
                                 uniq,
                                 sys_flag,
                                 prepared_offset,
-                            ),
+                            )
                         )
-                    )
                 pos += size
                 qoff += 1
+            if handoff is not None:  # dispatch takes the batch as one entry
+                handoff.append(
+                    BatchDispatch(
+                        topic,
+                        queue_id,
+                        base + first_pos,
+                        total,
+                        first_qoff,
+                        now,
+                        tuple(offsets),
+                        tuple(sizes),
+                        tuple(codes),
+                        tuple(indexed),
+                    )
+                )
             # one append: readers and dispatch see the whole batch or none of it
             mf.wrote_position = pos
             mf.store_timestamp = now

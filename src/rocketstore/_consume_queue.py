@@ -19,10 +19,11 @@ FlushConsumeQueueService; readers from any thread (files are held while read).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ._clock import SYSTEM_CLOCK, Clock
@@ -50,6 +51,12 @@ def is_valid_unit(phys_offset: int, size: int) -> bool:
 
 def is_blank_unit(phys_offset: int, size: int, tags_code: int) -> bool:
     return phys_offset == 0 and size == BLANK_SIZE and tags_code == 0
+
+
+@functools.lru_cache(maxsize=64)
+def _units_struct(n: int) -> struct.Struct:
+    """``n`` consume-queue units packed at once."""
+    return struct.Struct(">" + "qiq" * n)
 
 
 class ConsumeQueue:
@@ -239,6 +246,38 @@ class ConsumeQueue:
             mf.release()
 
     # ---- writing ----------------------------------------------------------------------------
+
+    def put_units(
+        self,
+        phys_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+        first_offset: int,
+    ) -> bool:
+        """Write the units of consecutive logical offsets from ``first_offset`` (a batch put).
+
+        One pack and one copy when they all go at the end of the current file; unit by unit
+        (with everything ``put_unit`` handles) otherwise. Dispatcher thread only.
+        """
+        n = len(phys_offsets)
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is not None and n and phys_offsets[0] + sizes[0] > self.max_physic_offset:
+            pos = mf.wrote_position
+            end = pos + n * UNIT_SIZE
+            if pos and end <= self.file_size and mf.from_offset + pos == first_offset * UNIT_SIZE:
+                fmt = _units_struct(n)
+                fields = [
+                    v for unit in zip(phys_offsets, sizes, tags_codes, strict=True) for v in unit
+                ]
+                fmt.pack_into(mf.mm, pos, *fields)
+                mf.wrote_position = end
+                self.max_physic_offset = phys_offsets[-1] + sizes[-1]
+                return True
+        for i in range(n):
+            if not self.put_unit(phys_offsets[i], sizes[i], tags_codes[i], first_offset + i):
+                return False
+        return True
 
     def put_unit(self, phys_offset: int, size: int, tags_code: int, offset: int) -> bool:
         """Write the unit of logical ``offset``; a record already in the queue is skipped.

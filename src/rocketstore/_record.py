@@ -250,6 +250,24 @@ class DispatchRequest(NamedTuple):
     prepared_transaction_offset: int
 
 
+class BatchDispatch(NamedTuple):
+    """What dispatch needs of a batch put: one queue, consecutive records and queue offsets.
+
+    Positions 2 and 3 hold the batch's start and length in the commit log, as in a
+    DispatchRequest, so dispatch can follow the log with either."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int  # the first record
+    msg_size: int  # the whole batch
+    first_queue_offset: int
+    store_timestamp: int
+    offsets: tuple[int, ...]  # each record's commit-log offset
+    sizes: tuple[int, ...]
+    tags_codes: tuple[int, ...]
+    indexed: tuple[DispatchRequest, ...]  # records with KEYS or UNIQ_KEY
+
+
 class MessageExt:
     """A message as stored: every field of the record, properties parsed on first use.
 

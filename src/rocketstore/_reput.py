@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING
 
 from ._consume_queue import ConsumeQueueTable
 from ._errors import CorruptRecordError
-from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, DispatchRequest
+from ._record import (
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_COMMIT_TYPE,
+    BatchDispatch,
+    DispatchRequest,
+)
 from ._service import ServiceThread
 
 if TYPE_CHECKING:
@@ -87,8 +92,12 @@ class ReputMessageService(ServiceThread):
 
     # ---- dispatching ------------------------------------------------------------------------
 
-    def dispatch(self, req: DispatchRequest) -> None:
-        """Send one record to its consume queue, the index and the listener. Dispatcher thread."""
+    def dispatch(self, req: DispatchRequest | BatchDispatch) -> None:
+        """Send one record (or a batch put's records) to its consume queue, the index and the
+        listener. Dispatcher thread."""
+        if isinstance(req, BatchDispatch):
+            self._dispatch_batch(req)
+            return
         # unpacking is cheaper than NamedTuple attribute access, and this runs per message
         (
             topic,
@@ -122,6 +131,40 @@ class ReputMessageService(ServiceThread):
         if listener is not None and in_queue:
             try:
                 listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
+            except Exception:
+                log.exception("message arriving listener failed")
+
+    def _dispatch_batch(self, b: BatchDispatch) -> None:
+        """A batch put: its units written in one go, keys indexed, the listener told once."""
+        topic, queue_id, first_qoff, store_ts = (
+            b.topic,
+            b.queue_id,
+            b.first_queue_offset,
+            b.store_timestamp,
+        )
+        cq = self.consume_queues.find_or_create(topic, queue_id)
+        if not cq.put_units(b.offsets, b.sizes, b.tags_codes, first_qoff):
+            raise CorruptRecordError(
+                f"could not write the consume-queue units of {topic}/{queue_id} "
+                f"offsets {first_qoff}..{first_qoff + len(b.offsets) - 1}"
+            )
+        self.consume_queues.last_store_timestamp = store_ts
+        if self.physic_at_dispatch and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = store_ts
+        index = self.index
+        if index is not None:
+            if not b.indexed and not index.files:  # the first dispatch makes the first file
+                first = DispatchRequest(
+                    topic, queue_id, b.offsets[0], b.sizes[0], b.tags_codes[0], store_ts,
+                    first_qoff, None, None, 0, 0,
+                )  # fmt: skip
+                index.build_index(first)
+            for r in b.indexed:
+                index.build_index(r)
+        listener = self.listener
+        if listener is not None:
+            try:
+                listener(topic, queue_id, first_qoff + len(b.offsets), b.tags_codes[-1], store_ts)
             except Exception:
                 log.exception("message arriving listener failed")
 
