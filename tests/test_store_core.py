@@ -246,3 +246,31 @@ def test_store_times_come_from_the_injected_clock(open_store, manual_clock) -> N
     assert m1 is not None and m2 is not None
     assert (m1.store_timestamp, m1.born_timestamp) == (r1.store_timestamp, r1.store_timestamp)
     assert (m2.store_timestamp, m2.born_timestamp) == (r2.store_timestamp, 42)
+
+
+def test_async_flusher_keeps_up_across_many_files(make_config) -> None:  # type: ignore[no-untyped-def]
+    """One flush round covers every full file and the tail, so a clean shutdown after a burst
+    of rolls leaves everything flushed and no abort file (a flusher that went one file per
+    round fell behind and left the store to abnormal recovery)."""
+    config = make_config(flush_interval_commit_log=60_000)  # the interval never comes round
+    store = MessageStore(config)
+    store.load()
+    store.start()
+    for i in range(400):  # ~40 files of 64 KiB
+        assert store.put_message(Message("F", b"f" * 6000, i % 2)).ok
+    queue = store.commit_log.queue
+    assert len(queue.files) > 20 and queue.flushed_where < store.max_phy_offset
+    flusher = store.commit_log.flush_service
+    assert flusher.step(4)  # type: ignore[union-attr]
+    full_end = queue.files[-1].from_offset
+    assert queue.flushed_where >= full_end
+    end = store.max_phy_offset
+    store.shutdown()
+    assert not (Path(config.store_path_root_dir) / "abort").exists()
+    again = MessageStore(config)
+    again.load()
+    try:
+        assert again.max_phy_offset == end
+        assert again.load_result is not None and again.load_result.mode != "abnormal"
+    finally:
+        again.shutdown()

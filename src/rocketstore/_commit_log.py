@@ -12,7 +12,6 @@ flush service threads; readers from anywhere.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import re
 import struct
@@ -614,7 +613,7 @@ class CommitLog:
         offsets: list[int] = []
         sizes: list[int] = []
         codes: list[int] = []
-        indexed: list[DispatchRequest] = []
+        indexed: list[DispatchRequest] = []  # records with keys, for the index
         with self.put_lock:
             begin = self._monotonic()
             now = self._now_ms()
@@ -673,39 +672,72 @@ class CommitLog:
                         )
                 pos += size
                 qoff += 1
-            if handoff is not None:  # dispatch takes the batch as one entry
-                handoff.append(
-                    BatchDispatch(
-                        topic,
-                        queue_id,
-                        base + first_pos,
-                        total,
-                        first_qoff,
-                        now,
-                        tuple(offsets),
-                        tuple(sizes),
-                        tuple(codes),
-                        tuple(indexed),
-                    )
-                )
-            # one append: readers and dispatch see the whole batch or none of it
-            mf.wrote_position = pos
-            mf.store_timestamp = now
-            self.topic_queue_table[key] = qoff
-            self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + len(prepared)
-            self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
+            self._publish_batch(
+                mf, topic, queue_id, first_pos, total, first_qoff, now,
+                tuple(offsets), tuple(sizes), tuple(codes), tuple(indexed),
+            )  # fmt: skip
             self._note_latency(self._monotonic() - begin)
+        return self._batch_result(base + first_pos, total, first_qoff, now, tuple(offsets), wait)
+
+    def _publish_batch(
+        self,
+        mf: MappedFile,
+        topic: str,
+        queue_id: int,
+        first_pos: int,
+        total: int,
+        first_qoff: int,
+        now: int,
+        offsets: tuple[int, ...],
+        sizes: tuple[int, ...],
+        codes: tuple[int, ...],
+        indexed: tuple[DispatchRequest, ...],
+    ) -> None:
+        """Make a batch packed at ``first_pos`` of ``mf`` visible: one append, so readers and
+        dispatch see all of it or none; dispatch takes it as one entry. Put lock held."""
+        handoff = self.dispatch_handoff
+        if handoff is not None:
+            handoff.append(
+                BatchDispatch(
+                    topic,
+                    queue_id,
+                    mf.from_offset + first_pos,
+                    total,
+                    first_qoff,
+                    now,
+                    offsets,
+                    sizes,
+                    codes,
+                    indexed,
+                )
+            )
+        n = len(offsets)
+        mf.wrote_position = first_pos + total
+        mf.store_timestamp = now
+        self.topic_queue_table[(topic, queue_id)] = first_qoff + n
+        self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + n
+        self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
+
+    def _batch_result(
+        self,
+        first_phys: int,
+        total: int,
+        first_qoff: int,
+        now: int,
+        offsets: tuple[int, ...],
+        wait: bool,
+    ) -> PutMessageResult:
+        """After a batch: wake dispatch, wait for the flush under SYNC_FLUSH, the result."""
         on_append = self.on_append
         if on_append is not None:
             on_append()
-        first_phys = base + first_pos
         status = _PUT_OK
         if self.sync_flush and wait:
             if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
                 status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return PutMessageResult(
-            status, first_phys, total, first_qoff, now, store_host, len(prepared), None,
-            tuple(offsets),
+            status, first_phys, total, first_qoff, now, self.store_host, len(offsets), None,
+            offsets,
         )  # fmt: skip
 
     def put_plain_batch(
@@ -814,45 +846,31 @@ class CommitLog:
             parts[2::3] = tails
             mf.write_target[wpos : wpos + total] = b"".join(parts)
             del parts
-            mf.wrote_position = wpos + total
-            mf.store_timestamp = now
-            self.topic_queue_table[key] = first_qoff + n
-            phys_list = phys.tolist()
-            handoff = self.dispatch_handoff
-            if handoff is not None:
-                handoff.extend(
-                    map(
-                        _new_result,
-                        itertools.repeat(DispatchRequest),
-                        zip(
-                            itertools.repeat(topic, n),
-                            itertools.repeat(queue_id, n),
-                            phys_list,
-                            sizes.tolist(),
-                            codes,
-                            itertools.repeat(now, n),
-                            qoffs.tolist(),
-                            keys,
-                            itertools.repeat(None, n),
-                            itertools.repeat(0, n),
-                            itertools.repeat(0, n),
-                            strict=True,
-                        ),
-                    )
+            offsets = tuple(phys.tolist())
+            size_list = sizes.tolist()
+            indexed = tuple(
+                DispatchRequest(
+                    topic,
+                    queue_id,
+                    offsets[i],
+                    size_list[i],
+                    codes[i],
+                    now,
+                    first_qoff + i,
+                    keys[i],
+                    None,
+                    0,
+                    0,
                 )
-            self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + n
-            self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
+                for i in range(n)
+                if keys[i]
+            )
+            self._publish_batch(
+                mf, topic, queue_id, wpos, total, first_qoff, now,
+                offsets, tuple(size_list), tuple(codes), indexed,
+            )  # fmt: skip
             self._note_latency(self._monotonic() - begin)
-        on_append = self.on_append
-        if on_append is not None:
-            on_append()
-        status = _PUT_OK
-        if self.sync_flush:
-            if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(
-            status, first_phys, total, first_qoff, now, self.store_host, n, None, tuple(phys_list)
-        )
+        return self._batch_result(first_phys, total, first_qoff, now, offsets, True)
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Replication: append raw commit-log bytes at ``start_offset`` (slave side)."""

@@ -341,7 +341,9 @@ class ConsumeQueue:
             mf.wrote_position = pos + count * UNIT_SIZE
 
     def flush(self, least_pages: int) -> int:
-        return self.queue.flush(least_pages)
+        """Every file up to the end (the checkpoint's logics time counts on a thorough flush
+        covering the whole queue)."""
+        return self.queue.flush_all(least_pages)
 
     # ---- reading ----------------------------------------------------------------------------
 

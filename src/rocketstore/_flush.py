@@ -258,7 +258,7 @@ class FlushRealTimeService(PeriodicPageService):
 
     def step(self, least_pages: int) -> bool:
         before = self.queue.flushed_where
-        self.queue.flush(least_pages)
+        self.queue.flush_all(least_pages)  # every file up to the end, not one a round
         if self.queue.flushed_where == before:
             return False
         self.flush_count += 1
@@ -297,7 +297,7 @@ class CommitRealTimeService(PeriodicPageService):
 
     def step(self, least_pages: int) -> bool:
         before = self.queue.committed_where
-        self.queue.commit(least_pages)
+        self.queue.commit_all(least_pages)
         if self.queue.committed_where == before:
             return False
         self.flusher.wakeup()

@@ -216,17 +216,19 @@ class MappedFileQueue:
         return self.committed_where
 
     def flush_all(self, least_pages: int = 0) -> int:
-        """Flush until nothing is left (used at shutdown and by sync flush)."""
+        """Flush file after file while each one has ``least_pages`` dirty (0: anything), so a
+        flusher never falls behind by whole files."""
         while True:
             before = self.flushed_where
             self.flush(least_pages)
             if self.flushed_where == before:
                 return before
 
-    def commit_all(self) -> int:
+    def commit_all(self, least_pages: int = 0) -> int:
+        """Commit file after file, as ``flush_all`` flushes."""
         while True:
             before = self.committed_where
-            self.commit(0)
+            self.commit(least_pages)
             if self.committed_where == before:
                 return before
 
