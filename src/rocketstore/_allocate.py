@@ -59,6 +59,7 @@ class AllocateMappedFileService(ServiceThread):
         self._cond = threading.Condition(self._lock)
         self._table: dict[Path, _Request] = {}
         self._heap: list[_Request] = []
+        self._making = 0
         self.created = 0
 
     def _submit(self, path: Path, size: int) -> _Request | None:
@@ -129,11 +130,26 @@ class AllocateMappedFileService(ServiceThread):
                 req = heapq.heappop(self._heap)
                 if self._table.get(req.path) is not req:
                     continue
+                self._making += 1
             try:
                 req.mapped_file = self._make(req.path, req.size)
             except (OSError, StoreError) as exc:
                 req.error = exc
+            finally:
+                with self._lock:
+                    self._making -= 1
             req.done.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no file is being made or waits to be (benchmarks, tests)."""
+        deadline = self.clock.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._heap and not self._making:
+                    return True
+            if self.clock.monotonic() >= deadline:
+                return False
+            threading.Event().wait(0.01)
 
     def stop(self, join: bool = True) -> None:
         self._stopped.set()
