@@ -60,6 +60,7 @@ class AllocateMappedFileService(ServiceThread):
         self._table: dict[Path, _Request] = {}
         self._heap: list[_Request] = []
         self._making = 0
+        self.waits = 0  # requests that found their file not ready yet
         self.created = 0
 
     def _submit(self, path: Path, size: int) -> _Request | None:
@@ -95,6 +96,8 @@ class AllocateMappedFileService(ServiceThread):
                     return None
                 req = self._submit_unchecked(path, size)
             self._submit(next_path, size)
+        if not req.done.is_set():
+            self.waits += 1  # the caller waits for a file that was not made ahead
         if not req.done.wait(self.wait_timeout):
             log.warning("creating %s took longer than %.1f s", path, self.wait_timeout)
             return None
