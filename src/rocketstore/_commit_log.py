@@ -927,40 +927,5 @@ class CommitLog:
 
     # ---- recovery helpers -------------------------------------------------------------------
 
-    def scan_file(
-        self, mf: MappedFile, start: int, check_crc: bool
-    ) -> tuple[int, list[DispatchRequest], bool]:
-        """Walk records from ``start`` (file-relative): (end position, requests, hit a BLANK).
-
-        Stops at the first invalid record or the end of the data.
-        """
-        requests: list[DispatchRequest] = []
-        pos = start
-        limit = mf.file_size
-        buf = mf.mm
-        while pos < limit:
-            try:
-                r = check_record(
-                    buf, pos, limit, check_crc=check_crc, delay_time=self.delivery_time
-                )
-            except CorruptRecordError as exc:
-                log.warning("%s: %s; the log ends here", mf.path, exc)
-                return pos, requests, False
-            if isinstance(r, int):
-                if r == 0:
-                    return pos, requests, False
-                return limit, requests, True
-            if r.commitlog_offset != mf.from_offset + pos:
-                log.warning(
-                    "%s: record at %d says it is at %d; the log ends here",
-                    mf.path,
-                    pos,
-                    r.commitlog_offset,
-                )
-                return pos, requests, False
-            requests.append(r)
-            pos += r.msg_size
-        return pos, requests, False
-
     def rebuild_topic_queue_table(self, entries: dict[tuple[str, int], int]) -> None:
         self.topic_queue_table = dict(entries)

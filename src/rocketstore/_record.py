@@ -34,7 +34,7 @@ import mmap
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -112,10 +112,6 @@ OFFSET_BORN_TIMESTAMP = 40
 OFFSET_BORN_HOST = 48
 OFFSET_STORE_TIMESTAMP_V4 = 56
 OFFSET_BODY_LENGTH_V4 = 84
-
-
-def host_length(v6: bool) -> int:
-    return 20 if v6 else 8
 
 
 def record_length(
@@ -639,13 +635,6 @@ def check_record(
         sys_flag,
         prepared,
     )
-
-
-def iter_keys(keys: str | None) -> Iterable[str]:
-    if keys:
-        for k in keys.split(KEY_SEPARATOR):
-            if k:
-                yield k
 
 
 # ---- fast decoding for the read path ------------------------------------------------------
