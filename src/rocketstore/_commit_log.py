@@ -761,6 +761,9 @@ class CommitLog:
 
         Any thread. Takes the put lock for the append only.
         """
+        from functools import partial
+        from itertools import compress, repeat
+
         import numpy as np  # the spark extra; the rest of the store does without it
 
         refusal = self._refusal
@@ -787,7 +790,7 @@ class CommitLog:
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 f"properties of {int(plens.max())} bytes exceed {self.max_properties_size}",
             )
-        if self._store_host_extra or not all(b.__class__ is bytes for b in bodies):
+        if self._store_host_extra or set(map(type, bodies)) != {bytes}:
             msgs = [  # IPv6 store host or bodies of other types: the general path
                 Message(topic, bytes(b), queue_id, properties=_parse_properties(p))
                 for b, p in zip(bodies, properties, strict=True)
@@ -809,16 +812,13 @@ class CommitLog:
         heads["born_host"] = np.frombuffer(_DEFAULT_BORN_HOST, dtype=np.uint8)
         heads["store_host"] = np.frombuffer(self.store_host, dtype=np.uint8)
         heads["body_length"] = blens
+        # after each body: the topic and the properties length (few distinct ones), then
+        # the properties
         topic_head = topic_tail[:-2]
-        pack16 = INT16.pack
-        tails = [topic_head + pack16(len(p)) + p for p in properties]
-        codes_of: dict[str | None, int] = {}
-        codes = []
-        for t in tags:
-            c = codes_of.get(t)
-            if c is None:
-                c = codes_of[t] = tags_code(t)
-            codes.append(c)
+        plen_list = plens.tolist()
+        mids = {length: topic_head + INT16.pack(length) for length in set(plen_list)}
+        codes_of = {t: tags_code(t) for t in set(tags)}
+        codes = [codes_of[t] for t in tags]
         key = (topic, queue_id)
         with self.put_lock:
             begin = self._monotonic()
@@ -838,33 +838,33 @@ class CommitLog:
             heads["born_timestamp"] = now
             heads["store_timestamp"] = now
             raw = heads.tobytes()
-            parts: list[bytes] = [b""] * (3 * n)
-            parts[0::3] = [
+            parts: list[bytes] = [b""] * (4 * n)
+            parts[0::4] = [
                 raw[i : i + HEAD_V4_SIZE] for i in range(0, n * HEAD_V4_SIZE, HEAD_V4_SIZE)
             ]
-            parts[1::3] = bodies
-            parts[2::3] = tails
+            parts[1::4] = bodies
+            parts[2::4] = [mids[length] for length in plen_list]
+            parts[3::4] = properties
             mf.write_target[wpos : wpos + total] = b"".join(parts)
             del parts
             offsets = tuple(phys.tolist())
             size_list = sizes.tolist()
-            indexed = tuple(
-                DispatchRequest(
-                    topic,
-                    queue_id,
-                    offsets[i],
-                    size_list[i],
-                    codes[i],
-                    now,
-                    first_qoff + i,
-                    keys[i],
-                    None,
-                    0,
-                    0,
-                )
-                for i in range(n)
-                if keys[i]
+            # rows with keys, built in C (tuple.__new__ over zipped columns, not a Python loop)
+            make = partial(tuple.__new__, DispatchRequest)
+            fields = zip(
+                repeat(topic),
+                repeat(queue_id),
+                offsets,
+                size_list,
+                codes,
+                repeat(now),
+                range(first_qoff, first_qoff + n),
+                keys,
+                repeat(None),
+                repeat(0),
+                repeat(0),
             )
+            indexed: tuple[DispatchRequest, ...] = tuple(map(make, compress(fields, keys)))
             self._publish_batch(
                 mf, topic, queue_id, wpos, total, first_qoff, now,
                 offsets, tuple(size_list), tuple(codes), indexed,

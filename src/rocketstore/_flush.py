@@ -121,7 +121,10 @@ class GroupCommitService(ServiceThread):
                     heapq.heappush(self._waiters, entry)
             if lead:
                 before = queue.flushed_where
-                self._flush_as_leader()
+                try:
+                    self._flush_as_leader()
+                except OSError:  # the put ends in FLUSH_DISK_TIMEOUT unless a retry succeeds
+                    log.exception("%s: sync flush failed; retrying until the timeout", self.name)
                 if queue.flushed_where >= end_offset:
                     return True
                 if clock.monotonic() >= deadline:
@@ -135,6 +138,10 @@ class GroupCommitService(ServiceThread):
                     if entry in self._waiters:
                         self._waiters.remove(entry)
                         heapq.heapify(self._waiters)
+                    elif (
+                        queue.flushed_where < end_offset and not self._flushing and self._waiters
+                    ):  # woken to lead just as the wait ran out: pass the lead on
+                        heapq.heappop(self._waiters)[2].release()
                 return queue.flushed_where >= end_offset
 
     def _flush_once(self) -> None:
@@ -159,7 +166,11 @@ class GroupCommitService(ServiceThread):
                 if self.stopped:
                     break
                 self._flushing = True
-            self._flush_as_leader()
+            try:
+                self._flush_as_leader()
+            except OSError:  # the service must outlive a failing disk: dispatch needs it
+                log.exception("%s: flush failed; retrying", self.name)
+                self.wait_for_running(0.01)
         # shutdown: after any flush in progress, flush what is left and release every waiter
         while True:
             with self._lock:
@@ -167,7 +178,12 @@ class GroupCommitService(ServiceThread):
                     break
             threading.Event().wait(0.01)
         try:
-            self.queue.flush_all(0)
+            for _ in range(RETRY_TIMES_OVER):
+                try:
+                    self.queue.flush_all(0)
+                    break
+                except OSError:
+                    log.exception("%s: final flush failed", self.name)
         finally:
             with self._lock:
                 self._release_token()

@@ -419,10 +419,12 @@ class IndexService:
         if self.on_flushed is not None and f.end_timestamp > 0:
             self.on_flushed(f.end_timestamp)
 
-    def build_index(self, req: DispatchRequest) -> None:
+    def build_index(self, req: DispatchRequest, *, write_header: bool = True) -> None:
         """Index ``topic#UNIQ_KEY`` and ``topic#key`` of one dispatched record (not rollbacks).
 
-        Dispatcher thread only. A record at or below the last indexed offset is skipped.
+        Dispatcher thread only. A record at or below the last indexed offset is skipped. With
+        ``write_header=False`` the newest file's header is left for ``write_last_header`` (a
+        batch writes it once; a file that fills up still gets its header when it does).
         """
         if not self.enabled or self.read_only:
             return
@@ -446,7 +448,14 @@ class IndexService:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
                     f = self._put(f, hasher(topic, key), phys, ts)
-        f.write_header()
+        if write_header:
+            f.write_header()
+
+    def write_last_header(self) -> None:
+        """Write the newest file's header. Dispatcher thread only."""
+        files = self.files
+        if files and not self.read_only:
+            files[-1].write_header()
 
     def _put(self, f: IndexFile, key_hash: int, phys: int, ts: int) -> IndexFile:
         if f.put_key(key_hash, phys, ts):

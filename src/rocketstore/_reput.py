@@ -160,7 +160,9 @@ class ReputMessageService(ServiceThread):
                 )  # fmt: skip
                 index.build_index(first)
             for r in b.indexed:
-                index.build_index(r)
+                index.build_index(r, write_header=False)
+            if b.indexed:
+                index.write_last_header()
         listener = self.listener
         if listener is not None:
             try:

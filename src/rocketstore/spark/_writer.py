@@ -71,6 +71,11 @@ class WriteReport(WriterCommitMessage):
     rows: int = 0
     body_bytes: int = 0
     queues: dict[str, int] = field(default_factory=dict)  # "topic/queue" → next offset
+    # where the task's time went (seconds): waiting for input batches, putting them, and
+    # closing the store (which waits for dispatch and the key index to catch up)
+    input_s: float = 0.0
+    put_s: float = 0.0
+    close_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,10 @@ def _task_index() -> int:
 def write_batches(s: WriteSettings, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     """Put every row of ``batches`` into the store; the work of one write task."""
     report = WriteReport()
+    clock = time.perf_counter
+    began = clock()
     first = next(batches, None)
+    report.input_s = clock() - began
     if first is None:
         return report
     store = open_store(s)
@@ -202,10 +210,23 @@ def write_batches(s: WriteSettings, batches: Iterator[pa.RecordBatch]) -> WriteR
         start = _task_index()
         batch: pa.RecordBatch | None = first
         while batch is not None:
+            began = clock()
             _put_batch(store, s, batch, turn, start, report)
+            put_done = clock()
             batch = next(batches, None)
+            report.input_s += clock() - put_done
+            report.put_s += put_done - began
     finally:
+        began = clock()
         store.shutdown()
+        report.close_s = clock() - began
+    log.debug(
+        "write task: %d rows, %.2fs waiting for input, %.2fs putting, %.2fs closing",
+        report.rows,
+        report.input_s,
+        report.put_s,
+        report.close_s,
+    )
     return report
 
 
@@ -265,7 +286,44 @@ def _plain_properties(tags: pa.Array | None, keys: pa.Array | None, n: int) -> p
 def _has_separator(col: pa.Array | None) -> bool:
     if col is None:
         return False
-    return bool(pc.any(pc.match_substring_regex(col, "[\\x01\\x02]")).as_py())
+    found = pc.or_(pc.match_substring(col, "\x01"), pc.match_substring(col, "\x02"))
+    return bool(pc.any(found).as_py())
+
+
+def _chunks(est: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Where the put_plain_batch calls of a run of rows start and end: up to _BATCH_MESSAGES
+    rows, and rows are added while the estimated size so far is under ``limit``."""
+    total = np.zeros(len(est) + 1, dtype=np.int64)
+    np.cumsum(est, out=total[1:])
+    out = []
+    lo = 0
+    while lo < len(est):
+        hi = int(np.searchsorted(total, total[lo] + limit, side="left"))
+        hi = max(lo + 1, min(hi, lo + _BATCH_MESSAGES, len(est)))
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+class _ObjectColumns:
+    """The Python values of a batch's bodies, properties, tags and keys, taken by row numbers
+    (contiguous ones as slices)."""
+
+    def __init__(self, *columns: list[Any]) -> None:
+        self.lists = columns
+        self.arrays: list[np.ndarray] | None = None
+
+    def rows(self, idx: np.ndarray) -> list[list[Any]]:
+        first = int(idx[0])
+        if int(idx[-1]) - first + 1 == len(idx):  # input order (idx ascends within a group)
+            return [c[first : first + len(idx)] for c in self.lists]
+        if self.arrays is None:
+            self.arrays = []
+            for c in self.lists:
+                a = np.empty(len(c), dtype=object)
+                a[:] = c
+                self.arrays.append(a)
+        return [a[idx].tolist() for a in self.arrays]
 
 
 def _put_batch(
@@ -316,10 +374,17 @@ def _put_batch(
     plain_props: list[bytes] = _plain_properties(tags_col, keys_col, n).to_pylist()
     tags = tags_col.to_pylist() if tags_col is not None else [None] * n
     keys = keys_col.to_pylist() if keys_col is not None else [None] * n
-    report.body_bytes += int(pc.sum(pc.binary_length(body_col)).as_py() or 0)
+    # the size estimate of each row (body + 200) decides where a put_plain_batch call ends
+    est = pc.binary_length(body_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    report.body_bytes += int(est.sum())
+    est += 200
+    columns = _ObjectColumns(bodies, plain_props, tags, keys)
     group_key = codes * (1 << 32) + qids
-    order = np.argsort(group_key, kind="stable")
-    bounds = np.flatnonzero(np.diff(group_key[order])) + 1
+    if len(topics) == 1 and (qids == qids[0]).all():  # one (topic, queue): input order
+        order, bounds = np.arange(n), np.zeros(0, dtype=np.int64)
+    else:
+        order = np.argsort(group_key, kind="stable")
+        bounds = np.flatnonzero(np.diff(group_key[order])) + 1
     limit = max(1, (s.commit_log_file_size or 1 << 30) // 4)
     for rows in np.split(order, bounds):
         topic = topics[int(codes[rows[0]])]
@@ -328,8 +393,8 @@ def _put_batch(
         # runs of rows with and without a properties map, in input order
         cuts = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
         for run in np.split(rows, cuts):
-            idx = run.tolist()
             if with_map[run[0]]:
+                idx = run.tolist()
                 props = props_col.take(pa.array(run)).to_pylist()  # type: ignore[union-attr]
                 msgs = [
                     Message(
@@ -344,24 +409,9 @@ def _put_batch(
                 ]
                 _put_messages(store, msgs, limit, report)
                 continue
-            lo = 0
-            while lo < len(idx):
-                size = 0
-                hi = lo
-                while hi < len(idx) and hi - lo < _BATCH_MESSAGES and size < limit:
-                    size += len(bodies[idx[hi]]) + 200
-                    hi += 1
-                part = idx[lo:hi]
-                r = store.put_plain_batch(
-                    topic,
-                    qid,
-                    [bodies[i] for i in part],
-                    [plain_props[i] for i in part],
-                    [tags[i] for i in part],
-                    [keys[i] for i in part],
-                )
-                _report(r, topic, qid, len(part), report)
-                lo = hi
+            for lo, hi in _chunks(est[run], limit):
+                r = store.put_plain_batch(topic, qid, *columns.rows(run[lo:hi]))
+                _report(r, topic, qid, hi - lo, report)
 
 
 def _put_rows(
@@ -441,8 +491,16 @@ def _put(store: MessageStore, msgs: list[Message], report: WriteReport) -> None:
 
 
 def _summary(messages: list[WriterCommitMessage | None]) -> tuple[int, int]:
-    rows = sum(m.rows for m in messages if isinstance(m, WriteReport))
+    reports = [m for m in messages if isinstance(m, WriteReport)]
+    rows = sum(m.rows for m in reports)
     failed = sum(1 for m in messages if m is None)
+    if reports:
+        log.info(
+            "rocketstore write tasks: %.2fs waiting for input, %.2fs putting, %.2fs closing",
+            sum(m.input_s for m in reports),
+            sum(m.put_s for m in reports),
+            sum(m.close_s for m in reports),
+        )
     return rows, failed
 
 
