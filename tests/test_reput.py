@@ -12,6 +12,7 @@ from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._consume_queue import UNIT_SIZE
 
 SMALL = {
+    "dispatch_in_put_path": False,  # these tests are about the dispatch thread and its handoff
     "mapped_file_size_consume_queue": 40 * UNIT_SIZE,
     "max_hash_slot_num": 16,
     "max_index_num": 64,
@@ -244,3 +245,55 @@ def test_batch_put_dispatches_as_single_puts_do(
     assert batch.get_max_offset_in_queue("B", 1) == 57
     found = batch.query_message("B", "k41").messages
     assert [m.body for m in found] == [b"m041"]
+
+
+def test_inline_dispatch_across_rolls_matches_the_dispatch_thread(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig], tmp_path: Path
+) -> None:
+    """ASYNC_FLUSH dispatches in the put path; across many commit-log rolls (BLANK records)
+    and a batch, it leaves the same consume-queue files as the dispatch thread does."""
+    roots = {}
+    for inline in (True, False):
+        root = tmp_path / f"inline-{inline}"
+        cfg = make_config(
+            **{**SMALL, "dispatch_in_put_path": inline}, store_path_root_dir=str(root)
+        )
+        store = open_store(cfg)
+        assert store.reput.inline is inline
+        for i in range(300):  # ~5 commit-log files of 64 KiB
+            assert store.put_message(Message("R", b"r" * 900, i % 3, keys=[f"k{i}"])).ok
+        assert store.put_messages([Message("R", b"b%d" % i, 1) for i in range(10)]).ok
+        wait_dispatched(store)
+        assert len(store.commit_log.queue.files) >= 5
+        assert [store.get_max_offset_in_queue("R", q) for q in range(3)] == [100, 110, 100]
+        assert [m.queue_offset for m in store.query_message("R", "k299").messages] == [99]
+        roots[inline] = root
+        store.flush_consume_queue.step(0)
+    assert cq_bytes(roots[True]) == cq_bytes(roots[False])
+
+
+def test_inline_dispatch_failure_hands_over_to_the_dispatch_thread(
+    open_store: Callable[..., MessageStore],
+    make_config: Callable[..., StoreConfig],
+    monkeypatch: Any,
+) -> None:
+    store = open_store(make_config(**{**SMALL, "dispatch_in_put_path": True}))
+    assert store.put_message(Message("H", b"first", 0)).ok
+    cq = store.consume_queues.find("H", 0)
+    assert cq is not None
+    calls = {"n": 0}
+    original = type(cq).put_unit
+
+    def refuse_once(self: Any, *args: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return False  # e.g. no consume-queue file could be made
+        return bool(original(self, *args))
+
+    monkeypatch.setattr(type(cq), "put_unit", refuse_once)
+    for i in range(5):
+        assert store.put_message(Message("H", b"m%d" % i, 0)).ok
+    assert store.reput.inline is False  # the thread took over
+    wait_dispatched(store)
+    got = store.get_message("g", "H", 0, 0, 32)
+    assert [m.body for m in got.messages] == [b"first"] + [b"m%d" % i for i in range(5)]

@@ -170,6 +170,9 @@ class CommitLog:
         self._topics: dict[str, bytes] = {}  # topic → length byte + UTF-8 name
         self._delay_levels = config.delay_levels_ms()
         self.dispatch_handoff: collections.deque[DispatchRequest | BatchDispatch] | None = None
+        # when set, dispatch runs in the put path under the put lock, right after a record
+        # becomes readable (ASYNC_FLUSH without write buffers; see ReputMessageService)
+        self.inline_dispatch: Callable[[DispatchRequest | BatchDispatch], None] | None = None
         self.on_append: Callable[[], None] | None = None  # wakes the dispatcher
         self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
         self.sync_flush_timeout = config.sync_flush_timeout / 1000
@@ -520,28 +523,19 @@ class CommitLog:
             mf.store_timestamp = now
             if in_queue:
                 table[key] = qoff + 1
+            inline = self.inline_dispatch
             handoff = self.dispatch_handoff
-            if handoff is not None:
+            if inline is not None or handoff is not None:
                 if code == DELAY_TAGS_CODE:
                     code = self.delivery_time(queue_id + 1, now)
-                handoff.append(
-                    _new_result(
-                        DispatchRequest,
-                        (
-                            topic,
-                            queue_id,
-                            phys,
-                            total,
-                            code,
-                            now,
-                            qoff,
-                            keys,
-                            uniq,
-                            sys_flag,
-                            prepared,
-                        ),
-                    )
+                req = _new_result(
+                    DispatchRequest,
+                    (topic, queue_id, phys, total, code, now, qoff, keys, uniq, sys_flag, prepared),
                 )
+                if inline is not None:
+                    inline(req)  # the record is readable already (wrote_position moved)
+                else:
+                    handoff.append(req)  # type: ignore[union-attr]
             try:
                 self.topic_put_counts[topic] += 1
                 self.topic_put_bytes[topic] += total
@@ -695,28 +689,24 @@ class CommitLog:
     ) -> None:
         """Make a batch packed at ``first_pos`` of ``mf`` visible: one append, so readers and
         dispatch see all of it or none; dispatch takes it as one entry. Put lock held."""
+        inline = self.inline_dispatch
         handoff = self.dispatch_handoff
-        if handoff is not None:
-            handoff.append(
-                BatchDispatch(
-                    topic,
-                    queue_id,
-                    mf.from_offset + first_pos,
-                    total,
-                    first_qoff,
-                    now,
-                    offsets,
-                    sizes,
-                    codes,
-                    indexed,
-                )
-            )
+        batch = None
+        if inline is not None or handoff is not None:
+            batch = BatchDispatch(
+                topic, queue_id, mf.from_offset + first_pos, total, first_qoff, now,
+                offsets, sizes, codes, indexed,
+            )  # fmt: skip
+            if handoff is not None and inline is None:
+                handoff.append(batch)
         n = len(offsets)
         mf.wrote_position = first_pos + total
         mf.store_timestamp = now
         self.topic_queue_table[(topic, queue_id)] = first_qoff + n
         self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + n
         self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
+        if inline is not None and batch is not None:
+            inline(batch)  # now that the batch is readable
 
     def _batch_result(
         self,

@@ -77,6 +77,9 @@ class StoreConfig:
     broker_role: BrokerRole = "ASYNC_MASTER"
     store_host: str = "127.0.0.1"
     store_port: int = 10911
+    # dispatch: in the put path (ASYNC_FLUSH without write buffers on a master), or always on
+    # the dispatch thread as RocketMQ does (not a RocketMQ setting)
+    dispatch_in_put_path: bool = True
     # reading
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32

@@ -66,6 +66,7 @@ class ReputMessageService(ServiceThread):
         self.index = index
         self.listener = listener
         self.reput_from_offset = 0
+        self.inline = False  # the put path dispatches (see dispatch_inline)
         self._limit = limit or commit_log.queue.get_max_offset
         self._request_flush = request_flush
         self._idle = False
@@ -170,8 +171,49 @@ class ReputMessageService(ServiceThread):
             except Exception:
                 log.exception("message arriving listener failed")
 
+    def dispatch_inline(self, req: DispatchRequest | BatchDispatch) -> None:
+        """Dispatch a record (or batch) in the put path. Put lock held, the record readable.
+
+        Used when nothing must be held back from consumers (ASYNC_FLUSH, no write buffers):
+        the record goes to its consume queue at once, with no hand-off to another thread and
+        no second thread taking the interpreter lock for it. Should a dispatch fail, inline
+        dispatch is switched off and the service thread takes over from this record, reading
+        it back from the file.
+        """
+        if not self.inline:
+            return
+        start = req[2]
+        offset = self.reput_from_offset
+        if start != offset:
+            cl = self.commit_log
+            if start % cl.file_size == 0 and cl.roll_next_file(offset) == start:
+                offset = start  # the previous file ended with a BLANK record: step over it
+            else:
+                log.error(
+                    "record at %d does not follow the dispatched end %d; the dispatch thread "
+                    "takes over",
+                    start,
+                    offset,
+                )
+                self.inline = False
+                self.wakeup()
+                return
+        try:
+            self.dispatch(req)
+        except Exception:
+            log.exception("dispatch at %d failed; the dispatch thread takes over", start)
+            self.inline = False
+            self.wakeup()
+            return
+        self.reput_from_offset = start + req[3]
+        self.dispatched += 1
+
     def do_reput(self, max_batch: int = MAX_BATCH) -> int:
-        """Dispatch up to ``max_batch`` records that are ready; returns how many were handled."""
+        """Dispatch up to ``max_batch`` records that are ready; returns how many were handled.
+
+        Nothing to do while the put path dispatches inline."""
+        if self.inline:
+            return 0
         cl = self.commit_log
         if self.reput_from_offset < cl.min_offset:
             log.warning(

@@ -185,6 +185,16 @@ class MessageStore:
         self._loaded = False
         self._running = False
 
+    def _dispatch_inline(self) -> bool:
+        """Dispatch in the put path when consumers may see a record as soon as it is written:
+        ASYNC_FLUSH without write buffers on a master (``dispatch_in_put_path``)."""
+        return (
+            self.config.dispatch_in_put_path
+            and self.config.flush_disk_type == "ASYNC_FLUSH"
+            and self.pool is None
+            and self.config.broker_role != "SLAVE"
+        )
+
     def _dispatch_limit(self) -> int:
         """How far dispatch may go: under SYNC_FLUSH only what is flushed; else what readers
         can see (the committed position when write buffers are used)."""
@@ -264,8 +274,12 @@ class MessageStore:
         self._create_abort_file()
         if self.allocator is not None:
             self.allocator.start()
-        self.commit_log.dispatch_handoff = collections.deque()
-        self.commit_log.on_append = self.reput.on_append
+        if self._dispatch_inline():
+            self.reput.inline = True
+            self.commit_log.inline_dispatch = self.reput.dispatch_inline
+        else:
+            self.commit_log.dispatch_handoff = collections.deque()
+            self.commit_log.on_append = self.reput.on_append
         self.commit_log.start()
         self.reput.start()
         self.flush_consume_queue.start()
@@ -292,6 +306,8 @@ class MessageStore:
         self.commit_log.shutdown()
         if self.maintenance and self.config.broker_role != "SLAVE":
             self.schedule.persist()  # after the commit log's last flush: all progress is safe
+        self.commit_log.inline_dispatch = None
+        self.reput.inline = False
         self.reput.stop()  # dispatches what is left first
         self.commit_log.dispatch_handoff = None
         self.commit_log.on_append = None

@@ -191,23 +191,42 @@ def bench_put_async(root: str, count: int | None) -> Figures:
 
 @scenario("put_batch", "storage", "put_messages, 32 x 1 KiB per batch, ASYNC_FLUSH, vs single puts")
 def bench_put_batch(root: str, count: int | None) -> Figures:
+    """Batches of 32 against single puts of the same messages. Rounds alternate between a
+    store taking single puts and one taking batches, dirty pages synced before each, the best
+    round of each counting (as put_async does)."""
     n = count or DEFAULT_COUNT
-    n -= n % 32
-    msgs = _messages(n, queues=1)
-    with MessageStore(_config(os.path.join(root, "single"))) as store:
-        single_elapsed, _ = _put_loop(store, msgs)
-    batches = [msgs[i : i + 32] for i in range(0, n, 32)]
-    with MessageStore(_config(os.path.join(root, "batch"))) as store:
-        put = store.put_messages
-        start = time.perf_counter()
-        for b in batches:
-            r = put(b)
-            if r.status.name != "PUT_OK":
-                raise RuntimeError(f"batch put failed: {r}")
-        elapsed = time.perf_counter() - start
-    out = _rate_figures(n, elapsed, RECORD_SIZE)
-    out["single_msgs_per_s"] = round(n / single_elapsed)
-    out["batch_over_single"] = round(single_elapsed / elapsed, 2)
+    rounds = 3
+    per_round = max(n // rounds // 32 * 32, 32)
+    msgs = _messages(per_round * rounds, queues=1)
+    ok = PutMessageStatus.PUT_OK
+    best_single = best_batch = 0.0
+    gc.collect()
+    gc.freeze()
+    try:
+        with (
+            MessageStore(_config(os.path.join(root, "single"))) as single,
+            MessageStore(_config(os.path.join(root, "batch"))) as batched,
+        ):
+            for r in range(rounds):
+                part = msgs[r * per_round : (r + 1) * per_round]
+                os.sync()
+                start = time.perf_counter()
+                for m in part:
+                    if single.put_message(m).status is not ok:
+                        raise RuntimeError("put failed")
+                best_single = max(best_single, per_round / (time.perf_counter() - start))
+                batches = [part[i : i + 32] for i in range(0, per_round, 32)]
+                os.sync()
+                start = time.perf_counter()
+                for b in batches:
+                    if batched.put_messages(b).status is not ok:
+                        raise RuntimeError("batch put failed")
+                best_batch = max(best_batch, per_round / (time.perf_counter() - start))
+    finally:
+        gc.unfreeze()
+    out = _rate_figures(per_round, per_round / best_batch, RECORD_SIZE)
+    out["single_msgs_per_s"] = round(best_single)
+    out["batch_over_single"] = round(best_batch / best_single, 2)
     return out
 
 
