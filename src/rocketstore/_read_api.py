@@ -191,6 +191,7 @@ class ReadApi:
         status = S.NO_MATCHED_MESSAGE  # FOUND once there is a message; set after the loop
         messages: list[MessageExt] = []
         append = messages.append
+        n = 0  # len(messages), kept by hand in the loop
         total = 0
         examined = 0
         next_file_start = -1
@@ -206,8 +207,7 @@ class ReadApi:
                 if phys < next_file_start:
                     examined += 1
                     continue
-                if messages:
-                    n = len(messages)
+                if n:
                     if phys < on_disk_below:
                         if n >= count_disk or total + size > bytes_disk:
                             break
@@ -263,6 +263,7 @@ class ReadApi:
                 if message_filter is not None and not message_filter.is_matched_by_commit_log(msg):
                     continue
                 append(msg)
+                n += 1
                 total += size
                 next_file_start = -1
         finally:

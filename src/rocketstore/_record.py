@@ -643,7 +643,8 @@ _HEAD_HOSTS8 = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with each host as 
 _HEAD_HOSTS8_SIZE = _HEAD_HOSTS8.size  # 88
 _SYSFLAG_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _MAX_LAYOUTS = 4096
-_layouts: dict[int, struct.Struct] = {}  # record size → the layout last seen at that size
+# record size → (layout, body length, topic length, properties length) last seen at that size
+_layouts: dict[int, tuple[struct.Struct, int, int, int]] = {}
 _topic_names: dict[bytes, str] = {}
 _new_message = object.__new__
 
@@ -655,7 +656,9 @@ def _layout_struct(body_len: int, topic_len: int, props_len: int) -> struct.Stru
     return struct.Struct(f"{_HEAD_HOSTS8.format}{body_len}sB{topic_len}sH{props_len}s")
 
 
-def _learn_layout(buf: bytes | mmap.mmap, pos: int, size: int) -> struct.Struct | None:
+def _learn_layout(
+    buf: bytes | mmap.mmap, pos: int, size: int
+) -> tuple[struct.Struct, int, int, int] | None:
     """The layout of the record at ``pos`` (remembered for its size), or None when it is not
     a V1 record with IPv4 hosts. Raises CorruptRecordError when its lengths disagree."""
     if pos < 0 or pos + max(size, _HEAD_HOSTS8_SIZE) > len(buf):
@@ -675,10 +678,10 @@ def _learn_layout(buf: bytes | mmap.mmap, pos: int, size: int) -> struct.Struct 
     props_len = (buf[t] << 8) | buf[t + 1]
     if t + 2 + props_len != end:
         raise CorruptRecordError(f"record length {total} at {pos} disagrees with its fields")
-    layout = _layout_struct(body_len, topic_len, props_len)
+    entry = (_layout_struct(body_len, topic_len, props_len), body_len, topic_len, props_len)
     if size in _layouts or len(_layouts) < _MAX_LAYOUTS:
-        _layouts[size] = layout
-    return layout
+        _layouts[size] = entry
+    return entry
 
 
 def _decode_other(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
@@ -701,9 +704,10 @@ def decode_stored(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
     ``__init__`` call. Records other than V1 with IPv4 hosts go through ``decode_message``.
     Raises CorruptRecordError when the record is damaged or its length is not ``size``.
     """
-    layout = _layouts.get(size) or _learn_layout(buf, pos, size)
-    if layout is None:
+    entry = _layouts.get(size) or _learn_layout(buf, pos, size)
+    if entry is None:
         return _decode_other(buf, pos, size)
+    layout, want_body, want_topic, want_props = entry
     try:
         (
             total,
@@ -733,14 +737,14 @@ def decode_stored(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
         magic != MAGIC_V1
         or sys_flag & _SYSFLAG_V6
         or total != size
-        or body_len != len(body)
-        or topic_len != len(raw_topic)
-        or props_len != len(raw_props)
+        or body_len != want_body  # the unpacked fields have exactly the assumed lengths
+        or topic_len != want_topic
+        or props_len != want_props
     ):
         learnt = _learn_layout(buf, pos, size)  # raises for a damaged record
         if learnt is None:
             return _decode_other(buf, pos, size)
-        if learnt.format == layout.format:  # it checked out a moment ago
+        if learnt[0].format == layout.format:  # it checked out a moment ago
             raise CorruptRecordError(f"the record at {pos} changed while it was read")
         return decode_stored(buf, pos, size)  # with the layout just learnt
     if crc32(body) & 0x7FFFFFFF != crc:
