@@ -216,9 +216,9 @@ def test_flush_service_reports_logics_time(tmp_path: Path) -> None:
         thorough_interval_ms=100,
         on_flushed=seen.append,
     )
-    svc.flush_now(2)
+    svc.step(2)
     assert seen == []  # not enough dirty pages, no thorough flush
-    svc.flush_now(0)
+    svc.step(0)
     assert seen == [1234]
     assert table.find("A", 0).queue.flushed_where == 3 * UNIT_SIZE  # type: ignore[union-attr]
     svc.start()

@@ -635,5 +635,3 @@ class FlushConsumeQueueService(PeriodicPageService):
         if least_pages == 0 and ts and self.on_flushed is not None:
             self.on_flushed(ts)
         return False
-
-    flush_now = step

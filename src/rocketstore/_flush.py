@@ -283,8 +283,6 @@ class FlushRealTimeService(PeriodicPageService):
             self.on_flushed(ts)
         return True
 
-    flush_now = step
-
 
 class CommitRealTimeService(PeriodicPageService):
     """Moves data from write buffers into the mapped files, then wakes the flusher."""

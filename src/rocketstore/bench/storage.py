@@ -36,9 +36,9 @@ def _messages(n: int, queues: int = 4) -> list[Message]:
     return [Message(TOPIC, bodies[i & 63], i % queues) for i in range(n)]
 
 
-def floor_rate(root: str, n: int, file_size: int = FILE_SIZE, warm: bool = False) -> float:
-    """Messages per second of the minimal writer: header pack + CRC + body copy into a
-    pre-warmed mapped file, rolling to the next file when full."""
+def floor_rate(root: str, n: int, file_size: int = FILE_SIZE) -> float:
+    """Messages per second of the minimal writer: header pack + CRC + body copy into mapped
+    files made as the store makes commit-log files, rolling to the next file when full."""
     import struct
 
     head = struct.Struct(">iiiiiqqiq8sq8siqi")
@@ -52,10 +52,7 @@ def floor_rate(root: str, n: int, file_size: int = FILE_SIZE, warm: bool = False
     files: list[MappedFile] = []
 
     def new_file(offset: int) -> MappedFile:
-        # made as the store makes commit-log files (preallocated, warmed only if configured)
         mf = MappedFile(d / f"{offset:020d}", file_size, preallocate=True)
-        if warm:
-            mf.warm()
         files.append(mf)
         return mf
 
@@ -148,12 +145,11 @@ def bench_floor(root: str, count: int | None) -> Figures:
     "put_async", "storage", "put_message, ASYNC_FLUSH, 1 KiB bodies, one thread, vs the floor"
 )
 def bench_put_async(root: str, count: int | None) -> Figures:
-    """The put path against the floor, both on warmed files (page faults are the OS's cost,
-    not Python's; the floor definition is pack + CRC + copy). Timing starts once the
-    allocator has made the next file, and rounds of the floor and of the store alternate, the
-    best of each counting, so a burst of load does not decide the ratio. The store runs as
-    configured otherwise, with dispatch to the consume queues competing for the interpreter
-    lock."""
+    """The put path against the floor, both writing into files prepared the same way
+    (preallocated, not warmed), dirty pages synced before each timed round. Timing starts once
+    the allocator has made the next file, and rounds of the floor and of the store alternate,
+    the best of each counting, so a burst of load does not decide the ratio. The store runs as
+    configured, dispatch to the consume queues included."""
     n = count or DEFAULT_COUNT
     rounds = 3
     per_round = max(n // rounds, 1)
