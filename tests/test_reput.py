@@ -264,6 +264,7 @@ def test_inline_dispatch_across_rolls_matches_the_dispatch_thread(
             assert store.put_message(Message("R", b"r" * 900, i % 3, keys=[f"k{i}"])).ok
         assert store.put_messages([Message("R", b"b%d" % i, 1) for i in range(10)]).ok
         wait_dispatched(store)
+        assert store.reput.inline is inline  # the batch was dispatched in the put path too
         assert len(store.commit_log.queue.files) >= 5
         assert [store.get_max_offset_in_queue("R", q) for q in range(3)] == [100, 110, 100]
         assert [m.queue_offset for m in store.query_message("R", "k299").messages] == [99]

@@ -620,7 +620,7 @@ class CommitLog:
             base = mf.from_offset
             first_pos = pos = mf.wrote_position
             first_qoff = qoff = self.topic_queue_table.get(key, 0)
-            handoff = self.dispatch_handoff
+            collect = self.dispatch_handoff is not None or self.inline_dispatch is not None
             for (
                 _t, tail, _q, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
                 prepared_offset, props, size, code, keys, uniq, _w,
@@ -645,7 +645,7 @@ class CommitLog:
                         prepared_transaction_offset=prepared_offset, properties=props.decode(),
                     )  # fmt: skip
                 offsets.append(phys)
-                if handoff is not None:
+                if collect:
                     sizes.append(size)
                     codes.append(code)
                     if keys or uniq:
