@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,16 @@ from rocketstore import MessageStore, StoreConfig
 from rocketstore._record import decode_msg_id
 
 pytestmark = needs_fixtures
+
+
+def frozen(store: Path) -> MessageStore:
+    """The store as RocketMQ read it back: no delayed delivery, no retention cleaning.
+
+    The clean fixture holds two level-18 (2 h) messages that were pending when RocketMQ read
+    it back; they are due now, and a store opened with its services delivers them (see
+    ``test_opening_delivers_what_became_due``). A comparison with the read-back must not race
+    with that."""
+    return MessageStore(config(store), maintenance=False)
 
 
 def config(store: Path) -> StoreConfig:
@@ -38,6 +49,10 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return unpack("clean", tmp_path_factory.mktemp("fx"))
 
 
+def manifest(fixture: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (fixture / "manifest.jsonl").read_text().splitlines()]
+
+
 def expected(fixture: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (fixture / "reader-output.jsonl").read_text().splitlines()]
 
@@ -47,7 +62,7 @@ def opened(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[MessageStore, list[dict[str, Any]]]]:
     fixture = unpack(request.param, tmp_path)
-    with MessageStore(config(fixture / "store")) as store:
+    with frozen(fixture / "store") as store:
         yield store, expected(fixture)
 
 
@@ -135,7 +150,7 @@ def test_redispatch_writes_rocketmq_bytes(clean: Path, tmp_path: Path) -> None:
     shutil.copytree(clean / "store", store_dir)
     shutil.rmtree(store_dir / "consumequeue")
     shutil.rmtree(store_dir / "index")
-    with MessageStore(config(store_dir)) as store:
+    with frozen(store_dir) as store:
         assert store.reput.parsed == 3039 + 7  # every record read back from the files
     original = clean / "store" / "consumequeue"
     files = sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
@@ -153,7 +168,7 @@ def test_redispatch_writes_rocketmq_bytes(clean: Path, tmp_path: Path) -> None:
 def test_clean_reopen_changes_nothing(clean: Path, tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     shutil.copytree(clean / "store", store_dir)
-    with MessageStore(config(store_dir)) as store:
+    with frozen(store_dir) as store:
         assert store.reput.parsed <= 7  # at most the records after the last unit
     for sub in ("consumequeue", "index"):
         for p in (clean / "store" / sub).rglob("*"):
@@ -161,3 +176,33 @@ def test_clean_reopen_changes_nothing(clean: Path, tmp_path: Path) -> None:
                 assert (
                     store_dir / p.relative_to(clean / "store")
                 ).read_bytes() == p.read_bytes(), p
+
+
+def test_opening_delivers_what_became_due(clean: Path, tmp_path: Path) -> None:
+    """A store opened with its services delivers the level-18 messages that were pending in
+    the fixture (they were due two hours after they were stored), as a RocketMQ broker
+    started on it would: after the first second, to their real topic and queue."""
+    pending = [
+        m
+        for m in manifest(clean)
+        if m.get("topic") == "SCHEDULE_TOPIC_XXXX" and m.get("queueId") == 17
+    ]
+    assert len(pending) == 2
+    assert max(m["storeTimestamp"] for m in pending) + 7_200_000 < time.time() * 1000
+    store_dir = tmp_path / "store"
+    shutil.copytree(clean / "store", store_dir)
+    with MessageStore(config(store_dir)) as store:
+        before = {q: store.get_max_offset_in_queue("TopicB", q) for q in range(4)}
+        opened = time.monotonic()
+        want = dict(before)
+        for m in pending:
+            want[int(m["properties"]["REAL_QID"])] += 1
+        deadline = opened + 15
+        while {q: store.get_max_offset_in_queue("TopicB", q) for q in range(4)} != want:
+            assert time.monotonic() < deadline, "the due messages were not delivered"
+            time.sleep(0.02)
+        for m in pending:
+            q = int(m["properties"]["REAL_QID"])
+            got = store.get_message("g", "TopicB", q, before[q], 1).messages
+            assert [g.body_crc for g in got] == [m["bodyCRC"]]
+            assert got[0].properties["DELAY"] == "18"  # RocketMQ keeps DELAY when it re-puts

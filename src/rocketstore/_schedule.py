@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.1  # RocketMQ's DELAY_FOR_A_WHILE
 RETRY_WAIT_S = 10.0  # RocketMQ's DELAY_FOR_A_PERIOD
 MAX_WAIT_S = 0.1  # the thread looks at the clock at least this often
+FIRST_DELAY_S = 1.0  # RocketMQ's FIRST_DELAY_TIME: the first round runs a second after start
 BATCH = 1024  # messages per level per run, so one busy level does not starve the others
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 _PERMANENT = frozenset(
@@ -347,6 +348,7 @@ class ScheduleMessageService(ServiceThread):
         super().start()
 
     def run(self) -> None:
+        self.wait_for_running(FIRST_DELAY_S)
         last_persist = self.clock.monotonic()
         while not self.stopped:
             self.deliver_due()
