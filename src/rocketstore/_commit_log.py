@@ -173,6 +173,9 @@ class CommitLog:
         # when set, dispatch runs in the put path under the put lock, right after a record
         # becomes readable (ASYNC_FLUSH without write buffers; see ReputMessageService)
         self.inline_dispatch: Callable[[DispatchRequest | BatchDispatch], None] | None = None
+        # with inline_dispatch: the same for a record with no keys, UNIQ_KEY or transaction
+        # type, given as (topic, queue id, offset, size, tags code, store time, queue offset)
+        self.inline_plain: Callable[[str, int, int, int, int, int, int], None] | None = None
         self.on_append: Callable[[], None] | None = None  # wakes the dispatcher
         self.sync_flush = config.flush_disk_type == "SYNC_FLUSH"
         self.sync_flush_timeout = config.sync_flush_timeout / 1000
@@ -528,14 +531,30 @@ class CommitLog:
             if inline is not None or handoff is not None:
                 if code == DELAY_TAGS_CODE:
                     code = self.delivery_time(queue_id + 1, now)
-                req = _new_result(
-                    DispatchRequest,
-                    (topic, queue_id, phys, total, code, now, qoff, keys, uniq, sys_flag, prepared),
-                )
-                if inline is not None:
-                    inline(req)  # the record is readable already (wrote_position moved)
+                plain = self.inline_plain
+                if plain is not None and not tran and not keys and not uniq:
+                    plain(topic, queue_id, phys, total, code, now, qoff)
                 else:
-                    handoff.append(req)  # type: ignore[union-attr]
+                    req = _new_result(
+                        DispatchRequest,
+                        (
+                            topic,
+                            queue_id,
+                            phys,
+                            total,
+                            code,
+                            now,
+                            qoff,
+                            keys,
+                            uniq,
+                            sys_flag,
+                            prepared,
+                        ),
+                    )
+                    if inline is not None:
+                        inline(req)  # the record is readable already (wrote_position moved)
+                    else:
+                        handoff.append(req)  # type: ignore[union-attr]
             try:
                 self.topic_put_counts[topic] += 1
                 self.topic_put_bytes[topic] += total

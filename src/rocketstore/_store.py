@@ -277,6 +277,7 @@ class MessageStore:
         if self._dispatch_inline():
             self.reput.inline = True
             self.commit_log.inline_dispatch = self.reput.dispatch_inline
+            self.commit_log.inline_plain = self.reput.dispatch_plain
         else:
             self.commit_log.dispatch_handoff = collections.deque()
             self.commit_log.on_append = self.reput.on_append
@@ -307,6 +308,7 @@ class MessageStore:
         if self.maintenance and self.config.broker_role != "SLAVE":
             self.schedule.persist()  # after the commit log's last flush: all progress is safe
         self.commit_log.inline_dispatch = None
+        self.commit_log.inline_plain = None
         self.reput.inline = False
         self.reput.stop()  # dispatches what is left first
         self.commit_log.dispatch_handoff = None
