@@ -157,6 +157,32 @@ def test_many_producers_every_ack_is_durable(seed: int) -> None:
     assert not svc._waiters
 
 
+def test_a_leader_gathers_the_producers_of_the_last_group() -> None:
+    """Eight producers against a slow disk: each flush covers nearly all of them. Without
+    gathering, the first producer back from a flush would lead the next one alone and groups
+    would alternate between one and seven."""
+    log = FakeLog()
+    log.delay = lambda: 0.003
+    svc = make_service(log)
+    write_lock = threading.Lock()
+    rounds = 40
+
+    def producer() -> None:
+        for _ in range(rounds):
+            with write_lock:
+                end = log.write(10)
+            assert svc.wait_flushed(end, 5.0)
+
+    threads = [threading.Thread(target=producer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    svc.stop()
+    assert log.overlaps == 0
+    assert 8 * rounds / svc.flush_count >= 6.0, svc.flush_count
+
+
 def test_waiter_timing_out_while_woken_as_next_leader_passes_the_lead_on() -> None:
     """A waiter whose timeout expires just as a finishing flush picks it as the next leader
     must not take the lead with it: the waiters behind it would hang until their timeouts."""
