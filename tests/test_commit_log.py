@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
+from rocketstore._clock import ManualClock
 from rocketstore._commit_log import MAX_TOPIC_LENGTH
 from rocketstore._mapped_file import file_name_for
 from rocketstore._record import (
@@ -232,6 +233,42 @@ def test_plain_batch_stores_what_put_messages_stores(open_store) -> None:  # typ
     assert store.put_plain_batch("bad topic", 0, [b"x"], [b""], [None], [None]).status is (
         PutMessageStatus.MESSAGE_ILLEGAL
     )
+
+
+def test_plain_batch_indexes_keys_as_put_messages_does(  # type: ignore[no-untyped-def]
+    open_store, make_config, tmp_path: Path
+) -> None:
+    """The column-wise batch hands its keys to the index in bulk; the index and consume-queue
+    files equal those of the same rows put as Messages (whose keys are indexed one by one),
+    across index files that fill up, with rows without keys and several keys a row."""
+    pytest.importorskip("numpy")
+    rows = [(f"v{i}".encode(), f"k{i} g{i % 3}" if i % 5 else None) for i in range(70)]
+    trees = {}
+    for way in ("plain", "messages"):
+        root = tmp_path / way
+        cfg = make_config(store_path_root_dir=str(root), max_hash_slot_num=7, max_index_num=30)
+        store = open_store(cfg, clock=ManualClock())
+        msgs = [Message("P", body, 1, keys=keys) for body, keys in rows]
+        if way == "plain":
+            props = [properties_to_string(m.properties).encode() for m in msgs]
+            bodies = [body for body, _k in rows]
+            r = store.put_plain_batch(
+                "P", 1, bodies, props, [None] * len(rows), [k for _b, k in rows]
+            )
+        else:
+            r = store.put_messages(msgs)
+        assert r.status is PutMessageStatus.PUT_OK
+        assert store.dispatch_behind_bytes() == 0
+        assert [m.body for m in store.query_message("P", "k69", 10, 0, 2**62).messages] == [b"v69"]
+        assert len(store.query_message("P", "g1", 64, 0, 2**62).messages) == 19
+        trees[way] = {
+            str(p.relative_to(root)): p.read_bytes()
+            for sub in ("index", "consumequeue")
+            for p in sorted((root / sub).rglob("*"))
+            if p.is_file()
+        }
+    assert sum(name.startswith("index") for name in trees["plain"]) >= 4  # files filled up
+    assert trees["plain"] == trees["messages"]
 
 
 def test_batch_is_never_split_across_files(open_store) -> None:  # type: ignore[no-untyped-def]

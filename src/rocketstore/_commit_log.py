@@ -705,6 +705,8 @@ class CommitLog:
         sizes: tuple[int, ...],
         codes: tuple[int, ...],
         indexed: tuple[DispatchRequest, ...],
+        key_offsets: Sequence[int] = (),
+        key_values: Sequence[str] = (),
     ) -> None:
         """Make a batch packed at ``first_pos`` of ``mf`` visible: one append, so readers and
         dispatch see all of it or none; dispatch takes it as one entry. Put lock held."""
@@ -714,7 +716,7 @@ class CommitLog:
         if inline is not None or handoff is not None:
             batch = BatchDispatch(
                 topic, queue_id, mf.from_offset + first_pos, total, first_qoff, now,
-                offsets, sizes, codes, indexed,
+                offsets, sizes, codes, indexed, key_offsets, key_values,
             )  # fmt: skip
             if handoff is not None and inline is None:
                 handoff.append(batch)
@@ -770,8 +772,7 @@ class CommitLog:
 
         Any thread. Takes the put lock for the append only.
         """
-        from functools import partial
-        from itertools import compress, repeat
+        from itertools import compress
 
         import numpy as np  # the spark extra; the rest of the store does without it
 
@@ -858,25 +859,14 @@ class CommitLog:
             del parts
             offsets = tuple(phys.tolist())
             size_list = sizes.tolist()
-            # rows with keys, built in C (tuple.__new__ over zipped columns, not a Python loop)
-            make = partial(tuple.__new__, DispatchRequest)
-            fields = zip(
-                repeat(topic),
-                repeat(queue_id),
-                offsets,
-                size_list,
-                codes,
-                repeat(now),
-                range(first_qoff, first_qoff + n),
-                keys,
-                repeat(None),
-                repeat(0),
-                repeat(0),
-            )
-            indexed: tuple[DispatchRequest, ...] = tuple(map(make, compress(fields, keys)))
+            # the rows with keys, column-wise: the index hashes and chains them in bulk
+            key_offsets: tuple[int, ...] = offsets
+            key_values: tuple[str, ...] = tuple(filter(None, keys))
+            if len(key_values) != n:
+                key_offsets = tuple(compress(offsets, keys))
             self._publish_batch(
                 mf, topic, queue_id, wpos, total, first_qoff, now,
-                offsets, tuple(size_list), tuple(codes), indexed,
+                offsets, tuple(size_list), tuple(codes), (), key_offsets, key_values,
             )  # fmt: skip
             self._note_latency(self._monotonic() - begin)
         return self._batch_result(first_phys, total, first_qoff, now, offsets, True)

@@ -31,8 +31,9 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import CorruptFileError, translate_os_errors
@@ -45,6 +46,10 @@ from ._record import (
     DispatchRequest,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">qqqqii")
@@ -56,6 +61,8 @@ ENTRY_SIZE = ENTRY.size  # 20
 INVALID_INDEX = 0
 INT32_MAX = 0x7FFFFFFF
 MAX_QUERY_NUM = 64  # RocketMQ's maxMsgsNumBatch
+BULK_MIN_RECORDS = 16  # smaller batches cost less through build_index than numpy's set-up
+_MASK32 = 0xFFFFFFFF
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -295,6 +302,194 @@ class IndexFile:
         return f"IndexFile({self.name}, entries={self.index_count - 1}/{self.index_num - 1})"
 
 
+# ---- bulk hashing (numpy) ---------------------------------------------------------------------
+
+_powers31_table: list[NDArray[np.uint64]] = []  # one array, replaced when it grows
+
+
+def _powers31(n: int) -> NDArray[np.uint64]:
+    """31^i mod 2^32 for i in 0..n-1 (at least), as uint64."""
+    import numpy as np
+
+    if _powers31_table and len(_powers31_table[0]) >= n:
+        return _powers31_table[0]
+    size = max(n, 256)
+    table = np.ones(size, dtype=np.uint64)
+    step = 1
+    while step < size:
+        # 31^(step + i) = 31^i * 31^step; both factors are below 2^32, so uint64 cannot wrap
+        top = min(2 * step, size)
+        table[step:top] = (table[: top - step] * np.uint64(power31(step))) & np.uint64(_MASK32)
+        step *= 2
+    _powers31_table[:] = [table]
+    return table
+
+
+def split_key_hashes(
+    topic: str, keys: Sequence[str], hasher: KeyHasher | None = None
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The index hash of ``topic#token`` for every non-empty KEY_SEPARATOR-separated token of
+    every KEYS value in ``keys``, in order, with the position in ``keys`` of its value.
+
+    Equal to ``KeyHasher()(topic, token)`` token by token. Java hashes UTF-16 code units:
+    values whose code units line up with their characters (ASCII, any BMP text) are hashed
+    together with numpy; a batch holding characters beyond the BMP, which take two code units
+    each, is hashed token by token with ``hasher``.
+    """
+    import numpy as np
+
+    n = len(keys)
+    text = "".join(keys)
+    if text.isascii():
+        units: NDArray[np.integer] = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:
+        units = np.frombuffer(text.encode("utf-16-le", "surrogatepass"), dtype="<u2")
+        if len(units) != len(text):
+            return _split_key_hashes_slow(topic, keys, hasher or KeyHasher())
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    if KEY_SEPARATOR in text or not lengths.all():
+        records, lengths, packed = _split_units(units, lengths)
+        if not len(records):
+            return records, np.zeros(0, dtype=np.int64)
+    else:  # one key a record, the common case: the values are the tokens
+        records = np.arange(n, dtype=np.int64)
+        packed = units.astype(np.uint64)
+        if not n:
+            return records, np.zeros(0, dtype=np.int64)
+    # each unit is weighted by 31^(units after it in its token)
+    packed_ends = np.cumsum(lengths)
+    packed_starts = packed_ends - lengths
+    powers = _powers31(int(lengths.max()) + 1)
+    distance = np.repeat(packed_ends - 1, lengths) - np.arange(len(packed), dtype=np.int64)
+    # uint64 sums wrap mod 2^64, which keeps the low 32 bits right; no segment is empty
+    key_part = np.add.reduceat(packed * powers[distance], packed_starts) & np.uint64(_MASK32)
+    prefix = np.uint64(java_hash_unsigned(topic + "#"))
+    unsigned = (prefix * powers[lengths] + key_part) & np.uint64(_MASK32)
+    signed = unsigned.astype(np.int64)
+    signed[signed > INT32_MAX] -= 1 << 32
+    hashes = np.abs(signed)
+    hashes[hashes == 1 << 31] = 0  # abs(Integer.MIN_VALUE) stays negative: RocketMQ uses 0
+    return records, hashes
+
+
+def _split_units(
+    units: NDArray[np.integer], lengths: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.uint64]]:
+    """Split code units holding values of ``lengths`` units end to end into their non-empty
+    KEY_SEPARATOR-separated tokens: (value of each token, token lengths, the tokens' units end
+    to end)."""
+    import numpy as np
+
+    size = len(units)
+    value_ends = np.cumsum(lengths)
+    # where a new value begins: a token never runs from one value into the next
+    boundary = np.zeros(size + 1, dtype=bool)
+    boundary[value_ends] = True
+    boundary[0] = True
+    word = units != ord(KEY_SEPARATOR)
+    is_start = word.copy()
+    is_start[1:] &= ~word[:-1] | boundary[1:size]
+    is_end = word.copy()
+    is_end[:-1] &= ~word[1:] | boundary[1:size]
+    starts = np.flatnonzero(is_start)
+    token_lengths = np.flatnonzero(is_end) + 1 - starts
+    records = np.searchsorted(value_ends, starts, side="right").astype(np.int64)
+    # every non-separator unit belongs to exactly one token
+    return records, token_lengths, units[word].astype(np.uint64)
+
+
+def _split_key_hashes_slow(
+    topic: str, keys: Sequence[str], hasher: KeyHasher
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``split_key_hashes`` token by token."""
+    import numpy as np
+
+    records: list[int] = []
+    hashes: list[int] = []
+    for r, value in enumerate(keys):
+        if value:
+            for key in value.split(KEY_SEPARATOR):
+                if key:
+                    records.append(r)
+                    hashes.append(hasher(topic, key))
+    return np.array(records, dtype=np.int64), np.array(hashes, dtype=np.int64)
+
+
+def _time_diff(begin: int, store_timestamp: int) -> int:
+    """An entry's timeDiff, as ``IndexFile.put_key`` computes it."""
+    if begin <= 0 or store_timestamp < begin:
+        return 0
+    return min((store_timestamp - begin) // 1000, INT32_MAX)
+
+
+def _put_block(
+    f: IndexFile, key_hashes: NDArray[np.int64], phys: NDArray[np.int64], ts: int
+) -> None:
+    """Add entries ``f.index_count ..`` for ``key_hashes``/``phys`` stored at ``ts``, exactly as
+    ``f.put_key`` would one by one. The caller makes sure they fit."""
+    import numpy as np
+
+    m = len(key_hashes)
+    count = f.index_count
+    numbers = np.arange(count, count + m, dtype=np.int64)
+    slots = key_hashes % f.slot_num
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    first = np.ones(m, dtype=bool)
+    first[1:] = sorted_slots[1:] != sorted_slots[:-1]
+    last = np.ones(m, dtype=bool)
+    last[:-1] = first[1:]
+    # an entry chains to the previous entry of its slot in this block; the first of a slot to
+    # what the slot held, if that is a plausible entry number at the time it is written
+    prev = np.empty(m, dtype=np.int64)
+    prev[order[1:]] = numbers[order[:-1]]
+    firsts = order[first]
+    begin = f.begin_timestamp
+    first_diff = _time_diff(begin, ts)
+    if count <= 1:
+        begin = ts  # entry 1 sets the file's begin time, which later entries count from
+    diffs = np.full(m, _time_diff(begin, ts), dtype=np.int64)
+    diffs[0] = first_diff
+    mm = f.mf.mm
+    entry_at = HEADER_SIZE + f.slot_num * SLOT_SIZE + count * ENTRY_SIZE
+    table = np.frombuffer(mm, dtype=">i4", count=f.slot_num, offset=HEADER_SIZE)
+    entries = np.frombuffer(mm, dtype=_entry_dtype(), count=m, offset=entry_at)
+    try:
+        old = table[slots[firsts]].astype(np.int64)
+        valid = (old > INVALID_INDEX) & (old <= numbers[firsts])
+        prev[firsts] = np.where(valid, old, INVALID_INDEX)
+        # entries before slots, as put_key writes them: a reader that sees a new slot value
+        # finds its entry written
+        entries["hash"] = key_hashes
+        entries["phy"] = phys
+        entries["diff"] = diffs
+        entries["prev"] = prev
+        table[sorted_slots[last]] = numbers[order[last]]
+    finally:
+        del table, entries  # no view may outlive the call: the mapping cannot close under one
+    if count <= 1:
+        f.begin_phy_offset = int(phys[0])
+        f.begin_timestamp = ts
+    f.hash_slot_count += len(firsts) - int(np.count_nonzero(valid))
+    f.index_count = count + m
+    f.end_phy_offset = int(phys[-1])
+    f.end_timestamp = ts
+
+
+_entry_dtypes: list[np.dtype[np.void]] = []
+
+
+def _entry_dtype() -> np.dtype[np.void]:
+    """ENTRY as a numpy record (20 bytes, no padding)."""
+    import numpy as np
+
+    if not _entry_dtypes:
+        _entry_dtypes.append(
+            np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+        )
+    return _entry_dtypes[0]
+
+
 class IndexService:
     """The index files of a store: adds the keys of dispatched messages and answers queries."""
 
@@ -450,6 +645,62 @@ class IndexService:
                     f = self._put(f, hasher(topic, key), phys, ts)
         if write_header:
             f.write_header()
+
+    def build_index_many(
+        self, topic: str, offsets: Sequence[int], keys: Sequence[str], store_timestamp: int
+    ) -> None:
+        """Index the KEYS values ``keys[i]`` of records at ``offsets[i]`` (strictly increasing),
+        all of ``topic`` and stored at ``store_timestamp``; no UNIQ_KEY, no rollbacks.
+
+        The files end up byte for byte as after ``build_index`` of each record in order with
+        ``write_header=False`` and then ``write_last_header``, but the keys are hashed and
+        written with numpy, a file's new entries as one block. Needs numpy unless the batch is
+        small. Dispatcher thread only.
+        """
+        n = len(offsets)
+        if len(keys) != n:
+            raise ValueError(f"{n} offsets but {len(keys)} KEYS values")
+        if self.enabled and not self.read_only:
+            bulk = n >= BULK_MIN_RECORDS and self.index_num >= 2
+            i = 0
+            # Records at or below the last indexed offset (a re-dispatch) and the record that
+            # creates the first file take the per-record path; once past them, offsets only
+            # grow, so no later record of the batch can be skipped.
+            while i < n and (
+                not bulk or not self.files or offsets[i] <= self.files[-1].end_phy_offset
+            ):
+                req = DispatchRequest(
+                    topic, 0, offsets[i], 0, 0, store_timestamp, 0, keys[i], None, 0, 0
+                )
+                self.build_index(req, write_header=False)
+                i += 1
+            if i < n:
+                self._build_index_bulk(topic, offsets[i:], keys[i:], store_timestamp)
+        self.write_last_header()
+
+    def _build_index_bulk(
+        self, topic: str, offsets: Sequence[int], keys: Sequence[str], ts: int
+    ) -> None:
+        import numpy as np
+
+        records, key_hashes = split_key_hashes(topic, keys, self.hasher)
+        phys = np.asarray(offsets, dtype=np.int64)[records]
+        total = len(key_hashes)
+        done = 0
+        while done < total:
+            f = self._last_file()  # a new file when the newest is full
+            m = min(f.index_num - f.index_count, total - done)
+            _put_block(f, key_hashes[done : done + m], phys[done : done + m], ts)
+            done += m
+            if done < total:
+                f.write_header()
+                log.info("index file %s is full; starting another", f.name)
+        # build_index asks for the newest file before it looks at a record's keys: a record
+        # whose KEYS value holds only separators still replaces a full file
+        files = self.files
+        after = int(records[-1]) + 1 if total else 0
+        if files and files[-1].is_full() and any(keys[after:]):
+            self._last_file()
 
     def write_last_header(self) -> None:
         """Write the newest file's header. Dispatcher thread only."""

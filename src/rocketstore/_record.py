@@ -34,7 +34,7 @@ import mmap
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -262,6 +262,9 @@ class BatchDispatch(NamedTuple):
     sizes: tuple[int, ...]
     tags_codes: tuple[int, ...]
     indexed: tuple[DispatchRequest, ...]  # records with KEYS or UNIQ_KEY
+    # or, column-wise, records indexed by KEYS alone (no UNIQ_KEY): their offsets and values
+    key_offsets: Sequence[int] = ()
+    key_values: Sequence[str] = ()
 
 
 class MessageExt:

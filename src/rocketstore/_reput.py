@@ -156,7 +156,7 @@ class ReputMessageService(ServiceThread):
             self.checkpoint.physic_msg_timestamp = store_ts
         index = self.index
         if index is not None:
-            if not b.indexed and not index.files:  # the first dispatch makes the first file
+            if not b.indexed and not b.key_values and not index.files:  # makes the first file
                 first = DispatchRequest(
                     topic, queue_id, b.offsets[0], b.sizes[0], b.tags_codes[0], store_ts,
                     first_qoff, None, None, 0, 0,
@@ -164,7 +164,9 @@ class ReputMessageService(ServiceThread):
                 index.build_index(first)
             for r in b.indexed:
                 index.build_index(r, write_header=False)
-            if b.indexed:
+            if b.key_values:
+                index.build_index_many(topic, b.key_offsets, b.key_values, store_ts)
+            elif b.indexed:
                 index.write_last_header()
         listener = self.listener
         if listener is not None:
