@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ._clock import Clock
+from ._clock import Clock, ns_reader
 from ._config import StoreConfig
 from ._errors import CorruptRecordError
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
@@ -157,6 +157,7 @@ class CommitLog:
         self.config = config
         self.clock = clock
         self._now_ms = clock.now_ms
+        self._now_ns = ns_reader(clock)
         self._monotonic = clock.monotonic
         self.queue = queue
         self.file_size = config.mapped_file_size_commit_log
@@ -463,7 +464,7 @@ class CommitLog:
         in_queue = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         key = (topic, queue_id)
         with self.put_lock:
-            now = self._now_ms()
+            now = self._now_ns() // 1_000_000
             files = self.queue.files
             mf = files[-1] if files else None
             if mf is None or mf.wrote_position + total + 8 > self.file_size:
