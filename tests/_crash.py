@@ -46,7 +46,8 @@ while True:
         res = store.put_messages([Message("Crash", body + bytes([k]), qid) for k in range(3)])
         bodies = [body + bytes([k]) for k in range(3)]
     else:
-        res = store.put_message(Message("Crash", body, qid, keys=[f"k{cycle}-{i}"]))
+        keys = [f"k{cycle}-{i}"] if i % 2 else None  # both dispatch paths of the put path
+        res = store.put_message(Message("Crash", body, qid, keys=keys))
         bodies = [body]
     if res.status.name == "PUT_OK":
         offs = res.offsets or (res.wrote_offset,)
