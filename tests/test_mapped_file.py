@@ -112,6 +112,69 @@ def test_flush_waits_for_least_pages(tmp_path: Path) -> None:
         mf.close()
 
 
+def test_flush_syncs_exactly_the_new_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush makes [flushed, readable) durable with msync of those pages only (from the
+    page holding the flushed position); a failing msync is an error and moves nothing."""
+    import ctypes
+
+    from rocketstore import StoreIOError
+    from rocketstore import _mapped_file as module
+
+    real = module._msync_function()
+    if real is None:
+        pytest.skip("no msync here")
+    calls: list[tuple[int, int]] = []
+    fail = {"on": False}
+
+    def recording(addr: int, length: int, flags: int) -> int:
+        calls.append((addr, length))
+        if fail["on"]:
+            ctypes.set_errno(5)
+            return -1
+        return real(addr, length, flags)  # type: ignore[misc]
+
+    monkeypatch.setattr(module, "_msync_function", lambda: recording)
+    mf = new_file(tmp_path)
+    try:
+        mf.append(b"a" * (OS_PAGE_SIZE + 100))
+        assert mf.flush(0) == OS_PAGE_SIZE + 100
+        base = calls[0][0]
+        assert calls == [(base, OS_PAGE_SIZE + 100)]
+        mf.append(b"b" * (2 * OS_PAGE_SIZE))
+        end = mf.wrote_position
+        assert mf.flush(0) == end
+        assert calls[1] == (base + OS_PAGE_SIZE, end - OS_PAGE_SIZE)  # the partial page again
+        assert base % OS_PAGE_SIZE == 0
+        mf.append(b"c" * 10)
+        fail["on"] = True
+        with pytest.raises(StoreIOError):
+            mf.flush(0)
+        assert mf.flushed_position == end
+        fail["on"] = False
+        assert mf.flush(0) == end + 10
+    finally:
+        mf.close()
+    with open(tmp_path / file_name_for(0), "rb") as f:
+        assert (
+            f.read(end + 10) == b"a" * (OS_PAGE_SIZE + 100) + b"b" * (2 * OS_PAGE_SIZE) + b"c" * 10
+        )
+
+
+def test_flush_falls_back_to_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rocketstore import _mapped_file as module
+
+    synced: list[int] = []
+    monkeypatch.setattr(module, "_msync_function", lambda: None)
+    monkeypatch.setattr(module.os, "fdatasync", synced.append)
+    mf = new_file(tmp_path)
+    try:
+        mf.append(b"a" * 100)
+        assert mf.flush(0) == 100
+        assert len(synced) == 1
+    finally:
+        mf.close()
+
+
 def test_full_file_flushes_regardless_of_least_pages(tmp_path: Path) -> None:
     mf = new_file(tmp_path)
     try:
