@@ -185,12 +185,12 @@ class ReputMessageService(ServiceThread):
         store_ts: int,
         queue_offset: int,
     ) -> None:
-        """``dispatch_inline`` of the commonest record, given field by field: no keys, no
-        UNIQ_KEY, transaction type none, not a delayed message. Put lock held.
+        """``dispatch_inline`` of the commonest record, given field by field: no KEYS, no
+        UNIQ_KEY, transaction type none (nothing for the index). Put lock held.
 
         Its unit goes straight to a consume queue already in use; everything else (the first
-        record of a queue, a record after a BLANK, a full consume-queue file, the first index
-        file, a listener) takes the general path.
+        record of a queue, a record after a BLANK, a full consume-queue file, the index's first
+        file, a re-dispatch) takes the general path.
         """
         index = self.index
         if phys == self.reput_from_offset and self.inline and (index is None or index.files):
