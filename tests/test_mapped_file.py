@@ -160,6 +160,31 @@ def test_flush_syncs_exactly_the_new_pages(tmp_path: Path, monkeypatch: pytest.M
         )
 
 
+def test_truncation_makes_its_zeroes_durable_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flushes sync only what they add, so zeroes written below the flushed position must be
+    synced when they are written, or a crash could bring the cut data back."""
+    synced: list[tuple[int, int]] = []
+    original = MappedFile._sync
+
+    def recording(self: MappedFile, start: int, end: int) -> None:
+        synced.append((start, end))
+        original(self, start, end)
+
+    monkeypatch.setattr(MappedFile, "_sync", recording)
+    mf = new_file(tmp_path)
+    try:
+        mf.append(b"a" * 3000)
+        mf.flush(0)
+        mf.truncate_to(1000)
+        assert synced[-1] == (1000, SIZE)
+        assert (mf.wrote_position, mf.flushed_position) == (1000, 1000)
+    finally:
+        mf.close()
+    assert (tmp_path / file_name_for(0)).read_bytes()[:3000] == b"a" * 1000 + bytes(2000)
+
+
 def test_flush_falls_back_to_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rocketstore import _mapped_file as module
 

@@ -178,6 +178,7 @@ class ConsumeQueue:
                 continue
             if keep < wrote:
                 mf.mm[keep:wrote] = bytes(wrote - keep)
+                mf.sync_range(keep, wrote)  # below the flushed position: flushes skip it
             mf.set_positions(keep)
             self.queue.set_flushed_where(mf.from_offset + keep)
             self.max_physic_offset = last_end if last_end >= 0 else self._last_end_before(mf)
@@ -204,6 +205,7 @@ class ConsumeQueue:
         wrote = mf.wrote_position
         if pos < wrote:
             mf.mm[pos:wrote] = bytes(wrote - pos)
+            mf.sync_range(pos, wrote)  # below the flushed position: flushes skip it
         mf.set_positions(pos)
         self.queue.set_flushed_where(where)
         self.max_physic_offset = self._end_of_last_unit()

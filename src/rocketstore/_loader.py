@@ -444,6 +444,8 @@ class StoreLoader:
             if zero:
                 dirty = _zero_dirty(last, pos)
                 if dirty:
+                    # now: flushes sync only what they add, and the cut must outlive a crash
+                    last.sync_range(pos, pos + dirty)
                     self._note(f"{last.path}: {dirty} bytes of invalid data past {end} zeroed")
             last.set_positions(pos)
         q.set_flushed_where(end)

@@ -324,13 +324,23 @@ class MappedFile:
         if self._dirty_pages_enough(self.flushed_position, target, least_pages) and self.hold():
             try:
                 with translate_os_errors(f"flush {self.path}"):
-                    self._sync_range(self.flushed_position, target)
+                    self._sync(self.flushed_position, target)
                 self.flushed_position = target
             finally:
                 self.release()
         return self.flushed_position
 
-    def _sync_range(self, start: int, end: int) -> None:
+    def sync_range(self, start: int, end: int) -> None:
+        """Make bytes [start, end) durable now, whatever the flushed position: for writes
+        below it (truncation zeroes data that was flushed). Raises StoreIOError."""
+        if self.hold():
+            try:
+                with translate_os_errors(f"sync {self.path}"):
+                    self._sync(start, end)
+            finally:
+                self.release()
+
+    def _sync(self, start: int, end: int) -> None:
         """Make bytes [start, end) of the file durable, and nothing else.
 
         ``msync(MS_SYNC)`` of those pages of the mapping, which on Linux is an fdatasync of
@@ -460,6 +470,9 @@ class MappedFile:
         if self.write_buffer is not None:
             self.write_buffer[position:] = bytes(self.file_size - position)
         self.set_positions(position)
+        # flushes sync only what they add: the zeroes must not wait for them, or a crash
+        # could bring the cut records back behind newer ones
+        self.sync_range(position, self.file_size)
 
     def __repr__(self) -> str:
         return (
