@@ -23,8 +23,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._consume_queue import UNIT as CQ_UNIT
-from ._consume_queue import UNIT_SIZE as CQ_UNIT_SIZE
 from ._consume_queue import ConsumeQueueTable
 from ._errors import CorruptRecordError
 from ._record import (
@@ -188,40 +186,26 @@ class ReputMessageService(ServiceThread):
         """``dispatch_inline`` of the commonest record, given field by field: no KEYS, no
         UNIQ_KEY, transaction type none (nothing for the index). Put lock held.
 
-        Its unit goes straight to a consume queue already in use; everything else (the first
-        record of a queue, a record after a BLANK, a full consume-queue file, the index's first
-        file, a re-dispatch) takes the general path.
+        The unit goes to its queue with ``put_unit``, as ``dispatch`` writes it; a queue not
+        made yet, a record after a BLANK, the index's first file, or a unit ``put_unit``
+        refuses (which ``dispatch`` then reports) take the general path.
         """
         index = self.index
         if phys == self.reput_from_offset and self.inline and (index is None or index.files):
-            by_id = self.consume_queues.queues.get(topic)
-            cq = by_id.get(queue_id) if by_id is not None else None
-            if cq is not None and phys + size > cq.max_physic_offset:
-                files = cq.queue.files
-                mf = files[-1] if files else None
-                if mf is not None:
-                    pos = mf.wrote_position
-                    if (
-                        pos
-                        and pos < cq.file_size
-                        and mf.from_offset + pos == queue_offset * CQ_UNIT_SIZE
-                    ):
-                        CQ_UNIT.pack_into(mf.mm, pos, phys, size, tags_code)
-                        mf.wrote_position = pos + CQ_UNIT_SIZE
-                        end = phys + size
-                        cq.max_physic_offset = end
-                        self.consume_queues.last_store_timestamp = store_ts
-                        if self.physic_at_dispatch and self.checkpoint is not None:
-                            self.checkpoint.physic_msg_timestamp = store_ts
-                        self.reput_from_offset = end
-                        self.dispatched += 1
-                        listener = self.listener
-                        if listener is not None:
-                            try:
-                                listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
-                            except Exception:
-                                log.exception("message arriving listener failed")
-                        return
+            cq = self.consume_queues.find(topic, queue_id)
+            if cq is not None and cq.put_unit(phys, size, tags_code, queue_offset):
+                self.consume_queues.last_store_timestamp = store_ts
+                if self.physic_at_dispatch and self.checkpoint is not None:
+                    self.checkpoint.physic_msg_timestamp = store_ts
+                self.reput_from_offset = phys + size
+                self.dispatched += 1
+                listener = self.listener
+                if listener is not None:
+                    try:
+                        listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
+                    except Exception:
+                        log.exception("message arriving listener failed")
+                return
         req = DispatchRequest(
             topic, queue_id, phys, size, tags_code, store_ts, queue_offset, None, None, 0, 0
         )
