@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import functools
 import logging
 import mmap
 import os
@@ -62,45 +63,13 @@ def _count(files: int, size: int) -> None:
         _total_mapped_bytes += size
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def _mlock(buf: mmap.mmap, size: int) -> bool:
-    """Lock a mapping in memory; False when the OS refuses (limits), which is not fatal."""
-    global _libc
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    """The C library through ctypes (calls release the interpreter lock), or None."""
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        holder = ctypes.c_char.from_buffer(buf)
-        try:
-            rc = _libc.mlock(ctypes.c_void_p(ctypes.addressof(holder)), ctypes.c_size_t(size))
-        finally:
-            del holder
-        return bool(rc == 0)
-    except (OSError, AttributeError, TypeError, ValueError):
-        return False
-
-
-_MS_SYNC = getattr(mmap, "MS_SYNC", 4)  # Linux's value when the module does not export it
-_msync: Callable[[int, int, int], int] | None = None
-_msync_loaded = False
-
-
-def _msync_function() -> Callable[[int, int, int], int] | None:
-    """libc's msync through ctypes (the interpreter lock is released during the call), or
-    None where there is none."""
-    global _msync, _msync_loaded
-    if not _msync_loaded:
-        _msync_loaded = True
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            fn = libc.msync
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            fn.restype = ctypes.c_int
-            _msync = fn
-        except (OSError, AttributeError):
-            _msync = None
-    return _msync
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
 
 
 def _mapping_address(buf: mmap.mmap) -> int:
@@ -113,6 +82,34 @@ def _mapping_address(buf: mmap.mmap) -> int:
         return ctypes.addressof(holder)
     finally:
         del holder  # the export would keep the mapping from being closed
+
+
+def _mlock(buf: mmap.mmap, size: int) -> bool:
+    """Lock a mapping in memory; False when the OS refuses (limits), which is not fatal."""
+    libc = _libc()
+    address = _mapping_address(buf)
+    if libc is None or not address:
+        return False
+    try:
+        rc = libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size))
+    except (OSError, AttributeError):
+        return False
+    return bool(rc == 0)
+
+
+_MS_SYNC = getattr(mmap, "MS_SYNC", 4)  # Linux's value when the module does not export it
+
+
+@functools.lru_cache(maxsize=1)
+def _msync_function() -> Callable[[int, int, int], int] | None:
+    """libc's msync (the interpreter lock is released during the call), or None."""
+    libc = _libc()
+    fn = getattr(libc, "msync", None) if libc is not None else None
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
 
 
 def file_name_for(offset: int) -> str:
