@@ -27,6 +27,7 @@ Threads: keys are added by the dispatcher only; queries from any thread.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import struct
@@ -37,7 +38,14 @@ from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import CorruptFileError, translate_os_errors
-from ._java_hash import index_key_hash, java_hash_unsigned, power31, to_signed, utf16_length
+from ._java_hash import (
+    index_key_hash,
+    java_hash_unsigned,
+    power31,
+    powers31,
+    to_signed,
+    utf16_length,
+)
 from ._mapped_file import MappedFile
 from ._record import (
     KEY_SEPARATOR,
@@ -89,6 +97,14 @@ class KeyHasher:
                 self._prefix[topic] = hp
         h = hp * power31(utf16_length(key)) + java_hash_unsigned(key)
         return index_key_hash(to_signed(h))
+
+
+def _time_diff(begin: int, store_timestamp: int) -> int:
+    """An entry's timeDiff: whole seconds since the file's begin time (0 before the first
+    entry), at most INT32_MAX."""
+    if begin <= 0 or store_timestamp < begin:
+        return 0
+    return min((store_timestamp - begin) // 1000, INT32_MAX)
 
 
 class IndexFile:
@@ -170,13 +186,7 @@ class IndexFile:
         slot_value = SLOT.unpack_from(mm, slot_pos)[0]
         if slot_value <= INVALID_INDEX or slot_value > count:
             slot_value = INVALID_INDEX
-        begin = self.begin_timestamp
-        if begin <= 0:
-            diff = 0
-        else:
-            diff = (store_timestamp - begin) // 1000 if store_timestamp >= begin else 0
-            if diff > INT32_MAX:
-                diff = INT32_MAX
+        diff = _time_diff(self.begin_timestamp, store_timestamp)
         entry_pos = HEADER_SIZE + self.slot_num * SLOT_SIZE + count * ENTRY_SIZE
         ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, diff, slot_value)
         SLOT.pack_into(mm, slot_pos, count)
@@ -311,18 +321,9 @@ def _powers31(n: int) -> NDArray[np.uint64]:
     """31^i mod 2^32 for i in 0..n-1 (at least), as uint64."""
     import numpy as np
 
-    if _powers31_table and len(_powers31_table[0]) >= n:
-        return _powers31_table[0]
-    size = max(n, 256)
-    table = np.ones(size, dtype=np.uint64)
-    step = 1
-    while step < size:
-        # 31^(step + i) = 31^i * 31^step; both factors are below 2^32, so uint64 cannot wrap
-        top = min(2 * step, size)
-        table[step:top] = (table[: top - step] * np.uint64(power31(step))) & np.uint64(_MASK32)
-        step *= 2
-    _powers31_table[:] = [table]
-    return table
+    if not _powers31_table or len(_powers31_table[0]) < n:
+        _powers31_table[:] = [np.array(powers31(max(n, 256)), dtype=np.uint64)]
+    return _powers31_table[0]
 
 
 def split_key_hashes(
@@ -415,13 +416,6 @@ def _split_key_hashes_slow(
     return np.array(records, dtype=np.int64), np.array(hashes, dtype=np.int64)
 
 
-def _time_diff(begin: int, store_timestamp: int) -> int:
-    """An entry's timeDiff, as ``IndexFile.put_key`` computes it."""
-    if begin <= 0 or store_timestamp < begin:
-        return 0
-    return min((store_timestamp - begin) // 1000, INT32_MAX)
-
-
 def _put_block(
     f: IndexFile, key_hashes: NDArray[np.int64], phys: NDArray[np.int64], ts: int
 ) -> None:
@@ -476,18 +470,12 @@ def _put_block(
     f.end_timestamp = ts
 
 
-_entry_dtypes: list[np.dtype[np.void]] = []
-
-
+@functools.lru_cache(maxsize=1)
 def _entry_dtype() -> np.dtype[np.void]:
     """ENTRY as a numpy record (20 bytes, no padding)."""
     import numpy as np
 
-    if not _entry_dtypes:
-        _entry_dtypes.append(
-            np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-        )
-    return _entry_dtypes[0]
+    return np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
 class IndexService:

@@ -35,6 +35,12 @@ def _weights(n: int) -> tuple[int, ...]:
     return w
 
 
+def powers31(n: int) -> list[int]:
+    """31^i mod 2^32 for i in 0..n-1."""
+    _grow(n)
+    return _powers[:n]
+
+
 def power31(n: int) -> int:
     """31^n mod 2^32."""
     if n >= len(_powers):
