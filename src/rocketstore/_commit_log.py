@@ -156,8 +156,7 @@ class CommitLog:
     ) -> None:
         self.config = config
         self.clock = clock
-        self._now_ms = clock.now_ms
-        self._now_ns = ns_reader(clock)
+        self._now_ns = ns_reader(clock)  # store times: self._now_ns() // 1_000_000
         self._monotonic = clock.monotonic
         self.queue = queue
         self.file_size = config.mapped_file_size_commit_log
@@ -630,7 +629,7 @@ class CommitLog:
         indexed: list[DispatchRequest] = []  # records with keys, for the index
         with self.put_lock:
             begin = self._monotonic()
-            now = self._now_ms()
+            now = self._now_ns() // 1_000_000
             mf = self._writable_file(total, now)
             if mf is None:
                 return _refused(
@@ -833,7 +832,7 @@ class CommitLog:
         key = (topic, queue_id)
         with self.put_lock:
             begin = self._monotonic()
-            now = self._now_ms()
+            now = self._now_ns() // 1_000_000
             mf = self._writable_file(total, now)
             if mf is None:
                 return _refused(
