@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rocketstore import ManualClock, MessageStore, StoreConfig
+from rocketstore._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
 
@@ -77,3 +78,18 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def synced_ranges(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every ``MappedFile.sync_range`` call (a sync outside the flushes, for data written
+    below the flushed position), as (store offset, end); the syncs still happen."""
+    synced: list[tuple[int, int]] = []
+    original = MappedFile.sync_range
+
+    def recording(self: MappedFile, start: int, end: int) -> None:
+        synced.append((self.from_offset + start, self.from_offset + end))
+        original(self, start, end)
+
+    monkeypatch.setattr(MappedFile, "sync_range", recording)
+    return synced

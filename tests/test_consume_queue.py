@@ -16,7 +16,6 @@ from rocketstore._consume_queue import (
     ConsumeQueueTable,
     FlushConsumeQueueService,
 )
-from rocketstore._mapped_file import MappedFile
 
 FILE = 10 * UNIT_SIZE  # ten units a file
 
@@ -143,21 +142,13 @@ def test_wrong_file_size_is_an_error(tmp_path: Path) -> None:
 
 
 def test_truncate_dirty_drops_units_of_cut_records(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced_ranges: list[tuple[int, int]]
 ) -> None:
-    synced: list[tuple[int, int]] = []
-    original = MappedFile.sync_range
-
-    def recording(self: MappedFile, start: int, end: int) -> None:
-        synced.append((self.from_offset + start, self.from_offset + end))
-        original(self, start, end)
-
-    monkeypatch.setattr(MappedFile, "sync_range", recording)
     cq = make(tmp_path)
     fill(cq, 25)
     cq.flush(0)
     assert cq.truncate_dirty(1500) == 10  # units 15..24
-    assert synced == [(15 * UNIT_SIZE, 20 * UNIT_SIZE)]  # the zeroed units, durable at once
+    assert synced_ranges == [(15 * UNIT_SIZE, 20 * UNIT_SIZE)]  # the zeroed units, durable at once
     assert cq.max_offset == 15
     assert cq.max_physic_offset == 1500
     assert not (tmp_path / "T" / "0" / f"{2 * FILE:020d}").exists()

@@ -13,7 +13,6 @@ import pytest
 
 from _crash import FILE_SIZE, Ack, config, power_loss_copy, produce_and_kill, read_queue
 from rocketstore import Message, MessageStore
-from rocketstore._mapped_file import MappedFile
 from rocketstore._record import OFFSET_BODY_CRC, OFFSET_MAGIC, OFFSET_PHYSICAL_OFFSET
 
 TOPIC = "Crash"
@@ -77,7 +76,7 @@ def test_kill_minus_nine_loop(tmp_path: Path, flush: str) -> None:
 
 @pytest.mark.parametrize("garbage", [False, True], ids=["zeroed", "garbage"])
 def test_power_loss_drops_the_unflushed_tail(
-    tmp_path: Path, garbage: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, garbage: bool, synced_ranges: list[tuple[int, int]]
 ) -> None:
     rng = random.Random(f"power-{garbage}")
     cfg = config(
@@ -102,19 +101,11 @@ def test_power_loss_drops_the_unflushed_tail(
         while live.dispatch_behind_bytes():
             pass
         power_loss_copy(tmp_path / "live", tmp_path / "after", flushed, rng, garbage)
-    synced: list[tuple[int, int]] = []  # (store offset, end) of every out-of-band sync
-    original = MappedFile.sync_range
-
-    def recording(self: MappedFile, start: int, end: int) -> None:
-        synced.append((self.from_offset + start, self.from_offset + end))
-        original(self, start, end)
-
-    monkeypatch.setattr(MappedFile, "sync_range", recording)
     with MessageStore(config(tmp_path / "after")) as store:
         r = store.load_result
         assert r is not None and r.mode == "abnormal" and r.max_phys_offset == flushed
         # the garbage past the end was zeroed, and the zeroes made durable at once
-        assert any(start == flushed < end for start, end in synced) is garbage, synced
+        assert any(start == flushed < end for start, end in synced_ranges) is garbage, synced_ranges
         survivors = durable[:kept]
         for qid in range(3):
             msgs = read_queue(store, TOPIC, qid)
