@@ -24,7 +24,16 @@ from rocketstore._record import (
     read_layout,
 )
 
-FIELDS = (*MessageExt.__slots__, "properties", "tags", "keys", "uniq_key", "msg_id")
+FIELDS = (
+    *MessageExt._fields,
+    "topic",
+    "properties_string",
+    "properties",
+    "tags",
+    "keys",
+    "uniq_key",
+    "msg_id",
+)
 V6_HOST = pack_host("[::1]:10911")
 
 

@@ -34,9 +34,10 @@ import mmap
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from ._errors import CorruptRecordError
 
@@ -267,35 +268,46 @@ class BatchDispatch(NamedTuple):
     key_values: Sequence[str] = ()
 
 
-class MessageExt:
-    """A message as stored: every field of the record, properties parsed on first use.
+class StoredFields(NamedTuple):
+    """The fields of a stored record, in the record's order (see the module docstring)."""
 
-    ``decode_stored`` fills the slots directly instead of calling ``__init__`` (the read path's
-    hot spot): a slot added here must be set there too.
+    store_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_length: int
+    body: bytes
+    topic_length: int
+    topic_bytes: bytes
+    properties_length: int
+    properties_bytes: bytes
+
+
+class MessageExt(StoredFields):
+    """A message as stored: an immutable record of every field, in the record's order.
+
+    The read path builds it in one step from the tuple a whole-record ``struct`` unpack gives,
+    so it is a tuple (equal to another when every stored field is). The topic and the
+    properties are kept as their UTF-8 bytes, checked when the record is decoded; ``topic``,
+    ``properties_string`` and the parsed ``properties`` (parsed once) are read from them.
     """
 
-    __slots__ = (
-        "_properties",
-        "_props_text",
-        "body",
-        "body_crc",
-        "born_host",
-        "born_timestamp",
-        "commitlog_offset",
-        "flag",
-        "prepared_transaction_offset",
-        "queue_id",
-        "queue_offset",
-        "reconsume_times",
-        "store_host",
-        "store_size",
-        "store_timestamp",
-        "sys_flag",
-        "topic",
-    )
+    _parsed: dict[str, str]
 
-    def __init__(
-        self,
+    @classmethod
+    def of(
+        cls,
+        *,
         topic: str,
         queue_id: int,
         queue_offset: int,
@@ -311,35 +323,52 @@ class MessageExt:
         store_host: bytes,
         reconsume_times: int,
         prepared_transaction_offset: int,
-        props_text: str,
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.commitlog_offset = commitlog_offset
-        self.store_size = store_size
-        self.body = body
-        self.body_crc = body_crc
-        self.flag = flag
-        self.sys_flag = sys_flag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.store_timestamp = store_timestamp
-        self.store_host = store_host
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
-        self._props_text = props_text
-        self._properties: dict[str, str] | None = None
+        properties: str,
+        magic: int = MAGIC_V1,
+        body_length: int | None = None,
+    ) -> MessageExt:
+        """A message from decoded values (``body_length`` when ``body`` was not read)."""
+        raw_topic = topic.encode()
+        raw_props = properties.encode()
+        return cls(
+            store_size,
+            magic,
+            body_crc,
+            queue_id,
+            flag,
+            queue_offset,
+            commitlog_offset,
+            sys_flag,
+            born_timestamp,
+            born_host,
+            store_timestamp,
+            store_host,
+            reconsume_times,
+            prepared_transaction_offset,
+            len(body) if body_length is None else body_length,
+            body,
+            len(raw_topic),
+            raw_topic,
+            len(raw_props),
+            raw_props,
+        )
 
     @property
-    def properties(self) -> dict[str, str]:
-        if self._properties is None:
-            self._properties = string_to_properties(self._props_text)
-        return self._properties
+    def topic(self) -> str:
+        raw = self[17]
+        return _topic_names.get(raw) or _topic_name(raw)
 
     @property
     def properties_string(self) -> str:
-        return self._props_text
+        return self[19].decode() if self[18] else ""
+
+    @property
+    def properties(self) -> dict[str, str]:
+        try:
+            return self._parsed
+        except AttributeError:
+            parsed = self._parsed = string_to_properties(self.properties_string)
+            return parsed
 
     @property
     def tags(self) -> str | None:
@@ -379,6 +408,22 @@ class MessageExt:
             f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
             f"size={self.store_size}, body={len(self.body)} bytes)"
         )
+
+
+_topic_names: dict[bytes, str] = {}
+_MAX_TOPIC_NAMES = 10_000
+
+
+def _topic_name(raw: bytes) -> str:
+    """The topic named by ``raw`` (remembered: a store has few topics). Raises
+    CorruptRecordError when it is not UTF-8."""
+    try:
+        name = raw.decode()
+    except UnicodeDecodeError:
+        raise CorruptRecordError(f"undecodable topic {raw!r}") from None
+    if len(_topic_names) < _MAX_TOPIC_NAMES:
+        _topic_names[raw] = name
+    return name
 
 
 # ---- encoding -----------------------------------------------------------------------------
@@ -531,7 +576,7 @@ def decode_message(
 ) -> MessageExt:
     """Decode the record at ``pos`` into a MessageExt (the body is copied out of ``buf``)."""
     lay = read_layout(buf, pos, limit)
-    (total, _magic, crc, queue_id, flag, queue_offset, phys, sys_flag) = _PREFIX.unpack_from(
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag) = _PREFIX.unpack_from(
         buf, pos
     )
     born_ts = INT64.unpack_from(buf, pos + OFFSET_BORN_TIMESTAMP)[0]
@@ -547,20 +592,23 @@ def decode_message(
     if check_crc and not read_body:
         if crc32(buf[body_start:body_end]) & 0x7FFFFFFF != crc:
             raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
+    raw_topic = bytes(buf[pos + lay.topic : pos + lay.properties_length])
+    raw_props = bytes(buf[pos + lay.properties : pos + total])
     try:
-        topic = bytes(buf[pos + lay.topic : pos + lay.properties_length]).decode()
-        props = bytes(buf[pos + lay.properties : pos + total]).decode()
-    except UnicodeDecodeError as exc:
+        if raw_topic not in _topic_names:
+            _topic_name(raw_topic)
+        if not raw_props.isascii():
+            raw_props.decode()
+    except (CorruptRecordError, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
     return MessageExt(
-        topic,
+        total,
+        magic,
+        crc,
         queue_id,
+        flag,
         queue_offset,
         phys,
-        total,
-        body,
-        crc,
-        flag,
         sys_flag,
         born_ts,
         born_host,
@@ -568,7 +616,12 @@ def decode_message(
         store_host,
         reconsume,
         prepared,
-        props,
+        lay.topic_length - lay.body,
+        body,
+        len(raw_topic),
+        raw_topic,
+        len(raw_props),
+        raw_props,
     )
 
 
@@ -646,22 +699,33 @@ _HEAD_HOSTS8 = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with each host as 
 _HEAD_HOSTS8_SIZE = _HEAD_HOSTS8.size  # 88
 _SYSFLAG_V6 = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _MAX_LAYOUTS = 4096
-# record size → (layout, body length, topic length, properties length) last seen at that size
-_layouts: dict[int, tuple[struct.Struct, int, int, int]] = {}
-_topic_names: dict[bytes, str] = {}
-_new_message = object.__new__
+
+
+class _Layout(NamedTuple):
+    """A whole V1 record with IPv4 hosts as one struct: the fixed part, BODY, TOPICLENGTH,
+    TOPIC, PROPERTIESLENGTH and PROPERTIES. ``lengths`` is what fields 14, 16 and 18 of its
+    unpack (the body, topic and properties lengths) must be for the struct to fit."""
+
+    struct: struct.Struct
+    lengths: tuple[int, int, int]
+
+
+# what decode_run compares: TOTALSIZE, MAGICCODE, QUEUEID and the three lengths with the topic
+_run_fields = itemgetter(0, 1, 3, 14, 16, 17, 18)
+# record size → the layout last seen at that size
+_layouts: dict[int, _Layout] = {}
+_make_message: Callable[[type[MessageExt], tuple[Any, ...]], MessageExt] = tuple.__new__
 
 
 @lru_cache(maxsize=_MAX_LAYOUTS)
-def _layout_struct(body_len: int, topic_len: int, props_len: int) -> struct.Struct:
-    """A whole V1 record with IPv4 hosts as one struct: the fixed part, BODY, TOPICLENGTH,
-    TOPIC, PROPERTIESLENGTH and PROPERTIES."""
-    return struct.Struct(f"{_HEAD_HOSTS8.format}{body_len}sB{topic_len}sH{props_len}s")
+def _layout(body_len: int, topic_len: int, props_len: int) -> _Layout:
+    return _Layout(
+        struct.Struct(f"{_HEAD_HOSTS8.format}{body_len}sB{topic_len}sH{props_len}s"),
+        (body_len, topic_len, props_len),
+    )
 
 
-def _learn_layout(
-    buf: bytes | mmap.mmap, pos: int, size: int
-) -> tuple[struct.Struct, int, int, int] | None:
+def _learn_layout(buf: bytes | mmap.mmap, pos: int, size: int) -> _Layout | None:
     """The layout of the record at ``pos`` (remembered for its size), or None when it is not
     a V1 record with IPv4 hosts. Raises CorruptRecordError when its lengths disagree."""
     if pos < 0 or pos + max(size, _HEAD_HOSTS8_SIZE) > len(buf):
@@ -681,10 +745,10 @@ def _learn_layout(
     props_len = (buf[t] << 8) | buf[t + 1]
     if t + 2 + props_len != end:
         raise CorruptRecordError(f"record length {total} at {pos} disagrees with its fields")
-    entry = (_layout_struct(body_len, topic_len, props_len), body_len, topic_len, props_len)
+    layout = _layout(body_len, topic_len, props_len)
     if size in _layouts or len(_layouts) < _MAX_LAYOUTS:
-        _layouts[size] = entry
-    return entry
+        _layouts[size] = layout
+    return layout
 
 
 def _decode_other(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
@@ -700,83 +764,78 @@ def decode_stored(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
 
     The hot path of get_message, about a microsecond a message, so every step counts. Records
     of one size usually share one layout (the same body, topic and properties lengths), so
-    the struct of the whole record is remembered per size: one unpack gives every field,
-    the body copied once, and the lengths it read are checked against the ones it assumed
-    (another layout is learnt and the record decoded again). The body CRC is always checked,
-    topic names are decoded once per process and the MessageExt is filled in without an
-    ``__init__`` call. Records other than V1 with IPv4 hosts go through ``decode_message``.
-    Raises CorruptRecordError when the record is damaged or its length is not ``size``.
+    the struct of the whole record is remembered per size: one unpack gives every field in
+    the order of a MessageExt, which is made from that tuple as it is. The lengths it read
+    are checked against the ones it assumed (another layout is learnt and the record decoded
+    again), the body CRC is always checked, and the topic and properties must be UTF-8.
+    Records other than V1 with IPv4 hosts go through ``decode_message``. Raises
+    CorruptRecordError when the record is damaged or its length is not ``size``.
     """
-    entry = _layouts.get(size) or _learn_layout(buf, pos, size)
-    if entry is None:
+    layout = _layouts.get(size) or _learn_layout(buf, pos, size)
+    if layout is None:
         return _decode_other(buf, pos, size)
-    layout, want_body, want_topic, want_props = entry
     try:
-        (
-            total,
-            magic,
-            crc,
-            queue_id,
-            flag,
-            queue_offset,
-            phys,
-            sys_flag,
-            born_ts,
-            born_host,
-            store_ts,
-            store_host,
-            reconsume,
-            prepared,
-            body_len,
-            body,
-            topic_len,
-            raw_topic,
-            props_len,
-            raw_props,
-        ) = layout.unpack_from(buf, pos)
+        f = layout.struct.unpack_from(buf, pos)
     except struct.error:
         raise CorruptRecordError(f"truncated record at {pos}") from None
-    if (
-        magic != MAGIC_V1
-        or sys_flag & _SYSFLAG_V6
-        or total != size
-        or body_len != want_body  # the unpacked fields have exactly the assumed lengths
-        or topic_len != want_topic
-        or props_len != want_props
-    ):
+    if f[1] != MAGIC_V1 or f[0] != size or f[7] & _SYSFLAG_V6 or f[14:19:2] != layout.lengths:
         learnt = _learn_layout(buf, pos, size)  # raises for a damaged record
         if learnt is None:
             return _decode_other(buf, pos, size)
-        if learnt[0].format == layout.format:  # it checked out a moment ago
+        if learnt is layout:  # it checked out a moment ago
             raise CorruptRecordError(f"the record at {pos} changed while it was read")
         return decode_stored(buf, pos, size)  # with the layout just learnt
-    if crc32(body) & 0x7FFFFFFF != crc:
+    if crc32(f[15]) & 0x7FFFFFFF != f[2]:
         raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
-    topic = _topic_names.get(raw_topic)
-    try:
-        if topic is None:
-            topic = raw_topic.decode()
-            if len(_topic_names) < 10_000:
-                _topic_names[raw_topic] = topic
-        props = raw_props.decode() if props_len else ""
-    except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
-    msg = _new_message(MessageExt)
-    msg.topic = topic
-    msg.queue_id = queue_id
-    msg.queue_offset = queue_offset
-    msg.commitlog_offset = phys
-    msg.store_size = total
-    msg.body = body
-    msg.body_crc = crc
-    msg.flag = flag
-    msg.sys_flag = sys_flag
-    msg.born_timestamp = born_ts
-    msg.born_host = born_host
-    msg.store_timestamp = store_ts
-    msg.store_host = store_host
-    msg.reconsume_times = reconsume
-    msg.prepared_transaction_offset = prepared
-    msg._props_text = props
-    msg._properties = None
-    return msg
+    if f[17] not in _topic_names or not f[19].isascii():
+        try:
+            _topic_name(f[17])
+            f[19].decode()
+        except (CorruptRecordError, UnicodeDecodeError):
+            raise CorruptRecordError(f"undecodable topic or properties at {pos}") from None
+    return _make_message(MessageExt, f)
+
+
+def decode_run(
+    buf: mmap.mmap,
+    base: int,
+    units: Iterable[tuple[int, int]],
+    topic_bytes: bytes,
+    queue_id: int,
+    out: list[MessageExt],
+) -> int:
+    """Decode the records of one queue that ``units`` (commit-log offset, size) point at in
+    ``buf``, which starts at commit-log offset ``base`` and holds them all, appending them
+    to ``out``: get_message's usual batch in one tight loop.
+
+    It stops at the first record that is not plainly as expected: a V1 record with IPv4
+    hosts at a remembered layout, of ``topic_bytes`` and ``queue_id``, its lengths, CRC and
+    ASCII properties right. Returns how many it appended; what stopped it is for
+    ``decode_stored`` to decode or reject with a reason.
+    """
+    layouts = _layouts
+    make = _make_message
+    append = out.append
+    start = len(out)
+    last = -1
+    unpack = _HEAD_HOSTS8.unpack_from
+    want: tuple[Any, ...] = ()
+    for phys, size in units:
+        if size != last:
+            layout = layouts.get(size)
+            if layout is None:
+                break
+            unpack = layout.struct.unpack_from
+            body_len, topic_len, props_len = layout.lengths
+            want = (size, MAGIC_V1, queue_id, body_len, topic_len, topic_bytes, props_len)
+            last = size
+        f = unpack(buf, phys - base)
+        if (
+            _run_fields(f) != want
+            or f[7] & _SYSFLAG_V6
+            or crc32(f[15]) & 0x7FFFFFFF != f[2]
+            or not f[19].isascii()
+        ):
+            break
+        append(make(MessageExt, f))
+    return len(out) - start
