@@ -36,7 +36,6 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from ._errors import CorruptRecordError
@@ -710,8 +709,6 @@ class _Layout(NamedTuple):
     lengths: tuple[int, int, int]
 
 
-# what decode_run compares: TOTALSIZE, MAGICCODE, QUEUEID and the three lengths with the topic
-_run_fields = itemgetter(0, 1, 3, 14, 16, 17, 18)
 # record size → the layout last seen at that size
 _layouts: dict[int, _Layout] = {}
 _make_message: Callable[[type[MessageExt], tuple[Any, ...]], MessageExt] = tuple.__new__
@@ -778,7 +775,12 @@ def decode_stored(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
         f = layout.struct.unpack_from(buf, pos)
     except struct.error:
         raise CorruptRecordError(f"truncated record at {pos}") from None
-    if f[1] != MAGIC_V1 or f[0] != size or f[7] & _SYSFLAG_V6 or f[14:19:2] != layout.lengths:
+    if (
+        f[0] != size
+        or f[1] != MAGIC_V1
+        or f[7] & _SYSFLAG_V6
+        or (f[14], f[16], f[18]) != layout.lengths
+    ):
         learnt = _learn_layout(buf, pos, size)  # raises for a damaged record
         if learnt is None:
             return _decode_other(buf, pos, size)
@@ -817,9 +819,8 @@ def decode_run(
     make = _make_message
     append = out.append
     start = len(out)
-    last = -1
+    last = body_len = topic_len = props_len = -1
     unpack = _HEAD_HOSTS8.unpack_from
-    want: tuple[Any, ...] = ()
     for phys, size in units:
         if size != last:
             layout = layouts.get(size)
@@ -827,11 +828,16 @@ def decode_run(
                 break
             unpack = layout.struct.unpack_from
             body_len, topic_len, props_len = layout.lengths
-            want = (size, MAGIC_V1, queue_id, body_len, topic_len, topic_bytes, props_len)
             last = size
         f = unpack(buf, phys - base)
         if (
-            _run_fields(f) != want
+            f[0] != size
+            or f[1] != MAGIC_V1
+            or f[3] != queue_id
+            or f[14] != body_len
+            or f[16] != topic_len
+            or f[18] != props_len
+            or f[17] != topic_bytes
             or f[7] & _SYSFLAG_V6
             or crc32(f[15]) & 0x7FFFFFFF != f[2]
             or not f[19].isascii()
