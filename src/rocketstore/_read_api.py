@@ -19,7 +19,6 @@ Threads: any; nothing here takes a store-wide lock (files are held while read).
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -185,50 +184,42 @@ class ReadApi:
         message_filter: MessageFilter | None,
     ) -> GetMessageResult:
         cl = self.commit_log
-        files = cl.queue
-        file_size = cl.file_size
         max_phys = cl.max_offset
-        min_phys = cl.min_offset
         memory = self.memory
         on_disk_below = max_phys - memory  # records before this are taken to be on disk
         # a batch ends at max_msg_nums or the count/byte limit for where its next message is
         count_memory = min(max_msg_nums, self.max_count_memory)
-        count_disk = min(max_msg_nums, self.max_count_disk)
         bytes_memory = self.max_bytes_memory
-        bytes_disk = self.max_bytes_disk
         topic, queue_id = cq.topic, cq.queue_id
         raw_topic = topic.encode()
-        decode = decode_stored
-        status = S.NO_MATCHED_MESSAGE  # FOUND once there is a message; set after the loop
         messages: list[MessageExt] = []
-        append = messages.append
         n = 0  # len(messages), kept by hand in the loop
         total = 0
-        examined = 0
+        phys = 0  # after the loop: the commit-log offset of the last unit looked at
+        if message_filter is None:
+            run = self._plain_run(
+                units, count_memory, bytes_memory, on_disk_below, raw_topic, queue_id
+            )
+            if run is not None:
+                messages, total, phys = run
+                n = len(messages)
+                if n == min(count_memory, len(units) // UNIT_SIZE):  # the whole batch
+                    return self._found(offset, messages, total, max_phys - phys > memory)
+        files = cl.queue
+        file_size = cl.file_size
+        min_phys = cl.min_offset
+        count_disk = min(max_msg_nums, self.max_count_disk)
+        bytes_disk = self.max_bytes_disk
+        decode = decode_stored
+        status = S.NO_MATCHED_MESSAGE  # FOUND once there is a message; set after the loop
+        append = messages.append
+        examined = n
         next_file_start = -1
         held: list[MappedFile] = []
         mf: MappedFile | None = None
         mf_from = mf_end = -1  # the range of commit-log offsets readable in ``mf``
         mm = None
-        phys = 0  # after the loop: the commit-log offset of the last unit looked at
         try:
-            if message_filter is None:
-                run = self._plain_run(
-                    units,
-                    count_memory,
-                    bytes_memory,
-                    on_disk_below,
-                    raw_topic,
-                    queue_id,
-                    messages,
-                    held,
-                )
-                if run is not None:
-                    n = examined = len(messages)
-                    total, phys, mf, mm = run
-                    if mf is not None:
-                        mf_from = mf.from_offset
-                        mf_end = mf_from + mf.read_position
             # The loop runs once a message: keep it short. Tags codes are read only when
             # filtering (the unit being looked at is number ``examined - 1``).
             for phys, size in UNIT_WITHOUT_TAGS.iter_unpack(units[examined * UNIT_SIZE :]):
@@ -312,15 +303,13 @@ class ReadApi:
         on_disk_below: int,
         raw_topic: bytes,
         queue_id: int,
-        messages: list[MessageExt],
-        held: list[MappedFile],
-    ) -> tuple[int, int, MappedFile, mmap.mmap] | None:
+    ) -> tuple[list[MessageExt], int, int] | None:
         """The usual batch without a filter, taken in one tight loop: up to ``count`` units
         whose records are in memory, in one commit-log file and within ``max_bytes``, each
-        a V1 record with IPv4 hosts at a remembered layout. Appends what it decodes to
-        ``messages`` and returns (their bytes, the last offset taken, the file held, its
-        mapping); None when the batch is not like that. A record that is not as expected
-        ends the run before it: the general loop takes it from there, with every check."""
+        a V1 record with IPv4 hosts at a remembered layout. Returns (the messages decoded,
+        their bytes, the commit-log offset of the last one), or None when the batch is not
+        like that. A record that is not as expected ends the run before it: the general
+        loop takes it from there, with every check."""
         k = min(len(units) // UNIT_SIZE, count)
         if k <= 0:
             return None
@@ -334,16 +323,27 @@ class ReadApi:
         mf = self.commit_log.queue.find_mapped_file_by_offset(low)
         if mf is None or not mf.hold():
             return None
-        held.append(mf)
-        base = mf.from_offset
-        if max(offsets) + max(sizes) > base + mf.read_position:
-            return None
-        taken = decode_run(
-            mf.mm, base, zip(offsets, sizes, strict=True), raw_topic, queue_id, messages
-        )
-        if taken == k:
-            return total, offsets[-1], mf, mf.mm
-        return sum(sizes[:taken]), offsets[taken - 1] if taken else low, mf, mf.mm
+        try:
+            base = mf.from_offset
+            if max(offsets) + max(sizes) > base + mf.read_position:
+                return None
+            taken: list[MessageExt] = []
+            pairs = zip(offsets, sizes, strict=True)
+            n = decode_run(mf.mm, base, pairs, raw_topic, queue_id, taken)
+        finally:
+            mf.release()
+        if n == k:
+            return taken, total, offsets[-1]
+        return taken, sum(sizes[:n]), offsets[n - 1] if n else low
+
+    @staticmethod
+    def _found(
+        offset: int, messages: list[MessageExt], total: int, from_slave: bool
+    ) -> GetMessageResult:
+        result = GetMessageResult(S.FOUND, offset + len(messages), 0, 0, messages)
+        result.buffer_total_size = total
+        result.suggest_pulling_from_slave = from_slave
+        return result
 
     # ---- lookups ----------------------------------------------------------------------------
 
