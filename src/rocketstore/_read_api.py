@@ -268,7 +268,7 @@ class ReadApi:
                     mm = mf.mm
                 try:
                     msg = decode(mm, phys - mf_from, size)  # type: ignore[arg-type]
-                    if msg[17] != raw_topic or msg[3] != queue_id:  # topic_bytes, queue_id
+                    if msg.topic_bytes != raw_topic or msg.queue_id != queue_id:
                         raise CorruptRecordError(
                             f"the record at {phys} belongs to {msg.topic}/{msg.queue_id}"
                         )
@@ -316,9 +316,9 @@ class ReadApi:
         flat = _unit_run(k).unpack_from(units)
         offsets = flat[0::2]
         sizes = flat[1::2]
-        low = offsets[0]
+        low = min(offsets)  # the file holding it starts at or below every offset
         total = sum(sizes)
-        if min(offsets) < on_disk_below or total > max_bytes or min(sizes) <= 0:
+        if low < on_disk_below or total > max_bytes or min(sizes) <= 0:
             return None
         mf = self.commit_log.queue.find_mapped_file_by_offset(low)
         if mf is None or not mf.hold():
