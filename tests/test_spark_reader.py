@@ -259,3 +259,55 @@ def test_writer_column_wise_rows_match_messages(tmp_path: Path) -> None:
         assert (m.topic, m.properties) == (want.topic, want.properties)
         if i % 2 == 0:
             assert m.queue_id == i % 3
+
+
+@pytest.mark.parametrize("buffers", ["0", "2"])
+def test_writer_with_and_without_write_buffers(tmp_path: Path, buffers: str) -> None:
+    """Write buffers (the transient store pool) store the same messages, across many small
+    commit-log files: more files than buffers, so buffers are reused or, when none is free,
+    files are written directly. Everything is readable after the task, and after recovery."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.types import StructType
+
+    from rocketstore.spark._writer import _settings, open_store, write_batches
+
+    path = tmp_path / "w"
+    n = 3000
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["T"] * n,
+            "body": [b"body%05d" % i + b"x" * (i % 50) for i in range(n)],
+            "keys": [f"k{i}" for i in range(n)],
+        }
+    )
+    schema = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": name, "type": t, "nullable": True, "metadata": {}}
+                for name, t in (("topic", "string"), ("body", "binary"), ("keys", "string"))
+            ],
+        }
+    )
+    options = {"path": str(path), "commitLogFileSize": "8192", "writeBuffers": buffers}
+    settings = _settings(options, schema)
+    assert settings.write_buffers == int(buffers)
+    store = open_store(settings)
+    try:
+        assert store.config.transient_store_pool_active is (buffers != "0")
+    finally:
+        store.shutdown()
+    chunks = [batch.slice(lo, 500) for lo in range(0, n, 500)]
+    assert write_batches(settings, iter(chunks)).rows == n
+    assert len(list((path / "commitlog").iterdir())) > 20
+    with StoreReader(path) as reader:
+        got = [m.body for q in reader.queue_ids("T") for m in reader.read("T", q)]
+    assert sorted(got) == sorted(batch.column("body").to_pylist())
+    (path / "abort").write_bytes(b"")  # as after a crash: recovery checks every record
+    with MessageStore(
+        StoreConfig(store_path_root_dir=str(path), mapped_file_size_commit_log=8192)
+    ) as s:
+        total = sum(s.get_max_offset_in_queue("T", q) for q in range(4))
+        assert total == n
+        hit = s.query_message("T", "k2999").messages
+        assert [m.body for m in hit] == [b"body02999" + b"x" * (2999 % 50)]
