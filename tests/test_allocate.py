@@ -5,26 +5,18 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from _waits import wait_until
 from rocketstore import PutMessageStatus
 from rocketstore._allocate import AllocateMappedFileService
 from rocketstore._mapped_file import MappedFile, file_name_for
 from rocketstore._mapped_file_queue import MappedFileQueue
 
 SIZE = 64 * 1024  # the commit-log file size of the conftest stores
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore._clock import SystemClock
 from rocketstore._errors import StoreIOError
@@ -88,15 +89,6 @@ def make_service(log: FakeLog, start: bool = True) -> GroupCommitService:
     if start:
         svc.start()
     return svc
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.001)
-    return cond()
 
 
 def run_waiter(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from _waits import wait_dispatched
 from rocketstore import (
     CorruptRecordError,
     GetMessageStatus,
@@ -32,20 +32,13 @@ OpenStore = Callable[..., MessageStore]
 MakeConfig = Callable[..., StoreConfig]
 
 
-def settle(store: MessageStore) -> None:
-    deadline = time.monotonic() + 5
-    while store.dispatch_behind_bytes() > 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-
-
 @pytest.fixture
 def store(open_store: OpenStore, make_config: MakeConfig) -> MessageStore:
     s = open_store(make_config(**SMALL))
     for i in range(100):
         tags = ("A", "B", "Aa", "BB")[i % 4]  # "Aa" and "BB" share one hash code
         s.put_message(Message("T", f"m{i}".encode(), 0, tags=tags, keys=[f"k{i}", "all"]))
-    settle(s)
+    wait_dispatched(s)
     return s
 
 
@@ -88,7 +81,7 @@ def test_statuses_after_the_queue_start_moves(store: MessageStore) -> None:
     # a queue that starts at 45: its first file is blank-filled up to it
     store.commit_log.topic_queue_table[("Late", 0)] = 45
     store.put_message(Message("Late", b"x", 0))
-    settle(store)
+    wait_dispatched(store)
     g = store.get_message("g", "Late", 0, 3, 32)
     assert (g.status, g.next_begin_offset, g.min_offset, g.max_offset) == (
         S.OFFSET_TOO_SMALL,
@@ -114,7 +107,7 @@ def test_removed_commit_log_files(open_store: OpenStore, make_config: MakeConfig
     s = open_store(make_config(**SMALL))
     for _ in range(200):
         s.put_message(Message("T", b"x" * 1000, 0))
-    settle(s)
+    wait_dispatched(s)
     files = s.commit_log.queue.files
     assert len(files) >= 3
     s.commit_log.queue.delete_expired_files_by_time(0, 0, 0, True)  # drops all but the last
@@ -151,7 +144,7 @@ def test_transfer_limits(open_store: OpenStore, make_config: MakeConfig) -> None
     )
     for _ in range(30):
         s.put_message(Message("T", b"x" * 1000, 0))
-    settle(s)
+    wait_dispatched(s)
     g = s.get_message("g", "T", 0, 0, 32)
     assert len(g.messages) == 4 and g.next_begin_offset == 4 and not g.suggest_pulling_from_slave
     s.reader.max_count_memory = 32
@@ -268,7 +261,7 @@ def test_offset_by_time_on_boundaries(open_store: OpenStore, make_config: MakeCo
         s.put_message(Message("T", b"x", 0))
         if i % 3 == 2:
             clock.advance(1.0)  # three messages a second
-    settle(s)
+    wait_dispatched(s)
     t0 = times[0]
     assert s.get_offset_in_queue_by_time("T", 0, t0) == 0
     assert s.get_offset_in_queue_by_time("T", 0, t0 + 1000) == 3  # the first at that time

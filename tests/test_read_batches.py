@@ -7,11 +7,11 @@ from __future__ import annotations
 import copy
 import pickle
 import random
-import time
 from collections.abc import Callable
 
 import pytest
 
+from _waits import wait_dispatched
 from rocketstore import GetMessageStatus, Message, MessageExt, MessageStore, StoreConfig
 from rocketstore._consume_queue import UNIT, UNIT_SIZE
 from rocketstore._record import (
@@ -24,13 +24,6 @@ from rocketstore._record import (
 OpenStore = Callable[..., MessageStore]
 MakeConfig = Callable[..., StoreConfig]
 S = GetMessageStatus
-
-
-def settle(store: MessageStore) -> None:
-    deadline = time.monotonic() + 5
-    while store.dispatch_behind_bytes() > 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
 
 
 def one_by_one(store: MessageStore, topic: str, queue_id: int, offset: int) -> MessageExt:
@@ -65,7 +58,7 @@ def test_batches_equal_records_decoded_one_by_one(
     store = open_store(make_config(mapped_file_size_commit_log=4096))
     for m in mixed_messages(random.Random(batch), 400):
         assert store.put_message(m).status.name == "PUT_OK"
-    settle(store)
+    wait_dispatched(store)
     for queue_id in (0, 1):
         end = store.get_max_offset_in_queue("T", queue_id)
         offset, seen = 0, 0
@@ -89,7 +82,7 @@ def test_a_damaged_record_in_the_middle_of_a_plain_batch(
     store = open_store(make_config())
     for _ in range(40):
         store.put_message(Message("T", b"x" * 50, 0, tags="A"))
-    settle(store)
+    wait_dispatched(store)
     g = store.get_message("g", "T", 0, 0, 32)
     assert len(g.messages) == 32  # a plain batch
     for damaged in (0, 9, 31):
@@ -117,7 +110,7 @@ def test_a_unit_of_another_queue_ends_a_plain_batch(
     store = open_store(make_config())
     for i in range(20):
         store.put_message(Message("T", b"same", i % 2, tags="A"))
-    settle(store)
+    wait_dispatched(store)
     cq = store.consume_queues.find("T", 0)
     assert cq is not None
     unit = cq.get_unit(5)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _waits import wait_dispatched
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._consume_queue import UNIT_SIZE
 
@@ -18,13 +19,6 @@ SMALL = {
     "max_index_num": 64,
     "flush_interval_consume_queue": 10,
 }
-
-
-def wait_dispatched(store: MessageStore, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while store.dispatch_behind_bytes() > 0:
-        assert time.monotonic() < deadline, "dispatch did not catch up"
-        time.sleep(0.001)
 
 
 def cq_bytes(root: Path) -> dict[str, bytes]:
