@@ -204,7 +204,9 @@ class ReadApi:
                 messages, total, phys = run
                 n = len(messages)
                 if n == min(count_memory, len(units) // UNIT_SIZE):  # the whole batch
-                    return self._found(offset, messages, total, max_phys - phys > memory)
+                    return self._result(
+                        S.FOUND, offset + n, messages, total, max_phys - phys > memory
+                    )
         files = cl.queue
         file_size = cl.file_size
         min_phys = cl.min_offset
@@ -290,10 +292,7 @@ class ReadApi:
                 f.release()
         if messages:
             status = S.FOUND
-        result = GetMessageResult(status, offset + examined, 0, 0, messages)
-        result.buffer_total_size = total
-        result.suggest_pulling_from_slave = max_phys - phys > memory
-        return result
+        return self._result(status, offset + examined, messages, total, max_phys - phys > memory)
 
     def _plain_run(
         self,
@@ -337,10 +336,15 @@ class ReadApi:
         return taken, sum(sizes[:n]), offsets[n - 1] if n else low
 
     @staticmethod
-    def _found(
-        offset: int, messages: list[MessageExt], total: int, from_slave: bool
+    def _result(
+        status: GetMessageStatus,
+        next_begin: int,
+        messages: list[MessageExt],
+        total: int,
+        from_slave: bool,
     ) -> GetMessageResult:
-        result = GetMessageResult(S.FOUND, offset + len(messages), 0, 0, messages)
+        """A batch's result (min and max offsets are filled in by get_message)."""
+        result = GetMessageResult(status, next_begin, 0, 0, messages)
         result.buffer_total_size = total
         result.suggest_pulling_from_slave = from_slave
         return result

@@ -413,6 +413,18 @@ _topic_names: dict[bytes, str] = {}
 _MAX_TOPIC_NAMES = 10_000
 
 
+def _check_text(raw_topic: bytes, raw_props: bytes, pos: int) -> None:
+    """Raise CorruptRecordError unless the topic and the properties of the record at ``pos``
+    are UTF-8 (a known topic and ASCII properties pass at once)."""
+    try:
+        if raw_topic not in _topic_names:
+            _topic_name(raw_topic)
+        if not raw_props.isascii():
+            raw_props.decode()
+    except (CorruptRecordError, UnicodeDecodeError):
+        raise CorruptRecordError(f"undecodable topic or properties at {pos}") from None
+
+
 def _topic_name(raw: bytes) -> str:
     """The topic named by ``raw`` (remembered: a store has few topics). Raises
     CorruptRecordError when it is not UTF-8."""
@@ -593,13 +605,7 @@ def decode_message(
             raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
     raw_topic = bytes(buf[pos + lay.topic : pos + lay.properties_length])
     raw_props = bytes(buf[pos + lay.properties : pos + total])
-    try:
-        if raw_topic not in _topic_names:
-            _topic_name(raw_topic)
-        if not raw_props.isascii():
-            raw_props.decode()
-    except (CorruptRecordError, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(f"undecodable topic or properties at {pos}") from exc
+    _check_text(raw_topic, raw_props, pos)
     return MessageExt(
         total,
         magic,
@@ -790,11 +796,7 @@ def decode_stored(buf: bytes | mmap.mmap, pos: int, size: int) -> MessageExt:
     if crc32(f[15]) & 0x7FFFFFFF != f[2]:
         raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
     if f[17] not in _topic_names or not f[19].isascii():
-        try:
-            _topic_name(f[17])
-            f[19].decode()
-        except (CorruptRecordError, UnicodeDecodeError):
-            raise CorruptRecordError(f"undecodable topic or properties at {pos}") from None
+        _check_text(f[17], f[19], pos)
     return _make_message(MessageExt, f)
 
 
