@@ -8,8 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from rocketstore import MessageStore, StoreConfig
-from rocketstore._record import decode_msg_id
 from rocketstore.cli import main
+from rocketstore.store._record import decode_msg_id
 
 
 def conf(tmp_path: Path) -> Path:

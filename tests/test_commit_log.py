@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
-from rocketstore._clock import ManualClock
-from rocketstore._commit_log import MAX_TOPIC_LENGTH
-from rocketstore._mapped_file import file_name_for
-from rocketstore._record import (
+from rocketstore.store._clock import ManualClock
+from rocketstore.store._commit_log import MAX_TOPIC_LENGTH
+from rocketstore.store._mapped_file import file_name_for
+from rocketstore.store._record import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore import CorruptRecordError, _record
-from rocketstore._record import (
+from rocketstore import CorruptRecordError
+from rocketstore.store import _record
+from rocketstore.store._record import (
     INT32,
     OFFSET_BODY_CRC,
     OFFSET_MAGIC,

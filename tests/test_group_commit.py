@@ -21,10 +21,10 @@ import pytest
 
 from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore._clock import SystemClock
-from rocketstore._errors import StoreIOError
-from rocketstore._flush import FlushRealTimeService, GroupCommitService
-from rocketstore._record import PROPERTY_WAIT
+from rocketstore.store._clock import SystemClock
+from rocketstore.store._errors import StoreIOError
+from rocketstore.store._flush import FlushRealTimeService, GroupCommitService
+from rocketstore.store._record import PROPERTY_WAIT
 
 SEEDS = [11, 12, 13]
 

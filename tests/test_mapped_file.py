@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rocketstore import CorruptFileError, ManualClock
-from rocketstore._mapped_file import OS_PAGE_SIZE, MappedFile, file_name_for, mapped_counters
-from rocketstore._transient_pool import TransientStorePool
+from rocketstore.store._mapped_file import OS_PAGE_SIZE, MappedFile, file_name_for, mapped_counters
+from rocketstore.store._transient_pool import TransientStorePool
 
 SIZE = 64 * 1024
 
@@ -118,9 +118,9 @@ def test_flush_syncs_exactly_the_new_pages(tmp_path: Path, monkeypatch: pytest.M
     import ctypes
 
     from rocketstore import StoreIOError
-    from rocketstore import _mapped_file as module
+    from rocketstore.store import _mapped_file as module
 
-    real = module._msync_function()
+    real = module.msync_function()
     if real is None:
         pytest.skip("no msync here")
     calls: list[tuple[int, int]] = []
@@ -133,7 +133,7 @@ def test_flush_syncs_exactly_the_new_pages(tmp_path: Path, monkeypatch: pytest.M
             return -1
         return real(addr, length, flags)  # type: ignore[misc]
 
-    monkeypatch.setattr(module, "_msync_function", lambda: recording)
+    monkeypatch.setattr(module, "msync_function", lambda: recording)
     mf = new_file(tmp_path)
     try:
         mf.append(b"a" * (OS_PAGE_SIZE + 100))
@@ -186,10 +186,10 @@ def test_truncation_makes_its_zeroes_durable_at_once(
 
 
 def test_flush_falls_back_to_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rocketstore import _mapped_file as module
+    from rocketstore.store import _mapped_file as module
 
     synced: list[int] = []
-    monkeypatch.setattr(module, "_msync_function", lambda: None)
+    monkeypatch.setattr(module, "msync_function", lambda: None)
     monkeypatch.setattr(module.os, "fdatasync", synced.append)
     mf = new_file(tmp_path)
     try:

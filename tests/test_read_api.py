@@ -18,9 +18,9 @@ from rocketstore import (
     MessageStore,
     StoreConfig,
 )
-from rocketstore._consume_queue import UNIT, UNIT_SIZE
-from rocketstore._filter import TagFilter
 from rocketstore.cli import main
+from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
+from rocketstore.store._filter import TagFilter
 
 S = GetMessageStatus
 SMALL = {

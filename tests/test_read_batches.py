@@ -13,8 +13,8 @@ import pytest
 
 from _waits import wait_dispatched
 from rocketstore import GetMessageStatus, Message, MessageExt, MessageStore, StoreConfig
-from rocketstore._consume_queue import UNIT, UNIT_SIZE
-from rocketstore._record import (
+from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
+from rocketstore.store._record import (
     SYSFLAG_COMPRESSED,
     decode_message,
     decode_stored,

@@ -14,14 +14,14 @@ import pytest
 
 from _fixtures import tarball
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore._delay_offset import (
+from rocketstore.store._delay_offset import (
     DELAY_OFFSET_FILE,
     DelayOffsetFile,
     decode_delay_offsets,
     encode_delay_offsets,
 )
-from rocketstore._errors import CorruptFileError
-from rocketstore._record import (
+from rocketstore.store._errors import CorruptFileError
+from rocketstore.store._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,

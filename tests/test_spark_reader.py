@@ -10,10 +10,10 @@ import pytest
 
 from _spark_helpers import FIXTURES, expected_queue_messages, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore._errors import CorruptRecordError
-from rocketstore._lock import lock_owner
-from rocketstore._reader import NotAStoreError, StoreReader
-from rocketstore._record import OFFSET_BODY_LENGTH_V4
+from rocketstore.store._errors import CorruptRecordError
+from rocketstore.store._lock import lock_owner
+from rocketstore.store._reader import NotAStoreError, StoreReader
+from rocketstore.store._record import OFFSET_BODY_LENGTH_V4
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")

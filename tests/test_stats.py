@@ -12,15 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from rocketstore import GetMessageStatus, ManualClock, Message, MessageStore
-from rocketstore._record import PROPERTY_DELAY, SCHEDULE_TOPIC
-from rocketstore._stats import (
+from rocketstore.cli import main
+from rocketstore.store._record import PROPERTY_DELAY, SCHEDULE_TOPIC
+from rocketstore.store._stats import (
     PUT_LATENCY_BUCKETS,
     StoreStatistics,
     TopicPutStats,
     java_double,
     latency_bucket,
 )
-from rocketstore.cli import main
 
 RUNTIME_KEYS = {
     "bootTimestamp",

@@ -1,27 +1,27 @@
 """rocketstore: Apache RocketMQ's message store in Python."""
 
-from ._clock import Clock as Clock
-from ._clock import ManualClock as ManualClock
-from ._clock import SystemClock as SystemClock
-from ._config import StoreConfig as StoreConfig
-from ._errors import CorruptFileError as CorruptFileError
-from ._errors import CorruptRecordError as CorruptRecordError
-from ._errors import InvalidMessageError as InvalidMessageError
-from ._errors import OffsetOutOfRangeError as OffsetOutOfRangeError
-from ._errors import StoreClosedError as StoreClosedError
-from ._errors import StoreConfigError as StoreConfigError
-from ._errors import StoreError as StoreError
-from ._errors import StoreIOError as StoreIOError
-from ._errors import StoreLockedError as StoreLockedError
-from ._message import GetMessageResult as GetMessageResult
-from ._message import GetMessageStatus as GetMessageStatus
-from ._message import Message as Message
-from ._message import PutMessageResult as PutMessageResult
-from ._message import PutMessageStatus as PutMessageStatus
-from ._record import MessageExt as MessageExt
-from ._stats import StoreStatistics as StoreStatistics
-from ._stats import TopicPutStats as TopicPutStats
-from ._store import MessageStore as MessageStore
+from .store._clock import Clock as Clock
+from .store._clock import ManualClock as ManualClock
+from .store._clock import SystemClock as SystemClock
+from .store._config import StoreConfig as StoreConfig
+from .store._errors import CorruptFileError as CorruptFileError
+from .store._errors import CorruptRecordError as CorruptRecordError
+from .store._errors import InvalidMessageError as InvalidMessageError
+from .store._errors import OffsetOutOfRangeError as OffsetOutOfRangeError
+from .store._errors import StoreClosedError as StoreClosedError
+from .store._errors import StoreConfigError as StoreConfigError
+from .store._errors import StoreError as StoreError
+from .store._errors import StoreIOError as StoreIOError
+from .store._errors import StoreLockedError as StoreLockedError
+from .store._message import GetMessageResult as GetMessageResult
+from .store._message import GetMessageStatus as GetMessageStatus
+from .store._message import Message as Message
+from .store._message import PutMessageResult as PutMessageResult
+from .store._message import PutMessageStatus as PutMessageStatus
+from .store._record import MessageExt as MessageExt
+from .store._stats import StoreStatistics as StoreStatistics
+from .store._stats import TopicPutStats as TopicPutStats
+from .store._store import MessageStore as MessageStore
 
 __version__ = "0.1.0"
 

@@ -196,7 +196,7 @@ def get(
     body: str,
 ) -> None:
     """Read COUNT messages of TOPIC / QUEUE from logical OFFSET."""
-    from ._filter import TagFilter
+    from .store._filter import TagFilter
 
     flt = TagFilter(tags) if tags else None
     with _open_for_reading(store, conf, False, None, None) as ms:
@@ -287,7 +287,7 @@ def query(
 def stats(store: str, conf: str | None, as_json: bool) -> None:
     """Print a store's runtime info (RocketMQ's keys), what each topic holds and the progress
     of every delay level. Opens the store without delivering or cleaning anything."""
-    from ._stats import stored_topics
+    from .store._stats import stored_topics
 
     with _open_for_reading(store, conf, False, None, None) as ms:
         info = ms.runtime_info()
@@ -347,7 +347,7 @@ def inspect(
 ) -> None:
     """Verify a store directory (ours or RocketMQ's) record by record, read-only, and
     summarise it. Exit status 1 when something is corrupt."""
-    from ._inspect import Inspector
+    from .store._inspect import Inspector
 
     kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
     if conf:

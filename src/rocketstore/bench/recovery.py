@@ -7,7 +7,7 @@ import os
 import time
 
 from .. import Message, MessageStore, StoreConfig
-from .._scan import scan_records
+from ..store._scan import scan_records
 from . import Figures, scenario
 
 BODY_SIZE = 1024
@@ -77,7 +77,7 @@ def bench_clean_restart(root: str, count: int | None) -> Figures:
         assert store.load_result is not None
         modes.add(store.load_result.mode)
     # RocketMQ's normal recovery (no clean-shutdown record: CRC scan of the last 3 files)
-    from .._checkpoint import StoreCheckpoint
+    from ..store._checkpoint import StoreCheckpoint
 
     cp = StoreCheckpoint(os.path.join(root, "checkpoint"))
     cp.clear_clean()

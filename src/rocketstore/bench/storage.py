@@ -12,8 +12,8 @@ import zlib
 from pathlib import Path
 
 from .. import Message, MessageStore, PutMessageStatus, StoreConfig
-from .._mapped_file import MappedFile
-from .._record import MAGIC_V1
+from ..store._mapped_file import MappedFile
+from ..store._record import MAGIC_V1
 from . import Figures, scenario
 
 BODY_SIZE = 1024

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import CorruptRecordError
-from .._reader import StoreReader
-from .._record import (
+from ..store._errors import CorruptRecordError
+from ..store._reader import StoreReader
+from ..store._record import (
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,

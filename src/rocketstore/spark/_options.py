@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import StoreError
+from ..store._errors import StoreError
 
 
 class SourceOptionError(StoreError, ValueError):

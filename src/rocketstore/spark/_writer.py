@@ -45,11 +45,11 @@ from pyspark.sql.types import (
 )
 
 from .. import Message, MessageStore, StoreConfig
-from .._errors import StoreLockedError
-from .._lock import lock_owner
-from .._message import PutMessageResult
-from .._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
-from .._record import (
+from ..store._errors import StoreLockedError
+from ..store._lock import lock_owner
+from ..store._message import PutMessageResult
+from ..store._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
+from ..store._record import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,

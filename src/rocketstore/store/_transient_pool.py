@@ -14,7 +14,7 @@ import mmap
 import threading
 
 from ._errors import StoreError
-from ._mapped_file import _mlock
+from ._memory import mlock
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class TransientStorePool:
         """Allocate every buffer (and lock it in memory where the OS allows)."""
         for _ in range(self.pool_size):
             buf = mmap.mmap(-1, self.file_size)
-            if self.lock_memory and _mlock(buf, self.file_size):
+            if self.lock_memory and mlock(buf, self.file_size):
                 self.locked += 1
             self._available.append(buf)
         if self.lock_memory and self.locked < self.pool_size:

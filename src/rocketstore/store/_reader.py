@@ -10,7 +10,7 @@ while the process that owns it keeps writing. What it can see of a live store:
   returned. A record that fails a check is never returned.
 
 Consume-queue files are read through :class:`QueueView` only (a thin read-only wrapper of
-:class:`~rocketstore._consume_queue.ConsumeQueue`); index files through :class:`IndexView`.
+:class:`~rocketstore.store._consume_queue.ConsumeQueue`); index files through :class:`IndexView`.
 
 Threads: one StoreReader per thread (it caches mappings without locks). Close it when done.
 """

@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
-import functools
 import logging
 import mmap
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._errors import CorruptFileError, StoreError, translate_os_errors
+from ._memory import MS_SYNC, mapping_address, mlock, msync_function
 
 if TYPE_CHECKING:
     from ._transient_pool import TransientStorePool
@@ -61,55 +59,6 @@ def _count(files: int, size: int) -> None:
     with _counter_lock:
         _total_mapped_files += files
         _total_mapped_bytes += size
-
-
-@functools.lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL | None:
-    """The C library through ctypes (calls release the interpreter lock), or None."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-
-def _mapping_address(buf: mmap.mmap) -> int:
-    """Where a writable mapping starts in memory (0 when it cannot be told)."""
-    try:
-        holder = ctypes.c_char.from_buffer(buf)
-    except (TypeError, ValueError):
-        return 0
-    try:
-        return ctypes.addressof(holder)
-    finally:
-        del holder  # the export would keep the mapping from being closed
-
-
-def _mlock(buf: mmap.mmap, size: int) -> bool:
-    """Lock a mapping in memory; False when the OS refuses (limits), which is not fatal."""
-    libc = _libc()
-    address = _mapping_address(buf)
-    if libc is None or not address:
-        return False
-    try:
-        rc = libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size))
-    except (OSError, AttributeError):
-        return False
-    return bool(rc == 0)
-
-
-_MS_SYNC = getattr(mmap, "MS_SYNC", 4)  # Linux's value when the module does not export it
-
-
-@functools.lru_cache(maxsize=1)
-def _msync_function() -> Callable[[int, int, int], int] | None:
-    """libc's msync (the interpreter lock is released during the call), or None."""
-    libc = _libc()
-    fn = getattr(libc, "msync", None) if libc is not None else None
-    if fn is None:
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
 
 
 def file_name_for(offset: int) -> str:
@@ -344,16 +293,16 @@ class MappedFile:
         that range of the file (pages written through the mapping or with ``pwrite`` alike);
         an fdatasync of the whole file writes every dirty page of it. Where msync cannot be
         called, fdatasync. Raises OSError."""
-        msync = _msync_function()
+        msync = msync_function()
         if msync is not None and self._address < 0:
-            self._address = _mapping_address(self.mm)
+            self._address = mapping_address(self.mm)
         if msync is None or not self._address:
             os.fdatasync(self._fd)
             return
         lo = start - start % mmap.PAGESIZE
         if end <= lo:
             return
-        if msync(self._address + lo, end - lo, _MS_SYNC) != 0:
+        if msync(self._address + lo, end - lo, MS_SYNC) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"msync: {os.strerror(err)}")
 
@@ -391,7 +340,7 @@ class MappedFile:
         with contextlib.suppress(OSError, AttributeError):
             self.mm.madvise(mmap.MADV_WILLNEED)
         if lock_memory:
-            _mlock(self.mm, self.file_size)
+            mlock(self.mm, self.file_size)
 
     # ---- reference counting -----------------------------------------------------------------
 
