@@ -14,7 +14,9 @@ at that moment may show up as a torn tail). What is checked:
 - checkpoint: size, timestamps, the clean-shutdown record; the abort file.
 
 Findings are errors (corruption: exit status 1) or warnings (a crashed store that recovery
-will repair: a lagging queue, an abort file, a stale checkpoint).
+will repair: a lagging queue, an abort file, a stale checkpoint). A directory with none of a
+store's entries (commitlog/, consumequeue/, index/, checkpoint) is not inspected at all: the
+report has one error saying it is not a store directory, and ``is_store`` is false.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from ._index import ENTRY, ENTRY_SIZE, HEADER, HEADER_SIZE, SLOT_SIZE
 from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
 from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, scan_records
 
+STORE_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint")
+"""What a store directory holds at least one of (RocketMQ's and ours)."""
 INDEX_ENTRIES_CHECKED = 10_000  # the newest entries of each index file
 DEFAULT_INDEX_FILE_SIZE = HEADER_SIZE + 5_000_000 * SLOT_SIZE + 20_000_000 * ENTRY_SIZE
 
@@ -71,6 +75,7 @@ class InspectReport:
     index: dict[str, Any] = field(default_factory=dict)
     checkpoint: dict[str, Any] = field(default_factory=dict)
     abort_file: bool = False
+    is_store: bool = True
 
     @property
     def ok(self) -> bool:
@@ -86,6 +91,7 @@ class InspectReport:
         return {
             "root": self.root,
             "ok": self.ok,
+            "is_store": self.is_store,
             "errors": self.errors,
             "warnings": self.warnings,
             "abort_file": self.abort_file,
@@ -167,7 +173,15 @@ class Inspector:
         step = progress or (lambda _n: None)
         rep = self.report
         if not self.root.is_dir():
+            rep.is_store = False
             rep.errors.append(f"{self.root}: not a directory")
+            return rep
+        if not any((self.root / name).exists() for name in STORE_ENTRIES):
+            rep.is_store = False
+            rep.errors.append(
+                f"{self.root} is not a store directory: it has no commitlog/, consumequeue/, "
+                "index/ or checkpoint"
+            )
             return rep
         rep.abort_file = (self.root / "abort").exists()
         if rep.abort_file:
