@@ -102,8 +102,37 @@ class ReadApi:
         self.get_miss = 0
         self.transferred = 0
 
-    def _correct(self, old: int, new: int) -> int:
+    def correct(self, old: int, new: int) -> int:
+        """A corrected offset: a slave keeps the one asked for."""
         return old if self.slave else new
+
+    def bounds(
+        self, topic: str, queue_id: int, offset: int
+    ) -> tuple[ConsumeQueue, int, int] | GetMessageResult:
+        """(queue, min offset, max offset) when ``offset`` can be read, else the result that
+        says why not (RocketMQ's statuses and corrected next offsets)."""
+        cq = self.consume_queues.find(topic, queue_id) if isinstance(queue_id, int) else None
+        if cq is None:
+            status = (
+                S.NO_MESSAGE_IN_QUEUE
+                if self.known_queue(topic, queue_id)
+                else S.NO_MATCHED_LOGIC_QUEUE
+            )
+            return GetMessageResult(status, self.correct(offset, 0), 0, 0)
+        min_offset = cq.min_offset
+        max_offset = cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, self.correct(offset, 0), 0, 0)
+        if offset < min_offset:
+            return GetMessageResult(
+                S.OFFSET_TOO_SMALL, self.correct(offset, min_offset), min_offset, max_offset
+            )
+        if offset == max_offset:
+            return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            nxt = self.correct(offset, min_offset if min_offset == 0 else max_offset)
+            return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+        return cq, min_offset, max_offset
 
     # ---- get_message ------------------------------------------------------------------------
 
@@ -120,29 +149,11 @@ class ReadApi:
             raise ValueError(f"max_msg_nums must be a positive integer, got {max_msg_nums!r}")
         if not isinstance(offset, int):
             raise ValueError(f"offset must be an integer, got {offset!r}")
-        cq = self.consume_queues.find(topic, queue_id) if isinstance(queue_id, int) else None
-        if cq is None:
-            status = (
-                S.NO_MESSAGE_IN_QUEUE
-                if self.known_queue(topic, queue_id)
-                else S.NO_MATCHED_LOGIC_QUEUE
-            )
-            self.get_miss += 1
-            return GetMessageResult(status, self._correct(offset, 0), 0, 0)
-        min_offset = cq.min_offset
-        max_offset = cq.max_offset
-        if max_offset == 0:
-            result = GetMessageResult(S.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0), 0, 0)
-        elif offset < min_offset:
-            result = GetMessageResult(
-                S.OFFSET_TOO_SMALL, self._correct(offset, min_offset), min_offset, max_offset
-            )
-        elif offset == max_offset:
-            result = GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        elif offset > max_offset:
-            nxt = self._correct(offset, min_offset if min_offset == 0 else max_offset)
-            result = GetMessageResult(S.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+        bounds = self.bounds(topic, queue_id, offset)
+        if isinstance(bounds, GetMessageResult):
+            result = bounds
         else:
+            cq, min_offset, max_offset = bounds
             result = self._read_units(cq, offset, max_msg_nums, message_filter)
             result.min_offset = min_offset
             result.max_offset = max_offset
@@ -158,7 +169,7 @@ class ReadApi:
     ) -> GetMessageResult:
         units = cq.select_units(offset)
         if units is None:
-            nxt = self._correct(offset, cq.roll_next_file(offset))
+            nxt = self.correct(offset, cq.roll_next_file(offset))
             log.warning(
                 "%s/%d: no consume-queue data at %d (max %d)",
                 cq.topic,
