@@ -1,0 +1,208 @@
+"""The name server's request handlers (RocketMQ 4.9.8's DefaultRequestProcessor).
+
+=====  ==================================  ===================================================
+code   request                             ext fields → answer
+=====  ==================================  ===================================================
+103    REGISTER_BROKER                     brokerName, brokerAddr, clusterName, haServerAddr,
+                                           brokerId, compressed, bodyCrc32; body
+                                           RegisterBrokerBody → ext haServerAddr, masterAddr
+104    UNREGISTER_BROKER                   brokerName, brokerAddr, clusterName, brokerId
+105    GET_ROUTEINFO_BY_TOPIC              topic [, acceptStandardJsonOnly] → TopicRouteData,
+                                           or 17 TOPIC_NOT_EXIST
+106    GET_BROKER_CLUSTER_INFO             → ClusterInfo
+206    GET_ALL_TOPIC_LIST_FROM_NAMESERVER  → TopicList
+216    DELETE_TOPIC_IN_NAMESRV             topic [, clusterName]
+322    QUERY_DATA_VERSION                  brokerName, brokerAddr, clusterName, brokerId; body
+                                           DataVersion → ext changed; body the name server's
+                                           DataVersion of that broker
+=====  ==================================  ===================================================
+
+A route goes out in fastjson's own form (bare integer keys) to clients older than 4.9.4, such as
+the C++ client (version 63), and in the standard form to 4.9.4 and later (version >= 401) or
+when the request asks for it. A required header field that is missing, a bad number or a body
+that does not decode is answered with SYSTEM_ERROR. REGISTER_BROKER's answer carries no body:
+RocketMQ sends the order-topic KV table there, and this name server keeps no KV config.
+
+Handlers run on the name server's event loop thread and never block.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from ..remoting import (
+    Connection,
+    Handler,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    ext_bool,
+    ext_int,
+    ext_str,
+)
+from ._bodies import (
+    BodyError,
+    DataVersion,
+    RegisterBrokerBody,
+    TopicConfigWrapper,
+    encode_topic_list,
+)
+from ._route_table import RouteInfoManager
+
+log = logging.getLogger(__name__)
+
+V3_0_11 = 37  # MQVersion ordinals: brokers from here on send a RegisterBrokerBody
+V4_9_4 = 401  # clients from here on get routes in standard JSON
+
+TOPIC_NOT_EXIST_REMARK = "No topic route info in name server for the topic: {topic}{faq}"
+APPLY_TOPIC_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+class HeaderFieldError(ValueError):
+    """A request header field that is required and missing, or not a number."""
+
+
+def body_crc32(body: bytes | bytearray | memoryview) -> int:
+    """RocketMQ's body checksum: CRC-32 with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def _required_str(cmd: RemotingCommand, name: str) -> str:
+    value = ext_str(cmd.ext_fields, name)
+    if value is None:
+        raise HeaderFieldError(f"the custom field <{name}> is null")
+    return value
+
+
+def _required_int(cmd: RemotingCommand, name: str) -> int:
+    try:
+        value = ext_int(cmd.ext_fields, name)
+    except ValueError as exc:
+        raise HeaderFieldError(str(exc)) from None
+    if value is None:
+        raise HeaderFieldError(f"the custom field <{name}> is null")
+    return value
+
+
+def _success(ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
+    return RemotingCommand.response(ResponseCode.SUCCESS, None, ext_fields, body)
+
+
+class NamesrvProcessor:
+    """Serves the name server's request codes from a :class:`RouteInfoManager`."""
+
+    def __init__(self, routes: RouteInfoManager) -> None:
+        self.routes = routes
+
+    def handlers(self) -> dict[int, Handler]:
+        """Request code → handler, for a RemotingServer."""
+        table: dict[int, Callable[[RemotingCommand, Connection], RemotingCommand]] = {
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+        }
+        return {int(code): _guarded(fn) for code, fn in table.items()}
+
+    def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker_name = _required_str(cmd, "brokerName")
+        broker_addr = _required_str(cmd, "brokerAddr")
+        cluster = _required_str(cmd, "clusterName")
+        ha_server_addr = _required_str(cmd, "haServerAddr")
+        broker_id = _required_int(cmd, "brokerId")
+        compressed = ext_bool(cmd.ext_fields, "compressed")
+        try:
+            crc = ext_int(cmd.ext_fields, "bodyCrc32", 0) or 0
+        except ValueError as exc:
+            raise HeaderFieldError(str(exc)) from None
+        body = bytes(cmd.body)
+        if crc != 0 and body_crc32(body) != crc:
+            log.warning("REGISTER_BROKER from %s: body crc32 does not match", conn.peer)
+            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+
+        filter_servers: list[str] | None
+        if cmd.version >= V3_0_11:
+            parsed = RegisterBrokerBody.decode(body, compressed) if body else RegisterBrokerBody()
+            wrapper = parsed.topic_config_wrapper
+            filter_servers = list(parsed.filter_server_list)
+        else:
+            wrapper = TopicConfigWrapper.decode(body) if body else TopicConfigWrapper()
+            filter_servers = None
+
+        result = self.routes.register_broker(
+            cluster,
+            broker_addr,
+            broker_name,
+            broker_id,
+            ha_server_addr,
+            wrapper,
+            filter_servers,
+            conn,
+        )
+        return _success({"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr})
+
+    def unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker_name = _required_str(cmd, "brokerName")
+        broker_addr = _required_str(cmd, "brokerAddr")
+        cluster = _required_str(cmd, "clusterName")
+        broker_id = _required_int(cmd, "brokerId")
+        self.routes.unregister_broker(cluster, broker_addr, broker_name, broker_id)
+        return _success()
+
+    def get_route_info_by_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = _required_str(cmd, "topic")
+        route = self.routes.route(topic)
+        if route is None:
+            return RemotingCommand.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                TOPIC_NOT_EXIST_REMARK.format(topic=topic, faq=APPLY_TOPIC_FAQ),
+            )
+        standard = cmd.version >= V4_9_4 or ext_bool(cmd.ext_fields, "acceptStandardJsonOnly")
+        return _success(body=route.encode(standard_json=standard))
+
+    def get_broker_cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return _success(body=self.routes.cluster_info().encode())
+
+    def get_all_topic_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return _success(body=encode_topic_list(self.routes.all_topics()))
+
+    def delete_topic_in_namesrv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = _required_str(cmd, "topic")
+        self.routes.delete_topic(topic, ext_str(cmd.ext_fields, "clusterName"))
+        return _success()
+
+    def query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        for name in ("brokerName", "clusterName"):
+            _required_str(cmd, name)
+        _required_int(cmd, "brokerId")
+        broker_addr = _required_str(cmd, "brokerAddr")
+        version = DataVersion.decode(cmd.body)
+        changed = self.routes.is_topic_config_changed(broker_addr, version)
+        if not changed:
+            self.routes.touch(broker_addr)
+        known = self.routes.data_version(broker_addr)
+        return _success(
+            {"changed": "true" if changed else "false"},
+            known.encode() if known is not None else b"",
+        )
+
+
+def _guarded(
+    fn: Callable[[RemotingCommand, Connection], RemotingCommand],
+) -> Handler:
+    """A handler that answers a bad header or body with SYSTEM_ERROR and its reason."""
+
+    def handle(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        try:
+            return fn(cmd, conn)
+        except (HeaderFieldError, BodyError) as exc:
+            log.warning("request code %s from %s: %s", cmd.code, conn.peer, exc)
+            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, str(exc))
+
+    return handle
