@@ -10,6 +10,7 @@ import socket
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -286,6 +287,8 @@ def test_register_body_json_and_compressed_forms() -> None:
         b'"T":{"order":false,"perm":7,"readQueueNums":2,"topicFilterType":"SINGLE_TAG",'
         b'"topicName":"T","topicSysFlag":0,"writeQueueNums":3}'
     ) in text
+    assert DataVersion.of({"counter": 3, "timestamp": 9}) == DataVersion(9, 3)
+    assert DataVersion.of(SimpleNamespace(counter=3, timestamp=9)) == DataVersion(9, 3)
     decoded = RegisterBrokerBody.decode(text)
     assert decoded.topic_config_wrapper.data_version == DataVersion(1_700_000_000_000, 3)
     assert decoded.topic_config_wrapper.topic_config_table["U"]["readQueueNums"] == 16

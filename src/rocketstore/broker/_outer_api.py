@@ -38,11 +38,9 @@ REGISTER_INITIAL_DELAY_SECONDS = 10.0
 REGISTER_TIMEOUT_SECONDS = 6.0  # registerBrokerTimeoutMills
 UNREGISTER_TIMEOUT_SECONDS = 3.0
 
-TopicConfigsProvider = Callable[
-    [], tuple[DataVersion | Mapping[str, Any], Mapping[str, Mapping[str, Any]]]
-]
-"""Returns the broker's DataVersion (or its JSON object, ``counter`` / ``timestamp``) and its
-topic configs: topic → RocketMQ's TopicConfig JSON object (``readQueueNums``,
+TopicConfigsProvider = Callable[[], tuple[Any, Mapping[str, Mapping[str, Any]]]]
+"""Returns the broker's DataVersion (any object with ``counter`` and ``timestamp``, or its JSON
+object) and its topic configs: topic → RocketMQ's TopicConfig JSON object (``readQueueNums``,
 ``writeQueueNums``, ``perm``, ``topicSysFlag``, ``topicFilterType``, ``order``; fields left out
 take RocketMQ's defaults)."""
 

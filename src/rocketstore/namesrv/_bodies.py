@@ -80,11 +80,14 @@ class DataVersion:
         return _fastjson.dumps(self.to_json()).encode()
 
     @classmethod
-    def of(cls, value: DataVersion | Mapping[str, Any]) -> DataVersion:
-        """A DataVersion, or one from its JSON object (``counter``, ``timestamp``)."""
+    def of(cls, value: Any) -> DataVersion:
+        """A DataVersion from itself, its JSON object (``counter``, ``timestamp``) or any object
+        with ``counter`` and ``timestamp`` attributes (the broker's own DataVersion)."""
         if isinstance(value, DataVersion):
             return value
         try:
+            if not isinstance(value, Mapping):
+                return cls(int(value.timestamp), int(value.counter))
             return cls(int(value.get("timestamp", 0)), int(value.get("counter", 0)))
         except (TypeError, ValueError, AttributeError) as exc:
             raise BodyError(f"not a DataVersion: {value!r}") from exc
