@@ -522,5 +522,19 @@ def import_cmd(
     click.echo(json.dumps({"imported": n, "store": store}))
 
 
+def _add_network_commands() -> None:
+    import importlib
+
+    for module in ("._cli_net", "._cli_admin"):
+        try:
+            commands = importlib.import_module(module, __package__).COMMANDS
+        except ModuleNotFoundError:
+            continue
+        for command in commands:
+            main.add_command(command)
+
+
+_add_network_commands()
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,336 @@
+"""The network commands of ``rocketstore``: namesrv, broker, serve, produce, consume."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+import click
+
+from .store._config import StoreConfig
+
+
+def _split_listen(value: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value or "127.0.0.1", default_port
+    if not port.isdigit():
+        raise click.BadParameter(f"{value!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _announce(text: str) -> None:
+    click.echo(text)
+    sys.stdout.flush()
+
+
+def _make_broker(
+    store: str,
+    conf: str | None,
+    listen: str,
+    namesrv: str | None,
+    broker_name: str | None,
+    cluster: str | None,
+    broker_id: int | None,
+    role: str | None,
+    flush: str | None,
+    ha_listen: str | None = None,
+    ha_master: str | None = None,
+) -> Any:
+    from .broker._config import BrokerConfig
+    from .broker._controller import BrokerController
+
+    base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
+    store_over: dict[str, Any] = {"store_path_root_dir": store}
+    if role:
+        store_over["broker_role"] = role
+    if flush:
+        store_over["flush_disk_type"] = flush
+    host, port = _split_listen(listen, 10911)
+    if ha_listen:
+        _ha_host, ha_port = _split_listen(ha_listen, port + 1)
+        store_over["ha_listen_port"] = ha_port
+    elif port:
+        store_over["ha_listen_port"] = port + 1
+    if ha_master:
+        store_over["ha_master_address"] = ha_master
+    store_config = dataclasses.replace(base, **store_over)
+    broker_config = BrokerConfig.from_store_config(
+        store_config,
+        listen_host=host,
+        listen_port=port,
+        namesrv_addr=namesrv,
+        broker_name=broker_name,
+        cluster_name=cluster,
+        broker_id=broker_id,
+    )
+    if role == "SLAVE" and broker_config.broker_id == 0:
+        broker_config = dataclasses.replace(broker_config, broker_id=1)
+    return BrokerController(store_config, broker_config)
+
+
+listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
+verbose_option = click.option("-v", "--verbose", is_flag=True, help="log at INFO level")
+
+
+@click.command("namesrv")
+@click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
+@verbose_option
+def namesrv_cmd(listen: str, verbose: bool) -> None:
+    """Run a name server (routes; brokers register with it)."""
+    from ._serve import run_servers
+    from .namesrv import NameServer
+
+    _logging(verbose)
+    host, port = _split_listen(listen, 9876)
+    asyncio.run(run_servers(NameServer(host, port), [], announce=_announce))
+
+
+role_option = click.option(
+    "--role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]),
+    default=None,
+    help="broker role (default ASYNC_MASTER or the conf's brokerRole)",
+)
+flush_option = click.option(
+    "--flush",
+    type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
+    default=None,
+    help="flush disk type (default ASYNC_FLUSH or the conf's flushDiskType)",
+)
+
+
+@click.command("broker")
+@click.option("--store", required=True, help="store directory")
+@click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
+@click.option("--listen", default="127.0.0.1:10911", show_default=True, help=listen_help)
+@click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
+@click.option("--broker-name", default=None, help="broker name (default broker-a)")
+@click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
+@click.option("--broker-id", type=int, default=None, help="0 for a master, >= 1 for a slave")
+@role_option
+@flush_option
+@click.option("--ha-listen", default=None, help="HA HOST:PORT (default the listen port + 1)")
+@click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
+@verbose_option
+def broker_cmd(
+    store: str,
+    conf: str | None,
+    listen: str,
+    namesrv: str | None,
+    broker_name: str | None,
+    cluster: str | None,
+    broker_id: int | None,
+    role: str | None,
+    flush: str | None,
+    ha_listen: str | None,
+    ha_master: str | None,
+    verbose: bool,
+) -> None:
+    """Run a broker over a store directory."""
+    from ._serve import run_servers
+
+    _logging(verbose)
+    broker = _make_broker(
+        store,
+        conf,
+        listen,
+        namesrv,
+        broker_name,
+        cluster,
+        broker_id,
+        role,
+        flush,
+        ha_listen,
+        ha_master,
+    )
+    asyncio.run(run_servers(None, [broker], announce=_announce))
+
+
+@click.command("serve")
+@click.option("--store", default="store", show_default=True, help="store directory")
+@click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
+@click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
+@click.option("--listen", default="127.0.0.1:10911", show_default=True, help=listen_help)
+@flush_option
+@verbose_option
+def serve_cmd(
+    store: str, conf: str | None, namesrv_listen: str, listen: str, flush: str | None, verbose: bool
+) -> None:
+    """A name server and a broker in one process: the embedded default."""
+    from ._serve import run_servers
+    from .namesrv import NameServer
+
+    _logging(verbose)
+    host, port = _split_listen(namesrv_listen, 9876)
+    ns = NameServer(host, port)
+
+    async def main() -> None:
+        # the broker registers with the name server, whose port may be chosen at start
+        await ns.start()
+        broker = _make_broker(store, conf, listen, ns.address, None, None, None, None, flush)
+        _announce(f"name server listening on {ns.address}")
+        try:
+            await run_servers(None, [broker], announce=_announce)
+        finally:
+            await ns.close()
+
+    asyncio.run(main())
+
+
+@click.command("produce")
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
+@click.option("--topic", required=True)
+@click.option("--tags", default=None)
+@click.option("--key", "keys", multiple=True, help="a message key (repeatable)")
+@click.option("--property", "props", multiple=True, help="name=value (repeatable)")
+@click.option("--delay", default=0, type=int, help="delay level (0: none)")
+@click.option("--group", default="rocketstore-producer", show_default=True)
+@click.argument("body", required=False)
+def produce_cmd(
+    namesrv: str,
+    topic: str,
+    tags: str | None,
+    keys: tuple[str, ...],
+    props: tuple[str, ...],
+    delay: int,
+    group: str,
+    body: str | None,
+) -> None:
+    """Send BODY, or every line of standard input as a message, through the brokers."""
+    from .client import Producer
+
+    properties = {}
+    for item in props:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--property")
+        properties[name] = value
+    bodies = (
+        [body.encode()] if body is not None else (line.rstrip(b"\n") for line in sys.stdin.buffer)
+    )
+    failed = 0
+    with Producer(namesrv, group) as producer:
+        for data in bodies:
+            r = producer.send(
+                topic,
+                data,
+                tags=tags,
+                keys=list(keys) or None,
+                properties=properties,
+                delay_level=delay,
+            )
+            click.echo(
+                json.dumps(
+                    {
+                        "status": r.status,
+                        "msg_id": r.msg_id,
+                        "offset_msg_id": r.offset_msg_id,
+                        "broker": r.queue.broker_name,
+                        "queue_id": r.queue.queue_id,
+                        "queue_offset": r.queue_offset,
+                    }
+                )
+            )
+            failed += r.status != "SEND_OK"
+    if failed:
+        sys.exit(1)
+
+
+@click.command("consume")
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
+@click.option("--topic", required=True)
+@click.option("--group", default="rocketstore-console", show_default=True)
+@click.option("--tags", "expression", default="*", show_default=True, help='e.g. "TagA || TagB"')
+@click.option("--from-beginning", is_flag=True, help="start at each queue's minimum offset")
+@click.option("--max-messages", type=int, default=None, help="stop after this many")
+@click.option("--timeout", type=float, default=None, help="stop after this many idle seconds")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per message")
+@click.option("--no-commit", is_flag=True, help="do not store the group's offsets")
+def consume_cmd(
+    namesrv: str,
+    topic: str,
+    group: str,
+    expression: str,
+    from_beginning: bool,
+    max_messages: int | None,
+    timeout: float | None,
+    as_json: bool,
+    no_commit: bool,
+) -> None:
+    """Print a topic's messages as they arrive (every queue, long polling), keeping the group's
+    offsets on the brokers."""
+    from .client import PullConsumer
+
+    seen = 0
+    with PullConsumer(namesrv, group) as consumer:
+        queues = consumer.queues(topic)
+        offsets = {}
+        for mq in queues:
+            committed = -1 if from_beginning else consumer.fetch_consumer_offset(mq)
+            offsets[mq] = committed if committed >= 0 else consumer.min_offset(mq)
+        idle_since = time.monotonic()
+        suspend = 1000 if len(queues) > 1 else 15000
+        while True:
+            got = 0
+            for mq in queues:
+                r = consumer.pull(
+                    mq, offsets[mq], 32, expression, suspend_ms=suspend if len(queues) == 1 else 0
+                )
+                if r.status == "OFFSET_ILLEGAL":
+                    offsets[mq] = r.next_begin_offset
+                    continue
+                for m in r.messages:
+                    _print_message(m, as_json)
+                    seen += 1
+                    got += 1
+                    if max_messages is not None and seen >= max_messages:
+                        offsets[mq] = m.queue_offset + 1
+                        break
+                else:
+                    offsets[mq] = r.next_begin_offset
+                if not no_commit:
+                    consumer.commit_offset(mq, offsets[mq])
+                if max_messages is not None and seen >= max_messages:
+                    return
+            if got:
+                idle_since = time.monotonic()
+            elif timeout is not None and time.monotonic() - idle_since >= timeout:
+                return
+            elif len(queues) > 1:
+                time.sleep(0.05)
+
+
+def _print_message(m: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "topic": m.topic,
+                    "queue_id": m.queue_id,
+                    "queue_offset": m.queue_offset,
+                    "msg_id": m.properties.get("UNIQ_KEY") or m.msg_id,
+                    "tags": m.tags,
+                    "keys": m.keys,
+                    "body": m.body.decode("utf-8", "replace"),
+                    "store_timestamp": m.store_timestamp,
+                }
+            )
+        )
+    else:
+        click.echo(m.body.decode("utf-8", "replace"))
+
+
+COMMANDS = [namesrv_cmd, broker_cmd, serve_cmd, produce_cmd, consume_cmd]

@@ -1,0 +1,58 @@
+"""Running servers in one process: a name server and / or brokers on one event loop until
+SIGTERM or SIGINT, then a clean shutdown (held pulls answered, offsets and topics persisted,
+stores flushed, abort files removed)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .broker._controller import BrokerController
+    from .namesrv import NameServer
+
+log = logging.getLogger(__name__)
+
+
+async def run_servers(
+    namesrv: NameServer | None,
+    brokers: list[BrokerController],
+    *,
+    announce: Callable[[str], None] = print,
+    stop: asyncio.Event | None = None,
+) -> None:
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    started: list[BrokerController] = []
+    try:
+        if namesrv is not None:
+            await namesrv.start()
+            announce(f"name server listening on {namesrv.address}")
+        for broker in brokers:
+            await broker.start()
+            started.append(broker)
+            announce(
+                f"broker {broker.config.broker_name} (cluster {broker.config.cluster_name}, "
+                f"id {broker.config.broker_id}, {broker.store_config.broker_role}) listening on "
+                f"{broker.config.listen_host}:{broker.config.listen_port}, store "
+                f"{broker.store_config.store_path_root_dir}"
+            )
+        await stop.wait()
+        announce("shutting down")
+    finally:
+        for broker in reversed(started):
+            try:
+                await broker.shutdown()
+            except Exception:
+                log.exception("broker shutdown failed")
+        if namesrv is not None:
+            await namesrv.close()
+        announce("stopped")

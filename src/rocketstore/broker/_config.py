@@ -1,0 +1,102 @@
+"""Broker configuration: RocketMQ's BrokerConfig (the settings that are not the store's), in
+snake_case, frozen. ``BrokerConfig.from_store_config`` picks them out of the keys of a
+broker.conf that StoreConfig kept in ``extra``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..store._config import StoreConfig
+from ..store._errors import StoreConfigError
+
+MASTER_ID = 0
+
+_CONF_KEYS = {
+    "brokerName": "broker_name",
+    "brokerClusterName": "cluster_name",
+    "brokerId": "broker_id",
+    "namesrvAddr": "namesrv_addr",
+    "listenPort": "listen_port",
+    "brokerIP1": "broker_ip",
+    "autoCreateTopicEnable": "auto_create_topic_enable",
+    "autoCreateSubscriptionGroup": "auto_create_subscription_group",
+    "defaultTopicQueueNums": "default_topic_queue_nums",
+    "brokerPermission": "broker_permission",
+    "longPollingEnable": "long_polling_enable",
+    "shortPollingTimeMills": "short_polling_time_mills",
+    "flushConsumerOffsetInterval": "flush_consumer_offset_interval",
+    "registerNameServerPeriod": "register_name_server_period",
+    "slaveReadEnable": "slave_read_enable",
+    "serverMaxFrameSize": "max_frame_size",
+    "maxReconsumeTimes": "max_reconsume_times",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    broker_id: int = MASTER_ID
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10911
+    broker_ip: str = ""  # the address clients reach; "" → listen_host (127.0.0.1 if wildcard)
+    namesrv_addr: str = ""  # "host:port;host:port"
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 4
+    broker_permission: int = 6
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    flush_consumer_offset_interval: int = 5000
+    register_name_server_period: int = 30_000
+    slave_read_enable: bool = False
+    max_frame_size: int = 16 * 1024 * 1024
+    max_reconsume_times: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise StoreConfigError(f"listen_port out of range: {self.listen_port}")
+        if self.broker_id < 0:
+            raise StoreConfigError(f"broker_id must be >= 0, got {self.broker_id}")
+        if self.default_topic_queue_nums <= 0:
+            raise StoreConfigError("default_topic_queue_nums must be positive")
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
+
+    @property
+    def advertised_host(self) -> str:
+        if self.broker_ip:
+            return self.broker_ip
+        return "127.0.0.1" if self.listen_host in ("0.0.0.0", "", "::") else self.listen_host
+
+    @classmethod
+    def from_store_config(cls, store: StoreConfig, **overrides: Any) -> BrokerConfig:
+        """Broker settings from a broker.conf's keys (``store.extra``), then ``overrides``."""
+        values: dict[str, Any] = {}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key, raw in store.extra:
+            name = _CONF_KEYS.get(key)
+            if name is None:
+                continue
+            values[name] = _parse(fields[name].type, raw, key)
+        if store.store_port != 10911:
+            values.setdefault("listen_port", store.store_port)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _parse(kind: Any, raw: str, key: str) -> Any:
+    text = str(raw).strip()
+    try:
+        if kind in (bool, "bool"):
+            return text.lower() == "true"
+        if kind in (int, "int"):
+            return int(text)
+    except ValueError:
+        raise StoreConfigError(f"{key}: not a number: {raw!r}") from None
+    return text

@@ -1,0 +1,240 @@
+"""The broker: a message store behind the remoting protocol, with the state RocketMQ's broker
+keeps beside it (topic configs, subscription groups, consumer offsets, client membership,
+held pulls) and its registration with the name servers.
+
+``BrokerController`` wires the parts and runs their lifecycle; the request processors live in
+modules of their own. ``start`` and ``shutdown`` are coroutines on the broker's event loop; the
+store's own threads keep running beside it.
+
+Shutdown order: stop registering (unregister), answer held pulls, close the server, persist
+offsets, topics and groups, shut the store down (flush, remove the abort file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+from ..remoting import Connection, RemotingServer
+from ..store._clock import SYSTEM_CLOCK, Clock
+from ..store._config import StoreConfig
+from ..store._store import MessageStore
+from ._clients import ClientProcessor
+from ._config import BrokerConfig
+from ._consumer_manager import ConsumerManager, ProducerManager
+from ._consumer_offset import ConsumerOffsetManager
+from ._long_poll import PullRequestHoldService
+from ._offsets import OffsetProcessor
+from ._pull import PullProcessor
+from ._send import SendProcessor
+from ._send_back import SendBackProcessor
+from ._subscription_group import SubscriptionGroupManager
+from ._topic_config import TopicConfig, TopicConfigManager
+
+log = logging.getLogger(__name__)
+
+SCAN_CHANNELS_INTERVAL_S = 10.0
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerController:
+    def __init__(
+        self, store_config: StoreConfig, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store_config = store_config
+        self.config_dir = Path(store_config.store_path_root_dir) / "config"
+        self.store: MessageStore
+        self.server: RemotingServer
+        self.holds: PullRequestHoldService
+        self.registrar: Any = None
+        self.clients: ClientProcessor
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """The address clients reach the broker at (written into every stored record)."""
+        return f"{self.config.advertised_host}:{self.config.listen_port}"
+
+    async def start(self) -> None:
+        config = self.config
+        if config.listen_port == 0:
+            config = self.config = dataclasses.replace(
+                config, listen_port=_free_port(config.listen_host)
+            )
+        self.store_config = dataclasses.replace(
+            self.store_config, store_host=config.advertised_host, store_port=config.listen_port
+        )
+        self.store = MessageStore(self.store_config, clock=self.clock)
+        await asyncio.to_thread(self.store.__enter__)  # load, recover, start
+        try:
+            self.config_dir.mkdir(parents=True, exist_ok=True)
+            self.topics = TopicConfigManager(
+                self.config_dir,
+                broker_name=config.broker_name,
+                cluster_name=config.cluster_name,
+                auto_create_topic_enable=config.auto_create_topic_enable,
+                default_topic_queue_nums=config.default_topic_queue_nums,
+                clock=self.clock,
+            )
+            self.groups = SubscriptionGroupManager(
+                self.config_dir,
+                auto_create_subscription_group=config.auto_create_subscription_group,
+                clock=self.clock,
+            )
+            self.offsets = ConsumerOffsetManager(self.config_dir)
+            self.consumers: ConsumerManager[Connection] = ConsumerManager(self.clock)
+            self.producers: ProducerManager[Connection] = ProducerManager(self.clock)
+            self.holds = PullRequestHoldService(asyncio.get_running_loop())
+            self.store.set_message_arriving_listener(self._message_arriving)
+            handlers: dict[int, Any] = {}
+            self.clients = ClientProcessor(self)
+            for processor in (
+                SendProcessor(self),
+                PullProcessor(self),
+                OffsetProcessor(self),
+                self.clients,
+                SendBackProcessor(self),
+                *self._extra_processors(),
+            ):
+                handlers.update(processor.handlers())
+            self.server = RemotingServer(
+                handlers,
+                config.listen_host,
+                config.listen_port,
+                max_frame=config.max_frame_size,
+                name=f"broker {config.broker_name}",
+            )
+            self.server.close_listeners.append(self.clients.on_connection_closed)
+            await self.server.start()
+            self._tasks.append(asyncio.create_task(self._persist_offsets_periodically()))
+            self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
+            if config.namesrv_addrs:
+                await self._start_registrar()
+        except BaseException:
+            await asyncio.to_thread(self.store.shutdown)
+            raise
+        self._started = True
+        log.info("broker %s listening on %s", config.broker_name, self.address)
+
+    def _extra_processors(self) -> list[Any]:
+        """Administration and queries (their modules are optional)."""
+        out: list[Any] = []
+        with contextlib.suppress(ImportError):
+            from ._admin import AdminProcessor
+
+            out.append(AdminProcessor(self))
+        with contextlib.suppress(ImportError):
+            from ._query import QueryProcessor
+
+            out.append(QueryProcessor(self))
+        return out
+
+    async def _start_registrar(self) -> None:
+        from ._outer_api import NamesrvRegistrar
+
+        config = self.config
+        self.registrar = NamesrvRegistrar(
+            config.namesrv_addrs,
+            cluster=config.cluster_name,
+            broker_name=config.broker_name,
+            broker_id=config.broker_id,
+            broker_addr=self.address,
+            ha_server_addr=f"{config.advertised_host}:{self.store_config.ha_listen_port}",
+            topic_configs_provider=self.topic_configs_for_registration,
+            period_s=config.register_name_server_period / 1000.0,
+        )
+        await self.registrar.start()
+
+    def topic_configs_for_registration(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self.topics.data_version.to_json(), {
+            name: c.to_json() for name, c in self.topics.all().items()
+        }
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self.registrar is not None:
+            with contextlib.suppress(Exception):
+                await self.registrar.close()
+        self.holds.wake_all()
+        await asyncio.sleep(0)  # let the woken pulls write their answers
+        await self.server.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self.store.set_message_arriving_listener(None)
+        for persist in (self.offsets.persist, self.topics.persist, self.groups.persist):
+            try:
+                persist()
+            except Exception:
+                log.exception("broker: persisting state at shutdown failed")
+        await asyncio.to_thread(self.store.shutdown)
+        log.info("broker %s stopped", self.config.broker_name)
+
+    # ---- shared behaviour -------------------------------------------------------------------
+
+    def create_topic_for_send(self, topic: str, ext: dict[str, Any]) -> TopicConfig | None:
+        """A topic a producer sends to before it exists: created from the default topic when
+        auto-creation allows (RocketMQ's createTopicInSendMessageMethod), then registered
+        with the name servers at once."""
+        from ..remoting import ext_int, ext_str
+
+        default_topic = ext_str(ext, "defaultTopic") or "TBW102"
+        nums = ext_int(ext, "defaultTopicQueueNums", self.config.default_topic_queue_nums)
+        sys_flag = ext_int(ext, "sysFlag", 0) or 0
+        config = self.topics.create_in_send(
+            topic, default_topic, nums or self.config.default_topic_queue_nums, sys_flag
+        )
+        if config is not None:
+            self.topic_changed()
+        return config
+
+    def topic_changed(self) -> None:
+        """Tell the name servers about a new or changed topic now, not at the next period."""
+        if self.registrar is not None:
+            self.registrar.register_now()
+
+    def _message_arriving(
+        self, topic: str, queue_id: int, max_offset: int, _tags_code: int, _store_ts: int
+    ) -> None:
+        """The store's message-arriving listener (put path or dispatch thread)."""
+        self.holds.notify_arriving(topic, queue_id, max_offset)
+
+    async def _persist_offsets_periodically(self) -> None:
+        interval = self.config.flush_consumer_offset_interval / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.offsets.persist)
+            except Exception:
+                log.exception("broker: persisting consumer offsets failed")
+
+    async def _scan_channels_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_CHANNELS_INTERVAL_S)
+            for group, channels in self.consumers.scan_not_active().items():
+                for channel in channels:
+                    channel.close()
+                self.clients.notify_ids_changed(group)
+            for channels in self.producers.scan_not_active().values():
+                for channel in channels:
+                    channel.close()

@@ -1,0 +1,100 @@
+"""Consumer offsets and queue offsets: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
+SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
+GET_EARLIEST_MSG_STORETIME (32).
+
+Loop thread only (the store calls made here are short and non-blocking).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+
+if TYPE_CHECKING:
+    from ._controller import BrokerController
+
+RC = ResponseCode
+
+
+def _ok(**ext: Any) -> RemotingCommand:
+    return RemotingCommand.response(RC.SUCCESS, None, {k: str(v) for k, v in ext.items()})
+
+
+class OffsetProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            14: self.query_consumer_offset,
+            15: self.update_consumer_offset,
+            29: self.search_offset_by_timestamp,
+            30: self.get_max_offset,
+            31: self.get_min_offset,
+            32: self.get_earliest_msg_store_time,
+        }
+
+    @staticmethod
+    def _queue(ext: dict[str, Any]) -> tuple[str, int]:
+        topic = ext_str(ext, "topic") or ""
+        queue_id = ext_int(ext, "queueId")
+        if not topic or queue_id is None:
+            raise ValueError("topic and queueId are required")
+        return topic, queue_id
+
+    def query_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        topic, queue_id = self._queue(ext)
+        group = ext_str(ext, "consumerGroup") or ""
+        offset = self.broker.offsets.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return _ok(offset=offset)
+        # a group that never committed: start at 0 when the queue still holds its beginning
+        # in memory (RocketMQ's rule), else let the client decide (consumeFromWhere)
+        min_offset = self.store.get_min_offset_in_queue(topic, queue_id)
+        if min_offset <= 0 and not self._on_disk(topic, queue_id, 0):
+            return _ok(offset=0)
+        return RemotingCommand.response(
+            RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        )
+
+    def _on_disk(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Is the message at ``offset`` beyond the in-memory share of the commit log?"""
+        phys = self.store.get_commit_log_offset_in_queue(topic, queue_id, offset)
+        if phys < 0:
+            return False
+        return self.store.max_phy_offset - phys > self.store.reader.memory
+
+    def update_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        topic, queue_id = self._queue(ext)
+        group = ext_str(ext, "consumerGroup") or ""
+        offset = ext_int(ext, "commitOffset")
+        if offset is None:
+            raise ValueError("commitOffset is required")
+        self.broker.offsets.commit_offset(conn.peer, group, topic, queue_id, offset)
+        return RemotingCommand.response(RC.SUCCESS)
+
+    def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        topic, queue_id = self._queue(ext)
+        timestamp = ext_int(ext, "timestamp")
+        if timestamp is None:
+            raise ValueError("timestamp is required")
+        return _ok(offset=self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp))
+
+    def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic, queue_id = self._queue(cmd.ext_fields)
+        return _ok(offset=self.store.get_max_offset_in_queue(topic, queue_id))
+
+    def get_min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic, queue_id = self._queue(cmd.ext_fields)
+        return _ok(offset=self.store.get_min_offset_in_queue(topic, queue_id))
+
+    def get_earliest_msg_store_time(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand:
+        topic, queue_id = self._queue(cmd.ext_fields)
+        return _ok(timestamp=self.store.get_earliest_message_time(topic, queue_id))

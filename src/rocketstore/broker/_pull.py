@@ -1,0 +1,190 @@
+"""PULL_MESSAGE (11): stored records of a queue, sent as they lie in the commit log, with
+long polling.
+
+A pull that finds nothing new and carries the suspend flag is held (up to its
+``suspendTimeoutMillis``, or ``short_polling_time_mills`` with long polling off) and answered
+when a message arrives for its queue (the store's message-arriving listener) or when the hold
+runs out. Tags are filtered by the consume-queue units' hash codes, as RocketMQ's broker does;
+the client checks the tag strings.
+
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..store._errors import CorruptRecordError
+from ..store._filter import TagFilter
+from ..store._message import GetMessageStatus
+from ..store._raw_read import RawGetResult, get_raw
+
+if TYPE_CHECKING:
+    from ._controller import BrokerController
+
+RC = ResponseCode
+S = GetMessageStatus
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+PERM_READ = 4
+
+_CODES = {
+    S.FOUND: RC.SUCCESS,
+    S.MESSAGE_WAS_REMOVING: RC.PULL_RETRY_IMMEDIATELY,
+    S.NO_MATCHED_MESSAGE: RC.PULL_RETRY_IMMEDIATELY,
+    S.OFFSET_FOUND_NULL: RC.PULL_NOT_FOUND,
+    S.OFFSET_OVERFLOW_ONE: RC.PULL_NOT_FOUND,
+    S.OFFSET_OVERFLOW_BADLY: RC.PULL_OFFSET_MOVED,
+    S.OFFSET_TOO_SMALL: RC.PULL_OFFSET_MOVED,
+}
+
+
+class PullProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.reader = broker.store.reader
+        self.topics = broker.topics
+        self.is_slave = broker.store_config.broker_role == "SLAVE"
+        self._filters: dict[str, TagFilter] = {}
+
+    def handlers(self) -> dict[int, Any]:
+        return {11: self.pull}
+
+    def pull(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        return self.process(cmd, conn, allow_suspend=True)
+
+    def _filter(self, expression: str) -> TagFilter:
+        f = self._filters.get(expression)
+        if f is None:
+            if len(self._filters) > 4096:
+                self._filters.clear()
+            f = self._filters[expression] = TagFilter(expression)
+        return f
+
+    def process(self, cmd: RemotingCommand, conn: Connection, *, allow_suspend: bool) -> Any:
+        ext = cmd.ext_fields
+        broker = self.broker
+        if not broker.config.broker_permission & PERM_READ:
+            return RemotingCommand.response(
+                RC.NO_PERMISSION,
+                f"the broker[{broker.config.broker_name}] pulling message is forbidden",
+            )
+        try:
+            group = ext_str(ext, "consumerGroup") or ""
+            topic = ext_str(ext, "topic") or ""
+            queue_id = ext_int(ext, "queueId", 0) or 0
+            offset = ext_int(ext, "queueOffset", 0) or 0
+            max_nums = ext_int(ext, "maxMsgNums", 32) or 32
+            sys_flag = ext_int(ext, "sysFlag", 0) or 0
+            commit_offset = ext_int(ext, "commitOffset", 0) or 0
+            suspend_ms = ext_int(ext, "suspendTimeoutMillis", 15000) or 0
+        except ValueError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        group_config = broker.groups.find_or_create(group) if group else None
+        if group_config is None:
+            return RemotingCommand.response(
+                RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
+            )
+        if not group_config.consume_enable:
+            return RemotingCommand.response(
+                RC.NO_PERMISSION, f"subscription group no permission, {group}"
+            )
+        config = self.topics.select(topic)
+        if config is None:
+            return RemotingCommand.response(
+                RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+            )
+        if not config.perm & PERM_READ:
+            return RemotingCommand.response(
+                RC.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+            )
+        if queue_id < 0 or queue_id >= config.read_queue_nums:
+            return RemotingCommand.response(
+                RC.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{config.read_queue_nums}] consumer:[{conn.peer}]",
+            )
+        if max_nums <= 0:
+            return RemotingCommand.response(
+                RC.SYSTEM_ERROR, f"maxMsgNums must be positive: {max_nums}"
+            )
+        if sys_flag & FLAG_SUBSCRIPTION:
+            expression = ext_str(ext, "subscription") or "*"
+        else:
+            subscription = broker.consumers.find_subscription(group, topic)
+            if subscription is None:
+                return RemotingCommand.response(
+                    RC.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
+                )
+            expression = subscription.sub_string
+        tag_filter = self._filter(expression)
+        codes = None if tag_filter.matches_all else tag_filter.codes
+        try:
+            r = get_raw(self.reader, topic, queue_id, offset, max_nums, codes)
+        except CorruptRecordError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, f"store error: {exc}")
+        code = self._code(r, offset)
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.is_slave:
+            broker.offsets.commit_offset(conn.peer, group, topic, queue_id, commit_offset)
+        if code == RC.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
+            timeout_ms = (
+                suspend_ms
+                if broker.config.long_polling_enable
+                else broker.config.short_polling_time_mills
+            )
+            return self._hold(cmd, conn, topic, queue_id, offset, timeout_ms / 1000.0)
+        suggest = 0
+        if r.suggest_pulling_from_slave and broker.config.slave_read_enable:
+            suggest = group_config.which_broker_when_consume_slowly
+        response = RemotingCommand.response(
+            code,
+            r.status.name,
+            {
+                "suggestWhichBrokerId": str(suggest),
+                "nextBeginOffset": str(r.next_begin_offset),
+                "minOffset": str(r.min_offset),
+                "maxOffset": str(r.max_offset),
+            },
+            r.data,
+        )
+        return response
+
+    def _code(self, r: RawGetResult, offset: int) -> int:
+        status = r.status
+        if status is S.NO_MATCHED_LOGIC_QUEUE or status is S.NO_MESSAGE_IN_QUEUE:
+            code = RC.PULL_OFFSET_MOVED if offset != 0 else RC.PULL_NOT_FOUND
+        else:
+            code = _CODES.get(status, RC.SYSTEM_ERROR)
+        if code == RC.PULL_OFFSET_MOVED and self.is_slave:
+            code = RC.PULL_RETRY_IMMEDIATELY
+        return code
+
+    def _hold(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        timeout_s: float,
+    ) -> asyncio.Future[RemotingCommand | None]:
+        """Suspend the pull; the returned future is its response."""
+        fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if fut.done():
+                return
+            if conn.closed:
+                fut.set_result(None)
+                return
+            try:
+                fut.set_result(self.process(cmd, conn, allow_suspend=False))
+            except Exception as exc:  # answered with SYSTEM_ERROR by the connection
+                fut.set_exception(exc)
+
+        self.broker.holds.hold(topic, queue_id, offset, timeout_s, wake)
+        return fut

@@ -1,0 +1,265 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+A send is checked (broker writable, topic name, topic known or created from the default topic,
+queue id), stored through the store's non-blocking put, and answered when the put's flush and
+replication waits are over; the event loop never blocks on them. Put statuses map to RocketMQ's
+response codes; a stored message's response carries its offset message id, queue id and queue
+offset.
+
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+from collections.abc import Awaitable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..store._message import Message, PutMessageResult, PutMessageStatus
+from ..store._record import string_to_properties
+from ._errors import InvalidTopicError
+from ._send_back import retry_or_dlq
+
+if TYPE_CHECKING:
+    from ._controller import BrokerController
+
+RC = ResponseCode
+PERM_WRITE = 2
+PERM_READ = 4
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+PROPERTY_CLUSTER = "CLUSTER"
+
+# SEND_MESSAGE_V2's one-letter header names
+_V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+}
+
+_STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (RC.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (RC.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (RC.FLUSH_SLAVE_TIMEOUT, "flush slave timeout"),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (RC.SLAVE_NOT_AVAILABLE, "slave not available"),
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: (
+        RC.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (RC.MESSAGE_ILLEGAL, None),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (RC.MESSAGE_ILLEGAL, None),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        RC.SERVICE_NOT_AVAILABLE,
+        "service not available now, maybe disk full or the broker is a slave",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        RC.SYSTEM_BUSY,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (RC.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
+_SHORT = struct.Struct(">h")
+
+
+def v2_to_v1(ext: dict[str, Any]) -> dict[str, Any]:
+    """SEND_MESSAGE_V2's short header names as SEND_MESSAGE's."""
+    return {_V2_NAMES.get(k, k): v for k, v in ext.items()}
+
+
+def decode_batch(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, dict[str, str]]]:
+    """A SEND_BATCH_MESSAGE body → (flag, body, properties) per message. ValueError when the
+    body does not parse."""
+    view = memoryview(body)
+    out: list[tuple[int, bytes, dict[str, str]]] = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if pos + _BATCH_HEAD.size > end:
+            raise ValueError(f"batch body truncated at {pos}")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        start = pos + _BATCH_HEAD.size
+        props_at = start + body_len
+        if total <= 0 or body_len < 0 or props_at + 2 > end or pos + total > end:
+            raise ValueError(f"bad message in batch body at {pos}")
+        (props_len,) = _SHORT.unpack_from(view, props_at)
+        if props_len < 0 or props_at + 2 + props_len != pos + total:
+            raise ValueError(f"bad properties length in batch body at {pos}")
+        text = bytes(view[props_at + 2 : props_at + 2 + props_len]).decode("utf-8")
+        out.append((flag, bytes(view[start:props_at]), string_to_properties(text)))
+        pos += total
+    return out
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.topics = broker.topics
+        self.cluster = broker.config.cluster_name
+        self.broker_name = broker.config.broker_name
+        self.is_slave = broker.store_config.broker_role == "SLAVE"
+
+    def handlers(self) -> dict[int, Any]:
+        return {10: self.send, 310: self.send_v2, 320: self.send_batch}
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def send_v2(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        cmd.ext_fields = v2_to_v1(cmd.ext_fields)
+        if ext_str(cmd.ext_fields, "batch") == "true":
+            return self.send_batch(cmd, conn)
+        return self.send(cmd, conn)
+
+    def send(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        ext = cmd.ext_fields
+        checked = self._check(ext, conn)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        topic, queue_id = checked
+        props = string_to_properties(ext_str(ext, "properties") or "")
+        props[PROPERTY_CLUSTER] = self.cluster
+        sys_flag = ext_int(ext, "sysFlag", 0) or 0
+        if sys_flag & SYSFLAG_TRANSACTION_PREPARED:
+            return RemotingCommand.response(
+                RC.NO_PERMISSION,
+                f"the broker[{self.broker_name}] sending transaction message is forbidden",
+            )
+        reconsume = ext_int(ext, "reconsumeTimes", 0) or 0
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            redirected = retry_or_dlq(
+                self.broker, topic, reconsume, ext_int(ext, "maxReconsumeTimes")
+            )
+            if isinstance(redirected, RemotingCommand):
+                return redirected
+            topic, queue_id = redirected
+        msg = Message(
+            topic,
+            bytes(cmd.body),
+            queue_id,
+            properties=props,
+            flag=ext_int(ext, "flag", 0) or 0,
+            sys_flag=sys_flag,
+            born_timestamp=ext_int(ext, "bornTimestamp", 0) or 0,
+            born_host=conn.peer or None,
+            reconsume_times=reconsume,
+        )
+        return self._finish(self.store.put_message_async(msg), queue_id, batch=False)
+
+    def send_batch(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        ext = cmd.ext_fields
+        checked = self._check(ext, conn)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        topic, queue_id = checked
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return RemotingCommand.response(
+                RC.MESSAGE_ILLEGAL, "batch request does not support retry group"
+            )
+        try:
+            items = decode_batch(cmd.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        if not items:
+            return RemotingCommand.response(RC.MESSAGE_ILLEGAL, "empty batch")
+        born = ext_int(ext, "bornTimestamp", 0) or 0
+        host = conn.peer or None
+        msgs = []
+        for flag, body, props in items:
+            props[PROPERTY_CLUSTER] = self.cluster
+            msgs.append(
+                Message(
+                    topic,
+                    body,
+                    queue_id,
+                    properties=props,
+                    flag=flag,
+                    born_timestamp=born,
+                    born_host=host,
+                )
+            )
+        return self._finish(self.store.put_messages_async(msgs), queue_id, batch=True)
+
+    # ---- checks and answers -----------------------------------------------------------------
+
+    def _check(self, ext: dict[str, Any], conn: Connection) -> tuple[str, int] | RemotingCommand:
+        """(topic, queue id) of a send that may go ahead, or the refusal."""
+        if self.is_slave or not self.broker.config.broker_permission & PERM_WRITE:
+            return RemotingCommand.response(
+                RC.NO_PERMISSION if not self.is_slave else RC.SERVICE_NOT_AVAILABLE,
+                f"the broker[{self.broker_name}] sending message is forbidden"
+                + (" (it is a slave)" if self.is_slave else ""),
+            )
+        topic = ext_str(ext, "topic") or ""
+        try:
+            config = self.topics.select(topic)
+            if config is None:
+                config = self.broker.create_topic_for_send(topic, ext)
+        except InvalidTopicError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        if config is None:
+            return RemotingCommand.response(
+                RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+            )
+        try:
+            queue_id = ext_int(ext, "queueId", 0)
+        except ValueError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        assert queue_id is not None
+        nums = max(config.write_queue_nums, config.read_queue_nums)
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        if queue_id >= nums:
+            return RemotingCommand.response(
+                RC.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic {topic} has {nums} queues, "
+                f"producer: {conn.peer}",
+            )
+        return topic, queue_id
+
+    def _finish(
+        self, fut: Future[PutMessageResult], queue_id: int, *, batch: bool
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        if fut.done():
+            return self._answer(fut.result(), queue_id, batch)
+        return self._later(fut, queue_id, batch)
+
+    async def _later(
+        self, fut: Future[PutMessageResult], queue_id: int, batch: bool
+    ) -> RemotingCommand:
+        return self._answer(await asyncio.wrap_future(fut), queue_id, batch)
+
+    def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
+        code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
+        if remark is None and code != RC.SUCCESS:
+            remark = r.error or r.status.name
+        if not r.ok:
+            return RemotingCommand.response(code, remark)
+        msg_id = ",".join(r.msg_ids) if batch else r.msg_id
+        return RemotingCommand.response(
+            code,
+            remark,
+            {
+                "msgId": msg_id,
+                "queueId": str(queue_id),
+                "queueOffset": str(r.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )

@@ -1,0 +1,225 @@
+"""A blocking producer over the remoting protocol: routes from the name server, queues taken in
+turn (or named), SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE to the queue's master, RocketMQ's
+client-side message id in UNIQ_KEY. Any thread (calls are serialised)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..remoting import RemotingClient, RemotingCommand, RemotingError, ResponseCode
+from ..store._record import body_crc
+from ._route import ClientError, MessageQueue, RouteCache, TopicRoute
+
+DEFAULT_TOPIC = "TBW102"
+_RETRYABLE: set[int] = {
+    ResponseCode.SYSTEM_ERROR,
+    ResponseCode.SYSTEM_BUSY,
+    ResponseCode.SERVICE_NOT_AVAILABLE,
+    ResponseCode.TOPIC_NOT_EXIST,
+    ResponseCode.NO_PERMISSION,
+}
+_SEND_STATUS: dict[int, str] = {
+    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: str  # SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE
+    msg_id: str  # the client's id (UNIQ_KEY); comma-separated for a batch
+    offset_msg_id: str  # store host + commit-log offset
+    queue: MessageQueue
+    queue_offset: int
+
+
+class _UniqIds:
+    """RocketMQ-style client message ids: host, pid, a per-process random part, time, counter."""
+
+    def __init__(self) -> None:
+        try:
+            ip = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+        except OSError:
+            ip = b"\x7f\x00\x00\x01"
+        self._prefix = (ip + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
+        self._counter = itertools.count()
+        self._start = int(time.time() * 1000)
+
+    def next(self) -> str:
+        diff = (int(time.time() * 1000) - self._start) & 0xFFFFFFFF
+        n = next(self._counter) & 0xFFFF
+        return f"{self._prefix}{diff:08X}{n:04X}"
+
+
+UNIQ_IDS = _UniqIds()
+
+
+def properties_text(properties: Mapping[str, str]) -> str:
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items())
+
+
+def message_properties(
+    tags: str | None,
+    keys: str | Iterable[str] | None,
+    properties: Mapping[str, str] | None,
+    delay_level: int = 0,
+) -> dict[str, str]:
+    props = dict(properties or {})
+    if tags:
+        props["TAGS"] = tags
+    if keys:
+        props["KEYS"] = keys if isinstance(keys, str) else " ".join(keys)
+    if delay_level:
+        props["DELAY"] = str(delay_level)
+    props.setdefault("UNIQ_KEY", UNIQ_IDS.next())
+    props.setdefault("WAIT", "true")
+    return props
+
+
+def encode_batch(items: Sequence[tuple[bytes, Mapping[str, str]]]) -> bytes:
+    """SEND_BATCH_MESSAGE's body: per message total size, magic, body CRC, flag, body,
+    properties."""
+    out = bytearray()
+    for body, props in items:
+        text = properties_text(props).encode("utf-8")
+        total = 20 + len(body) + 2 + len(text)
+        out += struct.pack(">iiiii", total, 0, body_crc(body), 0, len(body))
+        out += body
+        out += struct.pack(">h", len(text)) + text
+    return bytes(out)
+
+
+class Producer:
+    def __init__(
+        self,
+        namesrv: str,
+        group: str = "rocketstore-producer",
+        *,
+        timeout: float = 3.0,
+        retries: int = 2,
+    ) -> None:
+        self.group = group
+        self.client = RemotingClient(timeout=timeout)
+        self.routes = RouteCache(self.client, [a for a in namesrv.split(";") if a])
+        self.retries = retries
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    def _route(self, topic: str) -> tuple[TopicRoute, bool]:
+        """The topic's route, or the default topic's for a topic not created yet."""
+        route = self.routes.get(topic, allow_missing=True)
+        if route is not None and route.queues(write=True):
+            return route, False
+        default = self.routes.get(DEFAULT_TOPIC)
+        assert default is not None
+        return TopicRoute(topic, default.brokers, default.queue_data), True
+
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        delay_level: int = 0,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        props = message_properties(tags, keys, properties, delay_level)
+        return self._send(topic, body, props, queue, batch=False, count=1)
+
+    def send_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        tags: str | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        if not bodies:
+            raise ValueError("an empty batch")
+        items = [(b, message_properties(tags, None, None)) for b in bodies]
+        return self._send(topic, encode_batch(items), {}, queue, batch=True, count=len(items))
+
+    def _send(
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        queue: MessageQueue | None,
+        *,
+        batch: bool,
+        count: int,
+    ) -> SendResult:
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            route, via_default = self._route(topic)
+            if queue is None:
+                queues = route.queues(write=True)
+                if not queues:
+                    raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+                mq = queues[next(self._turn) % len(queues)]
+                mq = MessageQueue(topic, mq.broker_name, mq.queue_id)
+            else:
+                mq = queue
+            addr = route.master(mq.broker_name)
+            if addr is None:
+                raise ClientError(ResponseCode.SYSTEM_ERROR, f"no master for {mq.broker_name}")
+            ext = {
+                "a": self.group,
+                "b": topic,
+                "c": DEFAULT_TOPIC,
+                "d": "4",
+                "e": str(mq.queue_id),
+                "f": "0",
+                "g": str(int(time.time() * 1000)),
+                "h": "0",
+                "i": properties_text(props),
+                "j": "0",
+                "k": "false",
+                "m": "true" if batch else "false",
+            }
+            cmd = RemotingCommand.request(320 if batch else 310, ext, body)
+            try:
+                r = self.client.invoke(addr, cmd)
+            except RemotingError as exc:
+                last = exc
+                continue
+            status = _SEND_STATUS.get(r.code)
+            if status is None:
+                last = ClientError(r.code, r.remark)
+                if r.code in _RETRYABLE and attempt < self.retries:
+                    self.routes.get(topic, refresh=True, allow_missing=True)
+                    continue
+                raise last
+            if via_default:
+                self.routes.get(topic, refresh=True, allow_missing=True)
+            ext_r = r.ext_fields
+            uniq = props.get("UNIQ_KEY", "")
+            return SendResult(
+                status,
+                uniq,
+                str(ext_r.get("msgId", "")),
+                MessageQueue(topic, mq.broker_name, int(ext_r.get("queueId", mq.queue_id))),
+                int(ext_r.get("queueOffset", -1)),
+            )
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
