@@ -32,6 +32,7 @@ from ..store._errors import CorruptRecordError
 from ..store._reader import StoreReader
 from ..store._record import MessageExt
 from . import _columns as col
+from ._options import SourceOptionError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ _PROPERTY_COLUMNS = frozenset({"tags", "keys", "properties"})
 _MAX_BATCH_BYTES = 256 << 20  # a batch's records; Arrow binary columns hold < 2 GiB
 
 
-class ColumnError(ValueError):
+class ColumnError(SourceOptionError):
     """A read asked for a column the data source does not have, or with another type."""
 
 

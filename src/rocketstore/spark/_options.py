@@ -114,6 +114,7 @@ class SourceOptions:
     commit_log_file_size: int | None
     consume_queue_file_size: int | None
     push_filters: str
+    columns: tuple[str, ...] | None = None  # option columns: the read's columns, in order
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool = False) -> SourceOptions:
@@ -144,6 +145,12 @@ class SourceOptions:
         push = (_get(options, "pushFilters") or "auto").strip().lower()
         if push not in ("auto", "true", "false"):
             raise SourceOptionError(f"option pushFilters: {push!r} is not auto, true or false")
+        raw_columns = _get(options, "columns")
+        columns = None
+        if raw_columns is not None and raw_columns.strip():
+            from ._arrow import parse_columns
+
+            columns = parse_columns(raw_columns)
         return cls(
             path=path,
             topics=topics,
@@ -159,6 +166,7 @@ class SourceOptions:
             commit_log_file_size=_int(options, "commitLogFileSize", None, 1),
             consume_queue_file_size=_int(options, "consumeQueueFileSize", None, 20),
             push_filters=push,
+            columns=columns,
         )
 
 

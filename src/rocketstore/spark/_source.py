@@ -2,8 +2,12 @@
 batch and streaming writes into an embedded store.
 
 Readers are pickled by Spark after planning (``pushFilters`` / ``partitions`` run in the
-planner); they hold options and plans only, never open files. ``read()`` opens its own
-StoreReader, so it depends on nothing but the options and the partition.
+planner); they hold options, the Arrow schema of the read and plans only, never open files.
+``read()`` opens its own StoreReader, so it depends on nothing but those and the partition.
+
+Column pruning: ``reader(schema)`` / ``streamReader(schema)`` get the schema Spark plans with:
+the user's ``.schema(...)``, else ``schema()``, which is the ``columns`` option's selection or
+every column. Any subset of the columns in any order is read, and only those are decoded.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._arrow import SCHEMA_DDL, QueueRange, RangeDecoder
-from ._options import Offsets, SourceOptions, canonical
+from ._arrow import SCHEMA_DDL, QueueRange, RangeDecoder, schema_ddl, select_schema
+from ._options import Offsets, SourceOptionError, SourceOptions, canonical
 from ._plan import (
     Constraints,
     initial,
@@ -78,11 +82,26 @@ class RangePartition(InputPartition):
         self.range = r
 
 
-def read_range(opts: SourceOptions, r: QueueRange) -> Iterator[pa.RecordBatch]:
+def arrow_schema(schema: StructType, opts: SourceOptions) -> pa.Schema:
+    """The Arrow schema of a read with Spark schema ``schema`` (checked at planning: every
+    field a rocketstore column of its type; the same columns as option columns, if given)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    names = tuple(schema.fieldNames())
+    if opts.columns is not None and names != opts.columns:
+        raise SourceOptionError(
+            f"option columns ({', '.join(opts.columns)}) and the schema of the read "
+            f"({', '.join(names)}) name different columns; give one of them"
+        )
+    return select_schema(list(to_arrow_schema(schema, timezone="UTC")))
+
+
+def read_range(opts: SourceOptions, r: QueueRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     reader = open_reader(opts)
     try:
         decoder = RangeDecoder(
             reader,
+            schema=schema,
             batch_rows=opts.batch_rows,
             check_crc=opts.check_crc,
             fail_on_data_loss=opts.fail_on_data_loss,
@@ -100,16 +119,20 @@ class RocketStoreDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        """Every column, or the ones option ``columns`` names (in its order)."""
+        opts = SourceOptions.parse(self.options)
+        return schema_ddl(opts.columns) if opts.columns else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = SourceOptions.parse(self.options)
+        arrow = arrow_schema(schema, opts)
         if _pushdown_allowed(opts.push_filters):
-            return PushdownBatchReader(opts)
-        return BatchReader(opts)
+            return PushdownBatchReader(opts, arrow)
+        return BatchReader(opts, arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+        opts = SourceOptions.parse(self.options, streaming=True)
+        return StreamReader(opts, arrow_schema(schema, opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from ._writer import BatchWriter
@@ -146,8 +169,9 @@ def _pushdown_allowed(setting: str) -> bool:
 class BatchReader(DataSourceReader):
     """A batch read: one partition per (topic, queue, offset range)."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, schema: pa.Schema) -> None:
         self.opts = opts
+        self.schema = schema
         self.constraints = Constraints()
         with open_reader(opts) as reader:  # errors at planning: not a store, unknown topics
             resolve_topics(reader, opts)
@@ -160,7 +184,7 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return iter(())
-        return read_range(self.opts, partition.range)
+        return read_range(self.opts, partition.range, self.schema)
 
 
 def _ms(value: Any) -> int | None:
@@ -260,8 +284,9 @@ def _push_time(c: Constraints, f: Filter) -> None:
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A streaming read. Offsets: {topic: {queue id: next offset}}, canonical order."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, schema: pa.Schema) -> None:
         self.opts = opts
+        self.schema = schema
         self.target: Offsets | None = None
         with open_reader(opts) as reader:
             initial(reader, opts)  # errors at planning
@@ -336,7 +361,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return iter(())
-        return read_range(self.opts, partition.range)
+        return read_range(self.opts, partition.range, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the store keeps its messages by its own retention."""
