@@ -5,8 +5,12 @@ lock, then hands what dispatch needs (a DispatchRequest) to ``dispatch_handoff``
 dispatcher does not parse the record again. Queue offsets come from the topic-queue table,
 which recovery rebuilds.
 
-Threads: ``put_message`` / ``put_messages`` from any thread (serialised by the put lock); the
-flush service threads; readers from anywhere.
+Every put path ends in the same tail: the result of the append, then either the waits (the
+flush under SYNC_FLUSH and the put stages, see ``_put_stages``) in the calling thread, or, for
+``put_message_async`` / ``put_messages_async``, a future that the services complete.
+
+Threads: ``put_message`` / ``put_messages`` and their async forms from any thread (serialised
+by the put lock); the flush service threads; readers from anywhere.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, NamedTuple
 
 from ._clock import Clock, ns_reader
@@ -26,6 +31,7 @@ from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitServ
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
 from ._message import Message, PutMessageResult, PutMessageStatus
+from ._put_stages import PutCompletion, PutStage, run_stages, settle
 from ._record import (
     BLANK,
     BLANK_MAGIC,
@@ -113,6 +119,14 @@ def validate_topic(topic: str) -> bytes:
     return encoded
 
 
+class _PutWaits(NamedTuple):
+    """What a put that waits (WAIT is not false) waits for, in order (see ``_put_stages``)."""
+
+    group_commit: GroupCommitService | None  # the flush wait under SYNC_FLUSH
+    timeout: float  # of the flush wait, seconds (sync_flush_timeout)
+    stages: tuple[PutStage, ...]
+
+
 class _Prepared(NamedTuple):
     """A message checked and encoded outside the put lock."""
 
@@ -143,6 +157,15 @@ _ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 
 def _refused(status: PutMessageStatus, error: str) -> PutMessageResult:
     return PutMessageResult(status, error=error)
+
+
+def _settle_error(fut: Future[PutMessageResult], exc: Exception) -> None:
+    """A non-blocking put that raised: the error goes to its future (unless a service
+    completed it already)."""
+    try:
+        fut.set_exception(exc)
+    except InvalidStateError:
+        log.exception("a put failed after its result was settled")
 
 
 class CommitLog:
@@ -192,6 +215,12 @@ class CommitLog:
                 thorough_interval_ms=config.flush_commit_log_thorough_interval,
                 on_flushed=flushed,
             )
+        # what a put waits for, None for nothing. One attribute on purpose: with 30 instance
+        # attributes or more, CPython 3.11 stops specialising their lookups and every put
+        # costs ~2 % more (callgrind); add fields to _PutWaits, not to CommitLog
+        self._waits: _PutWaits | None = None
+        if isinstance(self.flush_service, GroupCommitService):
+            self._waits = _PutWaits(self.flush_service, self.sync_flush_timeout, ())
         self.commit_service: CommitRealTimeService | None = None
         if queue.pool is not None:
             self.commit_service = CommitRealTimeService(
@@ -249,6 +278,22 @@ class CommitLog:
     def refusal(self) -> tuple[PutMessageStatus, str] | None:
         """Why writes are refused now (the first reason), or None."""
         return self._refusal
+
+    def add_put_stage(self, stage: PutStage) -> None:
+        """Make every put that waits (WAIT is not false) also wait for ``stage`` after its
+        flush wait and the stages added before (see ``_put_stages``; a SYNC_MASTER's
+        replication wait). Any thread; puts already appended keep the stages they began with.
+        """
+        waits = self._waits
+        if waits is None:
+            self._waits = _PutWaits(None, self.sync_flush_timeout, (stage,))
+        else:
+            self._waits = waits._replace(stages=(*waits.stages, stage))
+
+    @property
+    def put_stages(self) -> tuple[PutStage, ...]:
+        """The stages added with ``add_put_stage``, in order."""
+        return self._waits.stages if self._waits is not None else ()
 
     def set_refusal(self, reason: str, refusal: tuple[PutMessageStatus, str] | None) -> None:
         """Refuse writes for ``reason`` (a slave, a full disk, shutdown), or lift it (None)."""
@@ -429,8 +474,16 @@ class CommitLog:
             mf = self.queue.get_last_mapped_file(0)
         return mf
 
-    def put_message(self, msg: Message) -> PutMessageResult:
-        """Append one message; waits for the flush under SYNC_FLUSH (unless WAIT=false).
+    def put_message(
+        self, msg: Message, deferred: Future[PutMessageResult] | None = None
+    ) -> PutMessageResult:
+        """Append one message; waits for the flush under SYNC_FLUSH and for the put stages
+        (unless WAIT=false).
+
+        With ``deferred`` (``put_message_async``) it waits for nothing: once the record is
+        appended, ``deferred`` goes to the flush service and the stages, which complete it, and
+        the append's result (PUT_OK) returns. A put refused before the append returns its
+        result and leaves ``deferred`` alone.
 
         Any thread. Takes the put lock for the append only.
         """
@@ -564,32 +617,69 @@ class CommitLog:
         on_append = self.on_append
         if on_append is not None:
             on_append()
-        if self.sync_flush and wait:
-            if not self.flush_service.wait_flushed(phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
-                return _new_result(
-                    PutMessageResult,
-                    (
-                        PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                        phys,
-                        total,
-                        qoff,
-                        now,
-                        self.store_host,
-                        1,
-                        None,
-                        (),
-                    ),
-                )
-        return _new_result(
+        result: PutMessageResult = _new_result(
             PutMessageResult, (_PUT_OK, phys, total, qoff, now, self.store_host, 1, None, ())
         )
+        if deferred is not None:
+            self._defer(deferred, result, wait)
+        elif wait and self._waits:
+            return self._wait_stored(result)
+        return result
 
-    def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
+    def put_message_async(self, msg: Message) -> Future[PutMessageResult]:
+        """Append one message at once in the calling thread and return a future of its
+        result, which the group-commit service (SYNC_FLUSH) and the put stages complete; done
+        on return under ASYNC_FLUSH without stages, with WAIT=false, and for a refused put.
+
+        Any thread, an event loop's included: it takes the put lock for the append and never
+        waits for a flush. Bridge to asyncio with ``asyncio.wrap_future``.
+        """
+        fut: Future[PutMessageResult] = Future()
+        try:
+            r = self.put_message(msg, fut)
+        except Exception as exc:
+            _settle_error(fut, exc)
+            return fut
+        if r.status is not _PUT_OK:  # refused before the append
+            settle(fut, r)
+        return fut
+
+    def _defer(self, fut: Future[PutMessageResult], result: PutMessageResult, wait: bool) -> None:
+        """The non-blocking put's tail: hand ``fut`` to the flush wait and the stages, or
+        complete it at once when there is nothing to wait for. Calling thread, no lock."""
+        waits = self._waits
+        if not wait or waits is None:
+            settle(fut, result)
+            return
+        group_commit, timeout, stages = waits
+        completion = PutCompletion(fut, result.wrote_offset + result.wrote_bytes, result, stages)
+        if group_commit is not None:
+            group_commit.await_flush(completion.end, timeout, completion.flushed)
+        else:
+            completion.advance(result)
+
+    def _wait_stored(self, result: PutMessageResult) -> PutMessageResult:
+        """The blocking put's waits: the flush (SYNC_FLUSH), then the stages. Producer
+        threads, no lock."""
+        end = result.wrote_offset + result.wrote_bytes
+        waits = self._waits
+        assert waits is not None  # the caller checked
+        group_commit, timeout, stages = waits
+        if group_commit is not None and not group_commit.wait_flushed(end, timeout):
+            return result._replace(status=PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        if stages:
+            return run_stages(stages, end, result)
+        return result
+
+    def put_messages(
+        self, msgs: Sequence[Message], deferred: Future[PutMessageResult] | None = None
+    ) -> PutMessageResult:
         """Append a batch (one topic and queue, no delay, no transaction) as one append.
 
         Every message is checked first; the records are then packed straight into the file
         under the put lock and become visible together. (Under the interpreter lock, encoding
-        outside the put lock would buy no parallelism, only a second copy.)
+        outside the put lock would buy no parallelism, only a second copy.) The batch waits
+        as one put (``deferred`` as in ``put_message``); WAIT=false on any message skips it.
         """
         refusal = self._refusal
         if refusal is not None:
@@ -690,7 +780,22 @@ class CommitLog:
                 tuple(offsets), tuple(sizes), tuple(codes), tuple(indexed),
             )  # fmt: skip
             self._note_latency(self._monotonic() - begin)
-        return self._batch_result(base + first_pos, total, first_qoff, now, tuple(offsets), wait)
+        return self._batch_result(
+            base + first_pos, total, first_qoff, now, tuple(offsets), wait, deferred
+        )
+
+    def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
+        """``put_messages`` without the waits: a future of the batch's result, completed as
+        ``put_message_async``'s. Any thread, an event loop's included."""
+        fut: Future[PutMessageResult] = Future()
+        try:
+            r = self.put_messages(msgs, fut)
+        except Exception as exc:
+            _settle_error(fut, exc)
+            return fut
+        if r.status is not _PUT_OK:  # refused before the append
+            settle(fut, r)
+        return fut
 
     def _publish_batch(
         self,
@@ -737,19 +842,22 @@ class CommitLog:
         now: int,
         offsets: tuple[int, ...],
         wait: bool,
+        deferred: Future[PutMessageResult] | None = None,
     ) -> PutMessageResult:
-        """After a batch: wake dispatch, wait for the flush under SYNC_FLUSH, the result."""
+        """After a batch: wake dispatch, then the waits (or ``deferred``'s hand-over, as in
+        ``put_message``), the result."""
         on_append = self.on_append
         if on_append is not None:
             on_append()
-        status = _PUT_OK
-        if self.sync_flush and wait:
-            if not self.flush_service.wait_flushed(first_phys + total, self.sync_flush_timeout):  # type: ignore[union-attr]
-                status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(
-            status, first_phys, total, first_qoff, now, self.store_host, len(offsets), None,
+        result = PutMessageResult(
+            _PUT_OK, first_phys, total, first_qoff, now, self.store_host, len(offsets), None,
             offsets,
         )  # fmt: skip
+        if deferred is not None:
+            self._defer(deferred, result, wait)
+        elif wait and self._waits:
+            return self._wait_stored(result)
+        return result
 
     def put_plain_batch(
         self,

@@ -2,6 +2,8 @@
 
 - GroupCommitService (SYNC_FLUSH): producers wait until the flushed position passes the end of
   their message; one fdatasync serves every producer that arrived while the previous one ran.
+  Non-blocking puts register a callback instead (``await_flush``), which the service thread
+  runs once a flush covers them; FlushDeadlineService ends those whose time is up.
 - FlushRealTimeService (ASYNC_FLUSH): flushes every ``flush_interval_commit_log`` ms when at
   least ``flush_commit_log_least_pages`` pages are dirty, everything every thorough interval.
 - CommitRealTimeService (TransientStorePool): copies write buffers into the mapped files.
@@ -27,8 +29,13 @@ log = logging.getLogger(__name__)
 RETRY_TIMES_OVER = 10
 GATHER_MIN_S = 0.0005  # how long a group-commit leader may wait for its group (see
 GATHER_MAX_S = 0.002  # GroupCommitService)
+IDLE_WAIT_S = 1.0  # FlushDeadlineService's wait while nothing is pending (woken on arrival)
 FlushedCallback = Callable[[int], None]
 """Called with the store timestamp of the last flushed message (checkpoint update)."""
+FlushDone = Callable[[bool], None]
+"""``await_flush``'s callback: True when the flush covered the offset, False when the wait
+ended without it (timeout, or shutdown before the last flush reached it)."""
+_Pending = tuple[int, float, FlushDone]  # end offset, deadline, done
 
 
 def _noop(_ts: int) -> None:
@@ -45,6 +52,15 @@ class GroupCommitService(ServiceThread):
     previous one ran, nobody is woken for nothing, and a lone producer pays no thread hand-off.
     The service thread serves ``request_flush`` (dispatch under SYNC_FLUSH, WAIT=false puts)
     and flushes what is left at shutdown.
+
+    Non-blocking waits (``await_flush``, the non-blocking put): the caller registers a callback
+    and returns. Whoever ends a flush (the service thread, or a producer that led one) takes
+    every registration it covered and runs their callbacks after letting go of ``_lock``; the
+    service thread flushes as long as registrations are pending, so one fdatasync completes
+    every put that was appended while the previous one ran. A registration the flushes do not
+    reach in time ends in ``done(False)`` from FlushDeadlineService, a thread of its own since
+    this one may be the one stuck in an fdatasync. Registrations are kept in arrival order, so
+    their deadlines only grow.
 
     Only one flush runs at a time (``_flushing``, under ``_lock``).
 
@@ -75,6 +91,101 @@ class GroupCommitService(ServiceThread):
         self._group_target = 1  # producers the last flush covered
         self._gathering = False
         self._last_flush_s = 0.0
+        # non-blocking waits, in arrival order: (end offset, deadline, done)
+        self._pending: list[_Pending] = []
+        self._closed = False  # after the shutdown flush: await_flush answers at once
+        self.deadlines = FlushDeadlineService(self._expire_due)
+
+    def start(self) -> None:
+        with self._lock:
+            self._closed = False
+        super().start()
+        self.deadlines.start()
+
+    def stop(self, join: bool = True) -> None:
+        """Stop the service thread (it flushes what is left and completes every wait), then
+        the deadline thread. With ``join``, whatever a hung shutdown (or a service never
+        started) left pending is completed here."""
+        started = self._thread is not None
+        super().stop(join)
+        self.deadlines.stop(join)
+        if started and not join:
+            return  # the service thread completes them when it ends
+        with self._lock:
+            self._closed = True
+            left, self._pending = self._pending, []
+        self._finish(left)
+
+    def await_flush(self, end_offset: int, timeout: float, done: FlushDone) -> None:
+        """Call ``done(True)`` once everything below ``end_offset`` is durable, or
+        ``done(False)`` when ``timeout`` seconds pass first; never blocks on a flush.
+
+        Any thread (an event loop's too). ``done`` runs in the thread that ends the covering
+        flush (the service thread, or a producer that led it), in FlushDeadlineService on a
+        timeout, or here at once when the offset is flushed already or the service has shut
+        down; never under ``_lock``. It must not block.
+        """
+        queue = self.queue
+        if queue.flushed_where >= end_offset:
+            done(True)
+            return
+        with self._lock:
+            # checked again under the lock: a flush that ends from now on finds the entry
+            covered = queue.flushed_where >= end_offset
+            if not covered and not self._closed:
+                pending = self._pending
+                if not pending:
+                    self.deadlines.wakeup()  # it sleeps while nothing is pending
+                pending.append((end_offset, self.clock.monotonic() + timeout, done))
+                if end_offset > self._highest_request:
+                    self._highest_request = end_offset
+                    self._work.notify()
+                return
+        done(covered)
+
+    def _take_covered(self) -> list[_Pending]:
+        """Remove and return the pending waits that the flushed position covers. Caller
+        holds ``_lock``."""
+        pending = self._pending
+        if not pending:
+            return []
+        flushed = self.queue.flushed_where
+        covered = [e for e in pending if e[0] <= flushed]
+        if covered:
+            self._pending = (
+                [e for e in pending if e[0] > flushed] if len(covered) < len(pending) else []
+            )
+        return covered
+
+    def _finish(self, entries: list[_Pending]) -> None:
+        """Run the callbacks of waits that ended: True for those the flushed position covers.
+        Without ``_lock``."""
+        if not entries:
+            return
+        flushed = self.queue.flushed_where
+        for end, _deadline, done in entries:
+            try:
+                done(end <= flushed)
+            except Exception:  # a callback must not take the flusher down
+                log.exception("%s: a flush callback failed", self.name)
+
+    def _expire_due(self) -> float:
+        """End the waits whose deadline has passed; seconds until the next deadline.
+        FlushDeadlineService's thread."""
+        now = self.clock.monotonic()
+        with self._lock:
+            pending = self._pending
+            n = 0
+            for _end, deadline, _done in pending:
+                if deadline > now:
+                    break
+                n += 1
+            due = pending[:n]
+            if n:
+                del pending[:n]
+            wait = pending[0][1] - now if pending else IDLE_WAIT_S
+        self._finish(due)
+        return min(max(wait, 0.0), IDLE_WAIT_S)
 
     def request_flush(self, end_offset: int) -> None:
         """Ask the service thread to flush up to ``end_offset`` without waiting. Any thread."""
@@ -92,8 +203,10 @@ class GroupCommitService(ServiceThread):
         self._flushing = True
         return True
 
-    def _release_token(self) -> None:
-        """End a flush: wake the waiters it covered and the next leader. Caller holds ``_lock``."""
+    def _release_token(self) -> list[_Pending]:
+        """End a flush: wake the waiters it covered and the next leader; returns the
+        non-blocking waits it covered, for ``_finish`` once ``_lock`` is let go. Caller holds
+        ``_lock``."""
         self._flushing = False
         flushed = self.queue.flushed_where
         waiters = self._waiters
@@ -106,6 +219,7 @@ class GroupCommitService(ServiceThread):
             heapq.heappop(waiters)[2].release()  # not covered: it leads the next flush
         elif self._highest_request > flushed:
             self._work.notify()
+        return self._take_covered()
 
     def _gather(self) -> None:
         """Leader, before its flush: let the producers of the last group write (see the
@@ -133,7 +247,8 @@ class GroupCommitService(ServiceThread):
             self._flush_once()
         finally:
             with self._lock:
-                self._release_token()
+                covered = self._release_token()
+            self._finish(covered)
 
     def wait_flushed(self, end_offset: int, timeout: float) -> bool:
         """Block until everything below ``end_offset`` is durable; False on timeout.
@@ -227,10 +342,31 @@ class GroupCommitService(ServiceThread):
                     log.exception("%s: final flush failed", self.name)
         finally:
             with self._lock:
-                self._release_token()
+                left = self._release_token()
                 for entry in self._waiters:
                     entry[2].release()
                 self._waiters.clear()
+                self._closed = True
+                left += self._pending
+                self._pending = []
+            self._finish(left)  # True for what the last flush reached, False for the rest
+
+
+class FlushDeadlineService(ServiceThread):
+    """Ends GroupCommitService's non-blocking waits whose time is up (FLUSH_DISK_TIMEOUT),
+    even while the service thread is stuck in an fdatasync.
+
+    ``expire`` ends what is due and says how long to sleep before the next deadline; a wait
+    registered while nothing was pending wakes the thread.
+    """
+
+    def __init__(self, expire: Callable[[], float]) -> None:
+        super().__init__("FlushDeadlineService")
+        self.expire = expire
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(self.expire())
 
 
 class PeriodicPageService(ServiceThread):

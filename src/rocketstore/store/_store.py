@@ -11,6 +11,7 @@ import collections
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 
@@ -413,6 +414,52 @@ class MessageStore:
         begin = self._monotonic()
         return self._noted_batch(self.commit_log.put_messages(msgs), begin)
 
+    def put_message_async(self, msg: Message) -> Future[PutMessageResult]:
+        """Store one message without waiting for the disk (RocketMQ's asyncPutMessage).
+
+        The message is appended at once in the calling thread, exactly as ``put_message``
+        appends it; the returned future then completes with what ``put_message`` would have
+        returned: under SYNC_FLUSH once a group commit has made it durable (PUT_OK) or
+        ``sync_flush_timeout`` has passed (FLUSH_DISK_TIMEOUT), after any put stages (see
+        ``CommitLog.add_put_stage``). It is complete on return under ASYNC_FLUSH, with WAIT=false
+        and for a refused put (MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, ...). Shutdown completes
+        every pending future.
+
+        Any thread, an event loop's included: it never blocks on an fsync (it takes the put
+        lock for the append only). From asyncio: ``await asyncio.wrap_future(fut)``. The
+        future's callbacks run in the thread that completes it (the group-commit thread, most
+        often); they must not block.
+        """
+        begin = self._monotonic()
+        return self._noted_async(self.commit_log.put_message_async(msg), begin)
+
+    def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
+        """``put_messages`` as ``put_message_async``: the batch is appended at once (one
+        append), the future completes when the batch is durable (SYNC_FLUSH)."""
+        begin = self._monotonic()
+        return self._noted_async(self.commit_log.put_messages_async(msgs), begin, len(msgs))
+
+    def _noted_async(
+        self, fut: Future[PutMessageResult], begin: float, count: int = 1
+    ) -> Future[PutMessageResult]:
+        """Statistics of a non-blocking put of ``count`` messages: the batch at once (a
+        pending future means the append happened), the latency when the future completes (the
+        whole wait, as ``put_message``'s)."""
+        if fut.done():
+            if fut.exception() is None:
+                self._noted_batch(fut.result(), begin)
+            return fut
+        if count > 1:
+            self.stats.note_batch(count)
+        fut.add_done_callback(lambda _f: self._note_async_latency(begin))
+        return fut
+
+    def _note_async_latency(self, begin: float) -> None:
+        """The thread completing a non-blocking put's future."""
+        elapsed = self._monotonic() - begin
+        if elapsed >= 0.001:
+            self.stats.note_slow_put(elapsed)
+
     def put_plain_batch(
         self,
         topic: str,
@@ -429,7 +476,7 @@ class MessageStore:
         return self._noted_batch(r, begin)
 
     def _noted_batch(self, r: PutMessageResult, begin: float) -> PutMessageResult:
-        """Statistics of a batch put that started at ``begin``."""
+        """Statistics of a put (a batch or one message) that started at ``begin``."""
         elapsed = self._monotonic() - begin
         if r.msg_count > 1:
             self.stats.note_batch(r.msg_count)
