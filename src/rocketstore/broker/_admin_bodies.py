@@ -1,0 +1,381 @@
+"""Bodies of the broker's administration answers (RocketMQ 4.9.8's ConsumeStats, OffsetWrapper,
+TopicStatsTable, KVTable), written as fastjson writes them, and a reader for fastjson's text.
+
+fastjson writes a map whose keys are beans (``HashMap<MessageQueue, OffsetWrapper>``) with each
+key as a JSON object, bean fields sorted by name; strict JSON parsers reject it::
+
+    ConsumeStats     {"consumeTps":0.0,"offsetTable":{
+                         {"brokerName":"broker-a","queueId":0,"topic":"T"}:
+                             {"brokerOffset":3,"consumerOffset":1,"lastTimestamp":1700000000000},
+                         ...}}
+    TopicStatsTable  {"offsetTable":{{"brokerName":..,"queueId":0,"topic":..}:
+                         {"lastUpdateTimestamp":..,"maxOffset":..,"minOffset":..}}}
+    KVTable          {"table":{"key":"value",...}}
+    GroupList        {"groupList":["G1","G2"]}
+
+:func:`loads` reads that form as well as strict JSON and fastjson's bare integer keys. A key
+that is an object comes back as a tuple of its (name, value) pairs, in the text's order, so it
+can be a dict key; :func:`dumps` writes such a tuple back as an object. ``ConsumeStats.decode``
+also accepts keys written as text, the JSON text of a queue or Java's
+``MessageQueue [topic=T, brokerName=b, queueId=0]`` (what Jackson-based tools write).
+
+Pure functions and values; any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client._route import MessageQueue
+from ..store._stats import java_double
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
+_MQ_TEXT = re.compile(
+    r"MessageQueue \[topic=(?P<topic>.*), brokerName=(?P<broker>.*), queueId=(?P<qid>-?\d+)\]"
+)
+_LITERALS = (("true", True), ("false", False), ("null", None))
+_encode_str = json.JSONEncoder(ensure_ascii=False).encode
+_ScanString = Callable[[str, int, bool], tuple[str, int]]
+_scanstring: _ScanString = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+class BodyFormatError(ValueError):
+    """A body that is not the fastjson text of the class it should hold."""
+
+
+# ---- reading --------------------------------------------------------------------------------
+
+
+def loads(text: str | bytes | bytearray | memoryview) -> Any:
+    """Parse fastjson's text: strict JSON plus map keys that are numbers or objects. Object
+    keys become tuples of (name, value) pairs; number keys become numbers. BodyFormatError when
+    the text does not parse."""
+    if not isinstance(text, str):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BodyFormatError(f"not UTF-8: {exc}") from None
+    parser = _Parser(text)
+    try:
+        value = parser.value()
+        parser.skip_ws()
+    except (IndexError, ValueError, RecursionError) as exc:
+        raise BodyFormatError(f"not fastjson text: {exc}") from None
+    if parser.pos != len(text):
+        raise BodyFormatError(f"extra data at {parser.pos}")
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+class _Parser:
+    __slots__ = ("pos", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def skip_ws(self) -> None:
+        m = _WS.match(self.text, self.pos)
+        assert m is not None  # the pattern matches the empty string
+        self.pos = m.end()
+
+    def value(self) -> Any:
+        self.skip_ws()
+        text, pos = self.text, self.pos
+        ch = text[pos]
+        if ch == "{":
+            return self._object()
+        if ch == "[":
+            return self._array()
+        if ch == '"':
+            s, self.pos = _scanstring(text, pos + 1, True)
+            return s
+        for word, literal in _LITERALS:
+            if text.startswith(word, pos):
+                self.pos = pos + len(word)
+                return literal
+        m = _NUMBER.match(text, pos)
+        if m is None:
+            raise ValueError(f"unexpected {ch!r} at {pos}")
+        self.pos = m.end()
+        if m.group(1) or m.group(2):
+            return float(m.group(0))
+        return int(m.group(0))
+
+    def _expect(self, ch: str) -> None:
+        self.skip_ws()
+        if self.text[self.pos] != ch:
+            raise ValueError(f"expected {ch!r} at {self.pos}")
+        self.pos += 1
+
+    def _object(self) -> dict[Any, Any]:
+        self.pos += 1
+        out: dict[Any, Any] = {}
+        self.skip_ws()
+        if self.text[self.pos] == "}":
+            self.pos += 1
+            return out
+        while True:
+            key = _hashable(self.value())
+            self._expect(":")
+            out[key] = self.value()
+            self.skip_ws()
+            ch = self.text[self.pos]
+            self.pos += 1
+            if ch == "}":
+                return out
+            if ch != ",":
+                raise ValueError(f"expected ',' or '}}' at {self.pos - 1}")
+
+    def _array(self) -> list[Any]:
+        self.pos += 1
+        out: list[Any] = []
+        self.skip_ws()
+        if self.text[self.pos] == "]":
+            self.pos += 1
+            return out
+        while True:
+            out.append(self.value())
+            self.skip_ws()
+            ch = self.text[self.pos]
+            self.pos += 1
+            if ch == "]":
+                return out
+            if ch != ",":
+                raise ValueError(f"expected ',' or ']' at {self.pos - 1}")
+
+
+# ---- writing --------------------------------------------------------------------------------
+
+
+def dumps(obj: Any) -> str:
+    """Compact fastjson text: dicts in their order, ``int`` keys bare, tuple-of-pairs keys as
+    objects, floats as Java's ``Double.toString``."""
+    out: list[str] = []
+    _write(obj, out)
+    return "".join(out)
+
+
+def _write(obj: Any, out: list[str]) -> None:
+    if obj is None:
+        out.append("null")
+    elif obj is True or obj is False:
+        out.append("true" if obj else "false")
+    elif isinstance(obj, int):
+        out.append(str(int(obj)))
+    elif isinstance(obj, float):
+        out.append(java_double(obj))
+    elif isinstance(obj, str):
+        out.append(_encode_str(obj))
+    elif isinstance(obj, Mapping):
+        out.append("{")
+        for i, (key, value) in enumerate(obj.items()):
+            if i:
+                out.append(",")
+            if isinstance(key, tuple):
+                _write(dict(key), out)
+            elif isinstance(key, int) and not isinstance(key, bool):
+                out.append(str(int(key)))
+            else:
+                out.append(_encode_str(str(key)))
+            out.append(":")
+            _write(value, out)
+        out.append("}")
+    elif isinstance(obj, list | tuple):
+        out.append("[")
+        for i, value in enumerate(obj):
+            if i:
+                out.append(",")
+            _write(value, out)
+        out.append("]")
+    else:
+        raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+# ---- message queues as keys -----------------------------------------------------------------
+
+
+def queue_key(mq: MessageQueue) -> tuple[tuple[str, Any], ...]:
+    """A MessageQueue as fastjson writes it (fields sorted by name), as a dict key."""
+    return (("brokerName", mq.broker_name), ("queueId", mq.queue_id), ("topic", mq.topic))
+
+
+def parse_queue_key(key: Any) -> MessageQueue:
+    """A MessageQueue from a map key: an object (tuple of pairs), its JSON text, or Java's
+    ``toString`` form. BodyFormatError otherwise."""
+    if isinstance(key, str):
+        m = _MQ_TEXT.fullmatch(key.strip())
+        if m is not None:
+            return MessageQueue(m["topic"], m["broker"], int(m["qid"]))
+        try:
+            key = loads(key)
+        except BodyFormatError:
+            raise BodyFormatError(f"not a message queue: {key!r}") from None
+    if isinstance(key, tuple):
+        key = dict(key)
+    if not isinstance(key, Mapping):
+        raise BodyFormatError(f"not a message queue: {key!r}")
+    try:
+        return MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BodyFormatError(f"not a message queue: {key!r} ({exc})") from None
+
+
+def _object(data: bytes | bytearray | memoryview | str, what: str) -> Mapping[Any, Any]:
+    doc = loads(data)
+    if not isinstance(doc, Mapping):
+        raise BodyFormatError(f"not a {what}: {type(doc).__name__}")
+    return doc
+
+
+def _long(doc: Mapping[Any, Any], name: str) -> int:
+    value = doc.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BodyFormatError(f"{name} is not a number: {value!r}")
+    return int(value)
+
+
+# ---- ConsumeStats ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetWrapper:
+    """A queue's progress for a group: the queue's max offset, the group's committed offset,
+    and the store time of the last consumed message (0 when unknown)."""
+
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int = 0
+
+    @property
+    def lag(self) -> int:
+        return self.broker_offset - self.consumer_offset
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "brokerOffset": self.broker_offset,
+            "consumerOffset": self.consumer_offset,
+            "lastTimestamp": self.last_timestamp,
+        }
+
+
+@dataclass(slots=True)
+class ConsumeStats:
+    """GET_CONSUME_STATS's body: a group's progress on every queue of its topics."""
+
+    offset_table: dict[MessageQueue, OffsetWrapper] = field(default_factory=dict)
+    consume_tps: float = 0.0
+
+    def total_lag(self) -> int:
+        """RocketMQ's computeTotalDiff: the sum of broker offset - consumer offset."""
+        return sum(w.lag for w in self.offset_table.values())
+
+    def merge(self, other: ConsumeStats) -> None:
+        """Add another broker's answer (examineConsumeStats)."""
+        self.offset_table.update(other.offset_table)
+        self.consume_tps += other.consume_tps
+
+    def encode(self) -> bytes:
+        table = {queue_key(mq): self.offset_table[mq].to_json() for mq in sorted(self.offset_table)}
+        return dumps({"consumeTps": float(self.consume_tps), "offsetTable": table}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> ConsumeStats:
+        doc = _object(data, "ConsumeStats")
+        table_doc = doc.get("offsetTable") or {}
+        if not isinstance(table_doc, Mapping):
+            raise BodyFormatError("offsetTable is not an object")
+        table: dict[MessageQueue, OffsetWrapper] = {}
+        for key, value in table_doc.items():
+            if not isinstance(value, Mapping):
+                raise BodyFormatError(f"offset of {key!r} is not an object")
+            table[parse_queue_key(key)] = OffsetWrapper(
+                _long(value, "brokerOffset"),
+                _long(value, "consumerOffset"),
+                _long(value, "lastTimestamp"),
+            )
+        tps = doc.get("consumeTps", 0.0)
+        if isinstance(tps, bool) or not isinstance(tps, int | float):
+            raise BodyFormatError(f"consumeTps is not a number: {tps!r}")
+        return cls(table, float(tps))
+
+
+# ---- TopicStatsTable ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffset:
+    """A queue's min and max offsets and the store time of its last message."""
+
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "lastUpdateTimestamp": self.last_update_timestamp,
+            "maxOffset": self.max_offset,
+            "minOffset": self.min_offset,
+        }
+
+
+def encode_topic_stats(table: Mapping[MessageQueue, TopicOffset]) -> bytes:
+    """GET_TOPIC_STATS_INFO's body (TopicStatsTable)."""
+    doc = {queue_key(mq): table[mq].to_json() for mq in sorted(table)}
+    return dumps({"offsetTable": doc}).encode()
+
+
+def decode_topic_stats(
+    data: bytes | bytearray | memoryview | str,
+) -> dict[MessageQueue, TopicOffset]:
+    table_doc = _object(data, "TopicStatsTable").get("offsetTable") or {}
+    if not isinstance(table_doc, Mapping):
+        raise BodyFormatError("offsetTable is not an object")
+    out: dict[MessageQueue, TopicOffset] = {}
+    for key, value in table_doc.items():
+        if not isinstance(value, Mapping):
+            raise BodyFormatError(f"offset of {key!r} is not an object")
+        out[parse_queue_key(key)] = TopicOffset(
+            _long(value, "minOffset"),
+            _long(value, "maxOffset"),
+            _long(value, "lastUpdateTimestamp"),
+        )
+    return out
+
+
+# ---- KVTable, GroupList ---------------------------------------------------------------------
+
+
+def encode_kv_table(table: Mapping[str, str]) -> bytes:
+    """KVTable's body: ``{"table":{...}}`` (values as text)."""
+    return dumps({"table": {str(k): str(v) for k, v in table.items()}}).encode()
+
+
+def decode_kv_table(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
+    table = _object(data, "KVTable").get("table") or {}
+    if not isinstance(table, Mapping):
+        raise BodyFormatError("table is not an object")
+    return {str(k): str(v) for k, v in table.items()}
+
+
+def encode_group_list(groups: Sequence[str]) -> bytes:
+    return dumps({"groupList": list(groups)}).encode()
+
+
+def decode_group_list(data: bytes | bytearray | memoryview | str) -> list[str]:
+    groups = _object(data, "GroupList").get("groupList") or []
+    if not isinstance(groups, list):
+        raise BodyFormatError("groupList is not an array")
+    return [str(g) for g in groups]
