@@ -1,0 +1,484 @@
+"""The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer and message
+commands): ``topic create|list|delete|route``, ``cluster list``, ``consumer progress``,
+``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+A refused request or a broker out of reach ends the command with status 1 and the reason on
+standard error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+namesrv_option = click.option(
+    "--namesrv",
+    "-n",
+    default="127.0.0.1:9876",
+    show_default=True,
+    help="name server HOST:PORT[;HOST:PORT]",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
+
+
+def _admin(namesrv: str) -> Any:
+    from .client._admin import AdminClient
+
+    return AdminClient(namesrv)
+
+
+def _failures(fn: F) -> F:
+    """Turn the client's errors into a message on standard error and exit status 1."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from .client import ClientError
+        from .remoting import RemotingError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ClientError, RemotingError, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+    return run  # type: ignore[return-value]
+
+
+def _console() -> Any:
+    import shutil
+
+    from rich.console import Console
+
+    return Console(soft_wrap=False, width=max(120, shutil.get_terminal_size().columns))
+
+
+def _table(title: str, columns: list[tuple[str, str]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for name, justify in columns:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    return table
+
+
+def _time(ms: int) -> str:
+    if ms <= 0:
+        return "N/A"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _dump(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+# ---- topic ----------------------------------------------------------------------------------
+
+
+@click.group("topic")
+def topic_group() -> None:
+    """Create, list and delete topics (mqadmin updateTopic / topicList / deleteTopic)."""
+
+
+@topic_group.command("create")
+@namesrv_option
+@click.option("--topic", "-t", required=True)
+@click.option(
+    "--queues", type=click.IntRange(0), default=8, show_default=True, help="read and write queues"
+)
+@click.option(
+    "--read-queues", type=click.IntRange(0), default=None, help="read queues (default --queues)"
+)
+@click.option(
+    "--write-queues", type=click.IntRange(0), default=None, help="write queues (default --queues)"
+)
+@click.option(
+    "--perm", type=click.IntRange(0, 15), default=6, show_default=True, help="2: W, 4: R, 6: RW"
+)
+@click.option("--order", is_flag=True, help="an ordered topic")
+@click.option("--cluster", "-c", default=None, help="create on every master of this cluster")
+@click.option("--broker", "-b", default=None, help="create on this broker HOST:PORT only")
+@_failures
+def topic_create(
+    namesrv: str,
+    topic: str,
+    queues: int,
+    read_queues: int | None,
+    write_queues: int | None,
+    perm: int,
+    order: bool,
+    cluster: str | None,
+    broker: str | None,
+) -> None:
+    """Create or update a topic on one broker, or on every master of a cluster (every master
+    the name server knows when neither --cluster nor --broker is given)."""
+    if cluster and broker:
+        raise click.UsageError("give --cluster or --broker, not both")
+    with _admin(namesrv) as admin:
+        targets = [broker] if broker else sorted(admin.masters(cluster).values())
+        if not targets:
+            raise click.ClickException("no master broker to create the topic on")
+        for addr in targets:
+            admin.create_topic(
+                addr,
+                topic,
+                read_queue_nums=queues if read_queues is None else read_queues,
+                write_queue_nums=queues if write_queues is None else write_queues,
+                perm=perm,
+                order=order,
+            )
+            click.echo(f"create topic to {addr} success.")
+
+
+@topic_group.command("list")
+@namesrv_option
+@json_option
+@_failures
+def topic_list(namesrv: str, as_json: bool) -> None:
+    """Every topic the name server has a route for."""
+    with _admin(namesrv) as admin:
+        topics = sorted(admin.topic_list())
+    if as_json:
+        _dump(topics)
+    else:
+        for topic in topics:
+            click.echo(topic)
+
+
+@topic_group.command("route")
+@namesrv_option
+@click.option("--topic", "-t", required=True)
+@json_option
+@_failures
+def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
+    """A topic's route: its queues on each broker group and the groups' addresses."""
+    with _admin(namesrv) as admin:
+        route = admin.route(topic)
+    if route is None:
+        raise click.ClickException(f"no route for topic {topic}")
+    rows = []
+    for qd in sorted(route.queue_data, key=lambda q: q["brokerName"]):
+        name = qd["brokerName"]
+        rows.append(
+            {
+                "broker_name": name,
+                "addresses": {str(k): v for k, v in sorted(route.brokers.get(name, {}).items())},
+                "read_queues": int(qd.get("readQueueNums", 0)),
+                "write_queues": int(qd.get("writeQueueNums", 0)),
+                "perm": int(qd.get("perm", 0)),
+            }
+        )
+    if as_json:
+        _dump({"topic": topic, "brokers": rows})
+        return
+    table = _table(
+        f"route of {topic}",
+        [
+            ("Broker Name", "left"),
+            ("Addresses", "left"),
+            ("Read", "right"),
+            ("Write", "right"),
+            ("Perm", "right"),
+        ],
+    )
+    for row in rows:
+        addrs = ", ".join(f"{k}={v}" for k, v in row["addresses"].items())
+        table.add_row(
+            row["broker_name"],
+            addrs,
+            str(row["read_queues"]),
+            str(row["write_queues"]),
+            str(row["perm"]),
+        )
+    _console().print(table)
+
+
+@topic_group.command("delete")
+@namesrv_option
+@click.option("--topic", "-t", required=True)
+@click.option(
+    "--cluster",
+    "-c",
+    default=None,
+    help="delete from this cluster (default: every broker of the topic's route)",
+)
+@_failures
+def topic_delete(namesrv: str, topic: str, cluster: str | None) -> None:
+    """Delete a topic from the masters of a cluster, then from the name servers."""
+    with _admin(namesrv) as admin:
+        if cluster:
+            targets = sorted(admin.masters(cluster).values())
+        else:
+            route = admin.route(topic)
+            names = set(route.brokers) if route is not None else set()
+            targets = sorted(a for n, a in admin.masters().items() if n in names)
+        for addr in targets:
+            admin.delete_topic_in_broker(addr, topic)
+        where = f"cluster [{cluster}]" if cluster else f"{len(targets)} broker(s)"
+        click.echo(f"delete topic [{topic}] from {where} success.")
+        admin.delete_topic_in_namesrv(topic, cluster)
+        click.echo(f"delete topic [{topic}] from NameServer success.")
+
+
+# ---- cluster --------------------------------------------------------------------------------
+
+
+@click.group("cluster")
+def cluster_group() -> None:
+    """The brokers the name servers know (mqadmin clusterList)."""
+
+
+@cluster_group.command("list")
+@namesrv_option
+@click.option("--cluster", "-c", default=None, help="only this cluster")
+@click.option("--no-stats", is_flag=True, help="do not ask each broker for its runtime info")
+@json_option
+@_failures
+def cluster_list(namesrv: str, cluster: str | None, no_stats: bool, as_json: bool) -> None:
+    """Every broker: cluster, broker name, id, address, and (from the broker) version and
+    put / get TPS."""
+    from .client import ClientError
+    from .remoting import RemotingError
+
+    rows: list[dict[str, Any]] = []
+    with _admin(namesrv) as admin:
+        for b in admin.brokers(cluster):
+            row: dict[str, Any] = {
+                "cluster": b.cluster,
+                "broker_name": b.broker_name,
+                "broker_id": b.broker_id,
+                "address": b.address,
+            }
+            if not no_stats:
+                try:
+                    info = admin.runtime_info(b.address)
+                except (ClientError, RemotingError, ValueError) as exc:
+                    row["error"] = str(exc)
+                else:
+                    row["version"] = info.get("brokerVersionDesc", "")
+                    row["put_tps"] = _first_float(info.get("putTps", ""))
+                    row["get_transferred_tps"] = _first_float(info.get("getTransferedTps", ""))
+                    row["commit_log_max_offset"] = int(info.get("commitLogMaxOffset", 0) or 0)
+            rows.append(row)
+    if as_json:
+        _dump(rows)
+        return
+    columns = [("Cluster", "left"), ("Broker Name", "left"), ("BID", "right"), ("Addr", "left")]
+    if not no_stats:
+        columns += [("Version", "left"), ("InTPS", "right"), ("OutTPS", "right")]
+    table = _table("brokers", columns)
+    for row in rows:
+        cells = [row["cluster"], row["broker_name"], str(row["broker_id"]), row["address"]]
+        if not no_stats:
+            if "error" in row:
+                cells += ["unreachable", "-", "-"]
+            else:
+                cells += [
+                    row["version"],
+                    f"{row['put_tps']:.2f}",
+                    f"{row['get_transferred_tps']:.2f}",
+                ]
+        table.add_row(*cells)
+    _console().print(table)
+
+
+def _first_float(text: str) -> float:
+    try:
+        return float(text.split()[0])
+    except (IndexError, ValueError):
+        return 0.0
+
+
+# ---- consumer -------------------------------------------------------------------------------
+
+
+@click.group("consumer")
+def consumer_group() -> None:
+    """Consumer groups (mqadmin consumerProgress)."""
+
+
+@consumer_group.command("progress")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@click.option("--topic", "-t", default=None, help="only this topic")
+@json_option
+@_failures
+def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool) -> None:
+    """A group's progress on each queue: broker offset, consumer offset, lag, last time."""
+    with _admin(namesrv) as admin:
+        stats = admin.examine_consume_stats(group, topic)
+    if not stats.offset_table:
+        raise click.ClickException(
+            f"no consume stats for group {group}: it has no offsets on any broker "
+            "(maybe it has not consumed anything)"
+        )
+    queues = [
+        {
+            "topic": mq.topic,
+            "broker_name": mq.broker_name,
+            "queue_id": mq.queue_id,
+            "broker_offset": w.broker_offset,
+            "consumer_offset": w.consumer_offset,
+            "lag": w.lag,
+            "last_timestamp": w.last_timestamp,
+        }
+        for mq, w in sorted(stats.offset_table.items())
+    ]
+    if as_json:
+        _dump(
+            {
+                "group": group,
+                "consume_tps": stats.consume_tps,
+                "total_lag": stats.total_lag(),
+                "queues": queues,
+            }
+        )
+        return
+    table = _table(
+        f"consumer group {group}",
+        [
+            ("Topic", "left"),
+            ("Broker Name", "left"),
+            ("QID", "right"),
+            ("Broker Offset", "right"),
+            ("Consumer Offset", "right"),
+            ("Lag", "right"),
+            ("Last Time", "left"),
+        ],
+    )
+    for q in queues:
+        table.add_row(
+            q["topic"],
+            q["broker_name"],
+            str(q["queue_id"]),
+            str(q["broker_offset"]),
+            str(q["consumer_offset"]),
+            str(q["lag"]),
+            _time(q["last_timestamp"]),
+        )
+    console = _console()
+    console.print(table)
+    console.print(f"Consume TPS: {stats.consume_tps:.2f}")
+    console.print(f"Total lag: {stats.total_lag()}")
+
+
+# ---- message --------------------------------------------------------------------------------
+
+
+@click.group("message")
+def message_group() -> None:
+    """Find messages by key or by id (mqadmin queryMsgByKey / queryMsgById)."""
+
+
+def _message_doc(m: Any) -> dict[str, Any]:
+    return {
+        "offset_msg_id": m.msg_id,
+        "msg_id": m.properties.get("UNIQ_KEY", ""),
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commitlog_offset": m.commitlog_offset,
+        "tags": m.tags,
+        "keys": list(m.keys),
+        "store_timestamp": m.store_timestamp,
+        "born_timestamp": m.born_timestamp,
+        "store_host": _host(m.store_host),
+        "reconsume_times": m.reconsume_times,
+        "properties": dict(m.properties),
+        "body": m.body.decode("utf-8", "replace"),
+    }
+
+
+def _host(raw: Any) -> str:
+    from .store._record import unpack_host
+
+    if isinstance(raw, bytes | bytearray | memoryview) and len(raw) in (8, 20):
+        return unpack_host(bytes(raw))
+    return str(raw)
+
+
+@message_group.command("query")
+@namesrv_option
+@click.option("--topic", "-t", required=True)
+@click.option("--key", "-k", required=True, help="a message key (or, with --unique, a msg id)")
+@click.option("--unique", is_flag=True, help="KEY is the client's message id (UNIQ_KEY)")
+@click.option("--max", "max_num", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--begin", type=int, default=0, help="store time from (ms)")
+@click.option("--end", type=int, default=2**63 - 1, help="store time to (ms)")
+@json_option
+@_failures
+def message_query(
+    namesrv: str,
+    topic: str,
+    key: str,
+    unique: bool,
+    max_num: int,
+    begin: int,
+    end: int,
+    as_json: bool,
+) -> None:
+    """Messages of a topic by key, from every broker of its route."""
+    with _admin(namesrv) as admin:
+        msgs = admin.query_message(
+            topic, key, max_num=max_num, begin=begin, end=end, unique_key=unique
+        )
+    if as_json:
+        _dump([_message_doc(m) for m in msgs])
+        return
+    if not msgs:
+        raise click.ClickException(f"no message of topic {topic} with key {key}")
+    table = _table(
+        f"messages of {topic} with key {key}",
+        [
+            ("Offset Message ID", "left"),
+            ("QID", "right"),
+            ("Offset", "right"),
+            ("Tags", "left"),
+            ("Keys", "left"),
+            ("Store Time", "left"),
+            ("Body", "left"),
+        ],
+    )
+    for m in msgs:
+        body = m.body.decode("utf-8", "replace")
+        table.add_row(
+            m.msg_id,
+            str(m.queue_id),
+            str(m.queue_offset),
+            m.tags or "",
+            " ".join(m.keys),
+            _time(m.store_timestamp),
+            body if len(body) <= 60 else body[:57] + "...",
+        )
+    _console().print(table)
+
+
+@message_group.command("view")
+@click.option(
+    "--broker", "-b", default=None, help="broker HOST:PORT (default: the store address in the id)"
+)
+@click.option("--offset-msg-id", "-i", required=True, help="the offset message id")
+@json_option
+@_failures
+def message_view(broker: str | None, offset_msg_id: str, as_json: bool) -> None:
+    """One message by its offset message id (store address + commit-log offset)."""
+    from .client._admin import AdminClient
+
+    with AdminClient() as admin:
+        msg = admin.view_message(offset_msg_id, broker)
+    doc = _message_doc(msg)
+    if as_json:
+        _dump(doc)
+        return
+    width = max(len(k) for k in doc)
+    for k, v in doc.items():
+        click.echo(f"{k:<{width}}  {v}")
+
+
+COMMANDS = [topic_group, cluster_group, consumer_group, message_group]

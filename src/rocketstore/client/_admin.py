@@ -1,0 +1,280 @@
+"""A blocking administration client (what RocketMQ's DefaultMQAdminExt does for mqadmin's topic,
+cluster, consumer and message commands): name-server lookups, topic creation and deletion on
+brokers, consumer progress, broker runtime information, messages by key and by id.
+
+Any thread (calls are serialised by the underlying RemotingClient).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..broker._admin_bodies import ConsumeStats, decode_kv_table
+from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
+from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from ..store._record import MessageExt, decode_msg_id
+from ._consumer import decode_records
+from ._route import ClientError, RouteCache, TopicRoute
+
+DEFAULT_TOPIC = "TBW102"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+MAX_TIMESTAMP = 2**63 - 1
+GET_BROKER_CONFIG = 26
+PERM_READ_WRITE = 6
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """One broker of the cluster info: its cluster, group name, id (0 = master) and address."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+
+
+class AdminClient:
+    """Administration over the remoting protocol. ``namesrv`` is ``host:port[;host:port]``;
+    without one, only the calls to a named broker work (the others raise ValueError)."""
+
+    def __init__(self, namesrv: str = "", *, timeout: float = 5.0) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+        self.client = RemotingClient(timeout=timeout)
+        self._routes = (
+            RouteCache(self.client, self.namesrv_addrs, ttl_s=0.0) if self.namesrv_addrs else None
+        )
+
+    @property
+    def routes(self) -> RouteCache:
+        if self._routes is None:
+            raise ValueError("no name server address")
+        return self._routes
+
+    # ---- calls ------------------------------------------------------------------------------
+
+    def _namesrv(self, code: int, ext: dict[str, str] | None = None) -> RemotingCommand:
+        """The first name server that answers (ClientError unless it answers SUCCESS)."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                r = self.client.invoke(addr, RemotingCommand.request(code, ext or {}))
+            except RemotingError as exc:
+                last = exc
+                continue
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+            return r
+        raise RemotingError(f"no name server answered: {last}")
+
+    def call(
+        self, addr: str, code: int, ext: dict[str, str] | None = None, *, ok: Iterable[int] = ()
+    ) -> RemotingCommand:
+        """A request to a broker; ClientError unless it answers SUCCESS or a code in ``ok``."""
+        r = self.client.invoke(addr, RemotingCommand.request(code, ext or {}))
+        if r.code != ResponseCode.SUCCESS and r.code not in set(ok):
+            raise ClientError(r.code, r.remark)
+        return r
+
+    # ---- name server ------------------------------------------------------------------------
+
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo.decode(self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+
+    def brokers(self, cluster: str | None = None) -> list[BrokerAddress]:
+        """Every broker the name server knows (of ``cluster`` only, when given), ordered by
+        cluster, name and id. ClientError when ``cluster`` is unknown."""
+        info = self.cluster_info()
+        if cluster is not None and cluster not in info.cluster_addr_table:
+            raise ClientError(ResponseCode.SYSTEM_ERROR, f"no cluster named {cluster!r}")
+        out: list[BrokerAddress] = []
+        for name_of_cluster in sorted(info.cluster_addr_table):
+            if cluster is not None and name_of_cluster != cluster:
+                continue
+            for broker_name in sorted(set(info.cluster_addr_table[name_of_cluster])):
+                data = info.broker_addr_table.get(broker_name)
+                if data is None:
+                    continue
+                for broker_id in sorted(data.broker_addrs):
+                    out.append(
+                        BrokerAddress(
+                            name_of_cluster, broker_name, broker_id, data.broker_addrs[broker_id]
+                        )
+                    )
+        return out
+
+    def masters(self, cluster: str | None = None) -> dict[str, str]:
+        """Broker name → master address, of ``cluster`` or of every cluster."""
+        return {b.broker_name: b.address for b in self.brokers(cluster) if b.broker_id == MASTER_ID}
+
+    def topic_list(self) -> list[str]:
+        body = self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body
+        return decode_topic_list(body)
+
+    def route(self, topic: str) -> TopicRoute | None:
+        """The topic's route, or None when the name server has none."""
+        return self.routes.get(topic, refresh=True, allow_missing=True)
+
+    def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
+        """DELETE_TOPIC_IN_NAMESRV on every name server (each must answer)."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        ext = {"topic": topic}
+        if cluster:
+            ext["clusterName"] = cluster
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(addr, RemotingCommand.request(216, ext))
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+
+    # ---- topics on brokers ------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        addr: str,
+        topic: str,
+        *,
+        read_queue_nums: int = 8,
+        write_queue_nums: int = 8,
+        perm: int = PERM_READ_WRITE,
+        order: bool = False,
+        topic_sys_flag: int = 0,
+        topic_filter_type: str = "SINGLE_TAG",
+    ) -> None:
+        """UPDATE_AND_CREATE_TOPIC on the broker at ``addr``."""
+        self.call(
+            addr,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": topic,
+                "defaultTopic": DEFAULT_TOPIC,
+                "readQueueNums": str(read_queue_nums),
+                "writeQueueNums": str(write_queue_nums),
+                "perm": str(perm),
+                "topicFilterType": topic_filter_type,
+                "topicSysFlag": str(topic_sys_flag),
+                "order": "true" if order else "false",
+            },
+        )
+
+    def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        self.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+
+    def topic_configs(self, addr: str) -> dict[str, dict[str, object]]:
+        """GET_ALL_TOPIC_CONFIG: topic → its TopicConfig JSON object."""
+        from ..remoting import _fastjson
+
+        doc = _fastjson.loads(bytes(self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG).body))
+        table = doc.get("topicConfigTable") or {}
+        return {str(k): dict(v) for k, v in table.items()}
+
+    # ---- brokers ----------------------------------------------------------------------------
+
+    def runtime_info(self, addr: str) -> dict[str, str]:
+        return decode_kv_table(self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO).body)
+
+    def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's settings (``key=value`` lines)."""
+        text = bytes(self.call(addr, GET_BROKER_CONFIG).body).decode("utf-8")
+        out: dict[str, str] = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key] = value
+        return out
+
+    # ---- consumer progress ------------------------------------------------------------------
+
+    def consume_stats(self, addr: str, group: str, topic: str | None = None) -> ConsumeStats:
+        ext = {"consumerGroup": group}
+        if topic:
+            ext["topic"] = topic
+        return ConsumeStats.decode(self.call(addr, RequestCode.GET_CONSUME_STATS, ext).body)
+
+    def group_brokers(self, group: str, topic: str | None = None) -> dict[str, str]:
+        """Broker name → address of the brokers that serve the group's retry topic (and
+        ``topic``); every master when neither has a route."""
+        out: dict[str, str] = {}
+        for name in (RETRY_GROUP_TOPIC_PREFIX + group, topic):
+            route = self.route(name) if name else None
+            if route is None:
+                continue
+            for broker_name in route.brokers:
+                addr = route.address(broker_name)
+                if addr is not None:
+                    out[broker_name] = addr
+        return out or self.masters()
+
+    def examine_consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """The group's progress from every broker of :meth:`group_brokers`, merged."""
+        result = ConsumeStats()
+        for addr in self.group_brokers(group, topic).values():
+            result.merge(self.consume_stats(addr, group, topic))
+        return result
+
+    # ---- messages ---------------------------------------------------------------------------
+
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = 32,
+        begin: int = 0,
+        end: int = MAX_TIMESTAMP,
+        unique_key: bool = False,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS (or, with ``unique_key``, client message id) is
+        ``key``, from every broker of the topic's route (by name), ordered by store time."""
+        route = self.route(topic)
+        if route is None:
+            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": str(begin),
+            "endTimestamp": str(end),
+            UNIQUE_MSG_QUERY_FLAG: "true" if unique_key else "false",
+        }
+        found: list[MessageExt] = []
+        for broker_name in sorted(route.brokers):
+            addr = route.address(broker_name)
+            if addr is None:
+                continue
+            r = self.call(addr, RequestCode.QUERY_MESSAGE, ext, ok=(ResponseCode.QUERY_NOT_FOUND,))
+            if r.code != ResponseCode.SUCCESS:
+                continue
+            for msg in decode_records(r.body):
+                if msg.topic != topic:
+                    continue
+                props = msg.properties
+                if unique_key:
+                    if props.get("UNIQ_KEY") == key:
+                        found.append(msg)
+                elif key in msg.keys:
+                    found.append(msg)
+        # stable: within one store time, brokers by name and each broker's own order
+        return sorted(found, key=lambda m: m.store_timestamp)
+
+    def view_message(self, offset_msg_id: str, addr: str | None = None) -> MessageExt:
+        """The message with that offset message id, from ``addr`` or the store address the id
+        names. ValueError for an id that does not decode."""
+        host, phys_offset = decode_msg_id(offset_msg_id)
+        r = self.call(addr or host, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phys_offset)})
+        msgs = decode_records(r.body)
+        if len(msgs) != 1:
+            raise ClientError(ResponseCode.SYSTEM_ERROR, f"{len(msgs)} records in the answer")
+        return msgs[0]
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
