@@ -1,5 +1,27 @@
-"""RocketMQ 5.x's gRPC front end (``apache.rocketmq.v2.MessagingService``).
+"""RocketMQ 5.x's gRPC front end (``apache.rocketmq.v2.MessagingService``) over the broker.
+
+``GrpcFrontEnd`` serves the official 5.x clients from a running ``BrokerController``: routes,
+client settings (Telemetry), sends, pop-style receives with invisibility and receipt handles,
+acks, dead letters, and offset-based pulls, on the same topics, consumer offsets and DLQs as the
+remoting front end; optional ACL (``MQv2-HMAC-SHA1`` signatures) and TLS. ``attach_grpc``
+builds one for a broker.
 
 ``proto/`` holds the protocol definitions; ``_pb`` the Python modules generated from them by
 ``scripts/gen_grpc.sh`` (checked in, not edited by hand).
 """
+
+from ._acl import load_credentials as load_credentials
+from ._acl import parse_credentials as parse_credentials
+from ._config import DEFAULT_GRPC_PORT as DEFAULT_GRPC_PORT
+from ._config import GrpcConfig as GrpcConfig
+from ._server import GrpcFrontEnd as GrpcFrontEnd
+from ._server import attach_grpc as attach_grpc
+
+__all__ = [
+    "DEFAULT_GRPC_PORT",
+    "GrpcConfig",
+    "GrpcFrontEnd",
+    "attach_grpc",
+    "load_credentials",
+    "parse_credentials",
+]

@@ -1,0 +1,63 @@
+"""Checks of names and durations in v2 requests, each raising GrpcError with the status code the
+protocol gives for it (ILLEGAL_TOPIC, ILLEGAL_CONSUMER_GROUP, ILLEGAL_INVISIBLE_TIME, ...).
+
+Any thread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..broker._errors import InvalidTopicError
+from ..broker._subscription_group import is_system_group
+from ..broker._topic_config import validate_topic
+from ._convert import Code, GrpcError
+
+if TYPE_CHECKING:
+    from ..broker._topic_config import TopicConfigManager
+    from ._pb import definition_pb2 as pb
+
+GROUP_MAX_LENGTH = 255
+_GROUP_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def check_topic(resource: pb.Resource, topics: TopicConfigManager) -> str:
+    """The topic named by ``resource``; ILLEGAL_TOPIC for a bad name or a system topic."""
+    name = resource.name
+    try:
+        validate_topic(name)
+    except InvalidTopicError as exc:
+        raise GrpcError(Code.ILLEGAL_TOPIC, str(exc)) from None
+    if topics.is_system_topic(name):
+        raise GrpcError(Code.ILLEGAL_TOPIC, f"cannot access system topic {name}")
+    return name
+
+
+def check_group(resource: pb.Resource) -> str:
+    """The consumer group named by ``resource``; ILLEGAL_CONSUMER_GROUP for a blank, too long
+    or badly spelled name, or a system group."""
+    name = resource.name
+    if not name or not name.strip():
+        raise GrpcError(Code.ILLEGAL_CONSUMER_GROUP, "the consumer group is blank")
+    if len(name) > GROUP_MAX_LENGTH:
+        raise GrpcError(
+            Code.ILLEGAL_CONSUMER_GROUP, f"the consumer group is longer than {GROUP_MAX_LENGTH}"
+        )
+    if not _GROUP_CHARS.issuperset(name):
+        raise GrpcError(
+            Code.ILLEGAL_CONSUMER_GROUP,
+            f"the consumer group {name!r} contains illegal characters, allowing only "
+            "^[%|a-zA-Z0-9_-]+$",
+        )
+    if is_system_group(name):
+        raise GrpcError(Code.ILLEGAL_CONSUMER_GROUP, f"cannot use system consumer group {name}")
+    return name
+
+
+def check_invisible(ms: int, low: int, high: int) -> int:
+    """``ms`` when within [low, high], else ILLEGAL_INVISIBLE_TIME."""
+    if ms < low:
+        raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time is too small, min {low}")
+    if ms > high:
+        raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time is too large, max {high}")
+    return ms

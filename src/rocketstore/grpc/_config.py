@@ -1,0 +1,97 @@
+"""The gRPC front end's settings: where it listens, ACL and TLS, and the limits it applies to
+clients (RocketMQ 5.x proxy's defaults unless noted). Frozen; validated at construction."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ..store._errors import StoreConfigError
+
+DEFAULT_GRPC_PORT = 8081
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcConfig:
+    """Settings of one :class:`~rocketstore.grpc.GrpcFrontEnd`.
+
+    ``credentials`` (access key → secret key) turns the ACL on: every request must carry a
+    valid ``authorization`` header (None: off). ``tls_cert`` / ``tls_key`` (PEM files, both or
+    neither) serve TLS instead of plaintext. ``advertised_host`` is the host put into routes when
+    a client's QueryRoute names no endpoints ("" → the broker's advertised host).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_GRPC_PORT
+    advertised_host: str = ""
+    credentials: Mapping[str, str] | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # ReceiveMessage: invisible durations a client may ask for (proxy: 10 s .. 12 h)
+    min_invisible_ms: int = 10_000
+    max_invisible_ms: int = 12 * 3_600_000
+    # the invisible time of a push consumer's auto-renewed receive (no duration in the request)
+    default_invisible_ms: int = 60_000
+    # long polling: the longest poll, and how long before the client's deadline it is answered
+    max_long_polling_ms: int = 20_000
+    long_polling_reserve_ms: int = 200
+    # how often a waiting receive looks again for messages whose invisible time ran out that it
+    # was not told about (handed out before a restart, or by another front end)
+    pop_recheck_ms: int = 2_000
+    # told to consumers in Settings; the largest batch a receive or pull returns
+    receive_batch_size: int = 32
+    max_batch_size: int = 1024
+    # delivery timestamps further ahead than this are refused (ILLEGAL_DELIVERY_TIME)
+    max_delay_ms: int = 86_400_000
+    # user properties (count, and bytes of keys, values, tag and keys together)
+    max_user_properties: int = 128
+    max_user_property_size: int = 16 * 1024
+    max_message_group_size: int = 64
+    # pop state: written every this often (the at-least-once window after a crash)
+    pop_persist_interval_ms: int = 1_000
+    # an unanswered DLQ put keeps its message invisible this long before it is offered again
+    dead_letter_retry_ms: int = 30_000
+    # graceful stop: in-flight RPCs get this long to finish
+    shutdown_grace_s: float = 1.0
+    extra_options: tuple[tuple[str, int | str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise StoreConfigError(f"gRPC port out of range: {self.port}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise StoreConfigError("TLS needs both a certificate and a key file")
+        for name in (
+            "max_invisible_ms",
+            "default_invisible_ms",
+            "max_long_polling_ms",
+            "pop_recheck_ms",
+            "receive_batch_size",
+            "max_batch_size",
+            "max_delay_ms",
+            "pop_persist_interval_ms",
+            "dead_letter_retry_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise StoreConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.min_invisible_ms < 0 or self.min_invisible_ms > self.max_invisible_ms:
+            raise StoreConfigError("min_invisible_ms must be within 0 .. max_invisible_ms")
+        if self.credentials is not None:
+            creds = dict(self.credentials)
+            for ak, sk in creds.items():
+                if not ak or not sk:
+                    raise StoreConfigError("ACL access and secret keys must not be empty")
+            object.__setattr__(self, "credentials", MappingProxyType(creds))
+
+    @property
+    def acl_enabled(self) -> bool:
+        return self.credentials is not None
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert is not None
+
+    def replace(self, **changes: object) -> GrpcConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,466 @@
+"""Pop consumption for v2 clients: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
+ForwardMessageToDeadLetterQueue over the broker's :class:`~rocketstore.broker._pop.PopState`.
+
+A receive takes messages from every readable queue of the topic on this broker (as RocketMQ's
+proxy pops with queue id -1; the queue a client names only picks the broker), starting at a
+queue that turns with each receive so queues are served fairly. Per queue, PopState hands out
+first the messages whose invisible time ran out (delivery attempt + 1), then new ones read from
+the consume queue through the group's tag filter, each invisible to the rest of the group
+until acked, extended or expired. A message that already had the group's max delivery attempts
+(``retryMaxTimes`` + 1) is put into ``%DLQ%<group>`` instead and acked once stored.
+
+A receive that finds nothing waits (long polling) until the earliest of: a message arriving
+in one of the topic's queues (the broker's long-poll holds), the invisible time of a message of
+the group running out, a change of invisibility in the group, the recheck interval, or the
+end of the poll; then it looks again. The poll is the client's ``long_polling_timeout`` (or
+its deadline less half its request timeout), at most ``max_long_polling_ms``, and always ends
+``long_polling_reserve_ms`` before the client's deadline.
+
+A group's first receive from a queue starts at its committed consumer offset; without one at
+the queue's first message while that is still in memory (the queue was never cleaned),
+else at its end, as RocketMQ's pop does. The group's pop progress is committed as its consumer
+offset by the front end (see ``_server``), so GetOffset and the remoting front end see it.
+
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..broker._pop import InvalidReceiptHandleError, PopState, ReadBatch, Receipt
+from ..broker._topic_config import PERM_READ, PERM_WRITE, dlq_topic
+from ..store._clock import Clock
+from ..store._errors import CorruptRecordError, StoreError
+from ..store._filter import TagFilter
+from ..store._message import GetMessageStatus
+from ..store._record import MessageExt
+from ._checks import check_group, check_invisible, check_topic
+from ._config import GrpcConfig
+from ._convert import Code, GrpcError, copy_for_dead_letter
+from ._pb import definition_pb2 as pb
+from ._pb import service_pb2 as spb
+
+if TYPE_CHECKING:
+    from ..broker._controller import BrokerController
+    from ..broker._subscription_group import SubscriptionGroupConfig
+
+log = logging.getLogger(__name__)
+
+S = GetMessageStatus
+DLQ_QUEUE_NUMS = 1
+# a message that could not be written to its consumer comes back this soon
+NACK_INVISIBLE_MS = 1_000
+_STAY = (S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE, S.OFFSET_OVERFLOW_ONE)
+
+Delivery = tuple[MessageExt, Receipt]
+
+
+def tag_filter_of(expression: pb.FilterExpression) -> TagFilter:
+    """The tag filter of a v2 filter expression (``A || B``, ``*`` or empty);
+    ILLEGAL_FILTER_EXPRESSION for SQL92, which this broker does not evaluate."""
+    if expression.type == pb.SQL:
+        raise GrpcError(
+            Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filter expressions are not supported"
+        )
+    if expression.type not in (pb.TAG, pb.FILTER_TYPE_UNSPECIFIED):
+        raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, f"unknown filter type {expression.type}")
+    return TagFilter(expression.expression or "*")
+
+
+class PopService:
+    def __init__(
+        self, broker: BrokerController, config: GrpcConfig, clock: Clock, pop: PopState
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.clock = clock
+        self.pop = pop
+        self._turns: dict[tuple[str, str], itertools.count[int]] = {}
+        # (group, topic) → heap of invisibility deadlines (epoch ms) handed out here
+        self._deadlines: dict[tuple[str, str], list[int]] = {}
+        # (group, topic) → events of the receives waiting on it
+        self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
+        self._tasks: set[asyncio.Task[bool]] = set()
+        self._closing = False
+        self._filters: dict[str, TagFilter] = {}
+
+    # ---- checks ------------------------------------------------------------------------------
+
+    def _group_config(self, group: str) -> SubscriptionGroupConfig:
+        config = self.broker.groups.find_or_create(group)
+        if config is None:
+            raise GrpcError(
+                Code.CONSUMER_GROUP_NOT_FOUND, f"subscription group [{group}] does not exist"
+            )
+        if not config.consume_enable:
+            raise GrpcError(Code.FORBIDDEN, f"consumer group {group} may not consume")
+        return config
+
+    def _readable_queues(self, topic: str) -> list[int]:
+        config = self.broker.topics.select(topic)
+        if config is None:
+            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
+        if not config.perm & PERM_READ or not self.broker.config.broker_permission & PERM_READ:
+            raise GrpcError(Code.FORBIDDEN, f"the topic[{topic}] pulling message is forbidden")
+        return list(range(config.read_queue_nums))
+
+    # ---- ReceiveMessage ----------------------------------------------------------------------
+
+    async def receive(
+        self, request: spb.ReceiveMessageRequest, remaining_s: float | None
+    ) -> list[Delivery]:
+        """Messages for a ReceiveMessage, after a long poll when there are none yet (then the
+        list is empty: MESSAGE_NOT_FOUND). GrpcError for a refused request."""
+        cfg = self.config
+        group = check_group(request.group)
+        topic = check_topic(request.message_queue.topic, self.broker.topics)
+        group_config = self._group_config(group)
+        queues = self._readable_queues(topic)
+        tag_filter = tag_filter_of(request.filter_expression)
+        batch = request.batch_size
+        if batch <= 0:
+            raise GrpcError(Code.BAD_REQUEST, f"batch size must be positive, not {batch}")
+        batch = min(batch, cfg.max_batch_size)
+        if request.HasField("invisible_duration"):
+            invisible_ms = check_invisible(
+                request.invisible_duration.ToMilliseconds(),
+                cfg.min_invisible_ms,
+                cfg.max_invisible_ms,
+            )
+        elif request.auto_renew:
+            invisible_ms = cfg.default_invisible_ms
+        else:
+            raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, "no invisible duration")
+        poll_ms = self._polling_ms(request, remaining_s)
+        if not queues:
+            return []
+        return await self._pop_wait(
+            group,
+            topic,
+            queues,
+            batch,
+            invisible_ms,
+            None if tag_filter.matches_all else tag_filter,
+            group_config.retry_max_times + 1,
+            poll_ms,
+        )
+
+    def _polling_ms(self, request: spb.ReceiveMessageRequest, remaining_s: float | None) -> int:
+        cfg = self.config
+        if request.HasField("long_polling_timeout"):
+            poll = int(request.long_polling_timeout.ToMilliseconds())
+        elif remaining_s is not None:
+            poll = int(remaining_s * 1000) // 2
+        else:
+            poll = cfg.max_long_polling_ms
+        poll = min(max(poll, 0), cfg.max_long_polling_ms)
+        if remaining_s is not None:
+            left = int(remaining_s * 1000) - cfg.long_polling_reserve_ms
+            if left <= 0:
+                raise GrpcError(
+                    Code.ILLEGAL_POLLING_TIME,
+                    "the time left before the deadline is not enough for polling",
+                )
+            poll = min(poll, left)
+        return poll
+
+    async def _pop_wait(
+        self,
+        group: str,
+        topic: str,
+        queues: list[int],
+        batch: int,
+        invisible_ms: int,
+        tag_filter: TagFilter | None,
+        max_attempts: int,
+        poll_ms: int,
+    ) -> list[Delivery]:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + poll_ms / 1000.0
+        key = (group, topic)
+        holds = self.broker.holds
+        store = self.broker.store
+        while True:
+            attempt_ms = self.clock.now_ms()
+            # what the queues hold before the look: an arrival after it wakes the wait below
+            snapshot = [store.get_max_offset_in_queue(topic, q) for q in queues]
+            found = self._pop_once(
+                group, topic, queues, batch, invisible_ms, tag_filter, max_attempts
+            )
+            if found or self._closing:
+                return found
+            left = give_up - loop.time()
+            if left <= 0:
+                return []
+            wait = min(left, self.config.pop_recheck_ms / 1000.0)
+            deadline = self._next_deadline(key, attempt_ms)
+            if deadline is not None:
+                wait = min(wait, max(0.0, (deadline - self.clock.now_ms()) / 1000.0) + 0.001)
+            event = asyncio.Event()
+            waiters = self._waiters.setdefault(key, set())
+            waiters.add(event)
+            held = [
+                holds.hold(topic, q, snapshot[i], wait, event.set) for i, q in enumerate(queues)
+            ]
+            try:
+                await asyncio.wait_for(event.wait(), wait)
+            except TimeoutError:
+                pass
+            finally:
+                for h in held:
+                    h.cancel()
+                waiters.discard(event)
+                if not waiters:
+                    self._waiters.pop(key, None)
+
+    def _pop_once(
+        self,
+        group: str,
+        topic: str,
+        queues: list[int],
+        batch: int,
+        invisible_ms: int,
+        tag_filter: TagFilter | None,
+        max_attempts: int,
+    ) -> list[Delivery]:
+        out: list[Delivery] = []
+        turn = self._turns.get((group, topic))
+        if turn is None:
+            turn = self._turns[(group, topic)] = itertools.count()
+        start = next(turn)
+        n = len(queues)
+        store = self.broker.store
+        for i in range(n):
+            if len(out) >= batch:
+                break
+            queue_id = queues[(start + i) % n]
+            cache: dict[int, MessageExt] = {}
+            try:
+                received = self.pop.receive(
+                    group,
+                    topic,
+                    queue_id,
+                    batch - len(out),
+                    invisible_ms,
+                    read=partial(self._read, group, topic, queue_id, tag_filter, cache),
+                    start_offset=partial(self._start_offset, group, topic, queue_id),
+                    max_delivery_attempts=max_attempts,
+                )
+            except CorruptRecordError as exc:
+                log.error("receive %s of %s:%d: %s", group, topic, queue_id, exc)
+                continue
+            for receipt in received.dead_letters:
+                self._note(receipt)
+                self._spawn(self.dead_letter(receipt))
+            for receipt in received.deliveries:
+                self._note(receipt)
+                msg = cache.get(receipt.offset)
+                if msg is None:
+                    msg = store.look_message_by_offset(receipt.phys_offset)
+                if msg is None:
+                    log.warning(
+                        "%s:%d offset %d (commit log %d) is gone from the store; dropped",
+                        topic,
+                        queue_id,
+                        receipt.offset,
+                        receipt.phys_offset,
+                    )
+                    self._ack_quietly(receipt.handle)
+                    continue
+                out.append((msg, receipt))
+        return out
+
+    def _read(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        tag_filter: TagFilter | None,
+        cache: dict[int, MessageExt],
+        offset: int,
+        count: int,
+    ) -> ReadBatch:
+        """PopState's read: the matching messages from ``offset`` (kept in ``cache`` for the
+        answer) and where the next read starts."""
+        r = self.broker.store.get_message(group, topic, queue_id, offset, count, tag_filter)
+        found: list[tuple[int, int]] = []
+        for m in r.messages:
+            cache[m.queue_offset] = m
+            found.append((m.queue_offset, m.commitlog_offset))
+        nxt = r.next_begin_offset
+        if r.status in _STAY or nxt < offset:
+            nxt = offset
+        if found and nxt <= found[-1][0]:
+            nxt = found[-1][0] + 1
+        return ReadBatch(found, nxt)
+
+    def _start_offset(self, group: str, topic: str, queue_id: int) -> int:
+        committed = self.broker.offsets.query_offset(group, topic, queue_id)
+        if committed >= 0:
+            return committed
+        store = self.broker.store
+        min_offset = store.get_min_offset_in_queue(topic, queue_id)
+        max_offset = store.get_max_offset_in_queue(topic, queue_id)
+        if min_offset <= 0:
+            first = store.get_commit_log_offset_in_queue(topic, queue_id, 0)
+            memory: int = store.reader.memory
+            if store.max_phy_offset - first <= memory:
+                return 0
+        return max(0, max_offset)
+
+    def _note(self, receipt: Receipt) -> None:
+        heapq.heappush(
+            self._deadlines.setdefault((receipt.group, receipt.topic), []),
+            receipt.invisible_until_ms,
+        )
+
+    def _next_deadline(self, key: tuple[str, str], after_ms: int) -> int | None:
+        heap = self._deadlines.get(key)
+        while heap and heap[0] <= after_ms:
+            heapq.heappop(heap)
+        if not heap:
+            self._deadlines.pop(key, None)
+            return None
+        return heap[0]
+
+    def prune_deadlines(self) -> None:
+        """Drop deadlines that have passed (the front end's housekeeping)."""
+        now = self.clock.now_ms()
+        for key in list(self._deadlines):
+            self._next_deadline(key, now)
+
+    def _wake(self, key: tuple[str, str]) -> None:
+        for event in self._waiters.get(key, ()):
+            event.set()
+
+    def wake_all(self) -> None:
+        """Answer every waiting receive now (shutdown)."""
+        self._closing = True
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+
+    def nack(self, receipt: Receipt) -> None:
+        """A delivery that did not reach its consumer: visible again soon."""
+        try:
+            new = self.pop.change_invisible(receipt.handle, NACK_INVISIBLE_MS)
+        except InvalidReceiptHandleError:
+            return
+        self._note(new)
+        self._wake((new.group, new.topic))
+
+    # ---- AckMessage / ChangeInvisibleDuration ------------------------------------------------
+
+    def ack(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
+        group = check_group(request.group)
+        topic = check_topic(request.topic, self.broker.topics)
+        if not request.entries:
+            raise GrpcError(Code.BAD_REQUEST, "no entries to ack")
+        response = spb.AckMessageResponse()
+        codes: set[int] = set()
+        for entry in request.entries:
+            out = response.entries.add(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle
+            )
+            try:
+                self.pop.ack(entry.receipt_handle, group=group, topic=topic)
+            except InvalidReceiptHandleError as exc:
+                out.status.code = Code.INVALID_RECEIPT_HANDLE
+                out.status.message = str(exc)
+            else:
+                out.status.code = Code.OK
+                out.status.message = "OK"
+            codes.add(out.status.code)
+        code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
+        response.status.code = code  # type: ignore[assignment]
+        response.status.message = Code.Name(code)  # type: ignore[arg-type]
+        return response
+
+    def change_invisible(
+        self, request: spb.ChangeInvisibleDurationRequest
+    ) -> spb.ChangeInvisibleDurationResponse:
+        group = check_group(request.group)
+        topic = check_topic(request.topic, self.broker.topics)
+        ms = check_invisible(
+            request.invisible_duration.ToMilliseconds(), 0, self.config.max_invisible_ms
+        )
+        try:
+            receipt = self.pop.change_invisible(
+                request.receipt_handle, ms, group=group, topic=topic
+            )
+        except InvalidReceiptHandleError as exc:
+            raise GrpcError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        self._note(receipt)
+        self._wake((group, topic))
+        response = spb.ChangeInvisibleDurationResponse(receipt_handle=receipt.handle)
+        response.status.code = Code.OK
+        response.status.message = "OK"
+        return response
+
+    # ---- dead letters ------------------------------------------------------------------------
+
+    async def forward_to_dlq(self, request: spb.ForwardMessageToDeadLetterQueueRequest) -> None:
+        """The client gives up on a message: into %DLQ%<group> at once. GrpcError when the
+        handle is not current or the put fails (the message then comes back later)."""
+        group = check_group(request.group)
+        topic = check_topic(request.topic, self.broker.topics)
+        try:
+            receipt = self.pop.change_invisible(
+                request.receipt_handle, self.config.dead_letter_retry_ms, group=group, topic=topic
+            )
+        except InvalidReceiptHandleError as exc:
+            raise GrpcError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        self._note(receipt)
+        if not await self.dead_letter(receipt):
+            raise GrpcError(Code.INTERNAL_SERVER_ERROR, "putting the message into the DLQ failed")
+
+    async def dead_letter(self, receipt: Receipt) -> bool:
+        """Put the message of ``receipt`` into its group's DLQ and ack it; False when the put
+        failed (the message stays invisible until the handle's deadline, then is offered
+        again)."""
+        broker = self.broker
+        try:
+            msg = broker.store.look_message_by_offset(receipt.phys_offset)
+            if msg is None:
+                log.warning("dead letter %s: the message is gone from the store", receipt)
+                self._ack_quietly(receipt.handle)
+                return True
+            dlq = dlq_topic(receipt.group)
+            if broker.topics.select(dlq) is None:
+                broker.topics.create_in_send_back(dlq, DLQ_QUEUE_NUMS, PERM_WRITE, 0)
+                broker.topic_changed()
+            copy = copy_for_dead_letter(msg, receipt.group, dlq, receipt.attempt)
+            fut = broker.store.put_message_async(copy)
+            r = fut.result() if fut.done() else await asyncio.wrap_future(fut)
+        except (StoreError, ValueError) as exc:
+            log.error("dead letter %s failed: %s", receipt, exc)
+            return False
+        if not r.ok:
+            log.error("dead letter %s: put failed with %s", receipt, r.status.name)
+            return False
+        self._ack_quietly(receipt.handle)
+        return True
+
+    def _ack_quietly(self, handle: str) -> None:
+        try:
+            self.pop.ack(handle)
+        except InvalidReceiptHandleError:
+            pass
+
+    def _spawn(self, coro: Coroutine[Any, Any, bool]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Answer waiting receives and let pending dead-letter puts finish."""
+        self.wake_all()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

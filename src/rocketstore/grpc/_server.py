@@ -1,0 +1,227 @@
+"""The gRPC front end of a broker: a grpc.aio server for ``apache.rocketmq.v2.MessagingService``
+on the broker's event loop, with the pop state it serves receives from.
+
+::
+
+    GrpcFrontEnd(broker, config)      attach_grpc(broker, host, port, acl=...)
+      start()   pop state loaded from <store>/config/popState.json, server bound and started,
+                housekeeping started
+      close()   waiting receives answered, server stopped (in-flight RPCs get a grace period),
+                consumer offsets committed, pop state persisted
+
+Housekeeping, every ``pop_persist_interval_ms``: each (group, topic, queue)'s pop progress is
+committed as the group's consumer offset (what GetOffset and the remoting front end's
+QUERY_CONSUMER_OFFSET answer, and where a group starts again if the pop state were lost), and
+the pop state file is written when it changed (in a worker thread: it fsyncs).
+
+Crash window (at-least-once): what changed in the pop state since the last write is lost in a
+crash (kill -9, power loss), never a message. A message handed out in that window is handed out
+again as a first delivery, and the handle its consumer holds is refused; an ack in that window
+is forgotten, so the message comes back after its invisible time. A clean shutdown persists
+everything, and receipt handles stay valid across it. See ``broker/_pop.py``.
+
+Start and close run on the broker's event loop, after ``BrokerController.start`` and before
+``BrokerController.shutdown``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ..broker._pop import POP_STATE_FILE, PopState
+from ._clients import ClientRegistry
+from ._config import DEFAULT_GRPC_PORT, GrpcConfig
+from ._pb import service_pb2_grpc
+from ._pull import PullService
+from ._receive import PopService
+from ._send import SendService
+from ._service import MessagingService
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..broker._controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+CLIENT_EXPIRY_CHECK_S = 10.0
+# room for a body of max_message_size plus properties and framing
+_MESSAGE_OVERHEAD = 1024 * 1024
+
+
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class GrpcFrontEnd:
+    """``apache.rocketmq.v2.MessagingService`` over ``broker`` (a started BrokerController)."""
+
+    def __init__(
+        self,
+        broker: BrokerController,
+        config: GrpcConfig | None = None,
+        *,
+        pop_state_path: str | Path | None = None,
+    ) -> None:
+        self.broker = broker
+        self.config = config if config is not None else GrpcConfig()
+        self._pop_state_path = pop_state_path
+        self.pop: PopState
+        self.service: MessagingService
+        self._server: Any = None
+        self._port = 0
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._started = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port (after ``start``; the chosen one when the config asked for 0)."""
+        return self._port
+
+    @property
+    def advertised_host(self) -> str:
+        if self.config.advertised_host:
+            return self.config.advertised_host
+        if self.config.host not in ("", "0.0.0.0", "::"):
+            return self.config.host
+        return self.broker.config.advertised_host
+
+    @property
+    def address(self) -> str:
+        """``host:port`` clients connect to."""
+        return _bind_address(self.advertised_host, self._port)
+
+    async def start(self) -> None:
+        """Load the pop state, bind and start the server. Broker's loop."""
+        if self._started:
+            return
+        broker = self.broker
+        clock = broker.clock
+        path = (
+            Path(self._pop_state_path)
+            if self._pop_state_path is not None
+            else Path(broker.store_config.store_path_root_dir) / "config" / POP_STATE_FILE
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cfg = self.config
+        self.pop = await asyncio.to_thread(
+            PopState, path, clock=clock, dead_letter_retry_ms=cfg.dead_letter_retry_ms
+        )
+        clients = ClientRegistry(broker, cfg, clock)
+        pops = PopService(broker, cfg, clock, self.pop)
+        self.service = MessagingService(
+            broker,
+            cfg,
+            clients,
+            SendService(broker, cfg, clock),
+            pops,
+            PullService(broker, cfg),
+            lambda: (self.advertised_host, self._port),
+        )
+        limit = broker.store_config.max_message_size + _MESSAGE_OVERHEAD
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+            *cfg.extra_options,
+        ]
+        server = grpc.aio.server(options=options)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        bind = _bind_address(cfg.host, cfg.port)
+        if cfg.tls_cert is not None and cfg.tls_key is not None:
+            key = await asyncio.to_thread(Path(cfg.tls_key).read_bytes)
+            cert = await asyncio.to_thread(Path(cfg.tls_cert).read_bytes)
+            credentials = grpc.ssl_server_credentials([(key, cert)])
+            port = server.add_secure_port(bind, credentials)
+        else:
+            port = server.add_insecure_port(bind)
+        if not port:
+            raise OSError(f"gRPC front end: cannot bind {bind}")
+        self._port = int(port)
+        await server.start()
+        self._server = server
+        self._housekeeping = asyncio.create_task(self._housekeep(), name="grpc-housekeeping")
+        self._started = True
+        log.info(
+            "gRPC front end of broker %s listening on %s%s%s",
+            broker.config.broker_name,
+            self.address,
+            " (TLS)" if cfg.tls_enabled else "",
+            " (ACL)" if cfg.acl_enabled else "",
+        )
+
+    async def close(self) -> None:
+        """Answer waiting receives, stop the server, commit offsets, persist the pop state.
+        Broker's loop; call before the broker's shutdown."""
+        if not self._started:
+            return
+        self._started = False
+        await self.service.pops.close()
+        await self._server.stop(self.config.shutdown_grace_s)
+        task, self._housekeeping = self._housekeeping, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._commit_progress()
+        try:
+            await asyncio.to_thread(self.pop.persist)
+        except Exception:
+            log.exception("gRPC front end: persisting the pop state failed")
+        log.info("gRPC front end of broker %s stopped", self.broker.config.broker_name)
+
+    # ---- housekeeping ------------------------------------------------------------------------
+
+    def _commit_progress(self) -> None:
+        commit = self.broker.offsets.commit_offset
+        for (group, topic, queue_id), offset in self.pop.progress_table().items():
+            commit("grpc", group, topic, queue_id, offset)
+
+    async def _housekeep(self) -> None:
+        interval = self.config.pop_persist_interval_ms / 1000.0
+        loop = asyncio.get_running_loop()
+        next_expiry = loop.time() + CLIENT_EXPIRY_CHECK_S
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._commit_progress()
+                self.service.pops.prune_deadlines()
+                if loop.time() >= next_expiry:
+                    next_expiry = loop.time() + CLIENT_EXPIRY_CHECK_S
+                    self.service.clients.expire()
+                await asyncio.to_thread(self.pop.persist)
+            except Exception:
+                log.exception("gRPC front end: housekeeping failed")
+
+
+def attach_grpc(
+    broker: BrokerController,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_GRPC_PORT,
+    acl: Mapping[str, str] | None = None,
+    *,
+    tls: tuple[str, str] | None = None,
+    config: GrpcConfig | None = None,
+) -> GrpcFrontEnd:
+    """A gRPC front end for ``broker`` on ``host:port`` (not started: ``await fe.start()``
+    after the broker's start, ``await fe.close()`` before its shutdown). ``acl``: access key →
+    secret key (None: no ACL). ``tls``: (certificate file, key file), PEM. ``config``: the other
+    settings (host, port, acl and tls given here replace its own)."""
+    base = config if config is not None else GrpcConfig()
+    cert, key = tls if tls is not None else (base.tls_cert, base.tls_key)
+    final = base.replace(
+        host=host,
+        port=port,
+        credentials=acl if acl is not None else base.credentials,
+        tls_cert=cert,
+        tls_key=key,
+    )
+    return GrpcFrontEnd(broker, final)

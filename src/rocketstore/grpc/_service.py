@@ -1,0 +1,421 @@
+"""``apache.rocketmq.v2.MessagingService`` on grpc.aio: each RPC checks the caller (ACL), hands
+the request to its service (routes and clients here; sends, pop, pull in modules of their own)
+and answers refusals with the protocol's status codes in the response, never with a gRPC error,
+so a bad request leaves the stream and the server as they were.
+
+Refusals travel as GrpcError up to one place per RPC kind (``_unary``, the streams), where they
+become the response's Status; an unexpected exception becomes INTERNAL_SERVER_ERROR (logged).
+
+Loop thread only (grpc.aio runs the handlers on the broker's event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..broker._errors import InvalidTopicError
+from ..broker._topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from ._acl import AclChecker
+from ._checks import check_group, check_topic
+from ._clients import ClientRegistry
+from ._config import GrpcConfig
+from ._convert import Code, GrpcError, status, timestamp, to_proto_message
+from ._pb import definition_pb2 as pb
+from ._pb import service_pb2 as spb
+from ._pb import service_pb2_grpc
+from ._pull import PullService
+from ._receive import PopService
+from ._send import SendService
+
+if TYPE_CHECKING:
+    from ..broker._controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+# message types a topic takes (no TRANSACTION: this broker has no transaction service)
+ACCEPT_MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY)
+
+R = TypeVar("R")
+
+
+def _permission(perm: int) -> int:
+    readable, writeable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writeable:
+        return pb.READ_WRITE
+    if readable:
+        return pb.READ
+    if writeable:
+        return pb.WRITE
+    return pb.NONE
+
+
+def _metadata(context: Any) -> list[tuple[str, Any]]:
+    return [(str(k), v) for k, v in (context.invocation_metadata() or ())]
+
+
+def _client_id(context: Any) -> str:
+    for key, value in _metadata(context):
+        if key.lower() == CLIENT_ID_HEADER and isinstance(value, str):
+            return value
+    return ""
+
+
+def _peer_host(context: Any) -> str | None:
+    """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` → ``127.0.0.1:5000`` / ``[::1]:5000``."""
+    peer = str(context.peer() or "")
+    kind, _, addr = peer.partition(":")
+    if kind in ("ipv4", "ipv6") and addr:
+        return addr.replace("%5B", "[").replace("%5D", "]")
+    return None
+
+
+def _remaining(context: Any) -> float | None:
+    remaining = context.time_remaining()
+    return float(remaining) if remaining is not None else None
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        broker: BrokerController,
+        config: GrpcConfig,
+        clients: ClientRegistry,
+        sends: SendService,
+        pops: PopService,
+        pulls: PullService,
+        endpoint: Callable[[], tuple[str, int]],
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.clients = clients
+        self.sends = sends
+        self.pops = pops
+        self.pulls = pulls
+        self._endpoint = endpoint
+        self._acl = AclChecker(config.credentials) if config.credentials is not None else None
+        self.auth_failures = 0
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _authorize(self, context: Any) -> None:
+        if self._acl is None:
+            return
+        why = self._acl.check(_metadata(context))
+        if why is not None:
+            self.auth_failures += 1
+            raise GrpcError(Code.UNAUTHORIZED, f"unauthorized: {why}")
+
+    async def _unary(
+        self, context: Any, response: Callable[[], R], handle: Callable[[], Awaitable[R] | R]
+    ) -> R:
+        try:
+            self._authorize(context)
+            result = handle()
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result  # type: ignore[return-value]
+        except GrpcError as exc:
+            out = response()
+            out.status.CopyFrom(status(exc.code, exc.message))  # type: ignore[attr-defined]
+            return out
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("gRPC request failed")
+            out = response()
+            out.status.CopyFrom(status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))  # type: ignore[attr-defined]
+            return out
+
+    # ---- routes ------------------------------------------------------------------------------
+
+    def _topic_config(self, topic: str, *, create: bool) -> TopicConfig:
+        config = self.broker.topics.select(topic)
+        if config is None and create and self.broker.config.auto_create_topic_enable:
+            try:
+                config = self.broker.create_topic_for_send(topic, {})
+            except InvalidTopicError as exc:
+                raise GrpcError(Code.ILLEGAL_TOPIC, str(exc)) from None
+        if config is None:
+            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
+        return config
+
+    def _broker_pb(self, endpoints: pb.Endpoints) -> pb.Broker:
+        out = pb.Broker(name=self.broker.config.broker_name, id=self.broker.config.broker_id)
+        if endpoints.addresses:
+            out.endpoints.CopyFrom(endpoints)
+        else:
+            host, port = self._endpoint()
+            out.endpoints.scheme = pb.IPv6 if ":" in host else pb.IPv4
+            out.endpoints.addresses.add(host=host, port=port)
+        return out
+
+    def _query_route(self, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
+        topic = check_topic(request.topic, self.broker.topics)
+        config = self._topic_config(topic, create=True)
+        broker = self._broker_pb(request.endpoints)
+        perm = config.perm & self.broker.config.broker_permission
+        readable, writeable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+        response = spb.QueryRouteResponse(status=status(Code.OK))
+        # queue ids 0.. first readable and writable, then read-only or write-only ones
+        both = min(config.read_queue_nums, config.write_queue_nums)
+        kinds: list[int] = []
+        if readable and writeable:
+            kinds = [pb.READ_WRITE] * both
+            kinds += [pb.READ] * (config.read_queue_nums - both)
+            kinds += [pb.WRITE] * (config.write_queue_nums - both)
+        elif readable:
+            kinds = [pb.READ] * config.read_queue_nums
+        elif writeable:
+            kinds = [pb.WRITE] * config.write_queue_nums
+        else:
+            kinds = [pb.NONE] * max(1, config.read_queue_nums, config.write_queue_nums)
+        for queue_id, permission in enumerate(kinds):
+            mq = response.message_queues.add(id=queue_id, permission=permission)  # type: ignore[arg-type]
+            mq.topic.CopyFrom(request.topic)
+            mq.broker.CopyFrom(broker)
+            mq.accept_message_types.extend(ACCEPT_MESSAGE_TYPES)
+        return response
+
+    def _query_assignment(self, request: spb.QueryAssignmentRequest) -> spb.QueryAssignmentResponse:
+        topic = check_topic(request.topic, self.broker.topics)
+        check_group(request.group)
+        config = self._topic_config(topic, create=False)
+        perm = config.perm & self.broker.config.broker_permission
+        if not perm & PERM_READ or config.read_queue_nums <= 0:
+            raise GrpcError(Code.FORBIDDEN, "no readable queue")
+        response = spb.QueryAssignmentResponse(status=status(Code.OK))
+        mq = response.assignments.add().message_queue
+        mq.topic.CopyFrom(request.topic)
+        mq.id = -1  # every queue of the broker: a receive pops from all of them
+        mq.permission = _permission(perm)  # type: ignore[assignment]
+        mq.broker.CopyFrom(self._broker_pb(request.endpoints))
+        mq.accept_message_types.extend(ACCEPT_MESSAGE_TYPES)
+        return response
+
+    # ---- RPCs --------------------------------------------------------------------------------
+
+    async def QueryRoute(
+        self, request: spb.QueryRouteRequest, context: Any
+    ) -> spb.QueryRouteResponse:
+        return await self._unary(
+            context, spb.QueryRouteResponse, lambda: self._query_route(request)
+        )
+
+    async def QueryAssignment(
+        self, request: spb.QueryAssignmentRequest, context: Any
+    ) -> spb.QueryAssignmentResponse:
+        return await self._unary(
+            context, spb.QueryAssignmentResponse, lambda: self._query_assignment(request)
+        )
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        def handle() -> spb.HeartbeatResponse:
+            client_id = _client_id(context)
+            if not client_id:
+                raise GrpcError(Code.CLIENT_ID_REQUIRED, "no x-mq-client-id header")
+            group = request.group if request.HasField("group") else None
+            self.clients.heartbeat(client_id, request.client_type, group)
+            return spb.HeartbeatResponse(status=status(Code.OK))
+
+        return await self._unary(context, spb.HeartbeatResponse, handle)
+
+    async def NotifyClientTermination(
+        self, request: spb.NotifyClientTerminationRequest, context: Any
+    ) -> spb.NotifyClientTerminationResponse:
+        def handle() -> spb.NotifyClientTerminationResponse:
+            client_id = _client_id(context)
+            if not client_id:
+                raise GrpcError(Code.CLIENT_ID_REQUIRED, "no x-mq-client-id header")
+            if request.HasField("group"):
+                check_group(request.group)
+            self.clients.terminate(client_id)
+            return spb.NotifyClientTerminationResponse(status=status(Code.OK))
+
+        return await self._unary(context, spb.NotifyClientTerminationResponse, handle)
+
+    async def SendMessage(
+        self, request: spb.SendMessageRequest, context: Any
+    ) -> spb.SendMessageResponse:
+        return await self._unary(
+            context,
+            spb.SendMessageResponse,
+            lambda: self.sends.send(request, _peer_host(context)),
+        )
+
+    async def AckMessage(
+        self, request: spb.AckMessageRequest, context: Any
+    ) -> spb.AckMessageResponse:
+        return await self._unary(context, spb.AckMessageResponse, lambda: self.pops.ack(request))
+
+    async def ChangeInvisibleDuration(
+        self, request: spb.ChangeInvisibleDurationRequest, context: Any
+    ) -> spb.ChangeInvisibleDurationResponse:
+        return await self._unary(
+            context,
+            spb.ChangeInvisibleDurationResponse,
+            lambda: self.pops.change_invisible(request),
+        )
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        async def handle() -> spb.ForwardMessageToDeadLetterQueueResponse:
+            await self.pops.forward_to_dlq(request)
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
+
+        return await self._unary(context, spb.ForwardMessageToDeadLetterQueueResponse, handle)
+
+    async def UpdateOffset(
+        self, request: spb.UpdateOffsetRequest, context: Any
+    ) -> spb.UpdateOffsetResponse:
+        def handle() -> spb.UpdateOffsetResponse:
+            self.pulls.update_offset(request, _client_id(context) or (_peer_host(context) or ""))
+            return spb.UpdateOffsetResponse(status=status(Code.OK))
+
+        return await self._unary(context, spb.UpdateOffsetResponse, handle)
+
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
+        return await self._unary(
+            context,
+            spb.GetOffsetResponse,
+            lambda: spb.GetOffsetResponse(
+                status=status(Code.OK), offset=self.pulls.get_offset(request)
+            ),
+        )
+
+    async def QueryOffset(
+        self, request: spb.QueryOffsetRequest, context: Any
+    ) -> spb.QueryOffsetResponse:
+        return await self._unary(
+            context,
+            spb.QueryOffsetResponse,
+            lambda: spb.QueryOffsetResponse(
+                status=status(Code.OK), offset=self.pulls.query_offset(request)
+            ),
+        )
+
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: Any
+    ) -> spb.EndTransactionResponse:
+        def handle() -> spb.EndTransactionResponse:
+            raise GrpcError(Code.UNSUPPORTED, "transactional messages are not supported")
+
+        return await self._unary(context, spb.EndTransactionResponse, handle)
+
+    async def RecallMessage(
+        self, request: spb.RecallMessageRequest, context: Any
+    ) -> spb.RecallMessageResponse:
+        def handle() -> spb.RecallMessageResponse:
+            raise GrpcError(Code.UNSUPPORTED, "recalling delayed messages is not supported")
+
+        return await self._unary(context, spb.RecallMessageResponse, handle)
+
+    async def SyncLiteSubscription(
+        self, request: spb.SyncLiteSubscriptionRequest, context: Any
+    ) -> spb.SyncLiteSubscriptionResponse:
+        def handle() -> spb.SyncLiteSubscriptionResponse:
+            raise GrpcError(Code.UNSUPPORTED, "lite topics are not supported")
+
+        return await self._unary(context, spb.SyncLiteSubscriptionResponse, handle)
+
+    # ---- streams -----------------------------------------------------------------------------
+
+    async def ReceiveMessage(
+        self, request: spb.ReceiveMessageRequest, context: Any
+    ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        """Status, then the messages, then the delivery timestamp. A message that cannot be
+        written (the client went away) is made visible again soon."""
+        try:
+            self._authorize(context)
+            found = await self.pops.receive(request, _remaining(context))
+        except GrpcError as exc:
+            yield spb.ReceiveMessageResponse(status=status(exc.code, exc.message))
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self.pops.clock.now_ms()))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("ReceiveMessage failed")
+            yield spb.ReceiveMessageResponse(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+            )
+            return
+        sent = 0
+        try:
+            if found:
+                yield spb.ReceiveMessageResponse(status=status(Code.OK))
+                topic = request.message_queue.topic.name
+                for msg, receipt in found:
+                    yield spb.ReceiveMessageResponse(
+                        message=to_proto_message(
+                            msg,
+                            topic=topic,
+                            receipt_handle=receipt.handle,
+                            invisible_ms=receipt.invisible_ms,
+                            attempt=receipt.attempt,
+                        )
+                    )
+                    sent += 1
+            else:
+                yield spb.ReceiveMessageResponse(
+                    status=status(Code.MESSAGE_NOT_FOUND, "no new message")
+                )
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self.pops.clock.now_ms()))
+        finally:
+            for _msg, receipt in found[sent:]:
+                self.pops.nack(receipt)
+
+    async def PullMessage(
+        self, request: spb.PullMessageRequest, context: Any
+    ) -> AsyncIterator[spb.PullMessageResponse]:
+        """Status, then the messages, then the next offset."""
+        try:
+            self._authorize(context)
+            code, message, result, next_offset = await self.pulls.pull(request, _remaining(context))
+        except GrpcError as exc:
+            yield spb.PullMessageResponse(status=status(exc.code, exc.message))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("PullMessage failed")
+            yield spb.PullMessageResponse(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+            )
+            return
+        yield spb.PullMessageResponse(status=status(code, message))
+        if result is not None:
+            for msg in result.messages:
+                yield spb.PullMessageResponse(message=to_proto_message(msg))
+        yield spb.PullMessageResponse(next_offset=next_offset)
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any
+    ) -> AsyncIterator[spb.TelemetryCommand]:
+        """Answer each Settings with the broker's settings; other commands (thread stack
+        traces, verify results) are taken without an answer."""
+        try:
+            self._authorize(context)
+        except GrpcError as exc:
+            yield spb.TelemetryCommand(status=status(exc.code, exc.message))
+            return
+        client_id = _client_id(context)
+        async for command in request_iterator:
+            if command.WhichOneof("command") != "settings":
+                self.clients.touch(client_id)
+                continue
+            if not client_id:
+                yield spb.TelemetryCommand(
+                    status=status(Code.CLIENT_ID_REQUIRED, "no x-mq-client-id header")
+                )
+                continue
+            try:
+                settings = self.clients.update_settings(client_id, command.settings)
+            except GrpcError as exc:
+                yield spb.TelemetryCommand(status=status(exc.code, exc.message))
+                continue
+            yield spb.TelemetryCommand(status=status(Code.OK), settings=settings)
