@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import threading
 from typing import Any
 
 from ._command import (
     DEFAULT_MAX_FRAME,
+    ONEWAY_FLAG,
     FrameError,
     RemotingCommand,
     decode_frame,
     frame_length,
 )
-from ._connection import Connection, Handler, RemotingError
+from ._connection import _JOIN_LIMIT, _READ_SIZE, Connection, Handler, RemotingError
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -46,6 +48,8 @@ class AsyncRemotingClient:
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
 
     async def connection(self, address: str) -> Connection:
+        """The open connection to ``address``, made when there is none (one connect for
+        callers that ask at the same time); RemotingError when it cannot be made."""
         conn = self._conns.get(address)
         if conn is not None and not conn.closed:
             return conn
@@ -79,15 +83,19 @@ class AsyncRemotingClient:
     async def invoke(
         self, address: str, cmd: RemotingCommand, timeout: float = 3.0
     ) -> RemotingCommand:
+        """Send ``cmd`` and wait for its response; RemotingError on close or timeout."""
         conn = await self.connection(address)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
-        cmd.flag |= 2
+        """Send ``cmd`` with the one-way flag; RemotingError when the connection is closed."""
+        cmd.flag |= ONEWAY_FLAG
         conn = await self.connection(address)
-        conn.send(cmd)
+        if not conn.send(cmd):
+            raise RemotingError(f"connection to {address} closed")
 
     def close(self) -> None:
+        """Close every connection; their pending calls fail with RemotingError."""
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
@@ -96,7 +104,8 @@ class AsyncRemotingClient:
 class RemotingClient:
     """A blocking client: one socket per address, one request at a time per client (a lock
     serialises callers). Any thread. RemotingError when a call fails; the socket of a failed
-    call is closed and the next call reconnects."""
+    call is closed and the next call reconnects, as does a call on a socket the server has
+    closed since the last one (checked before sending)."""
 
     def __init__(
         self,
@@ -108,32 +117,36 @@ class RemotingClient:
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.max_frame = max_frame
-        self._socks: dict[str, socket.socket] = {}
+        self._links: dict[str, _Link] = {}
         self._lock = threading.Lock()
 
-    def _socket(self, address: str) -> socket.socket:
-        sock = self._socks.get(address)
-        if sock is None:
+    def _link(self, address: str) -> _Link:
+        link = self._links.get(address)
+        if link is not None and not link.alive():
+            self._drop(address)
+            link = None
+        if link is None:
             host, port = split_address(address)
             try:
                 sock = socket.create_connection((host, port), timeout=self.connect_timeout)
             except OSError as exc:
                 raise RemotingError(f"cannot connect to {address}: {exc}") from exc
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socks[address] = sock
-        return sock
+            link = self._links[address] = _Link(sock)
+        return link
 
     def invoke(
         self, address: str, cmd: RemotingCommand, timeout: float | None = None
     ) -> RemotingCommand:
+        """Send ``cmd`` and return its response; RemotingError when the call fails or no
+        response arrives within ``timeout`` seconds (the client's ``timeout`` when None)."""
         with self._lock:
-            sock = self._socket(address)
+            link = self._link(address)
             try:
-                sock.settimeout(timeout if timeout is not None else self.timeout)
-                head, body = cmd.encode_parts()
-                sock.sendall(head + bytes(body) if body else head)
+                link.sock.settimeout(timeout if timeout is not None else self.timeout)
+                link.send(cmd)
                 while True:
-                    response = self._read(sock)
+                    response = link.read(self.max_frame)
                     if response.is_response and response.opaque == cmd.opaque:
                         return response
                     # a request from the server (or a late response) on this socket: skip it
@@ -142,29 +155,25 @@ class RemotingClient:
                 raise RemotingError(f"call to {address} (code {cmd.code}) failed: {exc}") from exc
 
     def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
-        cmd.flag |= 2
+        """Send ``cmd`` with the one-way flag; no response is read."""
+        cmd.flag |= ONEWAY_FLAG
         with self._lock:
-            sock = self._socket(address)
+            link = self._link(address)
             try:
-                sock.settimeout(self.timeout)
-                sock.sendall(cmd.encode())
+                link.sock.settimeout(self.timeout)
+                link.send(cmd)
             except OSError as exc:
                 self._drop(address)
                 raise RemotingError(f"call to {address} (code {cmd.code}) failed: {exc}") from exc
 
-    def _read(self, sock: socket.socket) -> RemotingCommand:
-        length = frame_length(_recv_exact(sock, 4), self.max_frame)
-        return decode_frame(_recv_exact(sock, length))
-
     def _drop(self, address: str) -> None:
-        sock = self._socks.pop(address, None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
+        link = self._links.pop(address, None)
+        if link is not None:
+            link.close()
 
     def close(self) -> None:
         with self._lock:
-            for address in list(self._socks):
+            for address in list(self._links):
                 self._drop(address)
 
     def __enter__(self) -> RemotingClient:
@@ -174,13 +183,44 @@ class RemotingClient:
         self.close()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
+class _Link:
+    """One blocking socket and its read buffer (a small response costs one recv)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = sock.makefile("rb", buffering=_READ_SIZE)
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+
+    def alive(self) -> bool:
+        """False when the peer has closed the socket (or reset it) since the last call."""
+        try:
+            if not self._poll.poll(0):
+                return True
+            return bool(self.sock.recv(1, socket.MSG_PEEK))
+        except (OSError, ValueError):
+            return False
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if len(cmd.body) <= _JOIN_LIMIT:
+            self.sock.sendall(cmd.encode())
+        else:
+            head, body = cmd.encode_parts()
+            self.sock.sendall(head)
+            self.sock.sendall(body)
+
+    def read(self, max_frame: int) -> RemotingCommand:
+        prefix = self.reader.read(4)
+        if len(prefix) < 4:
             raise OSError("connection closed by the peer")
-        got += k
-    return buf
+        length = frame_length(prefix, max_frame)
+        frame = self.reader.read(length)
+        if len(frame) < length:
+            raise OSError("connection closed by the peer")
+        return decode_frame(frame)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.reader.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()

@@ -10,25 +10,35 @@ header that is not JSON closes it; a header of the wrong shape is answered with 
 an unknown code with REQUEST_CODE_NOT_SUPPORTED; a handler that raises with SYSTEM_ERROR. None
 of it reaches any other connection.
 
+Reading: the connection is a BufferedProtocol, so the transport receives straight into its
+buffer; a frame larger than the buffer gets a buffer of its own, sized for it, and its body is
+copied once, into the command's ``bytes``. Writing: the responses to the frames of one read go
+out in one write (a pipelining client gets one send per read, not one per request); a large
+body is written on its own, not copied into a joined frame. With ``backpressure`` (servers),
+a full write buffer stops both reading and serving the frames already read until the peer
+has taken the answers.
+
 Everything here runs on the loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._codes import ResponseCode
 from ._command import (
+    _INT32,
     DEFAULT_MAX_FRAME,
+    ONEWAY_FLAG,
+    RESPONSE_FLAG,
     FrameError,
     HeaderError,
     RemotingCommand,
     decode_frame,
-    frame_length,
+    next_opaque,
 )
 
 log = logging.getLogger(__name__)
@@ -38,36 +48,59 @@ Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 """Serves one request code: returns the response (its opaque is set here), an awaitable of it,
 or None for no response. Called on the loop thread; must not block."""
 
+_READ_SIZE = 64 * 1024  # the read buffer; a larger frame gets a buffer of its own
+_MIN_FREE = 4 * 1024  # less free space than this at the buffer's end: start a new buffer
+_JOIN_LIMIT = 16 * 1024  # bodies up to this size are joined to their header in one write
+_CORK_LIMIT = 64 * 1024  # responses held during one read are written once they reach this
+_unpack_int32 = _INT32.unpack_from
+
 
 class RemotingError(Exception):
     """A remote call that failed: the connection closed, it timed out, or the peer is unreachable."""
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
+    """``backpressure``: stop reading from the peer while the transport's write buffer is above
+    its high-water mark (a peer that sends requests but does not read the answers cannot make
+    this side buffer without bound). Servers turn it on; clients leave it off, so two
+    connections of this kind never both wait for the other to read."""
+
     def __init__(
         self,
         handlers: dict[int, Handler],
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         on_close: Callable[[Connection], None] | None = None,
+        backpressure: bool = False,
     ) -> None:
         self.handlers = handlers
         self.max_frame = max_frame
         self._on_close = on_close
+        self._backpressure = backpressure
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.attributes: dict[str, Any] = {}  # what the server learns (client id, groups)
-        self._buf = bytearray()
+        self.last_active = 0.0  # loop time of the connection or its last read
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rbuf = bytearray(_READ_SIZE)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = 0  # first byte not yet parsed
+        self._rend = 0  # end of the bytes received
+        self._need = 0  # size of the frame being received (prefix included), once known
+        self._cork: list[bytes] | None = None  # responses held while one read is parsed
+        self._corked = 0  # their size
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._write_ok: asyncio.Event | None = None
+        self._held = False  # backpressure: frames are left unparsed until resume_writing
         self.closed = False
 
-    # ---- asyncio.Protocol -------------------------------------------------------------------
+    # ---- asyncio.BufferedProtocol -----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        self._loop = asyncio.get_running_loop()
+        self.last_active = self._loop.time()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -79,29 +112,81 @@ class Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        if self._backpressure:
+            set_limits = getattr(transport, "set_write_buffer_limits", None)
+            if set_limits is not None:
+                set_limits(high=1024 * 1024, low=256 * 1024)
 
-    def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        pos = 0
-        end = len(buf)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        end = self._rend
+        cap = len(self._rbuf)
+        if cap - end < _MIN_FREE and not end < self._rstart + self._need <= cap:
+            self._new_buffer()
+            end = self._rend
+        return self._rview[end:]
+
+    def _new_buffer(self) -> None:
+        """Move the unparsed bytes to the front of a new buffer: the standard size, or the
+        size of the frame being received when that is larger."""
+        start, end = self._rstart, self._rend
+        pending = end - start
+        buf = bytearray(max(_READ_SIZE, self._need, pending + _MIN_FREE))
+        if pending:
+            buf[:pending] = self._rview[start:end]
+        self._rbuf = buf
+        self._rview = memoryview(buf)
+        self._rstart = 0
+        self._rend = pending
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._rend += nbytes
+        if not self.closed and not self._held:
+            self._parse()
+
+    def _parse(self) -> None:
+        """Serve the whole frames received; with backpressure on, stop at the first frame
+        whose answer fills the write buffer (the rest waits for resume_writing)."""
+        end = self._rend
+        buf = self._rbuf
+        view = self._rview
+        pos = self._rstart
+        max_frame = self.max_frame
+        cork: list[bytes] = []
+        self._cork = cork
         try:
             while end - pos >= 4:
-                length = frame_length(buf[pos : pos + 4], self.max_frame)
-                if end - pos - 4 < length:
+                length: int = _unpack_int32(buf, pos)[0]
+                if length < 4 or length > max_frame:
+                    raise FrameError(f"frame length {length} outside 4..{max_frame}")
+                stop = pos + 4 + length
+                if stop > end:
+                    self._need = 4 + length
                     break
-                frame = buf[pos + 4 : pos + 4 + length]
-                pos += 4 + length
-                self._frame(frame)
-                if self.closed:
-                    return
+                self._need = 0
+                self._frame(view[pos + 4 : stop])
+                pos = stop
+                if self.closed or self._held:
+                    break
         except FrameError as exc:
             log.warning("remoting: closing %s: %s", self.peer or "connection", exc)
             self.close()
             return
         finally:
-            if pos:
-                del buf[:pos]
+            self._cork = None
+            if cork:
+                self._flush(cork)
+            if pos == end:
+                pos = end = 0
+                self._rend = 0
+                if len(buf) > _READ_SIZE:  # the buffer of one large frame: let it go
+                    self._rbuf = bytearray(_READ_SIZE)
+                    self._rview = memoryview(self._rbuf)
+            self._rstart = pos
+        if self._loop is not None:
+            self.last_active = self._loop.time()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -121,35 +206,49 @@ class Connection(asyncio.Protocol):
         if self._write_ok is None:
             self._write_ok = asyncio.Event()
         self._write_ok.clear()
+        if self._backpressure and self.transport is not None and not self.closed:
+            self._held = True
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         if self._write_ok is not None:
             self._write_ok.set()
+        if self._held:
+            self._held = False
+            if self.transport is not None and not self.closed:
+                self.transport.resume_reading()
+                if self._loop is not None:  # frames read before the pause, outside this call
+                    self._loop.call_soon(self._parse_held)
+
+    def _parse_held(self) -> None:
+        if not self.closed and not self._held:
+            self._parse()
 
     # ---- frames -----------------------------------------------------------------------------
 
-    def _frame(self, frame: bytearray) -> None:
+    def _frame(self, frame: memoryview) -> None:
         try:
             cmd = decode_frame(frame)
         except HeaderError as exc:
-            if exc.opaque is not None:
-                self._answer(
-                    exc.opaque, RemotingCommand.response(ResponseCode.SYSTEM_ERROR, str(exc))
-                )
-                return
-            raise
-        if cmd.is_response:
+            if exc.opaque is None:
+                raise
+            if exc.flag & (RESPONSE_FLAG | ONEWAY_FLAG):  # nobody waits for an answer
+                log.warning("remoting: dropped a frame from %s: %s", self.peer, exc)
+            else:
+                error = RemotingCommand.response(ResponseCode.SYSTEM_ERROR, str(exc))
+                self._answer(exc.opaque, error, 0)
+            return
+        if cmd.flag & RESPONSE_FLAG:
             fut = self._pending.pop(cmd.opaque, None)
             if fut is not None and not fut.done():
                 fut.set_result(cmd)
             return
         handler = self.handlers.get(cmd.code)
         if handler is None:
-            if not cmd.is_oneway:
+            if not cmd.flag & ONEWAY_FLAG:
                 remark = f"request type {cmd.code} not supported"
-                self._answer(
-                    cmd.opaque,
-                    RemotingCommand.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark),
+                self._reply(
+                    cmd, RemotingCommand.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
                 )
             return
         try:
@@ -157,15 +256,21 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             self._failed(cmd, exc)
             return
-        if result is None or isinstance(result, RemotingCommand):
-            if result is not None and not cmd.is_oneway:
-                self._answer(cmd.opaque, result)
+        if result is None:
             return
-        task = asyncio.ensure_future(result)
+        if type(result) is RemotingCommand:
+            if not cmd.flag & ONEWAY_FLAG:
+                self._reply(cmd, result)
+            return
+        try:
+            task = asyncio.ensure_future(result)  # type: ignore[arg-type]
+        except TypeError as exc:  # neither a command nor an awaitable
+            self._failed(cmd, exc)
+            return
         self._tasks.add(task)
-        task.add_done_callback(functools.partial(self._finished, cmd))
+        task.add_done_callback(lambda t: self._finished(cmd, t))
 
-    def _finished(self, cmd: RemotingCommand, task: asyncio.Future[RemotingCommand | None]) -> None:
+    def _finished(self, cmd: RemotingCommand, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
@@ -175,31 +280,74 @@ class Connection(asyncio.Protocol):
             return
         response = task.result()
         if response is not None and not cmd.is_oneway:
-            self._answer(cmd.opaque, response)
+            if isinstance(response, RemotingCommand):
+                self._reply(cmd, response)
+            else:
+                self._failed(cmd, TypeError(f"handler answered {type(response).__name__}"))
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> None:
         log.error("remoting: request code %s from %s failed", cmd.code, self.peer, exc_info=exc)
         if not cmd.is_oneway:
             remark = f"{type(exc).__name__}: {exc}"
-            self._answer(cmd.opaque, RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark))
+            self._reply(cmd, RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark))
 
-    def _answer(self, opaque: int, response: RemotingCommand) -> None:
+    def _reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        self._answer(request.opaque, response, request.serialize_type)
+
+    def _answer(self, opaque: int, response: RemotingCommand, serialize_type: int) -> None:
+        """Send ``response`` for the request ``opaque``, in the request's serialize type; a
+        response that cannot be encoded is answered with SYSTEM_ERROR instead."""
         response.opaque = opaque
-        response.flag |= 1
-        self.send(response)
+        response.flag |= RESPONSE_FLAG
+        response.serialize_type = serialize_type
+        try:
+            self.send(response)
+        except Exception as exc:  # TypeError, ValueError, struct.error from the encoder
+            self._unencodable(opaque, response, exc)
+
+    def _unencodable(self, opaque: int, response: RemotingCommand, exc: Exception) -> None:
+        log.error("remoting: response code %s to %s cannot be encoded", response.code, self.peer)
+        error = RemotingCommand.response(
+            ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
+        )
+        error.opaque = opaque
+        self.send(error)
 
     # ---- sending ----------------------------------------------------------------------------
 
-    def send(self, cmd: RemotingCommand) -> None:
-        """Write a command (the body is not copied). Dropped when the connection is closed."""
+    def send(self, cmd: RemotingCommand) -> bool:
+        """Write a command (a large body is not copied). False when the connection is closed
+        and nothing was written; encoding errors (TypeError, ValueError, struct.error) raise."""
         transport = self.transport
         if transport is None or self.closed or transport.is_closing():
-            return
-        head, body = cmd.encode_parts()
-        if body:
-            transport.writelines((head, body))
+            return False
+        body = cmd.body
+        if len(body) <= _JOIN_LIMIT:
+            data = cmd.encode()
+            cork = self._cork
+            if cork is not None:
+                cork.append(data)
+                self._corked += len(data)
+                if self._corked >= _CORK_LIMIT:  # let the transport see it (backpressure)
+                    self._flush(cork)
+            else:
+                transport.write(data)
         else:
+            head, body = cmd.encode_parts()
+            if self._cork:
+                self._flush(self._cork)
             transport.write(head)
+            transport.write(body)
+        return True
+
+    def _flush(self, cork: list[bytes]) -> None:
+        """Write the held responses (and empty the list: each goes out once)."""
+        data = cork[0] if len(cork) == 1 else b"".join(cork)
+        cork.clear()
+        self._corked = 0
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
 
     async def drained(self) -> None:
         """Wait until the peer has taken what was written (flow control for large responses)."""
@@ -211,24 +359,38 @@ class Connection(asyncio.Protocol):
         """Send a request and wait for its response; RemotingError on close or timeout."""
         if self.closed:
             raise RemotingError(f"connection to {self.peer} closed")
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending[cmd.opaque] = fut
-        self.send(cmd)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        pending = self._pending
+        if cmd.opaque in pending:  # the same command sent twice at once: give it a new id
+            cmd.opaque = next_opaque()
+        opaque = cmd.opaque
+        pending[opaque] = fut
+        timer = loop.call_later(timeout, _expire, fut, self.peer, cmd.code, timeout)
         try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            raise RemotingError(
-                f"no response from {self.peer} to code {cmd.code} in {timeout:.3f} s"
-            ) from None
+            if not self.send(cmd):
+                raise RemotingError(f"connection to {self.peer} closed")
+            return await fut
         finally:
-            self._pending.pop(cmd.opaque, None)
+            timer.cancel()
+            if pending.get(opaque) is fut:
+                del pending[opaque]
 
     def close(self) -> None:
+        """Close after what is written has been sent."""
         if self.transport is not None and not self.closed:
+            if self._cork:  # answers to the frames before the one that closes
+                self._flush(self._cork)
             self.closed = True
             self.transport.close()
 
     def abort(self) -> None:
+        """Close at once, dropping what is not sent yet."""
         if self.transport is not None:
             self.closed = True
             self.transport.abort()
+
+
+def _expire(fut: asyncio.Future[RemotingCommand], peer: str, code: int, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(RemotingError(f"no response from {peer} to code {code} in {timeout} s"))
