@@ -42,7 +42,7 @@ class ClientProcessor:
             group = consumer.group_name
             group_config = broker.groups.find_or_create(group)
             if group_config is not None and group_config.retry_queue_nums > 0:
-                broker.topics.create_in_send_back(
+                broker.create_topic_for_send_back(
                     retry_topic(group), group_config.retry_queue_nums, PERM_READ_WRITE, 0
                 )
             changed = broker.consumers.register_consumer(

@@ -208,6 +208,18 @@ class BrokerController:
             self.topic_changed()
         return config
 
+    def create_topic_for_send_back(
+        self, topic: str, queue_nums: int, perm: int, sys_flag: int = 0
+    ) -> TopicConfig:
+        """A group's retry or DLQ topic, created when first needed and then registered with the
+        name servers at once (consumers learn its route on their next route refresh, not after
+        the broker's next periodic registration). Loop thread."""
+        created = self.topics.select(topic) is None
+        config = self.topics.create_in_send_back(topic, queue_nums, perm, sys_flag)
+        if created:
+            self.topic_changed()
+        return config
+
     def topic_changed(self) -> None:
         """Tell the name servers about a new or changed topic now, not at the next period."""
         if self.registrar is not None:

@@ -107,6 +107,16 @@ def decode_batch(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes,
     return out
 
 
+def is_batch(ext: dict[str, Any]) -> bool:
+    """Does a SEND_MESSAGE / SEND_MESSAGE_V2 header say its body is a batch? Java clients write
+    ``true``; the C++ client (the ``rocketmq`` Python package) writes ``1``, which RocketMQ's own
+    broker reads as false, storing the encoded batch as one message. Both count here."""
+    value = ext.get("batch")
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("true", "1")
+
+
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -123,12 +133,12 @@ class SendProcessor:
 
     def send_v2(self, cmd: RemotingCommand, conn: Connection) -> Any:
         cmd.ext_fields = v2_to_v1(cmd.ext_fields)
-        if ext_str(cmd.ext_fields, "batch") == "true":
-            return self.send_batch(cmd, conn)
         return self.send(cmd, conn)
 
     def send(self, cmd: RemotingCommand, conn: Connection) -> Any:
         ext = cmd.ext_fields
+        if is_batch(ext):
+            return self.send_batch(cmd, conn)
         checked = self._check(ext, conn)
         if isinstance(checked, RemotingCommand):
             return checked
@@ -144,7 +154,7 @@ class SendProcessor:
         reconsume = ext_int(ext, "reconsumeTimes", 0) or 0
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             redirected = retry_or_dlq(
-                self.broker, topic, reconsume, ext_int(ext, "maxReconsumeTimes")
+                self.broker, topic, queue_id, reconsume, ext_int(ext, "maxReconsumeTimes"), props
             )
             if isinstance(redirected, RemotingCommand):
                 return redirected

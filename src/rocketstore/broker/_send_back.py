@@ -24,16 +24,23 @@ RC = ResponseCode
 PERM_WRITE = 2
 PERM_READ = 4
 DLQ_NUMS_PER_GROUP = 1
+DLQ_PERM = PERM_WRITE | PERM_READ  # readable, as in RocketMQ 4.9: tools and consumers can drain it
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 RETRY_PREFIX = "%RETRY%"
 
 
 def retry_or_dlq(
-    broker: BrokerController, topic: str, reconsume_times: int, max_reconsume: int | None
+    broker: BrokerController,
+    topic: str,
+    queue_id: int,
+    reconsume_times: int,
+    max_reconsume: int | None,
+    properties: dict[str, str],
 ) -> tuple[str, int] | RemotingCommand:
-    """Where a producer's send to ``%RETRY%<group>`` goes: (topic, queue id) of the retry topic,
-    or of the group's DLQ when it has been consumed too often."""
+    """Where a producer's send to ``%RETRY%<group>`` goes: its own (topic, queue id), or the
+    group's DLQ when the message has been consumed too often (``properties`` then lose DELAY: a
+    dead letter is not delayed)."""
     group = topic[len(RETRY_PREFIX) :]
     group_config = broker.groups.find_or_create(group)
     if group_config is None:
@@ -42,12 +49,10 @@ def retry_or_dlq(
         )
     limit = max_reconsume if max_reconsume is not None else group_config.retry_max_times
     if reconsume_times < limit:
-        config = broker.topics.select(topic)
-        nums = config.write_queue_nums if config is not None else group_config.retry_queue_nums
-        return topic, random.randrange(max(1, nums))
+        return topic, queue_id
     dlq = dlq_topic(group)
-    if broker.topics.create_in_send_back(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0) is None:
-        return RemotingCommand.response(RC.SYSTEM_ERROR, f"topic[{dlq}] not exist")
+    broker.create_topic_for_send_back(dlq, DLQ_NUMS_PER_GROUP, DLQ_PERM, 0)
+    properties.pop(PROPERTY_DELAY, None)
     return dlq, random.randrange(DLQ_NUMS_PER_GROUP)
 
 
@@ -82,13 +87,6 @@ class SendBackProcessor:
             )
         if group_config.retry_queue_nums <= 0:
             return RemotingCommand.response(RC.SUCCESS)
-        topic = retry_topic(group)
-        queue_id = random.randrange(group_config.retry_queue_nums)
-        config = broker.topics.create_in_send_back(
-            topic, group_config.retry_queue_nums, PERM_WRITE | PERM_READ, 0
-        )
-        if config is None:
-            return RemotingCommand.response(RC.SYSTEM_ERROR, f"topic[{topic}] not exist")
         msg = self.store.look_message_by_offset(phys)
         if msg is None:
             return RemotingCommand.response(
@@ -103,14 +101,19 @@ class SendBackProcessor:
         if msg.reconsume_times >= max_reconsume or delay_level < 0:
             topic = dlq_topic(group)
             queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
-            if broker.topics.create_in_send_back(topic, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0) is None:
-                return RemotingCommand.response(RC.SYSTEM_ERROR, f"topic[{topic}] not exist")
+            broker.create_topic_for_send_back(topic, DLQ_NUMS_PER_GROUP, DLQ_PERM, 0)
             props.pop(PROPERTY_DELAY, None)
         else:
+            topic = retry_topic(group)
+            queue_id = random.randrange(group_config.retry_queue_nums)
+            broker.create_topic_for_send_back(
+                topic, group_config.retry_queue_nums, PERM_WRITE | PERM_READ, 0
+            )
             if delay_level == 0:
                 delay_level = 3 + msg.reconsume_times
             props[PROPERTY_DELAY] = str(delay_level)
-        origin = ext_str(ext, "originMsgId") or msg.msg_id
+        # the first delivery's id stays the origin through every retry
+        origin = props.get(PROPERTY_ORIGIN_MESSAGE_ID) or ext_str(ext, "originMsgId") or msg.msg_id
         props[PROPERTY_ORIGIN_MESSAGE_ID] = origin
         retry = Message(
             topic,

@@ -1,0 +1,377 @@
+"""rocketstore's broker and name server against the official RocketMQ 4.x client (the ``rocketmq``
+0.4.4 package, RocketMQ's C++ client inside), each side in its own process over loopback: sends
+and pulls, push consumption with tag filters, retries through ``%RETRY%<group>``, dead letters,
+consumer offsets across a broker restart, kill -9 under SYNC_FLUSH, and malformed frames.
+
+The client runs in a cached virtualenv (tests/_interop.py); the tests are skipped only when pip
+cannot install the package. Delay levels are shortened to seconds by a broker.conf so that
+retries come back quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _interop import (
+    InteropUnavailable,
+    Rmq4Client,
+    ServerProcess,
+    free_port,
+    parse_lines,
+    rmq4_python,
+    servers,
+    stop_process,
+)
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.broker._consumer_offset import ConsumerOffsetManager
+from rocketstore.client import MessageQueue, PullConsumer
+from rocketstore.client._consumer import FOUND
+
+BROKER = "broker-a"
+DLQ_GROUP = "CG_dlq"
+DLQ_MAX_TIMES = 2
+# level 2 (the delayed send) is 2 s; levels 3.. (the retries: 3 + reconsume times) are 1 s
+CONF = (
+    "messageDelayLevel=1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s\n"
+    "mappedFileSizeCommitLog=16777216\n"
+    "mappedFileSizeConsumeQueue=60000\n"
+)
+
+
+@pytest.fixture(scope="session")
+def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Rmq4Client:
+    try:
+        python = rmq4_python()
+    except InteropUnavailable as exc:
+        pytest.skip(str(exc))
+    return Rmq4Client(python, tmp_path_factory.mktemp("rmq4-home"))
+
+
+def write_conf(root: Path) -> Path:
+    conf = root / "broker.conf"
+    conf.write_text(CONF)
+    return conf
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, rmq4: Rmq4Client) -> Iterator[ServerProcess]:
+    """One ``rocketstore serve`` for the tests that need nothing of their own; the DLQ test's
+    group has at most DLQ_MAX_TIMES reconsumes (its subscriptionGroup.json entry)."""
+    root = tmp_path_factory.mktemp("serve")
+    store = root / "store"
+    (store / "config").mkdir(parents=True)
+    groups = {
+        "subscriptionGroupTable": {
+            DLQ_GROUP: {"groupName": DLQ_GROUP, "retryMaxTimes": DLQ_MAX_TIMES, "retryQueueNums": 1}
+        },
+        "dataVersion": {"counter": 1, "timestamp": 0},
+    }
+    (store / "config" / "subscriptionGroup.json").write_text(json.dumps(groups))
+    with servers() as started:
+        started.append(ServerProcess.serve(store, root / "serve.log", conf=write_conf(root)))
+        yield started[0]
+
+
+def ns(server: ServerProcess) -> str:
+    assert server.namesrv is not None
+    return server.namesrv
+
+
+def messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in lines if "body" in line and "topic" in line]
+
+
+def sent_ok(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assert all(line["status"] in ("OK", "ONEWAY") for line in lines if "status" in line), lines
+    return lines
+
+
+# ---- sending and pulling ----------------------------------------------------------------------
+
+
+def test_sync_oneway_and_delayed_sends_pull_back_whole(
+    server: ServerProcess, rmq4: Rmq4Client
+) -> None:
+    spec = [
+        {"body": "s0", "tags": "TagA", "keys": "k0 kk0", "props": {"color": "red"}},
+        {"body": "s1", "tags": "TagB", "keys": "k1", "props": {"color": "green", "n": "1"}},
+        {"body": "s2", "tags": "TagA", "keys": "k2", "props": {"color": "blue"}},
+        {"body": "one-way", "tags": "TagO", "oneway": True},
+        {"body": "delayed", "tags": "TagD", "delay": 2},
+    ]
+    batch = [{"body": f"batch{i}", "tags": "TagB", "keys": f"bk{i}"} for i in range(3)]
+    sent = sent_ok(
+        rmq4.run(
+            "send", ns(server), "PG_basic", "T_basic", spec=[*spec, {"batch": batch}], timeout=30
+        )
+    )
+    assert [s.get("body") for s in sent[:-1]] == [m["body"] for m in spec]
+    assert sent[-1]["batch"] == [m["body"] for m in batch]
+    ids = {s["body"]: s["msg_id"] for s in sent[:-1] if s["status"] == "OK"}
+    spec += batch  # the C++ client's batch ("batch": "1") is stored as three messages
+
+    pulled = messages(
+        rmq4.run(
+            "pull",
+            ns(server),
+            "CG_basic_pull",
+            "T_basic",
+            expect=len(spec),
+            timeout=30,
+            prop=["color", "n", "DELAY", "UNIQ_KEY"],
+        )
+    )
+    by_body = {m["body"]: m for m in pulled}
+    assert sorted(by_body) == sorted(m["body"] for m in spec)
+    assert len(pulled) == len(spec)  # each once
+    for item in spec:
+        got = by_body[item["body"]]
+        assert got["topic"] == "T_basic"
+        assert got["tags"] == item["tags"]
+        assert got["keys"] == item.get("keys", "")
+        for name, value in (item.get("props") or {}).items():
+            assert got["props"][name] == value
+        if item["body"] in ids:
+            assert got["id"] == ids[item["body"]] == got["props"]["UNIQ_KEY"]
+    delayed = by_body["delayed"]
+    assert delayed["props"]["DELAY"] == "2"
+    # stored in the topic only when level 2 (2 s here) had passed
+    assert delayed["store_timestamp"] - delayed["born_timestamp"] >= 1500
+
+
+# ---- push consumers ---------------------------------------------------------------------------
+
+
+def test_push_consumer_receives_only_its_tags(server: ServerProcess, rmq4: Rmq4Client) -> None:
+    spec = [
+        {"body": "a1", "tags": "TagA"},
+        {"body": "b1", "tags": "TagB"},
+        {"body": "c1", "tags": "TagC"},
+        {"body": "a2", "tags": "TagA"},
+        {"body": "c2", "tags": "TagC"},
+        {"body": "b2", "tags": "TagB"},
+    ]
+    sent_ok(rmq4.run("send", ns(server), "PG_tags", "T_tags", spec=spec, timeout=30))
+    lines = rmq4.run(
+        "push",
+        ns(server),
+        "CG_tags",
+        "T_tags",
+        expr="TagA || TagB",
+        expect=4,
+        linger=2,
+        timeout=25,
+    )
+    got = messages(lines)
+    assert sorted(m["body"] for m in got) == ["a1", "a2", "b1", "b2"]
+    assert {m["tags"] for m in got} == {"TagA", "TagB"}
+    assert all(m["reconsume_times"] == 0 for m in got)
+
+
+def test_reconsume_later_comes_back_through_the_retry_topic(
+    server: ServerProcess, rmq4: Rmq4Client
+) -> None:
+    group, topic = "CG_retry", "T_retry"
+    spec = [{"body": "r1", "tags": "TagA", "keys": "rk1"}, {"body": "r2", "tags": "TagB"}]
+    sent = sent_ok(rmq4.run("send", ns(server), "PG_retry", topic, spec=spec, timeout=30))
+    lines = rmq4.run(
+        "push",
+        ns(server),
+        group,
+        topic,
+        fail_first=True,
+        expect=2,
+        linger=0.5,
+        timeout=35,
+        prop=["RETRY_TOPIC", "ORIGIN_MESSAGE_ID"],
+    )
+    got = messages(lines)
+    for item, s in zip(spec, sent, strict=True):
+        deliveries = [m for m in got if m["body"] == item["body"]]
+        assert [m["verdict"] for m in deliveries] == ["RECONSUME_LATER", "CONSUME_SUCCESS"]
+        first, second = deliveries
+        assert (first["reconsume_times"], second["reconsume_times"]) == (0, 1)
+        # the client puts the original topic back; id, tags and keys travel with the retry
+        assert second["topic"] == topic
+        assert second["props"]["RETRY_TOPIC"] == topic
+        assert second["id"] == first["id"] == s["msg_id"]
+        assert second["tags"] == item["tags"]
+        assert second["keys"] == item.get("keys", "")
+        assert second["props"]["ORIGIN_MESSAGE_ID"]
+        assert second["store_timestamp"] > first["store_timestamp"]
+    with PullConsumer(ns(server), "CG_retry_check") as check:
+        assert check.max_offset(MessageQueue(f"%RETRY%{group}", BROKER, 0)) == 2
+
+
+def test_messages_reach_the_dlq_after_max_reconsume_times(
+    server: ServerProcess, rmq4: Rmq4Client
+) -> None:
+    topic = "T_dlq"
+    sent_ok(
+        rmq4.run(
+            "send", ns(server), "PG_dlq", topic, spec=[{"body": "d1", "tags": "TagX"}], timeout=30
+        )
+    )
+    lines = rmq4.run(
+        "push", ns(server), DLQ_GROUP, topic, fail_always=True, expect=3, linger=2, timeout=35
+    )
+    got = messages(lines)
+    # the first delivery and DLQ_MAX_TIMES retries, then no more
+    assert [m["reconsume_times"] for m in got] == list(range(DLQ_MAX_TIMES + 1))
+    assert {m["body"] for m in got} == {"d1"}
+
+    dlq = MessageQueue(f"%DLQ%{DLQ_GROUP}", BROKER, 0)
+    with PullConsumer(ns(server), "CG_dlq_check") as check:
+        deadline = time.monotonic() + 10
+        while True:
+            r = check.pull(dlq, 0, 32)
+            if r.status == FOUND or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert r.status == FOUND
+    [dead] = r.messages
+    assert dead.body == b"d1"
+    assert dead.tags == "TagX"
+    assert dead.reconsume_times == DLQ_MAX_TIMES + 1
+    assert dead.properties["RETRY_TOPIC"] == topic
+    assert "DELAY" not in dead.properties
+    assert dead.properties.get("ORIGIN_MESSAGE_ID")
+
+
+# ---- restarts and crashes ---------------------------------------------------------------------
+
+
+def test_consumer_offsets_survive_a_broker_restart(tmp_path: Path, rmq4: Rmq4Client) -> None:
+    store, conf = tmp_path / "store", write_conf(tmp_path)
+    ports = {"namesrv_port": free_port(), "broker_port": free_port()}
+    group, topic = "CG_restart", "T_restart"
+    with servers() as started:
+        first = ServerProcess.serve(store, tmp_path / "first.log", conf=conf, **ports)
+        started.append(first)
+        spec = [{"body": f"o{i}"} for i in range(4)]
+        sent_ok(rmq4.run("send", ns(first), "PG_restart", topic, spec=spec, timeout=30))
+        got = messages(rmq4.run("push", ns(first), group, topic, expect=4, linger=0.5, timeout=25))
+        assert sorted(m["body"] for m in got) == ["o0", "o1", "o2", "o3"]
+        assert first.stop() == 0  # SIGTERM: a clean shutdown
+
+        offsets = ConsumerOffsetManager(store / "config").query_offsets(group, topic)
+        assert sum(offsets.values()) == 4
+
+        second = ServerProcess.serve(store, tmp_path / "second.log", conf=conf, **ports)
+        started.append(second)
+        more = [{"body": f"o{i}"} for i in range(4, 6)]
+        sent_ok(rmq4.run("send", ns(second), "PG_restart", topic, spec=more, timeout=30))
+        got = messages(rmq4.run("push", ns(second), group, topic, expect=2, linger=2, timeout=25))
+        assert sorted(m["body"] for m in got) == ["o4", "o5"]
+
+
+def read_topic(store: Path, conf: Path, topic: str) -> list[bytes]:
+    """Every body of ``topic`` in a store directory no broker owns any more (recovered here)."""
+    config = StoreConfig.from_broker_conf(conf)
+    import dataclasses
+
+    config = dataclasses.replace(config, store_path_root_dir=str(store))
+    bodies: list[bytes] = []
+    with MessageStore(config) as ms:
+        for queue_id in range(16):
+            offset = ms.get_min_offset_in_queue(topic, queue_id)
+            end = ms.get_max_offset_in_queue(topic, queue_id)
+            while offset < end:
+                r = ms.get_message("check", topic, queue_id, offset=offset, max_msg_nums=32)
+                bodies += [m.body for m in r.messages]
+                if r.next_begin_offset <= offset:
+                    break
+                offset = r.next_begin_offset
+    return bodies
+
+
+def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
+    tmp_path: Path, rmq4: Rmq4Client
+) -> None:
+    store, conf = tmp_path / "store", write_conf(tmp_path)
+    topic = "T_crash"
+    with servers() as started:
+        broker = ServerProcess.serve(store, tmp_path / "serve.log", conf=conf, flush="SYNC_FLUSH")
+        started.append(broker)
+        producer = rmq4.start(
+            "flood", ns(broker), "PG_crash", topic, count=100_000, send_timeout_ms=1000
+        )
+        acked: list[str] = []
+        out: list[dict[str, Any]] = []
+        try:
+            assert producer.stdout is not None
+            deadline = time.monotonic() + 25
+            for line in producer.stdout:
+                out += parse_lines(line)
+                if out and out[-1].get("status") == "OK":
+                    acked.append(out[-1]["body"])
+                if len(acked) == 60 and broker.running:
+                    broker.kill()  # mid-stream: sends are in flight
+                if "done" in out[-1] or time.monotonic() > deadline:
+                    break
+        finally:
+            stop_process(producer, grace=2)
+        assert not broker.running
+        assert len(acked) >= 60, out[-3:]
+    stored = read_topic(store, conf, topic)
+    assert set(acked) <= {b.decode() for b in stored}
+    assert len(stored) == len(set(stored))  # nothing stored twice
+
+
+# ---- malformed input --------------------------------------------------------------------------
+
+
+def raw_exchange(address: str, data: bytes, *, close_after_send: bool = False) -> bytes:
+    """Send ``data`` on a fresh connection; what the broker answers before closing (at most
+    2 s of waiting)."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(data)
+        if close_after_send:
+            return b""
+        s.settimeout(2)
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+        return got
+
+
+def test_malformed_frames_leave_the_broker_serving(server: ServerProcess, rmq4: Rmq4Client) -> None:
+    assert server.broker is not None
+    addr = server.broker
+    # a length beyond any frame limit: the connection is dropped without an answer
+    assert raw_exchange(addr, struct.pack(">i", 0x7FFFFFF0) + b"x" * 64) == b""
+    # a negative length
+    assert raw_exchange(addr, struct.pack(">i", -5) + b"x" * 16) == b""
+    # a header that is not JSON, and a header length past the frame's end
+    garbage = b"this is not json"
+    raw_exchange(addr, struct.pack(">ii", 4 + len(garbage), len(garbage)) + garbage)
+    raw_exchange(addr, struct.pack(">ii", 8, 1000) + b"{}{}")
+    # an unknown serialize type
+    raw_exchange(addr, struct.pack(">ii", 6, (7 << 24) | 2) + b"{}")
+    # half a frame, then the client goes away
+    raw_exchange(addr, struct.pack(">ii", 200, 50) + b'{"code":10', close_after_send=True)
+    raw_exchange(addr, b"\x00\x00", close_after_send=True)
+    assert server.running
+    sent = sent_ok(
+        rmq4.run(
+            "send",
+            ns(server),
+            "PG_after_junk",
+            "T_after_junk",
+            spec=[{"body": "still here"}],
+            timeout=30,
+        )
+    )
+    assert [s["status"] for s in sent] == ["OK"]
