@@ -90,7 +90,7 @@ class PullService:
                     Code.ILLEGAL_OFFSET,
                     f"offset {offset} is out of range [{r.min_offset}, {r.max_offset}]",
                     None,
-                    r.next_begin_offset,
+                    r.min_offset if offset < r.min_offset else r.max_offset,
                 )
             left = give_up - loop.time()
             if r.status not in _WAIT:

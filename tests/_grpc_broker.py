@@ -1,0 +1,130 @@
+"""A name server, a broker and its gRPC front end on an event loop in a background thread, for
+the gRPC tests: blocking clients (grpc stubs, the remoting client, the official client in a
+subprocess) talk to it from the test's thread."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rocketstore import StoreConfig
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.broker._controller import BrokerController
+from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
+from rocketstore.namesrv import NameServer
+
+T = TypeVar("T")
+
+# fast clients for the tests: short invisible times are allowed
+TEST_GRPC_CONFIG = GrpcConfig(
+    port=0,
+    min_invisible_ms=100,
+    pop_recheck_ms=500,
+    pop_persist_interval_ms=200,
+    shutdown_grace_s=0.2,
+)
+
+
+def small_store_config(root: Path, **overrides: Any) -> StoreConfig:
+    base = StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=8 * 1024 * 1024,
+        mapped_file_size_consume_queue=20 * 10_000,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
+        flush_interval_commit_log=10,
+        commit_interval_commit_log=10,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+class BrokerThread:
+    """``start()`` runs everything; ``call(fn)`` runs a coroutine function on the loop;
+    ``stop()`` shuts down in order (gRPC front end, broker, name server) and ends the thread."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        grpc_config: GrpcConfig = TEST_GRPC_CONFIG,
+        broker_overrides: dict[str, Any] | None = None,
+        store_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        self.root = root
+        self.grpc_config = grpc_config
+        self.broker_overrides = broker_overrides or {}
+        self.store_overrides = store_overrides or {}
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.namesrv: NameServer
+        self.broker: BrokerController
+        self.grpc: GrpcFrontEnd
+        self.running = False
+
+    def call(self, fn: Callable[[], Coroutine[Any, Any, T]], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(fn(), self.loop).result(timeout)
+
+    def run(self, fn: Callable[[], T], timeout: float = 30.0) -> T:
+        """A plain function on the loop's thread (broker state is the loop's)."""
+
+        async def wrapper() -> T:
+            return fn()
+
+        return self.call(wrapper, timeout)
+
+    def start(self) -> BrokerThread:
+        if not self.thread.is_alive():
+            self.thread.start()
+
+        async def up() -> None:
+            self.namesrv = NameServer("127.0.0.1", 0)
+            await self.namesrv.start()
+            broker_config = BrokerConfig(
+                listen_port=0, namesrv_addr=self.namesrv.address, **self.broker_overrides
+            )
+            self.broker = BrokerController(
+                small_store_config(self.root, **self.store_overrides), broker_config
+            )
+            await self.broker.start()
+            self.grpc = GrpcFrontEnd(self.broker, self.grpc_config)
+            await self.grpc.start()
+
+        self.call(up)
+        self.running = True
+        return self
+
+    def stop(self) -> None:
+        if self.running:
+            self.running = False
+
+            async def down() -> None:
+                try:
+                    await self.grpc.close()
+                finally:
+                    try:
+                        await self.broker.shutdown()
+                    finally:
+                        await self.namesrv.close()
+
+            self.call(down)
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+    @property
+    def grpc_address(self) -> str:
+        return self.grpc.address
+
+    @property
+    def namesrv_address(self) -> str:
+        return self.namesrv.address
