@@ -35,7 +35,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..broker._pop import InvalidReceiptHandleError, PopState, ReadBatch, Receipt
-from ..broker._topic_config import PERM_READ, PERM_WRITE, dlq_topic
+from ..broker._send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM
+from ..broker._topic_config import PERM_READ, dlq_topic
 from ..store._clock import Clock
 from ..store._errors import CorruptRecordError, StoreError
 from ..store._filter import TagFilter
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 S = GetMessageStatus
-DLQ_QUEUE_NUMS = 1
 # a message that could not be written to its consumer comes back this soon
 NACK_INVISIBLE_MS = 1_000
 _STAY = (S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE, S.OFFSET_OVERFLOW_ONE)
@@ -433,9 +433,7 @@ class PopService:
                 self._ack_quietly(receipt.handle)
                 return True
             dlq = dlq_topic(receipt.group)
-            if broker.topics.select(dlq) is None:
-                broker.topics.create_in_send_back(dlq, DLQ_QUEUE_NUMS, PERM_WRITE, 0)
-                broker.topic_changed()
+            broker.create_topic_for_send_back(dlq, DLQ_NUMS_PER_GROUP, DLQ_PERM, 0)
             copy = copy_for_dead_letter(msg, receipt.group, dlq, receipt.attempt)
             fut = broker.store.put_message_async(copy)
             r = fut.result() if fut.done() else await asyncio.wrap_future(fut)
