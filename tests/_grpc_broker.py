@@ -128,3 +128,39 @@ class BrokerThread:
     @property
     def namesrv_address(self) -> str:
         return self.namesrv.address
+
+
+def self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost and its key (PEM), made with openssl."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = directory / "server.crt", directory / "server.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key

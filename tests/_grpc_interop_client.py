@@ -50,7 +50,7 @@ def _message_out(m: Any) -> dict[str, Any]:
 
 def scenario_produce(args: dict[str, Any]) -> dict[str, Any]:
     """Send ``messages`` ({body, tag?, keys?, properties?, delay_s?}) to ``topic``."""
-    producer = Producer(_config(args), (args["topic"],))
+    producer = Producer(_config(args), (args["topic"],), tls_enable=args.get("tls", False))
     producer.startup()
     receipts = []
     errors = []

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread
+from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from rocketstore.client import Producer as RemotingProducer
 from rocketstore.client import PullConsumer as RemotingConsumer
 from test_grpc_proto import _client_venv
@@ -46,12 +46,17 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
         b.close()
 
 
-def run_client(python: Path, broker: BrokerThread, home: Path, **args: Any) -> dict[str, Any]:
-    """Run one scenario with the official client; its JSON result."""
+def run_client(
+    python: Path, broker: BrokerThread, home: Path, *, roots: Path | None = None, **args: Any
+) -> dict[str, Any]:
+    """Run one scenario with the official client; its JSON result. ``roots``: the CA file the
+    client's TLS trusts."""
     args.setdefault("endpoints", broker.grpc_address)
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["HOME"] = str(home)  # the client writes its log under ~/logs/rocketmq_python
+    if roots is not None:
+        env["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(roots)
     log = home / "logs" / "rocketmq_python" / "rocketmq_client.log"
     try:
         r = subprocess.run(
@@ -365,3 +370,27 @@ def test_a_refused_send_leaves_the_server_serving(
     )
     assert len(out["errors"]) == 1 and "BadRequestException" in out["errors"][0]
     assert len(out["receipts"]) == 1
+
+
+def test_tls(client_python: Path, tmp_path: Path) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    config = TEST_GRPC_CONFIG.replace(tls_cert=str(cert), tls_key=str(key))
+    b = BrokerThread(tmp_path / "broker", grpc_config=config)
+    try:
+        b.start()
+        out = run_client(
+            client_python,
+            b,
+            tmp_path / "home",
+            roots=cert,
+            scenario="produce",
+            topic="TlsT",
+            messages=[{"body": "encrypted"}],
+            tls=True,
+        )
+        assert not out["errors"] and len(out["receipts"]) == 1
+        store = b.broker.store
+        found = b.run(lambda: store.query_message("TlsT", out["receipts"][0]["message_id"]))
+        assert [m.body for m in found.messages] == [b"encrypted"]
+    finally:
+        b.close()

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread
+from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from rocketstore.grpc import GrpcConfig
 from rocketstore.grpc._acl import authorization_header, parse_credentials
 from rocketstore.grpc._convert import delay_level_for
@@ -727,6 +727,26 @@ def test_acl_config_rejects_empty_keys() -> None:
         GrpcConfig(credentials={"ak": ""})
     with pytest.raises(StoreConfigError):
         parse_credentials("no-secret")
+
+
+def test_tls(tmp_path: Path) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    config = TEST_GRPC_CONFIG.replace(tls_cert=str(cert), tls_key=str(key))
+    b = BrokerThread(tmp_path / "broker", grpc_config=config)
+    try:
+        b.start()
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        with grpc.secure_channel(b.grpc_address, creds) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            assert send_ok(stub, "TlsT", b"over tls").message_id
+            _, got, _ = receive(stub, "TlsG", "TlsT")
+            assert bodies(got) == [b"over tls"]
+        with grpc.insecure_channel(b.grpc_address) as plain:
+            stub = service_pb2_grpc.MessagingServiceStub(plain)
+            with pytest.raises(grpc.RpcError):
+                stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="TlsT")), timeout=2)
+    finally:
+        b.close()
 
 
 # ---- restart ------------------------------------------------------------------------------------
