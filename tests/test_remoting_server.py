@@ -31,6 +31,7 @@ from rocketstore.remoting import (
     RemotingClient,
     RemotingCommand,
     RemotingError,
+    RemotingServer,
     RequestCode,
     ResponseCode,
 )
@@ -704,3 +705,43 @@ def test_any_chunking_of_the_stream_is_cut_into_the_same_frames(seed: int) -> No
     for a, n in zip(answers, sizes, strict=True):
         assert len(a.body) == n
         assert a.body == decode_frame(frames[a.opaque][4:]).body
+
+
+# ---- the loop -----------------------------------------------------------------------------
+
+
+def test_new_event_loop_serves_and_use_uvloop_says_what_it_did() -> None:
+    from rocketstore.remoting import new_event_loop, use_uvloop
+
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None  # type: ignore[assignment]
+
+    loop = new_event_loop()
+    try:
+        if uvloop is not None:
+            assert isinstance(loop, uvloop.Loop)
+
+        async def run() -> None:
+            server = RemotingServer({ECHO: echo})
+            await server.start()
+            client = AsyncRemotingClient()
+            try:
+                r = await client.invoke(server.address, RemotingCommand.request(ECHO, {}, b"u"))
+                assert r.body == b"u"
+            finally:
+                client.close()
+                await server.close()
+
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+    policy = asyncio.get_event_loop_policy()
+    try:
+        assert use_uvloop() == (uvloop is not None)
+        if uvloop is not None:
+            assert isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy)
+    finally:
+        asyncio.set_event_loop_policy(policy)

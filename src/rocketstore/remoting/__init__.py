@@ -17,6 +17,8 @@ from ._command import ext_str as ext_str
 from ._connection import Connection as Connection
 from ._connection import Handler as Handler
 from ._connection import RemotingError as RemotingError
+from ._loop import new_event_loop as new_event_loop
+from ._loop import use_uvloop as use_uvloop
 from ._server import RemotingServer as RemotingServer
 
 __all__ = [
@@ -35,5 +37,7 @@ __all__ = [
     "ext_bool",
     "ext_int",
     "ext_str",
+    "new_event_loop",
     "split_address",
+    "use_uvloop",
 ]

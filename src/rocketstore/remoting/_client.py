@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import select
 import socket
+import struct
+import sys
 import threading
 from typing import Any
 
@@ -143,7 +145,7 @@ class RemotingClient:
         with self._lock:
             link = self._link(address)
             try:
-                link.sock.settimeout(timeout if timeout is not None else self.timeout)
+                link.set_timeout(timeout if timeout is not None else self.timeout)
                 link.send(cmd)
                 while True:
                     response = link.read(self.max_frame)
@@ -160,7 +162,7 @@ class RemotingClient:
         with self._lock:
             link = self._link(address)
             try:
-                link.sock.settimeout(self.timeout)
+                link.set_timeout(self.timeout)
                 link.send(cmd)
             except OSError as exc:
                 self._drop(address)
@@ -184,11 +186,20 @@ class RemotingClient:
 
 
 class _Link:
-    """One blocking socket and its read buffer (a small response costs one recv)."""
+    """One blocking socket and its read buffer. Where the system has them, timeouts are the
+    socket's own (SO_RCVTIMEO / SO_SNDTIMEO) on a blocking socket, so a small call costs a
+    poll, a send and a recv; elsewhere Python's socket timeout (a poll before each call)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.reader = sock.makefile("rb", buffering=_READ_SIZE)
+        self._timeout: float | None = None
+        self._kernel_timeouts = hasattr(socket, "SO_RCVTIMEO") and sys.platform == "linux"
+        if self._kernel_timeouts:
+            sock.settimeout(None)
+        self._buf = bytearray(_READ_SIZE)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
 
@@ -197,30 +208,70 @@ class _Link:
         try:
             if not self._poll.poll(0):
                 return True
+            if self._end > self._start:
+                return True  # a frame (or part of one) is already here
             return bool(self.sock.recv(1, socket.MSG_PEEK))
         except (OSError, ValueError):
             return False
 
-    def send(self, cmd: RemotingCommand) -> None:
-        if len(cmd.body) <= _JOIN_LIMIT:
-            self.sock.sendall(cmd.encode())
+    def set_timeout(self, timeout: float) -> None:
+        if timeout == self._timeout:
+            return
+        if self._kernel_timeouts:
+            whole = int(timeout)
+            micros = max(int((timeout - whole) * 1e6), 0 if whole else 1000)
+            value = struct.pack("@ll", whole, micros)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
         else:
-            head, body = cmd.encode_parts()
-            self.sock.sendall(head)
-            self.sock.sendall(body)
+            self.sock.settimeout(timeout)
+        self._timeout = timeout
+
+    def send(self, cmd: RemotingCommand) -> None:
+        try:
+            if len(cmd.body) <= _JOIN_LIMIT:
+                self.sock.sendall(cmd.encode())
+            else:
+                head, body = cmd.encode_parts()
+                self.sock.sendall(head)
+                self.sock.sendall(body)
+        except BlockingIOError:  # SO_SNDTIMEO ran out
+            raise TimeoutError(f"send timed out after {self._timeout} s") from None
+
+    def _fill(self, need: int) -> None:
+        """Receive until ``need`` bytes past ``_start`` are in the buffer."""
+        if self._start + need > len(self._buf):  # move what is here to a buffer that fits
+            pending = self._end - self._start
+            buf = bytearray(max(_READ_SIZE, need))
+            buf[:pending] = self._view[self._start : self._end]
+            self._buf, self._view = buf, memoryview(buf)
+            self._start, self._end = 0, pending
+        view = self._view
+        recv_into = self.sock.recv_into
+        while self._end - self._start < need:
+            try:
+                n = recv_into(view[self._end :])
+            except BlockingIOError:  # SO_RCVTIMEO ran out
+                raise TimeoutError(f"no response in {self._timeout} s") from None
+            if n == 0:
+                raise OSError("connection closed by the peer")
+            self._end += n
 
     def read(self, max_frame: int) -> RemotingCommand:
-        prefix = self.reader.read(4)
-        if len(prefix) < 4:
-            raise OSError("connection closed by the peer")
-        length = frame_length(prefix, max_frame)
-        frame = self.reader.read(length)
-        if len(frame) < length:
-            raise OSError("connection closed by the peer")
-        return decode_frame(frame)
+        self._fill(4)
+        length = frame_length(self._view[self._start : self._start + 4], max_frame)
+        self._start += 4
+        self._fill(length)
+        start = self._start
+        cmd = decode_frame(self._view[start : start + length])
+        self._start = start + length
+        if self._start == self._end:
+            self._start = self._end = 0
+            if len(self._buf) > _READ_SIZE:  # the buffer of one large frame: let it go
+                self._buf = bytearray(_READ_SIZE)
+                self._view = memoryview(self._buf)
+        return cmd
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.reader.close()
         with contextlib.suppress(OSError):
             self.sock.close()
