@@ -251,6 +251,7 @@ def scenario_throughput(args: dict[str, Any]) -> dict[str, Any]:
         producer.shutdown()
     consumer = _simple(args, 2)
     received = 0
+    done_at: list[float] = []
     lock = threading.Lock()
     try:
         begin = time.perf_counter()
@@ -269,16 +270,18 @@ def scenario_throughput(args: dict[str, Any]) -> dict[str, Any]:
                         return
                     continue
                 for m in got:
-                    consumer.ack_async(m)
+                    consumer.ack(m)
                 with lock:
                     received += len(got)
+                    if received >= count + 1 and not done_at:
+                        done_at.append(time.perf_counter())
 
         workers = [threading.Thread(target=work) for _ in range(threads)]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        recv_s = time.perf_counter() - begin
+        recv_s = (done_at[0] if done_at else time.perf_counter()) - begin
     finally:
         consumer.shutdown()
     return {
