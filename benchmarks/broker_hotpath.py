@@ -1,0 +1,188 @@
+"""The broker's request path without sockets: frames fed straight into a server connection.
+
+    python benchmarks/broker_hotpath.py [--what send|pull|all] [--messages N] [--rounds 3]
+        [--profile FILE] [--flush ASYNC_FLUSH|SYNC_FLUSH]
+
+A BrokerController runs in this process over a temporary store; a server connection with a
+transport that only counts what is written gets pre-encoded SEND_MESSAGE_V2 frames (1 KiB
+bodies, the header the C++ client sends) or PULL_MESSAGE frames (32 records a pull), one
+frame per read as a client waiting for each answer sends them. The figure is CPU µs per
+message of this process (``time.process_time``), which is what the broker's loop spends on a
+request from the read buffer to the written answer: the frame and header codec, the
+processor, the store. Socket system calls and the event loop's own work are left out (see
+``rocketstore bench --scenario broker-send`` for the whole). ``--profile`` writes cProfile
+stats of one more round (read with ``python -m pstats``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.broker._controller import BrokerController
+from rocketstore.remoting import Connection, RemotingCommand
+from rocketstore.store._config import StoreConfig
+
+TOPIC = "BenchHot"
+# the ext fields of the C++ client's SEND_MESSAGE_V2 (some JSON numbers, as it sends them)
+SEND_EXT: dict[str, Any] = {
+    "a": "PID_bench",
+    "b": TOPIC,
+    "c": "TBW102",
+    "d": 4,
+    "e": 0,
+    "f": 0,
+    "g": "1795532961562",
+    "h": 0,
+    "i": "UNIQ_KEY\u00010100007F0000F44000000000\u0002WAIT\u0001true\u0002",
+    "j": "0",
+    "k": "false",
+    "m": "false",
+}
+
+
+class CountingTransport:
+    """Stands in for a socket transport: takes what is written, keeps the byte count."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.writes = 0
+
+    def write(self, data: Any) -> None:
+        self.written += len(data)
+        self.writes += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _feed(conn: Connection, frame: bytes) -> None:
+    buf = conn.get_buffer(len(frame))
+    buf[: len(frame)] = frame
+    conn.buffer_updated(len(frame))
+
+
+def _send_frames(n: int, body: bytes) -> list[bytes]:
+    out = []
+    for i in range(n):
+        ext = dict(SEND_EXT)
+        ext["e"] = i & 3
+        cmd = RemotingCommand.request(310, ext, body)
+        cmd.language = "CPP"
+        cmd.version = 405
+        out.append(cmd.encode())
+    return out
+
+
+def _pull_frames(per_queue: int, queues: int) -> list[bytes]:
+    out = []
+    for offset in range(0, per_queue, 32):
+        for q in range(queues):
+            ext = {
+                "consumerGroup": "bench-consumer",
+                "topic": TOPIC,
+                "queueId": str(q),
+                "queueOffset": str(offset),
+                "maxMsgNums": "32",
+                "sysFlag": "4",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+                "subVersion": "0",
+            }
+            out.append(RemotingCommand.request(11, ext).encode())
+    return out
+
+
+async def run(args: argparse.Namespace) -> None:
+    root = tempfile.mkdtemp(prefix="broker-hotpath-")
+    try:
+        store_config = StoreConfig(store_path_root_dir=root, flush_disk_type=args.flush)
+        config = BrokerConfig.from_store_config(store_config, listen_port=0)
+        broker = BrokerController(store_config, config)
+        await broker.start()
+        try:
+            conn = Connection(broker.server.handlers, backpressure=True)
+            transport = CountingTransport()
+            conn.connection_made(transport)  # type: ignore[arg-type]
+            body = os.urandom(1024)
+            n = args.messages
+            _feed(conn, _send_frames(1, body)[0])  # creates the topic
+            await asyncio.sleep(0.1)
+            if args.what in ("send", "all"):
+                for r in range(args.rounds + (1 if args.profile else 0)):
+                    frames = _send_frames(n, body)
+                    profiler = cProfile.Profile() if args.profile and r == args.rounds else None
+                    if profiler:
+                        profiler.enable()
+                    t = time.process_time()
+                    for f in frames:
+                        _feed(conn, f)
+                        if args.flush == "SYNC_FLUSH":
+                            await asyncio.sleep(0)
+                    took = time.process_time() - t
+                    if profiler:
+                        profiler.disable()
+                        profiler.dump_stats(args.profile + ".send")
+                    else:
+                        print(f"send: {took / n * 1e6:.1f} µs/msg ({n / took:,.0f} msgs/s of CPU)")
+            if args.what in ("pull", "all"):
+                per_queue = n // 4
+                if args.what == "pull":  # the sends above filled the queues otherwise
+                    for f in _send_frames(per_queue * 4, body):
+                        _feed(conn, f)
+                await asyncio.sleep(0.5)  # dispatch
+                frames = _pull_frames(per_queue, 4)
+                for r in range(args.rounds + (1 if args.profile else 0)):
+                    profiler = cProfile.Profile() if args.profile and r == args.rounds else None
+                    if profiler:
+                        profiler.enable()
+                    before = transport.written
+                    t = time.process_time()
+                    for f in frames:
+                        _feed(conn, f)
+                    took = time.process_time() - t
+                    if profiler:
+                        profiler.disable()
+                        profiler.dump_stats(args.profile + ".pull")
+                    else:
+                        got = (transport.written - before) / 1100
+                        print(
+                            f"pull: {took / (per_queue * 4) * 1e6:.2f} µs/msg, "
+                            f"{took / len(frames) * 1e6:.0f} µs/pull "
+                            f"(~{got:,.0f} records' bytes written)"
+                        )
+        finally:
+            await broker.shutdown()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", choices=("send", "pull", "all"), default="all")
+    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"))
+    ap.add_argument("--profile", default=None, help="cProfile stats to FILE.send / FILE.pull")
+    asyncio.run(run(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""An asyncio producer over the remoting protocol: routes from the name server, queues taken in
+turn (or named), SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE to the queue's master, RocketMQ's
+client-side message id in UNIQ_KEY, as the blocking :class:`~rocketstore.client.Producer` does.
+
+Each producer has its own connections (one per address): sixty-four producers are sixty-four
+connections to the broker, as sixty-four client processes would be. Many sends may be in
+flight on one producer at once; they share its connection.
+
+Loop thread only (the loop the producer was first used on).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..remoting import AsyncRemotingClient, RemotingCommand, RemotingError, ResponseCode
+from ._producer import (
+    _RETRYABLE,
+    _SEND_STATUS,
+    DEFAULT_TOPIC,
+    SendResult,
+    encode_batch,
+    message_properties,
+    properties_text,
+)
+from ._route import ClientError, MessageQueue, TopicRoute, parse_route
+
+SEND_MESSAGE_V2 = 310
+SEND_BATCH_MESSAGE = 320
+GET_ROUTEINFO_BY_TOPIC = 105
+
+
+class AsyncProducer:
+    """Sends through the brokers the name servers (``namesrv``: ``host:port[;host:port]``)
+    name for each topic. Routes are cached for ``route_ttl_s``; a refused send with a
+    retryable code, or a failed connection, is tried again ``retries`` times."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        group: str = "rocketstore-producer",
+        *,
+        timeout: float = 3.0,
+        retries: int = 2,
+        route_ttl_s: float = 30.0,
+    ) -> None:
+        self.group = group
+        self.timeout = timeout
+        self.retries = retries
+        self.route_ttl_s = route_ttl_s
+        self.namesrv_addrs = [a for a in namesrv.split(";") if a]
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        self.client = AsyncRemotingClient()
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._turn = itertools.count()
+
+    # ---- routes -----------------------------------------------------------------------------
+
+    async def route(self, topic: str, *, refresh: bool = False) -> TopicRoute | None:
+        """The topic's route from the name servers (cached); None when no broker has it."""
+        now = time.monotonic()
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and now - cached[0] < self.route_ttl_s:
+            return cached[1]
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            cmd = RemotingCommand.request(GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            try:
+                r = await self.client.invoke(addr, cmd, self.timeout)
+            except RemotingError as exc:
+                last = exc
+                continue
+            if r.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+            route = parse_route(topic, r.body)
+            self._routes[topic] = (now, route)
+            return route
+        raise RemotingError(f"no name server answered: {last}")
+
+    async def _write_route(self, topic: str) -> tuple[TopicRoute, bool]:
+        """The topic's route, or the default topic's for a topic not created yet (the broker
+        creates it at the first send)."""
+        route = await self.route(topic)
+        if route is not None and route.queues(write=True):
+            return route, False
+        default = await self.route(DEFAULT_TOPIC)
+        if default is None:
+            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+        return TopicRoute(topic, default.brokers, default.queue_data), True
+
+    # ---- sending ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        delay_level: int = 0,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer (stored, and flushed when the
+        broker flushes synchronously); ClientError when the broker refuses it."""
+        props = message_properties(tags, keys, properties, delay_level)
+        return await self._send(topic, body, props, queue, props["UNIQ_KEY"], batch=False)
+
+    async def send_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        tags: str | None = None,
+        queue: MessageQueue | None = None,
+    ) -> SendResult:
+        """Send messages of one topic and queue in one request (SEND_BATCH_MESSAGE)."""
+        if not bodies:
+            raise ValueError("an empty batch")
+        items = [(b, message_properties(tags, None, None)) for b in bodies]
+        uniq = ",".join(p["UNIQ_KEY"] for _, p in items)
+        return await self._send(topic, encode_batch(items), {}, queue, uniq, batch=True)
+
+    async def _send(
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        queue: MessageQueue | None,
+        uniq: str,
+        *,
+        batch: bool,
+    ) -> SendResult:
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            route, via_default = await self._write_route(topic)
+            if queue is None:
+                queues = route.queues(write=True)
+                if not queues:
+                    raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+                picked = queues[next(self._turn) % len(queues)]
+                mq = MessageQueue(topic, picked.broker_name, picked.queue_id)
+            else:
+                mq = queue
+            addr = route.master(mq.broker_name)
+            if addr is None:
+                raise ClientError(ResponseCode.SYSTEM_ERROR, f"no master for {mq.broker_name}")
+            cmd = RemotingCommand.request(
+                SEND_BATCH_MESSAGE if batch else SEND_MESSAGE_V2,
+                send_header(self.group, topic, mq.queue_id, props, batch=batch),
+                body,
+            )
+            try:
+                r = await self.client.invoke(addr, cmd, self.timeout)
+            except RemotingError as exc:
+                last = exc
+                continue
+            status = _SEND_STATUS.get(r.code)
+            if status is None:
+                last = ClientError(r.code, r.remark)
+                if r.code in _RETRYABLE and attempt < self.retries:
+                    await self.route(topic, refresh=True)
+                    continue
+                raise last
+            if via_default:
+                await self.route(topic, refresh=True)
+            ext = r.ext_fields
+            return SendResult(
+                status,
+                uniq,
+                str(ext.get("msgId", "")),
+                MessageQueue(topic, mq.broker_name, int(ext.get("queueId", mq.queue_id))),
+                int(ext.get("queueOffset", -1)),
+            )
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        """Close the connections; sends in flight fail with RemotingError."""
+        self.client.close()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+def send_header(
+    group: str, topic: str, queue_id: int, props: Mapping[str, str], *, batch: bool = False
+) -> dict[str, str]:
+    """SEND_MESSAGE_V2's ext fields (one-letter names) for a message of ``topic`` to
+    ``queue_id`` with ``props``, born now."""
+    return {
+        "a": group,
+        "b": topic,
+        "c": DEFAULT_TOPIC,
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": properties_text(props),
+        "j": "0",
+        "k": "false",
+        "m": "true" if batch else "false",
+    }

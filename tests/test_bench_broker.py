@@ -1,0 +1,123 @@
+"""The asyncio producer against a broker in this process (sends, batches with SEND_MESSAGE_V2's
+header names, puts answered after a sync flush), and the broker benchmarks' helpers and
+scenarios at a tiny size (a broker subprocess each)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from rocketstore.bench import broker as bench
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.broker._controller import BrokerController
+from rocketstore.client import decode_records
+from rocketstore.client._async_producer import AsyncProducer
+from rocketstore.namesrv import NameServer
+from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, ResponseCode
+from rocketstore.store._config import StoreConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.asynccontextmanager
+async def cluster(root: Path, flush: str) -> AsyncIterator[tuple[NameServer, BrokerController]]:
+    ns = NameServer("127.0.0.1", 0)
+    await ns.start()
+    store_config = StoreConfig(store_path_root_dir=str(root), flush_disk_type=flush)
+    config = BrokerConfig.from_store_config(store_config, listen_port=0, namesrv_addr=ns.address)
+    broker = BrokerController(store_config, config)
+    try:
+        await broker.start()
+        try:
+            yield ns, broker
+        finally:
+            await broker.shutdown()
+    finally:
+        await ns.close()
+
+
+async def pull_all(address: str, topic: str, queue_id: int) -> list[bytes]:
+    client = AsyncRemotingClient()
+    bodies: list[bytes] = []
+    try:
+        while True:
+            ext = bench.pull_header(topic, queue_id, len(bodies))
+            r = await client.invoke(address, RemotingCommand.request(bench.PULL_MESSAGE, ext))
+            if r.code == ResponseCode.PULL_NOT_FOUND:
+                return bodies
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            bodies += [m.body for m in decode_records(r.body)]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_async_producer_sends_single_messages_and_batches(tmp_path: Path, flush: str) -> None:
+    async def main() -> None:
+        async with cluster(tmp_path / "store", flush) as (ns, broker):
+            async with AsyncProducer(ns.address, "PID_t") as producer:
+                first = await producer.send("TAsync", b"first", tags="TagA")
+                assert first.status == "SEND_OK"
+                assert first.queue.topic == "TAsync"
+                route = await producer.route("TAsync")
+                assert route is not None  # registered with the name server at once
+                mq = first.queue
+                batch = await producer.send_batch("TAsync", [b"b1", b"b2", b"b3"], queue=mq)
+                assert batch.status == "SEND_OK"
+                assert len(batch.msg_id.split(",")) == 3
+                assert len(batch.offset_msg_id.split(",")) == 3
+                assert batch.queue_offset == first.queue_offset + 1
+                # many waiting at once: under SYNC_FLUSH they are answered after group commits
+                results = await asyncio.gather(
+                    *(producer.send("TAsync", f"m{i}".encode(), queue=mq) for i in range(50))
+                )
+                assert {r.status for r in results} == {"SEND_OK"}
+                offsets = sorted(r.queue_offset for r in results)
+                assert offsets == list(range(first.queue_offset + 4, first.queue_offset + 54))
+            if flush == "SYNC_FLUSH":
+                flushed = broker.store.commit_log.queue.flushed_where  # type: ignore[attr-defined]
+                assert flushed >= broker.store.commit_log.max_offset  # type: ignore[attr-defined]
+            bodies = await pull_all(broker.address, "TAsync", mq.queue_id)
+            assert bodies[:4] == [b"first", b"b1", b"b2", b"b3"]
+            assert sorted(bodies[4:]) == sorted(f"m{i}".encode() for i in range(50))
+
+    asyncio.run(main())
+
+
+def test_percentiles() -> None:
+    lat = [i / 1000 for i in range(1, 101)]  # 1 .. 100 ms
+    p = bench.percentiles(lat)
+    assert p == {"p50_ms": 51.0, "p99_ms": 100.0, "max_ms": 100.0}
+    assert bench.percentiles([]) == {}
+
+
+def test_pull_and_long_poll_scenarios_run_small(tmp_path: Path) -> None:
+    pull = bench.bench_broker_pull(str(tmp_path / "pull"), 2000)
+    assert pull["messages"] == 2000
+    assert pull["drain_msgs_per_s"] > 0 and pull["drain_blocking_msgs_per_s"] > 0
+    poll = bench.bench_broker_longpoll(str(tmp_path / "poll"), 20)
+    assert 0 < poll["p50_ms"] <= poll["p99_ms"] <= poll["max_ms"]
+
+
+def test_send_scenario_runs_small_without_the_extras(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "official_python", lambda create=True: (None, "not here"))
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)  # no redis-server
+    out = bench.bench_broker_send(str(tmp_path), 300)
+    assert out["send_msgs_per_s"] > 0
+    assert out["send_p50_ms"] <= out["send_p99_ms"]
+    assert out["official_note"] == "not here"
+    assert "redis_xadd_msgs_per_s" not in out and "skipped" in out["redis_note"]
+
+
+def test_broker_process_is_stopped(tmp_path: Path) -> None:
+    with bench.broker_server(str(tmp_path / "s")) as server:
+        proc = server.proc
+        assert server.namesrv and server.address
+        assert server.cpu_seconds() > 0
+    assert proc.poll() is not None
