@@ -484,6 +484,9 @@ def test_server_call_to_a_client_without_handler(server: Served) -> None:
             client.close()
 
     asyncio.run(run())
+    with RemotingClient(timeout=5) as client:  # the blocking client answers the same
+        r = client.invoke(server.address, RemotingCommand.request(CALL_BACK))
+        assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
 
 # ---- closing ----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import sys
 import threading
 from typing import Any
 
+from ._codes import ResponseCode
 from ._command import (
     DEFAULT_MAX_FRAME,
     ONEWAY_FLAG,
@@ -149,9 +150,12 @@ class RemotingClient:
                 link.send(cmd)
                 while True:
                     response = link.read(self.max_frame)
-                    if response.is_response and response.opaque == cmd.opaque:
-                        return response
-                    # a request from the server (or a late response) on this socket: skip it
+                    if response.is_response:
+                        if response.opaque == cmd.opaque:
+                            return response
+                        continue  # a late response to an earlier call: skip it
+                    if not response.is_oneway:  # a request from the server: not served here
+                        link.send(_not_supported(response))
             except (OSError, FrameError) as exc:
                 self._drop(address)
                 raise RemotingError(f"call to {address} (code {cmd.code}) failed: {exc}") from exc
@@ -183,6 +187,15 @@ class RemotingClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _not_supported(request: RemotingCommand) -> RemotingCommand:
+    answer = RemotingCommand.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {request.code} not supported"
+    )
+    answer.opaque = request.opaque
+    answer.serialize_type = request.serialize_type
+    return answer
 
 
 class _Link:
