@@ -39,7 +39,7 @@ def _announce(text: str) -> None:
 def _make_broker(
     store: str,
     conf: str | None,
-    listen: str,
+    listen: str | None,
     namesrv: str | None,
     broker_name: str | None,
     cluster: str | None,
@@ -58,7 +58,10 @@ def _make_broker(
         store_over["broker_role"] = role
     if flush:
         store_over["flush_disk_type"] = flush
-    host, port = _split_listen(listen, 10911)
+    # no --listen: the conf's listenPort (RocketMQ's default 10911 without one)
+    host, port = (
+        _split_listen(listen, base.store_port) if listen else ("127.0.0.1", base.store_port)
+    )
     if ha_listen:
         _ha_host, ha_port = _split_listen(ha_listen, port + 1)
         store_over["ha_listen_port"] = ha_port
@@ -82,6 +85,9 @@ def _make_broker(
 
 
 listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
+broker_listen_help = (
+    "HOST:PORT to listen on (default 127.0.0.1 and the conf's listenPort, else 10911)"
+)
 verbose_option = click.option("-v", "--verbose", is_flag=True, help="log at INFO level")
 
 
@@ -115,7 +121,7 @@ flush_option = click.option(
 @click.command("broker")
 @click.option("--store", required=True, help="store directory")
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
-@click.option("--listen", default="127.0.0.1:10911", show_default=True, help=listen_help)
+@click.option("--listen", default=None, help=broker_listen_help)
 @click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
 @click.option("--broker-name", default=None, help="broker name (default broker-a)")
 @click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
@@ -128,7 +134,7 @@ flush_option = click.option(
 def broker_cmd(
     store: str,
     conf: str | None,
-    listen: str,
+    listen: str | None,
     namesrv: str | None,
     broker_name: str | None,
     cluster: str | None,
@@ -163,11 +169,16 @@ def broker_cmd(
 @click.option("--store", default="store", show_default=True, help="store directory")
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
-@click.option("--listen", default="127.0.0.1:10911", show_default=True, help=listen_help)
+@click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
 @verbose_option
 def serve_cmd(
-    store: str, conf: str | None, namesrv_listen: str, listen: str, flush: str | None, verbose: bool
+    store: str,
+    conf: str | None,
+    namesrv_listen: str,
+    listen: str | None,
+    flush: str | None,
+    verbose: bool,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
     from ._serve import run_servers

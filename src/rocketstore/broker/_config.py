@@ -13,6 +13,7 @@ from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
 MASTER_ID = 0
+DEFAULT_STORE_HOST = "127.0.0.1"  # StoreConfig.store_host's default
 
 _CONF_KEYS = {
     "brokerName": "broker_name",
@@ -84,8 +85,12 @@ class BrokerConfig:
             if name is None:
                 continue
             values[name] = _parse(fields[name].type, raw, key)
+        # brokerIP1 and listenPort are read into the store's settings (the store host written
+        # into every record); they are the broker's too
         if store.store_port != 10911:
             values.setdefault("listen_port", store.store_port)
+        if store.store_host != DEFAULT_STORE_HOST:
+            values.setdefault("broker_ip", store.store_host)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

@@ -20,6 +20,7 @@ from ..store._errors import CorruptRecordError
 from ..store._filter import TagFilter
 from ..store._message import GetMessageStatus
 from ..store._raw_read import RawGetResult, get_raw
+from ._heartbeat import is_tag_type
 
 if TYPE_CHECKING:
     from ._controller import BrokerController
@@ -114,6 +115,7 @@ class PullProcessor:
             )
         if sys_flag & FLAG_SUBSCRIPTION:
             expression = ext_str(ext, "subscription") or "*"
+            expression_type = ext_str(ext, "expressionType")
         else:
             subscription = broker.consumers.find_subscription(group, topic)
             if subscription is None:
@@ -121,6 +123,14 @@ class PullProcessor:
                     RC.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
                 )
             expression = subscription.sub_string
+            expression_type = subscription.expression_type
+        if not is_tag_type(expression_type):
+            # filtering by SQL92 (or a class) is not offered: refuse rather than hand out
+            # messages as if the expression were a tag list
+            return RemotingCommand.response(
+                RC.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type}",
+            )
         tag_filter = self._filter(expression)
         codes = None if tag_filter.matches_all else tag_filter.codes
         try:

@@ -148,7 +148,9 @@ class Producer:
         if not bodies:
             raise ValueError("an empty batch")
         items = [(b, message_properties(tags, None, None)) for b in bodies]
-        return self._send(topic, encode_batch(items), {}, queue, batch=True, count=len(items))
+        # the result's msg_id lists the messages' own ids (UNIQ_KEY), as for a single send
+        ids = {"UNIQ_KEY": ",".join(p["UNIQ_KEY"] for _, p in items)}
+        return self._send(topic, encode_batch(items), ids, queue, batch=True, count=len(items))
 
     def _send(
         self,
@@ -183,7 +185,7 @@ class Producer:
                 "f": "0",
                 "g": str(int(time.time() * 1000)),
                 "h": "0",
-                "i": properties_text(props),
+                "i": "" if batch else properties_text(props),
                 "j": "0",
                 "k": "false",
                 "m": "true" if batch else "false",
