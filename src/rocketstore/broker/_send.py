@@ -6,7 +6,12 @@ replication waits are over; the event loop never blocks on them. Put statuses ma
 response codes; a stored message's response carries its offset message id, queue id and queue
 offset.
 
-Loop thread only.
+A put that must wait (SYNC_FLUSH, SYNC_MASTER) is answered through an asyncio future: the
+store thread that completes the put queues it, and the first of a burst schedules one call on
+the loop that answers every queued put (one wake-up of the loop per group commit, not one per
+message).
+
+Loop thread only, but for ``_PutWaits._arrived``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
-from collections.abc import Awaitable
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +132,7 @@ class SendProcessor:
         self.cluster = broker.config.cluster_name
         self.broker_name = broker.config.broker_name
         self.is_slave = broker.store_config.broker_role == "SLAVE"
+        self._waits: _PutWaits | None = None
 
     def handlers(self) -> dict[int, Any]:
         return {10: self.send, 310: self.send_v2, 320: self.send_batch_request}
@@ -258,15 +265,13 @@ class SendProcessor:
 
     def _finish(
         self, fut: Future[PutMessageResult], queue_id: int, *, batch: bool
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         if fut.done():
             return self._answer(fut.result(), queue_id, batch)
-        return self._later(fut, queue_id, batch)
-
-    async def _later(
-        self, fut: Future[PutMessageResult], queue_id: int, batch: bool
-    ) -> RemotingCommand:
-        return self._answer(await asyncio.wrap_future(fut), queue_id, batch)
+        waits = self._waits
+        if waits is None:
+            waits = self._waits = _PutWaits(asyncio.get_running_loop(), self._answer)
+        return waits.watch(fut, queue_id, batch)
 
     def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
         code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
@@ -286,3 +291,60 @@ class SendProcessor:
                 "TRACE_ON": "true",
             },
         )
+
+
+class _PutWaits:
+    """Puts that wait for their flush or replication, answered on the loop in bursts.
+
+    ``watch`` (loop thread) returns the future of a put's response. The store thread that
+    completes the put (``_arrived``) queues it; the first put queued since the last drain
+    schedules ``_drain`` with ``call_soon_threadsafe``, which answers everything queued by then.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        answer: Callable[[PutMessageResult, int, bool], RemotingCommand],
+    ) -> None:
+        self._loop = loop
+        self._answer = answer
+        self._lock = threading.Lock()
+        self._ready: list[_Waiting] = []
+        self._scheduled = False
+
+    def watch(
+        self, fut: Future[PutMessageResult], queue_id: int, batch: bool
+    ) -> asyncio.Future[RemotingCommand]:
+        response: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        waiting = (response, fut, queue_id, batch)
+        fut.add_done_callback(lambda _f: self._arrived(waiting))
+        return response
+
+    def _arrived(self, waiting: _Waiting) -> None:
+        """A put completed: queue it for the loop. Any thread (a store service's)."""
+        with self._lock:
+            self._ready.append(waiting)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: nobody waits for an answer any more
+            pass
+
+    def _drain(self) -> None:
+        """Answer the queued puts. Loop thread."""
+        with self._lock:
+            ready, self._ready = self._ready, []
+            self._scheduled = False
+        answer = self._answer
+        for response, fut, queue_id, batch in ready:
+            if response.done():  # cancelled: its connection went away
+                continue
+            try:
+                response.set_result(answer(fut.result(), queue_id, batch))
+            except Exception as exc:  # answered with SYSTEM_ERROR by the connection
+                response.set_exception(exc)
+
+
+_Waiting = tuple["asyncio.Future[RemotingCommand]", "Future[PutMessageResult]", int, bool]
