@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
-from rocketstore.grpc import GrpcConfig
+from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.grpc._acl import authorization_header, parse_credentials
 from rocketstore.grpc._convert import delay_level_for
 from rocketstore.grpc._pb import definition_pb2 as pb
@@ -450,6 +450,39 @@ def test_batch_size_and_sharing_between_consumers(stub: Any) -> None:
     assert all_bodies == sorted(f"s{i}".encode() for i in range(10))  # nobody got one twice
 
 
+def test_concurrent_consumers_of_a_group_never_share_an_invisible_message(
+    broker: BrokerThread,
+) -> None:
+    import threading
+
+    topic, group = unique("ConcT"), unique("ConcG")
+    channels = [grpc.insecure_channel(broker.grpc_address) for _ in range(4)]
+    stubs = [service_pb2_grpc.MessagingServiceStub(c) for c in channels]
+    try:
+        for i in range(60):
+            send_ok(stubs[0], topic, f"c{i}".encode())
+        seen: list[list[bytes]] = [[] for _ in stubs]
+
+        def consume(i: int) -> None:
+            while True:
+                _st, got, _ = receive(stubs[i], group, topic, batch=3, poll_ms=200)
+                if not got:
+                    return
+                seen[i].extend(m.body for m in got)
+
+        workers = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(30)
+        everything = [b for per in seen for b in per]
+        assert sorted(everything) == sorted(f"c{i}".encode() for i in range(60))  # no twice
+        assert sum(1 for per in seen if per) >= 2  # the work was shared
+    finally:
+        for c in channels:
+            c.close()
+
+
 def test_unacked_message_comes_back_with_the_next_attempt(stub: Any) -> None:
     topic, group = unique("RedeliverT"), unique("RedeliverG")
     send_ok(stub, topic, b"again")
@@ -779,3 +812,15 @@ def test_pop_state_survives_a_restart(tmp_path: Path) -> None:
             assert back[0].system_properties.delivery_attempt == 2
     finally:
         b.close()
+
+
+def test_attach_grpc_and_a_port_in_use(broker: BrokerThread, tmp_path: Path) -> None:
+    from rocketstore.grpc import attach_grpc
+
+    fe = attach_grpc(broker.broker, "127.0.0.1", broker.grpc.port, acl={"ak": "sk"})
+    assert fe.config.acl_enabled and fe.config.port == broker.grpc.port
+    assert fe.config.min_invisible_ms == GrpcConfig().min_invisible_ms
+    taken = TEST_GRPC_CONFIG.replace(port=broker.grpc.port)
+    fe = GrpcFrontEnd(broker.broker, taken, pop_state_path=tmp_path / "popState.json")
+    with pytest.raises(OSError, match="cannot bind"):
+        broker.call(fe.start)

@@ -136,13 +136,16 @@ class GrpcFrontEnd:
         server = grpc.aio.server(options=options)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
         bind = _bind_address(cfg.host, cfg.port)
-        if cfg.tls_cert is not None and cfg.tls_key is not None:
-            key = await asyncio.to_thread(Path(cfg.tls_key).read_bytes)
-            cert = await asyncio.to_thread(Path(cfg.tls_cert).read_bytes)
-            credentials = grpc.ssl_server_credentials([(key, cert)])
-            port = server.add_secure_port(bind, credentials)
-        else:
-            port = server.add_insecure_port(bind)
+        try:
+            if cfg.tls_cert is not None and cfg.tls_key is not None:
+                key = await asyncio.to_thread(Path(cfg.tls_key).read_bytes)
+                cert = await asyncio.to_thread(Path(cfg.tls_cert).read_bytes)
+                credentials = grpc.ssl_server_credentials([(key, cert)])
+                port = server.add_secure_port(bind, credentials)
+            else:
+                port = server.add_insecure_port(bind)
+        except RuntimeError as exc:  # grpc's "failed to bind"
+            raise OSError(f"gRPC front end: cannot bind {bind}: {exc}") from None
         if not port:
             raise OSError(f"gRPC front end: cannot bind {bind}")
         self._port = int(port)
