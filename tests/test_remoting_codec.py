@@ -313,11 +313,46 @@ def test_fastjson_loads_forms(text: str, expected: Any) -> None:
     assert fastjson.loads(text) == expected
 
 
+def test_fastjson_keys_holding_control_characters() -> None:
+    value = {"\x00": 1, "\x005": {2: "\x01"}, 3: ["\u0000"], "k\x07": 4}
+    text = fastjson.dumps(value)
+    assert text == '{"\\u0000":1,"\\u00005":{2:"\\u0001"},3:["\\u0000"],"k\\u0007":4}'
+    assert fastjson.loads(text) == value
+    assert fastjson.loads('{"a\x00b":1,2:3}') == {"a\x00b": 1, 2: 3}  # raw: read leniently
+
+
 def test_fastjson_dumps_forms() -> None:
     assert fastjson.dumps({0: "x", "k": [1, None, True, 2.5, "é"], "e": {}}) == (
         '{0:"x","k":[1,null,true,2.5,"é"],"e":{}}'
     )
     assert fastjson.dumps({True: 1}) == '{"True":1}'  # a bool key is no integer key
+
+
+def random_json(rng: random.Random, depth: int = 0) -> Any:
+    texts = ["", "a", "123", "-7", "{1:", ",2:x", 'q"{3:"', "\x00", "\x005", "é☃", "a\\b", "\n"]
+    kind = rng.randrange(6 if depth < 4 else 3)
+    if kind == 0:
+        return rng.choice(texts)
+    if kind == 1:
+        return rng.choice([0, -1, 2**40, 1.5, True, False, None])
+    if kind == 2:
+        return rng.randrange(100)
+    if kind == 3:
+        return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys: list[Any] = [*texts, 0, 1, -3, 10**12]
+    return {rng.choice(keys): random_json(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def test_fastjson_matches_the_reference_writer_and_round_trips() -> None:
+    rng = random.Random(7)
+    for _ in range(2000):
+        value = random_json(rng)
+        parts: list[str] = []
+        fastjson._write(value, parts)
+        text = fastjson.dumps(value)
+        assert text == "".join(parts), value
+        assert fastjson.loads(text) == value
+        assert fastjson.loads(text.encode()) == value
 
 
 @pytest.mark.parametrize("bad", ["{0:}", "{a:1}", "{", '{"x":1', "", "{0:1,}"])
