@@ -5,10 +5,10 @@ Every command prints JSON lines on standard output (flushed at once), one per me
 received, and ends on its own (a count reached or a time limit):
 
     send    --namesrv NS --group G --topic T --spec JSON     (a list of messages to send; an
-            item {"batch": [...]} is one send_batch)
+            item {"batch": [...]} is one send_batch, an item with "shard" one send_orderly)
     pull    --namesrv NS --group G --topic T --expect N [--expr E] [--timeout S]
     push    --namesrv NS --group G --topic T --expect N [--expr E] [--fail-first | --fail-always]
-            [--linger S] [--timeout S]
+            [--orderly] [--linger S] [--timeout S]
     flood   --namesrv NS --group G --topic T --count N    (send_sync until a send fails)
 """
 
@@ -90,6 +90,10 @@ def cmd_send(args: argparse.Namespace) -> None:
                 emit({"batch": [m["body"] for m in item["batch"]], "status": r.status.name})
                 continue
             msg = message(args.topic, item)
+            if "shard" in item:  # send_orderly: the queue is the shard modulo the queue count
+                r = p.send_orderly(msg, int(item["shard"]))
+                emit({"body": item["body"], "status": r.status.name, "msg_id": r.msg_id})
+                continue
             if item.get("oneway"):
                 p.send_oneway(msg)
                 emit({"body": item["body"], "status": "ONEWAY"})
@@ -139,7 +143,7 @@ def cmd_pull(args: argparse.Namespace) -> None:
 
 
 def cmd_push(args: argparse.Namespace) -> None:
-    consumer = PushConsumer(args.group)
+    consumer = PushConsumer(args.group, orderly=args.orderly)
     consumer.set_namesrv_addr(args.namesrv)
     consumer.set_thread_count(1)
     consumer.set_message_batch_max_size(1)
@@ -173,7 +177,8 @@ def cmd_push(args: argparse.Namespace) -> None:
     ffi_check(dll.Subscribe(consumer._handle, args.topic.encode(), args.expr.encode()))
     callback = MSG_CALLBACK_FUNC(on_message)
     consumer._callback_refs.append(callback)
-    ffi_check(dll.RegisterMessageCallback(consumer._handle, callback))
+    register = dll.RegisterMessageCallbackOrderly if args.orderly else dll.RegisterMessageCallback
+    ffi_check(register(consumer._handle, callback))
     consumer.start()
     try:
         if enough.wait(args.timeout):
@@ -202,6 +207,7 @@ def main() -> None:
         p.add_argument("--send-timeout-ms", type=int, default=3000)
         p.add_argument("--fail-first", action="store_true")
         p.add_argument("--fail-always", action="store_true")
+        p.add_argument("--orderly", action="store_true")
     args = parser.parse_args()
     {"send": cmd_send, "pull": cmd_pull, "push": cmd_push, "flood": cmd_flood}[args.command](args)
 

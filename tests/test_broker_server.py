@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from rocketstore import StoreConfig
+from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._consumer_offset import ConsumerOffsetManager
 from rocketstore.broker._controller import BrokerController
+from rocketstore.broker._queue_locks import LOCK_MAX_LIVE_MS, QueueKey, QueueLocks
 from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
 from rocketstore.client._consumer import FOUND, NO_MATCHED_MSG, NO_NEW_MSG, OFFSET_ILLEGAL
 from rocketstore.client._route import parse_route
@@ -571,3 +572,45 @@ def test_send_back_goes_to_retry_then_to_the_dlq(
         assert [m.reconsume_times for m in r.messages] == [1]
     bad = RemotingCommand.request(36, {"group": group, "offset": "999999999", "delayLevel": "0"})
     assert client.invoke(broker.addr, bad).code == RC.SYSTEM_ERROR
+
+
+# ---- orderly consumers' queue locks -----------------------------------------------------------
+
+
+def lock_body(group: str, client_id: str, *queue_ids: int, topic: str = "T_lock") -> bytes:
+    mqs = [{"topic": topic, "brokerName": BROKER, "queueId": q} for q in queue_ids]
+    return json.dumps({"consumerGroup": group, "clientId": client_id, "mqSet": mqs}).encode()
+
+
+def test_queue_locks_over_the_wire(broker: RunningBroker, client: RemotingClient) -> None:
+    def lock(client_id: str, *queue_ids: int) -> list[int]:
+        r = client.invoke(
+            broker.addr, RemotingCommand.request(41, {}, lock_body("G", client_id, *queue_ids))
+        )
+        assert r.code == RC.SUCCESS
+        return sorted(q["queueId"] for q in json.loads(r.body)["lockOKMQSet"])
+
+    assert lock("a", 0, 1) == [0, 1]
+    assert lock("b", 1, 2) == [2]  # queue 1 is a's
+    assert lock("a", 0, 1) == [0, 1]  # renewed
+    unlock = RemotingCommand.request(42, {}, lock_body("G", "a", 1))
+    assert client.invoke(broker.addr, unlock).code == RC.SUCCESS
+    assert lock("b", 1) == [1]
+    bad = RemotingCommand.request(41, {}, b"{not json")
+    assert client.invoke(broker.addr, bad).code == RC.SYSTEM_ERROR
+
+
+def test_a_queue_lock_lapses_without_renewal() -> None:
+    clock = ManualClock()
+    locks = QueueLocks(clock)
+    mq = QueueKey("T", BROKER, 0)
+    assert locks.try_lock("G", [mq], "a") == [mq]
+    clock.advance(LOCK_MAX_LIVE_MS / 1000 - 1)
+    assert locks.try_lock("G", [mq], "b") == []
+    assert locks.holder("G", mq) == "a"
+    clock.advance(2)
+    assert locks.holder("G", mq) is None
+    assert locks.try_lock("G", [mq], "b") == [mq]
+    assert locks.try_lock("other group", [mq], "a") == [mq]  # locks are per group
+    locks.unlock("G", [mq], "a")  # not a's any more: nothing happens
+    assert locks.holder("G", mq) == "b"

@@ -176,6 +176,21 @@ def test_push_consumer_receives_only_its_tags(server: ServerProcess, rmq4: Rmq4C
     assert all(m["reconsume_times"] == 0 for m in got)
 
 
+def test_orderly_consumer_gets_each_queue_in_order(server: ServerProcess, rmq4: Rmq4Client) -> None:
+    """send_orderly puts each shard on one queue; an orderly push consumer locks its queues
+    (LOCK_BATCH_MQ) before consuming them and sees every shard in sending order."""
+    spec = [{"body": f"s{i % 3}-{i // 3}", "shard": i % 3} for i in range(12)]
+    sent_ok(rmq4.run("send", ns(server), "PG_order", "T_order", spec=spec, timeout=30))
+    got = messages(
+        rmq4.run("push", ns(server), "CG_order", "T_order", orderly=True, expect=12, timeout=25)
+    )
+    assert sorted(m["body"] for m in got) == sorted(m["body"] for m in spec)
+    for shard in range(3):
+        mine = [m for m in got if m["body"].startswith(f"s{shard}-")]
+        assert [m["body"] for m in mine] == [f"s{shard}-{n}" for n in range(4)]
+        assert len({m["queue_id"] for m in mine}) == 1
+
+
 def test_reconsume_later_comes_back_through_the_retry_topic(
     server: ServerProcess, rmq4: Rmq4Client
 ) -> None:
@@ -250,26 +265,37 @@ def test_messages_reach_the_dlq_after_max_reconsume_times(
 
 
 def test_consumer_offsets_survive_a_broker_restart(tmp_path: Path, rmq4: Rmq4Client) -> None:
+    """A name server and a broker apart (``rocketstore namesrv`` / ``rocketstore broker``); the
+    broker is stopped with SIGTERM and started again on its store and port."""
     store, conf = tmp_path / "store", write_conf(tmp_path)
-    ports = {"namesrv_port": free_port(), "broker_port": free_port()}
+    port = free_port()
     group, topic = "CG_restart", "T_restart"
     with servers() as started:
-        first = ServerProcess.serve(store, tmp_path / "first.log", conf=conf, **ports)
+        namesrv = ServerProcess.namesrv_only(tmp_path / "namesrv.log")
+        started.append(namesrv)
+        first = ServerProcess.broker_only(
+            store, ns(namesrv), tmp_path / "first.log", port=port, conf=conf
+        )
         started.append(first)
         spec = [{"body": f"o{i}"} for i in range(4)]
-        sent_ok(rmq4.run("send", ns(first), "PG_restart", topic, spec=spec, timeout=30))
-        got = messages(rmq4.run("push", ns(first), group, topic, expect=4, linger=0.5, timeout=25))
+        sent_ok(rmq4.run("send", ns(namesrv), "PG_restart", topic, spec=spec, timeout=30))
+        got = messages(
+            rmq4.run("push", ns(namesrv), group, topic, expect=4, linger=0.5, timeout=25)
+        )
         assert sorted(m["body"] for m in got) == ["o0", "o1", "o2", "o3"]
         assert first.stop() == 0  # SIGTERM: a clean shutdown
+        assert not (store / "abort").exists()
 
         offsets = ConsumerOffsetManager(store / "config").query_offsets(group, topic)
         assert sum(offsets.values()) == 4
 
-        second = ServerProcess.serve(store, tmp_path / "second.log", conf=conf, **ports)
+        second = ServerProcess.broker_only(
+            store, ns(namesrv), tmp_path / "second.log", port=port, conf=conf
+        )
         started.append(second)
         more = [{"body": f"o{i}"} for i in range(4, 6)]
-        sent_ok(rmq4.run("send", ns(second), "PG_restart", topic, spec=more, timeout=30))
-        got = messages(rmq4.run("push", ns(second), group, topic, expect=2, linger=2, timeout=25))
+        sent_ok(rmq4.run("send", ns(namesrv), "PG_restart", topic, spec=more, timeout=30))
+        got = messages(rmq4.run("push", ns(namesrv), group, topic, expect=2, linger=2, timeout=25))
         assert sorted(m["body"] for m in got) == ["o4", "o5"]
 
 

@@ -31,6 +31,7 @@ from ._consumer_offset import ConsumerOffsetManager
 from ._long_poll import PullRequestHoldService
 from ._offsets import OffsetProcessor
 from ._pull import PullProcessor
+from ._queue_locks import QueueLockProcessor
 from ._send import SendProcessor
 from ._send_back import SendBackProcessor
 from ._subscription_group import SubscriptionGroupManager
@@ -109,6 +110,7 @@ class BrokerController:
                 OffsetProcessor(self),
                 self.clients,
                 SendBackProcessor(self),
+                QueueLockProcessor(self),
                 *self._extra_processors(),
             ):
                 handlers.update(processor.handlers())
