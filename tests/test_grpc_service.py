@@ -824,3 +824,28 @@ def test_attach_grpc_and_a_port_in_use(broker: BrokerThread, tmp_path: Path) -> 
     fe = GrpcFrontEnd(broker.broker, taken, pop_state_path=tmp_path / "popState.json")
     with pytest.raises(OSError, match="cannot bind"):
         broker.call(fe.start)
+
+
+def test_grpc_config_from_cli(tmp_path: Path) -> None:
+    from rocketstore.grpc import grpc_config_from_cli
+    from rocketstore.store._errors import StoreConfigError
+
+    assert grpc_config_from_cli(None) is None and grpc_config_from_cli("") is None
+    c = grpc_config_from_cli("0.0.0.0:9000")
+    assert c is not None and (c.host, c.port, c.acl_enabled) == ("0.0.0.0", 9000, False)
+    assert grpc_config_from_cli("[::1]:81").host == "::1"  # type: ignore[union-attr]
+    assert grpc_config_from_cli("localhost").port == 8081  # type: ignore[union-attr]
+    acl = tmp_path / "acl.txt"
+    acl.write_text("# accounts\nak1:sk1\nak2=sk2\n")
+    c = grpc_config_from_cli("127.0.0.1:0", acl_file=str(acl))
+    assert c is not None and dict(c.credentials or {}) == {"ak1": "sk1", "ak2": "sk2"}
+    (tmp_path / "acl.json").write_text('{"a": "b"}')
+    c = grpc_config_from_cli(":1", acl_file=str(tmp_path / "acl.json"))
+    assert c is not None and dict(c.credentials or {}) == {"a": "b"}
+    for bad in ("host:port", "h:1:2"):
+        with pytest.raises(StoreConfigError):
+            grpc_config_from_cli(bad)
+    with pytest.raises(StoreConfigError):
+        grpc_config_from_cli(":1", acl_file=str(tmp_path / "missing"))
+    with pytest.raises(StoreConfigError):
+        grpc_config_from_cli(":1", tls_cert="c.pem")

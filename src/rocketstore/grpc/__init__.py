@@ -14,6 +14,7 @@ from ._acl import load_credentials as load_credentials
 from ._acl import parse_credentials as parse_credentials
 from ._config import DEFAULT_GRPC_PORT as DEFAULT_GRPC_PORT
 from ._config import GrpcConfig as GrpcConfig
+from ._config import grpc_config_from_cli as grpc_config_from_cli
 from ._server import GrpcFrontEnd as GrpcFrontEnd
 from ._server import attach_grpc as attach_grpc
 
@@ -22,6 +23,7 @@ __all__ = [
     "GrpcConfig",
     "GrpcFrontEnd",
     "attach_grpc",
+    "grpc_config_from_cli",
     "load_credentials",
     "parse_credentials",
 ]

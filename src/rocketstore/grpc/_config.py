@@ -4,6 +4,7 @@ clients (RocketMQ 5.x proxy's defaults unless noted). Frozen; validated at const
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,7 +27,7 @@ class GrpcConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_GRPC_PORT
     advertised_host: str = ""
-    credentials: Mapping[str, str] | None = None
+    credentials: Mapping[str, str] | None = field(default=None, repr=False)
     tls_cert: str | None = None
     tls_key: str | None = None
     # ReceiveMessage: invisible durations a client may ask for (proxy: 10 s .. 12 h)
@@ -95,3 +96,44 @@ class GrpcConfig:
     def replace(self, **changes: object) -> GrpcConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def grpc_config_from_cli(
+    listen: str | None,
+    *,
+    acl_file: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    default_port: int = DEFAULT_GRPC_PORT,
+    base: GrpcConfig | None = None,
+) -> GrpcConfig | None:
+    """The config the CLI's ``--grpc-listen HOST:PORT`` (``[v6]:PORT``, ``HOST`` or ``:PORT``),
+    ``--grpc-acl FILE`` (see ``load_credentials``) and ``--grpc-tls-cert`` / ``--grpc-tls-key``
+    ask for; None when ``listen`` is None or empty (no gRPC front end). StoreConfigError for a
+    bad address, an unreadable ACL file or half a TLS pair."""
+    if not listen:
+        return None
+    from ._acl import load_credentials
+
+    host, sep, port_text = listen.rpartition(":")
+    try:
+        ipaddress.IPv6Address(listen)
+        host, port_text = listen, ""  # a bare IPv6 address
+    except ValueError:
+        if not sep:
+            host, port_text = listen, ""
+    if (port_text and not port_text.isdigit()) or (":" in host and not host.startswith("[")):
+        if host != listen:
+            raise StoreConfigError(f"--grpc-listen {listen!r} is not HOST:PORT")
+    host = host.strip("[]") or "127.0.0.1"
+    port = int(port_text) if port_text else default_port
+    credentials = None
+    if acl_file:
+        try:
+            credentials = load_credentials(acl_file)
+        except OSError as exc:
+            raise StoreConfigError(f"--grpc-acl {acl_file}: {exc}") from None
+    config = base if base is not None else GrpcConfig()
+    return config.replace(
+        host=host, port=port, credentials=credentials, tls_cert=tls_cert, tls_key=tls_key
+    )
