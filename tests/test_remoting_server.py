@@ -47,6 +47,10 @@ CALL_BACK = 16  # the server calls the client on the same connection, answers wi
 NOT_A_COMMAND = 17
 BAD_RESPONSE = 18
 CLOSES = 19  # answers, then closes the connection
+ASYNC_NOW = 20  # a coroutine that answers without waiting
+FUTURE_DONE = 21  # a future that is done already
+FUTURE_LATER = 22  # a future completed by a later callback
+ASYNC_RAISES = 23
 
 MAX_FRAME = 8 * 1024 * 1024
 
@@ -95,6 +99,27 @@ def closes(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
     return RemotingCommand.response(0, "never sent")
 
 
+async def async_now(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return echo(cmd, conn)
+
+
+def future_done(cmd: RemotingCommand, conn: Connection) -> asyncio.Future[RemotingCommand]:
+    fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+    fut.set_result(echo(cmd, conn))
+    return fut
+
+
+def future_later(cmd: RemotingCommand, conn: Connection) -> asyncio.Future[RemotingCommand]:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[RemotingCommand] = loop.create_future()
+    loop.call_later(0.01, fut.set_result, echo(cmd, conn))
+    return fut
+
+
+async def async_raises(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    raise ValueError("async handler failed on purpose")
+
+
 class Sink:
     def __init__(self) -> None:
         self.seen: list[RemotingCommand] = []
@@ -116,6 +141,10 @@ def handlers(sink: Sink | None = None) -> dict[int, Handler]:
         NOT_A_COMMAND: not_a_command,
         BAD_RESPONSE: bad_response,
         CLOSES: closes,
+        ASYNC_NOW: async_now,
+        FUTURE_DONE: future_done,
+        FUTURE_LATER: future_later,
+        ASYNC_RAISES: async_raises,
     }
 
 
@@ -378,6 +407,33 @@ def test_many_in_flight_answered_out_of_order(server: Served) -> None:
             client.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("server", LOOPS, indirect=True)
+def test_handlers_answering_through_coroutines_and_futures(server: Served) -> None:
+    sock = raw_connect(server.address)
+    try:
+        codes = [ASYNC_NOW, FUTURE_DONE, FUTURE_LATER, ECHO, ASYNC_RAISES, SLOW] * 20
+        sock.sendall(
+            b"".join(
+                RemotingCommand(code, i, 0, None, {"delay": "0.001"}, b"%d" % i).encode()
+                for i, code in enumerate(codes)
+            )
+        )
+        answers = {}
+        for _ in codes:
+            r = read_command(sock)
+            assert r is not None
+            answers[r.opaque] = r
+        assert sorted(answers) == list(range(len(codes)))
+        for i, code in enumerate(codes):
+            if code == ASYNC_RAISES:
+                assert answers[i].code == ResponseCode.SYSTEM_ERROR
+                assert "on purpose" in (answers[i].remark or "")
+            else:
+                assert answers[i].code == 0 and answers[i].body == b"%d" % i
+    finally:
+        sock.close()
 
 
 def test_pipelined_requests_on_one_socket(server: Served) -> None:

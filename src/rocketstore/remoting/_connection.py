@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,13 +47,17 @@ log = logging.getLogger(__name__)
 HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 """Serves one request code: returns the response (its opaque is set here), an awaitable of it,
-or None for no response. Called on the loop thread; must not block."""
+or None for no response. Called on the loop thread; must not block. Cheapest first: a
+response returned at once; an asyncio Future (answered when it completes, at once when it
+is done already); a coroutine (a Task of its own: some 10 µs more a request on Python 3.11)."""
 
 _READ_SIZE = 64 * 1024  # the read buffer; a larger frame gets a buffer of its own
 _MIN_FREE = 4 * 1024  # less free space than this at the buffer's end: start a new buffer
 _JOIN_LIMIT = 16 * 1024  # bodies up to this size are joined to their header in one write
 _CORK_LIMIT = 64 * 1024  # responses held during one read are written once they reach this
 _unpack_int32 = _INT32.unpack_from
+_EAGER = sys.version_info >= (3, 12)  # Task(eager_start=True): a handler that does not wait
+# for anything answers without a trip through the loop
 
 
 class RemotingError(Exception):
@@ -262,10 +267,22 @@ class Connection(asyncio.BufferedProtocol):
             if not cmd.flag & ONEWAY_FLAG:
                 self._reply(cmd, result)
             return
+        if isinstance(result, asyncio.Future):  # held by whoever completes it
+            if result.done():
+                self._finished(cmd, result)
+            else:
+                result.add_done_callback(lambda f: self._finished(cmd, f))
+            return
         try:
-            task = asyncio.ensure_future(result)  # type: ignore[arg-type]
+            if _EAGER and asyncio.iscoroutine(result):  # runs to its first wait right here
+                task: asyncio.Future[Any] = asyncio.Task(result, loop=self._loop, eager_start=True)  # type: ignore[call-arg]
+            else:
+                task = asyncio.ensure_future(result)  # type: ignore[arg-type]
         except TypeError as exc:  # neither a command nor an awaitable
             self._failed(cmd, exc)
+            return
+        if task.done():
+            self._finished(cmd, task)
             return
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._finished(cmd, t))
