@@ -176,6 +176,32 @@ def test_push_consumer_receives_only_its_tags(server: ServerProcess, rmq4: Rmq4C
     assert all(m["reconsume_times"] == 0 for m in got)
 
 
+def test_two_consumers_of_a_group_share_the_queues(server: ServerProcess, rmq4: Rmq4Client) -> None:
+    """The second member's heartbeat makes the broker send NOTIFY_CONSUMER_IDS_CHANGED; both
+    rebalance, each takes two of the four queues, and every message is consumed by one of them."""
+    group, topic = "CG_share", "T_share"
+    sent_ok(rmq4.run("send", ns(server), "PG_share", topic, spec=[{"body": "warm-up"}], timeout=30))
+    members = [
+        rmq4.start("push", ns(server), group, topic, expect=10_000, timeout=9) for _ in range(2)
+    ]
+    try:
+        time.sleep(3)  # both started and rebalanced
+        spec = [{"body": f"x{i}", "shard": i} for i in range(8)]  # two on each queue
+        sent_ok(rmq4.run("send", ns(server), "PG_share", topic, spec=spec, timeout=30))
+        outputs = []
+        for member in members:
+            out, _ = member.communicate(timeout=30)
+            outputs.append(messages(parse_lines(out)))
+    finally:
+        for member in members:
+            stop_process(member, grace=2)
+    bodies = [[m["body"] for m in got if m["body"] != "warm-up"] for got in outputs]
+    assert sorted(bodies[0] + bodies[1]) == sorted(m["body"] for m in spec)  # each once
+    queues = [{m["queue_id"] for m in got if m["body"] != "warm-up"} for got in outputs]
+    assert len(queues[0]) == len(queues[1]) == 2
+    assert not queues[0] & queues[1]
+
+
 def test_orderly_consumer_gets_each_queue_in_order(server: ServerProcess, rmq4: Rmq4Client) -> None:
     """send_orderly puts each shard on one queue; an orderly push consumer locks its queues
     (LOCK_BATCH_MQ) before consuming them and sees every shard in sending order."""
