@@ -614,3 +614,18 @@ def test_a_queue_lock_lapses_without_renewal() -> None:
     assert locks.try_lock("other group", [mq], "a") == [mq]  # locks are per group
     locks.unlock("G", [mq], "a")  # not a's any more: nothing happens
     assert locks.holder("G", mq) == "b"
+
+
+def test_a_compressed_body_is_inflated_by_the_consumer(
+    broker: RunningBroker, client: RemotingClient
+) -> None:
+    import zlib
+
+    plain = b"compress me " * 1000
+    r = client.invoke(broker.addr, send_request("T_zip", zlib.compress(plain), sysFlag=1))
+    assert r.code == RC.SUCCESS
+    wait_routed(broker, "T_zip")
+    with PullConsumer(broker.ns, "CG_zip") as consumer:
+        [msg] = consumer.pull(MessageQueue("T_zip", BROKER, 0), 0).messages
+    assert msg.body == plain
+    assert msg.sys_flag & 1 == 0

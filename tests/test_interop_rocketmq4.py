@@ -106,6 +106,7 @@ def test_sync_oneway_and_delayed_sends_pull_back_whole(
         {"body": "s2", "tags": "TagA", "keys": "k2", "props": {"color": "blue"}},
         {"body": "one-way", "tags": "TagO", "oneway": True},
         {"body": "delayed", "tags": "TagD", "delay": 2},
+        {"body": "z" * 6000 + "-end", "tags": "TagZ"},  # over 4 KiB: the client deflates it
     ]
     batch = [{"body": f"batch{i}", "tags": "TagB", "keys": f"bk{i}"} for i in range(3)]
     sent = sent_ok(
@@ -145,6 +146,14 @@ def test_sync_oneway_and_delayed_sends_pull_back_whole(
     assert delayed["props"]["DELAY"] == "2"
     # stored in the topic only when level 2 (2 s here) had passed
     assert delayed["store_timestamp"] - delayed["born_timestamp"] >= 1500
+
+    # rocketstore's own consumer reads the same messages, the deflated body inflated
+    ours = []
+    with PullConsumer(ns(server), "CG_basic_ours") as consumer:
+        for mq in consumer.queues("T_basic"):
+            ours += consumer.pull(mq, 0, 32).messages
+    assert sorted(m.body.decode() for m in ours) == sorted(m["body"] for m in spec)
+    assert all(m.sys_flag & 1 == 0 for m in ours)
 
 
 # ---- push consumers ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Any thread (calls are serialised)."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 from ..remoting import RemotingClient, RemotingCommand, ResponseCode
@@ -13,6 +14,7 @@ from ._route import ClientError, MessageQueue, RouteCache
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+SYSFLAG_COMPRESSED = 0x1
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"
@@ -50,6 +52,18 @@ def decode_records(data: bytes | bytearray | memoryview) -> list[MessageExt]:
         out.append(decode_stored(data, pos, size))  # type: ignore[arg-type]
         pos += size
     return out
+
+
+def plain_body(msg: MessageExt) -> MessageExt:
+    """The message with its body as sent: a body the producer compressed (the C++ client
+    deflates bodies over 4 KiB and sets the compressed system flag) is inflated and the flag
+    cleared, as RocketMQ's consumers hand it to their applications."""
+    if not msg.sys_flag & SYSFLAG_COMPRESSED:
+        return msg
+    body = zlib.decompress(msg.body)
+    return msg._replace(
+        body=body, body_length=len(body), sys_flag=msg.sys_flag & ~SYSFLAG_COMPRESSED
+    )
 
 
 class PullConsumer:
@@ -122,7 +136,7 @@ class PullConsumer:
             int(e.get("suggestWhichBrokerId", 0)),
         )
         if status == FOUND and self.decode:
-            msgs = decode_records(result.raw)
+            msgs = [plain_body(m) for m in decode_records(result.raw)]
             if expression.strip() not in ("", "*"):
                 tags = {t.strip() for t in expression.split("||")}
                 msgs = [m for m in msgs if m.tags in tags]
