@@ -804,3 +804,31 @@ def test_new_event_loop_serves_and_use_uvloop_says_what_it_did() -> None:
             assert isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy)
     finally:
         asyncio.set_event_loop_policy(policy)
+
+
+def test_read_buffer_stays_small_for_small_frames_and_shrinks_after_a_large_one() -> None:
+    from rocketstore.remoting._connection import _FIRST_READ_SIZE, _READ_SIZE
+
+    async def run() -> None:
+        conn = Connection({ECHO: echo}, max_frame=MAX_FRAME)
+        transport = Recorder()
+        conn.connection_made(transport)
+
+        def feed(data: bytes) -> None:
+            view = memoryview(data)
+            pos = 0
+            while pos < len(data):
+                buf = conn.get_buffer(-1)
+                n = min(len(buf), len(data) - pos)
+                buf[:n] = view[pos : pos + n]
+                conn.buffer_updated(n)
+                pos += n
+
+        for i in range(100):  # one small request a read: the first buffer is enough
+            feed(RemotingCommand(ECHO, i, 0, None, {}, b"x" * 200).encode())
+        assert len(conn._rbuf) == _FIRST_READ_SIZE
+        feed(RemotingCommand(ECHO, 100, 0, None, {}, b"y" * 3_000_000).encode())
+        assert len(conn._rbuf) <= _READ_SIZE
+        assert len(decode_all(bytes(transport.data))) == 101
+
+    asyncio.run(run())

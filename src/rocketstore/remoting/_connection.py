@@ -51,8 +51,10 @@ or None for no response. Called on the loop thread; must not block. Cheapest fir
 response returned at once; an asyncio Future (answered when it completes, at once when it
 is done already); a coroutine (a Task of its own: some 10 µs more a request on Python 3.11)."""
 
-_READ_SIZE = 64 * 1024  # the read buffer; a larger frame gets a buffer of its own
-_MIN_FREE = 4 * 1024  # less free space than this at the buffer's end: start a new buffer
+_FIRST_READ_SIZE = 8 * 1024  # a connection's first read buffer (an idle one holds no more)
+_READ_SIZE = 64 * 1024  # its buffer once a read has filled the first; larger frames get
+# a buffer of their own, sized for them
+_MIN_FREE = 2 * 1024  # less free space than this at the buffer's end: start a new buffer
 _JOIN_LIMIT = 16 * 1024  # bodies up to this size are joined to their header in one write
 _CORK_LIMIT = 64 * 1024  # responses held during one read are written once they reach this
 _unpack_int32 = _INT32.unpack_from
@@ -87,8 +89,10 @@ class Connection(asyncio.BufferedProtocol):
         self.attributes: dict[str, Any] = {}  # what the server learns (client id, groups)
         self.last_active = 0.0  # loop time of the connection or its last read
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._rbuf = bytearray(_READ_SIZE)
+        self._rsize = _FIRST_READ_SIZE  # the size of a new read buffer
+        self._rbuf = bytearray(self._rsize)
         self._rview = memoryview(self._rbuf)
+        self._offered = 0  # the space get_buffer gave last
         self._rstart = 0  # first byte not yet parsed
         self._rend = 0  # end of the bytes received
         self._need = 0  # size of the frame being received (prefix included), once known
@@ -128,6 +132,8 @@ class Connection(asyncio.BufferedProtocol):
         if cap - end < _MIN_FREE and not end < self._rstart + self._need <= cap:
             self._new_buffer()
             end = self._rend
+            cap = len(self._rbuf)
+        self._offered = cap - end
         return self._rview[end:]
 
     def _new_buffer(self) -> None:
@@ -135,7 +141,7 @@ class Connection(asyncio.BufferedProtocol):
         size of the frame being received when that is larger."""
         start, end = self._rstart, self._rend
         pending = end - start
-        buf = bytearray(max(_READ_SIZE, self._need, pending + _MIN_FREE))
+        buf = bytearray(max(self._rsize, self._need, pending + _MIN_FREE))
         if pending:
             buf[:pending] = self._rview[start:end]
         self._rbuf = buf
@@ -145,6 +151,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._rend += nbytes
+        if nbytes >= self._offered:  # the peer had more to send: read in larger pieces
+            self._rsize = _READ_SIZE
         if not self.closed and not self._held:
             self._parse()
 
@@ -183,8 +191,8 @@ class Connection(asyncio.BufferedProtocol):
             if pos == end:
                 pos = end = 0
                 self._rend = 0
-                if len(buf) > _READ_SIZE:  # the buffer of one large frame: let it go
-                    self._rbuf = bytearray(_READ_SIZE)
+                if len(buf) > self._rsize:  # the buffer of one large frame: let it go
+                    self._rbuf = bytearray(self._rsize)
                     self._rview = memoryview(self._rbuf)
             self._rstart = pos
         if self._loop is not None:
