@@ -832,3 +832,32 @@ def test_read_buffer_stays_small_for_small_frames_and_shrinks_after_a_large_one(
         assert len(decode_all(bytes(transport.data))) == 101
 
     asyncio.run(run())
+
+
+def test_concurrent_connects_share_one_and_a_cancelled_one_fails_the_others_cleanly() -> None:
+    async def run() -> None:
+        with serve(handlers()) as s:
+            client = AsyncRemotingClient()
+            try:
+                conns = await asyncio.gather(*(client.connection(s.address) for _ in range(10)))
+                assert all(c is conns[0] for c in conns)
+            finally:
+                client.close()
+
+        async def hangs(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.Event().wait()
+
+        loop = asyncio.get_running_loop()
+        loop.create_connection = hangs  # type: ignore[method-assign]
+        slow = AsyncRemotingClient(connect_timeout=5)
+        first = asyncio.ensure_future(slow.connection("127.0.0.1:9"))
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(slow.connection("127.0.0.1:9"))
+        await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(RemotingError, match="cancelled"):
+            await second
+
+    asyncio.run(run())

@@ -77,7 +77,10 @@ class AsyncRemotingClient:
             fut.set_result(made)
             return made
         except BaseException as exc:
-            fut.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):  # the others were not cancelled
+                fut.set_exception(RemotingError(f"connecting to {address} was cancelled"))
+            else:
+                fut.set_exception(exc)
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waits
             raise
         finally:
