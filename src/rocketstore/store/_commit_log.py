@@ -38,6 +38,7 @@ from ._record import (
     HEAD_V4_SIZE,
     INT16,
     MAGIC_V1,
+    MAGIC_V2,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
@@ -150,6 +151,7 @@ class _Prepared(NamedTuple):
 
 
 DELAY_TAGS_CODE = -1
+_MESSAGE_MAGICS = (MAGIC_V1, MAGIC_V2)
 _new_result = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 _PUT_OK = PutMessageStatus.PUT_OK
 _ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
@@ -979,13 +981,55 @@ class CommitLog:
             self._note_latency(self._monotonic() - begin)
         return self._batch_result(first_phys, total, first_qoff, now, offsets, True)
 
-    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
-        """Replication: append raw commit-log bytes at ``start_offset`` (slave side)."""
+    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
+        """Replication (a slave's HAClient thread): append raw commit-log bytes exactly at
+        ``start_offset``, which must be the end of the log, or the start of a file when the
+        log is empty. False, with nothing written, when it is not, when the bytes would cross
+        the end of a file, or when no file could be created. Wakes dispatch after an append.
+        Takes the put lock."""
+        n = len(data)
         with self.put_lock:
-            mf = self.queue.get_last_mapped_file(start_offset)
-            if mf is None:
+            files = self.queue.files
+            last = files[-1] if files else None
+            if last is None:
+                if start_offset % self.file_size:
+                    return False
+            elif start_offset != last.from_offset + last.wrote_position:
                 return False
-            return mf.append(data)
+            if not n:
+                return True
+            mf = self.queue.get_last_mapped_file(start_offset)
+            if mf is None or mf.from_offset + mf.wrote_position != start_offset:
+                return False
+            if not mf.append(data):
+                return False
+        on_append = self.on_append
+        if on_append is not None:
+            on_append()
+        return True
+
+    def written_end(self) -> int:
+        """The end of what was appended (beyond the committed end while write buffers hold
+        data). Any thread."""
+        return self.queue.get_max_wrote_position()
+
+    def incomplete_at(self, phys_offset: int) -> bool:
+        """True when a message record starts at ``phys_offset`` whose end is not readable yet
+        (a slave that received part of it). Any thread."""
+        mf = self.queue.find_mapped_file_by_offset(phys_offset)
+        if mf is None or not mf.hold():
+            return False
+        try:
+            pos = phys_offset - mf.from_offset
+            readable = mf.read_position
+            if pos + 8 > readable:
+                return pos < self.file_size
+            total, magic = BLANK.unpack_from(mf.mm, pos)
+            return (
+                magic in _MESSAGE_MAGICS and total > 0 and readable < pos + total <= self.file_size
+            )
+        finally:
+            mf.release()
 
     # ---- reading ----------------------------------------------------------------------------
 

@@ -113,6 +113,13 @@ class StoreConfig:
     ha_send_heartbeat_interval: int = 5000
     ha_housekeeping_interval: int = 20_000
     ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # not RocketMQ settings: whether an ASYNC_MASTER listens for slaves (a SYNC_MASTER always
+    # does; a broker turns it on, an embedded store opens no port unless asked), the address
+    # it listens on, and how often a slave tries to reach its master again (RocketMQ: 5 s)
+    ha_enable: bool = False
+    ha_listen_host: str = "127.0.0.1"
+    ha_reconnect_interval: int = 5000
     # os page cache
     os_page_cache_busy_timeout_mills: int = 1000
     # keys of a broker.conf that are not store settings, kept as read
@@ -135,6 +142,11 @@ class StoreConfig:
             "max_index_num",
             "transient_store_pool_size",
             "clean_resource_interval",
+            "ha_send_heartbeat_interval",
+            "ha_housekeeping_interval",
+            "ha_transfer_batch_size",
+            "ha_slave_fallbehind_max",
+            "ha_reconnect_interval",
         ):
             positive(name)
         if self.flush_disk_type not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
@@ -153,6 +165,8 @@ class StoreConfig:
             raise StoreConfigError("disk_max_used_space_ratio must be in 10..95")
         if not 0 < self.store_port < 65536:
             raise StoreConfigError(f"store_port out of range: {self.store_port}")
+        if not 0 <= self.ha_listen_port < 65536:
+            raise StoreConfigError(f"ha_listen_port out of range: {self.ha_listen_port}")
         for name in ("flush_commit_log_least_pages", "commit_commit_log_least_pages"):
             if getattr(self, name) < 0:
                 raise StoreConfigError(f"{name} must not be negative")
@@ -170,6 +184,13 @@ class StoreConfig:
         """The consume-queue file size, rounded up to a whole number of 20-byte units."""
         units = -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE)
         return units * CQ_UNIT_SIZE
+
+    @property
+    def ha_listens(self) -> bool:
+        """A master that accepts slaves: every SYNC_MASTER, an ASYNC_MASTER with ha_enable."""
+        return self.broker_role == "SYNC_MASTER" or (
+            self.broker_role == "ASYNC_MASTER" and self.ha_enable
+        )
 
     @property
     def transient_store_pool_active(self) -> bool:
@@ -225,6 +246,9 @@ class StoreConfig:
                 extra.append((raw_key, str(raw_value)))
                 continue
             kwargs[name] = _convert(name, hints[name], raw_value)
+        if "store_port" in kwargs and "ha_listen_port" not in kwargs:
+            # RocketMQ's broker listens for slaves on its own port + 1
+            kwargs["ha_listen_port"] = kwargs["store_port"] + 1
         if extra:
             log.warning(
                 "broker configuration keys that are not store settings, kept in extra: %s",

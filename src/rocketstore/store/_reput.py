@@ -300,6 +300,8 @@ class ReputMessageService(ServiceThread):
         try:
             r = cl.check_at(offset, check_crc=False)
         except CorruptRecordError as exc:
+            if cl.incomplete_at(offset):
+                return False  # a slave holds part of the record: the rest is on its way
             log.error("dispatch stopped at %d: %s", offset, exc)
             return False
         if isinstance(r, int):

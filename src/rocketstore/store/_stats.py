@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ._commit_log import CommitLog
     from ._read_api import ReadApi
     from ._schedule import LevelProgress
+    from .ha import HAStatistics
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class StoreStatistics:
     running_flags: int
     topics: Mapping[str, TopicPutStats]  # puts since start, by stored topic
     schedule: tuple[LevelProgress, ...]
+    ha: HAStatistics | None = None  # replication (filled in by MessageStore.statistics)
 
 
 class _Sample(NamedTuple):

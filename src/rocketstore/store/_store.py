@@ -8,6 +8,7 @@ connects them.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ from ._reput import MessageArrivingListener, ReputMessageService
 from ._schedule import ScheduleMessageService
 from ._stats import StoreStatistics, StoreStatsService
 from ._transient_pool import TransientStorePool
+from .ha import HAService
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +184,8 @@ class MessageStore:
             flags=self.running_flags,
             schedule_progress=self.schedule.progress,
         )
+        # replication: the master's HA port and SYNC_MASTER waits, or the slave's client
+        self.ha = HAService(self.config, self.commit_log, clock)
         self._monotonic = clock.monotonic
         self._loaded = False
         self._running = False
@@ -296,12 +300,27 @@ class MessageStore:
                 "slave", (PutMessageStatus.SERVICE_NOT_AVAILABLE, "a slave does not accept writes")
             )
         self._running = True
+        if self.maintenance:
+            self._start_replication()
+
+    def _start_replication(self) -> None:
+        """Start HA; a SYNC_MASTER's puts wait for a slave from now on. Shuts the store down
+        again when the HA port cannot be bound."""
+        stage = self.ha.transfer.stage
+        if self.config.broker_role == "SYNC_MASTER" and stage not in self.commit_log.put_stages:
+            self.commit_log.add_put_stage(stage)
+        try:
+            self.ha.start()
+        except BaseException:
+            self.shutdown()
+            raise
 
     def shutdown(self) -> None:
         """Stop the services, flush everything and release the directory."""
         if not self._loaded:
             return
         self._running = False
+        self.ha.shutdown()  # first: a slave stops appending, a master stops sending
         self.schedule.stop()
         self.cleaner.stop()
         self.stats.stop()
@@ -548,12 +567,35 @@ class MessageStore:
     # ---- statistics and maintenance ---------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        """RocketMQ's runtime info of the store (string values, RocketMQ's keys)."""
-        return self.stats.runtime_info()
+        """RocketMQ's runtime info of the store (string values, RocketMQ's keys), with the
+        replication figures (``ha*`` keys: role, slave connections, the lag of each slave in
+        bytes; on a slave its master and client state)."""
+        info = self.stats.runtime_info()
+        info.update(self.ha.runtime_info())
+        return info
 
     def statistics(self) -> StoreStatistics:
-        """A frozen, typed snapshot of the store's statistics."""
-        return self.stats.statistics()
+        """A frozen, typed snapshot of the store's statistics (``ha``: replication)."""
+        return dataclasses.replace(self.stats.statistics(), ha=self.ha.statistics())
+
+    def delete_topic(self, topic: str) -> int:
+        """Forget ``topic`` (RocketMQ's cleanUnusedTopic for one topic): its entries leave the
+        commit log's topic-queue table (under the put lock), each of its consume queues is
+        destroyed (files deleted) and leaves the queue table. Its records stay in the commit log
+        until retention deletes them. Returns how many queues were destroyed.
+
+        Any thread (the broker's admin handler, through a thread). Messages of the topic
+        dispatched after this start its queues again."""
+        with self.commit_log.put_lock:
+            table = self.commit_log.topic_queue_table
+            for key in [k for k in table if k[0] == topic]:
+                del table[key]
+            by_id = self.consume_queues.queues.pop(topic, None)
+        destroyed = 0
+        for cq in (by_id or {}).values():
+            cq.destroy()
+            destroyed += 1
+        return destroyed
 
     def execute_delete_files_manually(self) -> None:
         """Delete commit-log files older than file_reserved_time in the next 20 cleaning runs,

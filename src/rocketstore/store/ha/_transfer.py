@@ -1,0 +1,176 @@
+"""GroupTransferService: a SYNC_MASTER's put waits until a slave holds it.
+
+The service is a put stage (see ``_put_stages``): ``stage(end, result)`` answers at once when a
+slave has acknowledged ``end`` already (PUT_OK) or when no slave is in reach
+(SLAVE_NOT_AVAILABLE: none connected, or the nearest more than ``ha_slave_fallbehind_max`` bytes
+behind), else with a future. Every acknowledgement a connection reads
+(``notify_transfer_some``) completes the futures it covers, in the reader's thread, so one
+acknowledgement answers every put it covers — the replication wait is shared as group commit
+shares an fdatasync. The service thread ends the waits that no acknowledgement covered within
+``sync_flush_timeout`` (FLUSH_SLAVE_TIMEOUT); shutdown ends the rest the same way.
+
+``acked`` is RocketMQ's push2SlaveMaxOffset: the highest offset any slave acknowledged. It only
+grows.
+
+Threads: ``stage`` from any putting thread (an event loop's, the group-commit thread, a
+producer's); ``notify_transfer_some`` from the connections' reader threads; the deadline loop in
+its own thread. Futures are completed outside ``_lock``.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from .._clock import Clock
+from .._message import PutMessageResult, PutMessageStatus
+from .._put_stages import settle
+from .._service import ServiceThread
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 1.0
+_PUT_OK = PutMessageStatus.PUT_OK
+
+# a waiting put: [end offset, arrival number, deadline, future, result, done]
+_Entry = list[Any]
+
+
+class GroupTransferService(ServiceThread):
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        timeout_s: float,
+        fallbehind_max: int,
+        connection_count: Callable[[], int],
+        wake_writers: Callable[[], None],
+    ) -> None:
+        super().__init__("GroupTransferService")
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self.fallbehind_max = fallbehind_max
+        self.connection_count = connection_count
+        self.wake_writers = wake_writers
+        self.acked = 0  # push2SlaveMaxOffset
+        self._lock = threading.Lock()
+        self._by_end: list[_Entry] = []  # heap: smallest end first
+        self._by_arrival: collections.deque[_Entry] = collections.deque()  # deadlines grow
+        self._arrivals = 0
+        self._closed = False
+        # counters (statistics)
+        self.waits = 0
+        self.timeouts = 0
+        self.not_available = 0
+
+    # ---- the put stage ----------------------------------------------------------------------
+
+    def is_slave_ok(self, end: int) -> bool:
+        """A slave is connected and the nearest is less than ``fallbehind_max`` bytes behind
+        ``end`` (RocketMQ's isSlaveOK)."""
+        return self.connection_count() > 0 and end - self.acked < self.fallbehind_max
+
+    def stage(
+        self, end: int, result: PutMessageResult
+    ) -> Future[PutMessageResult] | PutMessageResult:
+        """The put stage of a SYNC_MASTER. Any thread; never blocks."""
+        if self.acked >= end:
+            return result
+        if not self.is_slave_ok(end):
+            self.not_available += 1
+            return result._replace(status=PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        fut: Future[PutMessageResult] = Future()
+        with self._lock:
+            if self.acked >= end:
+                return result
+            if self._closed:
+                return result._replace(status=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            self._arrivals += 1
+            entry = [end, self._arrivals, self.clock.monotonic() + self.timeout_s, fut, result, 0]
+            heapq.heappush(self._by_end, entry)
+            arrival = self._by_arrival
+            if not arrival:
+                self.wakeup()  # the deadline loop sleeps while nothing waits
+            arrival.append(entry)
+            self.waits += 1
+        self.wake_writers()
+        return fut
+
+    def notify_transfer_some(self, offset: int) -> None:
+        """A slave acknowledged ``offset``: complete every wait it covers. Reader threads."""
+        if offset <= self.acked:
+            return
+        done: list[_Entry] = []
+        with self._lock:
+            if offset <= self.acked:
+                return
+            self.acked = offset
+            heap = self._by_end
+            while heap and heap[0][0] <= offset:
+                entry = heapq.heappop(heap)
+                if not entry[5]:
+                    entry[5] = 1
+                    done.append(entry)
+        for entry in done:
+            settle(entry[3], entry[4])
+
+    def pending(self) -> int:
+        """Puts waiting for a slave now."""
+        with self._lock:
+            return sum(1 for e in self._by_end if not e[5])
+
+    # ---- deadlines --------------------------------------------------------------------------
+
+    def _expire_due(self) -> float:
+        """End the waits whose deadline passed; seconds to the next deadline."""
+        now = self.clock.monotonic()
+        due: list[_Entry] = []
+        with self._lock:
+            arrival = self._by_arrival
+            while arrival and (arrival[0][5] or arrival[0][2] <= now):
+                entry = arrival.popleft()
+                if not entry[5]:
+                    entry[5] = 1
+                    due.append(entry)
+            heap = self._by_end
+            if len(heap) > 2 * len(arrival) + 64:  # drop the expired entries it still holds
+                self._by_end = [e for e in heap if not e[5]]
+                heapq.heapify(self._by_end)
+            wait = arrival[0][2] - now if arrival else IDLE_WAIT_S
+        self._time_out(due)
+        return min(max(wait, 0.0), IDLE_WAIT_S)
+
+    def _time_out(self, entries: list[_Entry]) -> None:
+        for entry in entries:
+            status = _PUT_OK
+            if entry[0] > self.acked:
+                status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+                self.timeouts += 1
+            settle(entry[3], entry[4]._replace(status=status))
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(self._expire_due())
+
+    def start(self) -> None:
+        with self._lock:
+            self._closed = False
+        super().start()
+
+    def stop(self, join: bool = True) -> None:
+        """Stop the deadline loop; every wait still pending ends (FLUSH_SLAVE_TIMEOUT unless
+        covered), and later stages answer FLUSH_SLAVE_TIMEOUT at once."""
+        super().stop(join)
+        with self._lock:
+            self._closed = True
+            left = [e for e in self._by_arrival if not e[5]]
+            for e in left:
+                e[5] = 1
+            self._by_arrival.clear()
+            self._by_end = []
+        self._time_out(left)
