@@ -278,6 +278,8 @@ class ServerProcess:
     ) -> ServerProcess:
         args = [*cls._command(), "broker", "--store", str(store), "--namesrv", namesrv]
         args += ["--listen", f"127.0.0.1:{port}"]
+        # replication's port: the listen port + 1 unless told, which may be taken here
+        args += ["--ha-listen", f"127.0.0.1:{free_port() if port else 0}"]
         if conf is not None:
             args += ["-c", str(conf)]
         if flush is not None:

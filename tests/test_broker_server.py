@@ -54,7 +54,7 @@ class RunningBroker:
             mapped_file_size_consume_queue=20 * 1000,
             message_delay_level="1s 1s 1s 1s 1s 1s",
             flush_interval_commit_log=10,
-            **store,
+            **{"ha_listen_port": 0, **store},  # replication (masters): any free port
         )
         self._broker_overrides = broker
         self.namesrv: NameServer | None = None
@@ -358,9 +358,12 @@ def test_a_held_pull_is_answered_when_a_message_arrives(
     broker: RunningBroker, client: RemotingClient
 ) -> None:
     client.invoke(broker.addr, send_request("T_hold", b"m0"))
-    timer = threading.Timer(
-        0.3, lambda: RemotingClient().invoke(broker.addr, send_request("T_hold", b"m1"))
-    )
+
+    def arrive() -> None:
+        with RemotingClient() as other:
+            other.invoke(broker.addr, send_request("T_hold", b"m1"))
+
+    timer = threading.Timer(0.3, arrive)
     began = time.monotonic()
     timer.start()
     try:

@@ -65,8 +65,9 @@ def _make_broker(
     if ha_listen:
         _ha_host, ha_port = _split_listen(ha_listen, port + 1)
         store_over["ha_listen_port"] = ha_port
-    elif port:
-        store_over["ha_listen_port"] = port + 1
+    else:
+        # the listen port + 1 as RocketMQ does; with port 0 (chosen at start), any free port
+        store_over["ha_listen_port"] = port + 1 if port else 0
     if ha_master:
         store_over["ha_master_address"] = ha_master
     store_config = dataclasses.replace(base, **store_over)

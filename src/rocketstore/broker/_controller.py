@@ -156,11 +156,18 @@ class BrokerController:
             broker_name=config.broker_name,
             broker_id=config.broker_id,
             broker_addr=self.address,
-            ha_server_addr=f"{config.advertised_host}:{self.store_config.ha_listen_port}",
+            ha_server_addr=f"{config.advertised_host}:{self._ha_port()}",
             topic_configs_provider=self.topic_configs_for_registration,
             period_s=config.register_name_server_period / 1000.0,
         )
         await self.registrar.start()
+
+    def _ha_port(self) -> int:
+        """The port slaves replicate from: the one the store's HA service bound (the configured
+        port may be 0, any free port)."""
+        ha = getattr(self.store, "ha", None)
+        bound = getattr(ha, "listen_port", 0)
+        return int(bound) if bound else self.store_config.ha_listen_port
 
     def topic_configs_for_registration(self) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.topics.data_version.to_json(), {
