@@ -10,6 +10,7 @@ retries come back quickly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import struct
@@ -337,9 +338,7 @@ def test_consumer_offsets_survive_a_broker_restart(tmp_path: Path, rmq4: Rmq4Cli
 def read_topic(store: Path, conf: Path, topic: str) -> list[bytes]:
     """Every body of ``topic`` in a store directory no broker owns any more (recovered here)."""
     config = StoreConfig.from_broker_conf(conf)
-    import dataclasses
-
-    config = dataclasses.replace(config, store_path_root_dir=str(store))
+    config = dataclasses.replace(config, store_path_root_dir=str(store), ha_listen_port=0)
     bodies: list[bytes] = []
     with MessageStore(config) as ms:
         for queue_id in range(16):
