@@ -9,13 +9,15 @@ received, and ends on its own (a count reached or a time limit):
     pull    --namesrv NS --group G --topic T --expect N [--expr E] [--timeout S]
     push    --namesrv NS --group G --topic T --expect N [--expr E] [--fail-first | --fail-always]
             [--orderly] [--linger S] [--timeout S]
-    flood   --namesrv NS --group G --topic T --count N    (send_sync until a send fails)
+    flood   --namesrv NS --group G --topic T --count N    (send_sync of "G-<i>" until a send
+            fails)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -110,7 +112,7 @@ def cmd_flood(args: argparse.Namespace) -> None:
     try:
         for i in range(args.count):
             msg = Message(args.topic)
-            body = f"m-{i}"
+            body = f"{args.group}-{i}"
             msg.set_body(body)
             try:
                 r = p.send_sync(msg)
@@ -121,7 +123,8 @@ def cmd_flood(args: argparse.Namespace) -> None:
     finally:
         emit({"done": True})
         sys.stdout.flush()
-        # shutting the C++ producer down while its broker is gone can hang; the test ends us
+        # shutting the C++ producer down while its broker is gone can hang: leave at once
+        os._exit(0)
 
 
 def cmd_pull(args: argparse.Namespace) -> None:

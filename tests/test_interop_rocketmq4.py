@@ -14,8 +14,10 @@ import dataclasses
 import json
 import socket
 import struct
+import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -356,34 +358,60 @@ def read_topic(store: Path, conf: Path, topic: str) -> list[bytes]:
 def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
     tmp_path: Path, rmq4: Rmq4Client
 ) -> None:
+    """Three producers send one message after another; the broker is killed (-9) once 90 sends
+    were acknowledged, with more in flight. The store, recovered after the crash, holds every
+    acknowledged message once."""
     store, conf = tmp_path / "store", write_conf(tmp_path)
     topic = "T_crash"
+    acked: list[str] = []
+    lock = threading.Lock()
+
+    def collect(producer: subprocess.Popen[str]) -> None:
+        assert producer.stdout is not None
+        for line in producer.stdout:
+            for doc in parse_lines(line):
+                if doc.get("status") == "OK":
+                    with lock:
+                        acked.append(doc["body"])
+
     with servers() as started:
         broker = ServerProcess.serve(store, tmp_path / "serve.log", conf=conf, flush="SYNC_FLUSH")
         started.append(broker)
-        producer = rmq4.start(
-            "flood", ns(broker), "PG_crash", topic, count=100_000, send_timeout_ms=1000
-        )
-        acked: list[str] = []
-        out: list[dict[str, Any]] = []
+        producers = [
+            rmq4.start(
+                "flood", ns(broker), f"PG_crash{n}", topic, count=100_000, send_timeout_ms=1000
+            )
+            for n in range(3)
+        ]
+        readers = [threading.Thread(target=collect, args=(p,)) for p in producers]
         try:
-            assert producer.stdout is not None
-            deadline = time.monotonic() + 25
-            for line in producer.stdout:
-                out += parse_lines(line)
-                if out and out[-1].get("status") == "OK":
-                    acked.append(out[-1]["body"])
-                if len(acked) == 60 and broker.running:
-                    broker.kill()  # mid-stream: sends are in flight
-                if "done" in out[-1] or time.monotonic() > deadline:
-                    break
+            for reader in readers:
+                reader.start()
+            assert wait_until(lambda: len(acked) >= 90, 20), f"only {len(acked)} sends acked"
+            broker.kill()  # mid-stream: each producer has a send in flight
+            for producer in producers:  # each ends at its first failed send
+                producer.wait(20)
         finally:
-            stop_process(producer, grace=2)
+            for producer in producers:
+                stop_process(producer, grace=2)
+            for reader in readers:
+                reader.join(10)
         assert not broker.running
-        assert len(acked) >= 60, out[-3:]
-    stored = read_topic(store, conf, topic)
-    assert set(acked) <= {b.decode() for b in stored}
+    stored = [b.decode() for b in read_topic(store, conf, topic)]
+    assert set(acked) <= set(stored)
     assert len(stored) == len(set(stored))  # nothing stored twice
+    for n in range(3):  # each producer's messages in sending order, none skipped
+        mine = [int(b.rsplit("-", 1)[1]) for b in stored if b.startswith(f"PG_crash{n}-")]
+        assert sorted(mine) == list(range(len(mine)))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 # ---- malformed input --------------------------------------------------------------------------
