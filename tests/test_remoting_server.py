@@ -830,6 +830,12 @@ def test_read_buffer_stays_small_for_small_frames_and_shrinks_after_a_large_one(
         feed(RemotingCommand(ECHO, 100, 0, None, {}, b"y" * 3_000_000).encode())
         assert len(conn._rbuf) <= _READ_SIZE
         assert len(decode_all(bytes(transport.data))) == 101
+        # a frame announced at 8 MB of which 100 kB arrive: no 8 MB buffer yet
+        announced = RemotingCommand(ECHO, 101, 0, None, {}, b"z" * 8_000_000).encode()
+        feed(announced[:100_000])
+        assert len(conn._rbuf) <= 5 * 1024 * 1024
+        feed(announced[100_000:])
+        assert decode_all(bytes(transport.data))[-1].opaque == 101
 
     asyncio.run(run())
 

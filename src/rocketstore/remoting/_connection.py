@@ -55,6 +55,8 @@ _FIRST_READ_SIZE = 8 * 1024  # a connection's first read buffer (an idle one hol
 _READ_SIZE = 64 * 1024  # its buffer once a read has filled the first; larger frames get
 # a buffer of their own, sized for them
 _MIN_FREE = 2 * 1024  # less free space than this at the buffer's end: start a new buffer
+_TRUST_SIZE = (4096 + 64) * 1024  # a frame up to this size (a 4 MiB message, RocketMQ's
+# default maximum, and its header) gets its whole buffer at once
 _JOIN_LIMIT = 16 * 1024  # bodies up to this size are joined to their header in one write
 _CORK_LIMIT = 64 * 1024  # responses held during one read are written once they reach this
 _unpack_int32 = _INT32.unpack_from
@@ -138,10 +140,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def _new_buffer(self) -> None:
         """Move the unparsed bytes to the front of a new buffer: the standard size, or the
-        size of the frame being received when that is larger."""
+        size of the frame being received when that is larger. A frame over _TRUST_SIZE gets
+        its full size only once a sixteenth of it is here (a peer that announces 16 MiB and
+        sends little makes this side hold some 4 MiB, not 16)."""
         start, end = self._rstart, self._rend
         pending = end - start
-        buf = bytearray(max(self._rsize, self._need, pending + _MIN_FREE))
+        need = min(self._need, max(_TRUST_SIZE, 16 * pending))
+        buf = bytearray(max(self._rsize, need, pending + _MIN_FREE))
         if pending:
             buf[:pending] = self._rview[start:end]
         self._rbuf = buf
