@@ -81,6 +81,7 @@ class HAClient(ServiceThread):
         self.connects = 0
         self.last_error = ""
         self.last_master_offset = -1  # the offset of the newest frame header
+        self._last_write = 0.0
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -188,8 +189,11 @@ class HAClient(ServiceThread):
         max_frame = cl.file_size
         try:
             while not self.stopped:
-                if clock.monotonic() - self._last_write >= self.heartbeat_s:
+                until_report = self._last_write + self.heartbeat_s - clock.monotonic()
+                if until_report <= 0:
                     self._report(sock, cl.max_offset)
+                    until_report = self.heartbeat_s
+                sock.settimeout(min(IO_TIMEOUT_S, max(until_report, 0.001)))
                 try:
                     n = sock.recv_into(view[end:])
                 except TimeoutError:
