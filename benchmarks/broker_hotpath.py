@@ -113,7 +113,9 @@ def _pull_frames(per_queue: int, queues: int) -> list[bytes]:
 async def run(args: argparse.Namespace) -> None:
     root = tempfile.mkdtemp(prefix="broker-hotpath-")
     try:
-        store_config = StoreConfig(store_path_root_dir=root, flush_disk_type=args.flush)
+        store_config = StoreConfig(
+            store_path_root_dir=root, flush_disk_type=args.flush, ha_listen_port=0
+        )
         config = BrokerConfig.from_store_config(store_config, listen_port=0)
         broker = BrokerController(store_config, config)
         await broker.start()

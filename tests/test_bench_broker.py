@@ -27,7 +27,9 @@ pytestmark = pytest.mark.timeout(60)
 async def cluster(root: Path, flush: str) -> AsyncIterator[tuple[NameServer, BrokerController]]:
     ns = NameServer("127.0.0.1", 0)
     await ns.start()
-    store_config = StoreConfig(store_path_root_dir=str(root), flush_disk_type=flush)
+    store_config = StoreConfig(
+        store_path_root_dir=str(root), flush_disk_type=flush, ha_listen_port=0
+    )
     config = BrokerConfig.from_store_config(store_config, listen_port=0, namesrv_addr=ns.address)
     broker = BrokerController(store_config, config)
     try:

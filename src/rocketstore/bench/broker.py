@@ -132,7 +132,10 @@ def broker_server(
     loop, ``asyncio`` or ``uvloop``; ``cpu``: pin it there) until the block ends, then stop it
     with SIGTERM (SIGKILL when it has not stopped within 30 s)."""
     launch = _LAUNCH_UVLOOP if loop == "uvloop" else _LAUNCH
-    args = [sys.executable, "-c", launch, "serve", "--store", store]
+    conf = Path(store).parent / f"{Path(store).name}.conf"  # HA on a free port, not 10912
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("haListenPort=0\n")
+    args = [sys.executable, "-c", launch, "serve", "--store", store, "--conf", str(conf)]
     args += ["--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--flush", flush]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err)
