@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from pyspark.sql.types import (
 )
 
 from .. import Message, MessageStore, StoreConfig
+from ..store._batch_encode import EncodedBatch, encode_plain_batch, put_encoded
 from ..store._errors import StoreLockedError
 from ..store._lock import lock_owner
 from ..store._message import PutMessageResult
@@ -55,6 +58,7 @@ from ..store._record import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    tags_code,
 )
 from ._options import SourceOptionError, _get, _int
 
@@ -65,6 +69,7 @@ WRITE_BUFFERS = 2  # option writeBuffers: write buffers of a commit-log file eac
 WRITE_COMMIT_INTERVAL_MS = 20
 WRITE_FLUSH_INTERVAL_MS = 100
 _BATCH_MESSAGES = 1024
+_ENCODED_ROWS = 16384  # rows a column-wise put takes at most
 
 
 @dataclass
@@ -212,8 +217,61 @@ def _task_index() -> int:
         return 0
 
 
+class _StoreThread:
+    """Puts batches into the store in a thread of its own, so that the task's thread goes
+    back to Spark for the next batch at once: the JVM produces batch k + 1 while batch k is
+    stored (it can only run ahead of its reader by a socket buffer). At most ``depth``
+    batches wait. An error in the thread is raised in the task's thread by the next ``put``
+    or by ``close``."""
+
+    def __init__(
+        self, store: MessageStore, s: WriteSettings, report: WriteReport, depth: int = 2
+    ) -> None:
+        self.start = _task_index()  # Spark's task context belongs to the task's thread
+        self.store = store
+        self.settings = s
+        self.report = report
+        self.queue: queue.Queue[pa.RecordBatch | None] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="rocketstore-write", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        """The store thread: puts each batch in arrival order."""
+        turn: dict[str, int] = {}
+        start = self.start
+        clock = time.perf_counter
+        while True:
+            batch = self.queue.get()
+            if batch is None:
+                return
+            if self.error is not None:
+                continue  # drain: the task's thread raises the error
+            began = clock()
+            try:
+                _put_batch(self.store, self.settings, batch, turn, start, self.report)
+            except BaseException as exc:  # handed to the task's thread
+                self.error = exc
+            self.report.put_s += clock() - began
+
+    def put(self, batch: pa.RecordBatch) -> None:
+        """Task's thread: hand over a batch (waits while ``depth`` batches wait)."""
+        if self.error is not None:
+            raise self.error
+        self.queue.put(batch)
+
+    def close(self, *, check: bool = True) -> None:
+        """Task's thread: wait until every batch handed over is stored; raise its error
+        (unless ``check`` is false: another error is on its way)."""
+        self.queue.put(None)
+        self.thread.join()
+        if check and self.error is not None:
+            raise self.error
+
+
 def write_batches(s: WriteSettings, batches: Iterator[pa.RecordBatch]) -> WriteReport:
-    """Put every row of ``batches`` into the store; the work of one write task."""
+    """Put every row of ``batches`` into the store; the work of one write task. The task's
+    thread takes batches from Spark, a store thread (``_StoreThread``) stores them."""
     report = WriteReport()
     clock = time.perf_counter
     began = clock()
@@ -223,16 +281,18 @@ def write_batches(s: WriteSettings, batches: Iterator[pa.RecordBatch]) -> WriteR
         return report
     store = open_store(s)
     try:
-        turn: dict[str, int] = {}
-        start = _task_index()
-        batch: pa.RecordBatch | None = first
-        while batch is not None:
-            began = clock()
-            _put_batch(store, s, batch, turn, start, report)
-            put_done = clock()
-            batch = next(batches, None)
-            report.input_s += clock() - put_done
-            report.put_s += put_done - began
+        writer = _StoreThread(store, s, report)
+        try:
+            batch: pa.RecordBatch | None = first
+            while batch is not None:
+                writer.put(batch)
+                began = clock()
+                batch = next(batches, None)
+                report.input_s += clock() - began
+        except BaseException:
+            writer.close(check=False)
+            raise
+        writer.close()
     finally:
         began = clock()
         store.shutdown()
@@ -307,16 +367,16 @@ def _has_separator(col: pa.Array | None) -> bool:
     return bool(pc.any(found).as_py())
 
 
-def _chunks(est: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """Where the put_plain_batch calls of a run of rows start and end: up to _BATCH_MESSAGES
-    rows, and rows are added while the estimated size so far is under ``limit``."""
+def _chunks(est: np.ndarray, limit: int, most: int = _BATCH_MESSAGES) -> list[tuple[int, int]]:
+    """Where the batch puts of a run of rows start and end: up to ``most`` rows, and rows are
+    added while the estimated size so far is under ``limit``."""
     total = np.zeros(len(est) + 1, dtype=np.int64)
     np.cumsum(est, out=total[1:])
     out = []
     lo = 0
     while lo < len(est):
         hi = int(np.searchsorted(total, total[lo] + limit, side="left"))
-        hi = max(lo + 1, min(hi, lo + _BATCH_MESSAGES, len(est)))
+        hi = max(lo + 1, min(hi, lo + most, len(est)))
         out.append((lo, hi))
         lo = hi
     return out
@@ -324,23 +384,57 @@ def _chunks(est: np.ndarray, limit: int) -> list[tuple[int, int]]:
 
 class _ObjectColumns:
     """The Python values of a batch's bodies, properties, tags and keys, taken by row numbers
-    (contiguous ones as slices)."""
+    (contiguous ones as slices); each column converted from Arrow on first use."""
 
-    def __init__(self, *columns: list[Any]) -> None:
-        self.lists = columns
-        self.arrays: list[np.ndarray] | None = None
+    def __init__(self, *columns: pa.Array | None) -> None:
+        self.columns = columns
+        self.lists: list[list[Any] | None] = [None] * len(columns)
+        self.arrays: list[np.ndarray | None] = [None] * len(columns)
 
-    def rows(self, idx: np.ndarray) -> list[list[Any]]:
+    def _list(self, k: int) -> list[Any]:
+        values = self.lists[k]
+        if values is None:
+            col = self.columns[k]
+            values = col.to_pylist() if col is not None else [None] * self.n
+            self.lists[k] = values
+        return values
+
+    @property
+    def n(self) -> int:
+        return next(len(c) for c in self.columns if c is not None)
+
+    def column(self, k: int, idx: np.ndarray) -> list[Any]:
         first = int(idx[0])
         if int(idx[-1]) - first + 1 == len(idx):  # input order (idx ascends within a group)
-            return [c[first : first + len(idx)] for c in self.lists]
-        if self.arrays is None:
-            self.arrays = []
-            for c in self.lists:
-                a = np.empty(len(c), dtype=object)
-                a[:] = c
-                self.arrays.append(a)
-        return [a[idx].tolist() for a in self.arrays]
+            return self._list(k)[first : first + len(idx)]
+        a = self.arrays[k]
+        if a is None:
+            a = np.empty(self.n, dtype=object)
+            a[:] = self._list(k)
+            self.arrays[k] = a
+        return a[idx].tolist()  # type: ignore[no-any-return]
+
+    def rows(self, idx: np.ndarray) -> list[list[Any]]:
+        return [self.column(k, idx) for k in range(len(self.columns))]
+
+
+def _tag_codes(tags: pa.Array | None, n: int) -> np.ndarray:
+    """Each row's consume-queue tags code (0 without tags), hashed once per distinct tag."""
+    if tags is None:
+        return np.zeros(n, dtype=np.int64)
+    enc = pc.dictionary_encode(tags)
+    names = enc.dictionary.to_pylist()
+    codes = np.array([tags_code(t or None) for t in names] + [0], dtype=np.int64)
+    picked: np.ndarray = codes[enc.indices.fill_null(len(names)).to_numpy(zero_copy_only=False)]
+    return picked
+
+
+def _append(store: MessageStore, batch: EncodedBatch) -> PutMessageResult:
+    """Store an encoded batch (the store's own entry point once it has one)."""
+    put = getattr(store, "put_encoded_batch", None)
+    if put is not None:
+        return put(batch)  # type: ignore[no-any-return]
+    return put_encoded(store.commit_log, batch)
 
 
 def _put_batch(
@@ -352,8 +446,9 @@ def _put_batch(
     report: WriteReport,
 ) -> None:
     """Rows are grouped by (topic, queue) (input order kept within a group). Rows without a
-    properties map are built column-wise and stored with ``put_plain_batch``; rows with one go
-    through Message objects and ``put_messages`` (DELAY ones one at a time)."""
+    properties map are encoded column-wise (``encode_plain_batch``: heads for the whole run
+    at once, records joined by one Arrow kernel) and appended one run at a time; rows with
+    one go through Message objects and ``put_messages`` (DELAY ones one at a time)."""
     n = batch.num_rows
     if not n:
         return
@@ -365,7 +460,7 @@ def _put_batch(
             raise SourceOptionError(
                 f"row {_first_null(col)} of a write batch has a null topic or body"
             )
-    if pa.types.is_string(body_col.type) or pa.types.is_large_string(body_col.type):
+    if not pa.types.is_binary(body_col.type):
         body_col = body_col.cast(pa.binary())
     tags_col = _column(batch, "tags")
     keys_col = _column(batch, "keys")
@@ -387,15 +482,15 @@ def _put_batch(
         if props_col is not None and props_col.null_count < n
         else np.zeros(n, dtype=bool)
     )
-    bodies: list[bytes] = body_col.to_pylist()
-    plain_props: list[bytes] = _plain_properties(tags_col, keys_col, n).to_pylist()
-    tags = tags_col.to_pylist() if tags_col is not None else [None] * n
-    keys = keys_col.to_pylist() if keys_col is not None else [None] * n
-    # the size estimate of each row (body + 200) decides where a put_plain_batch call ends
+    plain_props = _plain_properties(tags_col, keys_col, n)
+    host = store.commit_log.store_host
+    encoded = len(host) == 8  # an IPv6 store host: put_plain_batch's general path
+    tag_codes = _tag_codes(tags_col, n)
+    # the size estimate of each row (body + 200) decides where a batch put ends
     est = pc.binary_length(body_col).to_numpy(zero_copy_only=False).astype(np.int64)
     report.body_bytes += int(est.sum())
     est += 200
-    columns = _ObjectColumns(bodies, plain_props, tags, keys)
+    columns = _ObjectColumns(body_col, plain_props, tags_col, keys_col)
     group_key = codes * (1 << 32) + qids
     if len(topics) == 1 and (qids == qids[0]).all():  # one (topic, queue): input order
         order, bounds = np.arange(n), np.zeros(0, dtype=np.int64)
@@ -411,24 +506,40 @@ def _put_batch(
         cuts = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
         for run in np.split(rows, cuts):
             if with_map[run[0]]:
-                idx = run.tolist()
+                bodies, _props, tags, keys = columns.rows(run)
                 props = props_col.take(pa.array(run)).to_pylist()  # type: ignore[union-attr]
                 msgs = [
                     Message(
                         topic,
-                        bodies[i],
+                        body,
                         qid,
-                        tags=tags[i] or None,
-                        keys=keys[i] or None,
+                        tags=tag or None,
+                        keys=key or None,
                         properties=dict(p) if p else None,
                     )
-                    for i, p in zip(idx, props, strict=True)
+                    for body, tag, key, p in zip(bodies, tags, keys, props, strict=True)
                 ]
                 _put_messages(store, msgs, limit, report)
                 continue
-            for lo, hi in _chunks(est[run], limit):
-                r = store.put_plain_batch(topic, qid, *columns.rows(run[lo:hi]))
-                _report(r, topic, qid, hi - lo, report)
+            if not encoded:
+                for lo, hi in _chunks(est[run], limit):
+                    r = store.put_plain_batch(topic, qid, *columns.rows(run[lo:hi]))
+                    _report(r, topic, qid, hi - lo, report)
+                continue
+            for lo, hi in _chunks(est[run], limit, _ENCODED_ROWS):
+                part = run[lo:hi]
+                row_keys = columns.column(3, part) if keys_col is not None else ()
+                batch_ = encode_plain_batch(
+                    topic,
+                    qid,
+                    body_col,
+                    plain_props,
+                    tag_codes[part].tolist(),
+                    host,
+                    rows=part,
+                    keys=row_keys,
+                )
+                _report(_append(store, batch_), topic, qid, hi - lo, report)
 
 
 def _put_rows(
