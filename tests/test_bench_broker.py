@@ -80,12 +80,16 @@ def test_async_producer_sends_single_messages_and_batches(tmp_path: Path, flush:
                 assert {r.status for r in results} == {"SEND_OK"}
                 offsets = sorted(r.queue_offset for r in results)
                 assert offsets == list(range(first.queue_offset + 4, first.queue_offset + 54))
+                # without a queue named: the topic's own queues in turn (its route is cached)
+                spread = [await producer.send("TAsync", b"rr") for _ in range(8)]
+                assert sorted({r.queue.queue_id for r in spread}) == [0, 1, 2, 3]
             if flush == "SYNC_FLUSH":
                 flushed = broker.store.commit_log.queue.flushed_where  # type: ignore[attr-defined]
                 assert flushed >= broker.store.commit_log.max_offset  # type: ignore[attr-defined]
             bodies = await pull_all(broker.address, "TAsync", mq.queue_id)
             assert bodies[:4] == [b"first", b"b1", b"b2", b"b3"]
-            assert sorted(bodies[4:]) == sorted(f"m{i}".encode() for i in range(50))
+            rest = [b for b in bodies[4:] if b != b"rr"]
+            assert sorted(rest) == sorted(f"m{i}".encode() for i in range(50))
 
     asyncio.run(main())
 

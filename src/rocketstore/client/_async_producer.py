@@ -54,7 +54,10 @@ class AsyncProducer:
         if not self.namesrv_addrs:
             raise ValueError("no name server address")
         self.client = AsyncRemotingClient()
+        # topic → (fetched at, route, its write queues: the topic's, or the default topic's
+        # for a topic no broker has yet, with the via-default mark)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._writes: dict[str, tuple[float, TopicRoute, list[MessageQueue], bool]] = {}
         self._turn = itertools.count()
 
     # ---- routes -----------------------------------------------------------------------------
@@ -74,24 +77,35 @@ class AsyncProducer:
                 last = exc
                 continue
             if r.code == ResponseCode.TOPIC_NOT_EXIST:
+                self._writes.pop(topic, None)
                 return None
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
             route = parse_route(topic, r.body)
             self._routes[topic] = (now, route)
+            self._writes.pop(topic, None)  # the write queues follow the new route
             return route
         raise RemotingError(f"no name server answered: {last}")
 
-    async def _write_route(self, topic: str) -> tuple[TopicRoute, bool]:
-        """The topic's route, or the default topic's for a topic not created yet (the broker
-        creates it at the first send)."""
+    async def _write_route(self, topic: str) -> tuple[TopicRoute, list[MessageQueue], bool]:
+        """The topic's route and write queues, or the default topic's for a topic not created
+        yet (the broker creates it at the first send), cached as long as the route is."""
+        cached = self._writes.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < self.route_ttl_s:
+            return cached[1], cached[2], cached[3]
+        now = time.monotonic()
         route = await self.route(topic)
-        if route is not None and route.queues(write=True):
-            return route, False
-        default = await self.route(DEFAULT_TOPIC)
-        if default is None:
-            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
-        return TopicRoute(topic, default.brokers, default.queue_data), True
+        queues = route.queues(write=True) if route is not None else []
+        via_default = not queues
+        if via_default:
+            default = await self.route(DEFAULT_TOPIC)
+            if default is None:
+                raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+            route = TopicRoute(topic, default.brokers, default.queue_data)
+            queues = route.queues(write=True)
+        assert route is not None
+        self._writes[topic] = (now, route, queues, via_default)
+        return route, queues, via_default
 
     # ---- sending ----------------------------------------------------------------------------
 
@@ -138,13 +152,11 @@ class AsyncProducer:
     ) -> SendResult:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
-            route, via_default = await self._write_route(topic)
+            route, queues, via_default = await self._write_route(topic)
             if queue is None:
-                queues = route.queues(write=True)
                 if not queues:
                     raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
-                picked = queues[next(self._turn) % len(queues)]
-                mq = MessageQueue(topic, picked.broker_name, picked.queue_id)
+                mq = queues[next(self._turn) % len(queues)]
             else:
                 mq = queue
             addr = route.master(mq.broker_name)
