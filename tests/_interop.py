@@ -251,7 +251,7 @@ class ServerProcess:
         """``rocketstore serve`` on 127.0.0.1 (port 0: chosen by the server)."""
         args = [*cls._command(), "serve", "--store", str(store)]
         args += ["--namesrv-listen", f"127.0.0.1:{namesrv_port}"]
-        args += ["--listen", f"127.0.0.1:{broker_port}"]
+        args += ["--listen", f"127.0.0.1:{broker_port}", "--grpc-listen", ""]
         if conf is not None:
             args += ["-c", str(conf)]
         if flush is not None:

@@ -8,7 +8,8 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -48,6 +49,7 @@ def _make_broker(
     flush: str | None,
     ha_listen: str | None = None,
     ha_master: str | None = None,
+    grpc: Any = None,
 ) -> Any:
     from .broker._config import BrokerConfig
     from .broker._controller import BrokerController
@@ -82,7 +84,7 @@ def _make_broker(
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
-    return BrokerController(store_config, broker_config)
+    return BrokerController(store_config, broker_config, grpc=grpc)
 
 
 listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
@@ -90,6 +92,49 @@ broker_listen_help = (
     "HOST:PORT to listen on (default 127.0.0.1 and the conf's listenPort, else 10911)"
 )
 verbose_option = click.option("-v", "--verbose", is_flag=True, help="log at INFO level")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def grpc_options(default_listen: str | None) -> Callable[[F], F]:
+    """--grpc-listen / --grpc-acl / --grpc-tls-cert / --grpc-tls-key."""
+    file_type = click.Path(exists=True, dir_okay=False)
+
+    def add(fn: F) -> F:
+        for option in reversed(
+            [
+                click.option(
+                    "--grpc-listen",
+                    default=default_listen,
+                    show_default=default_listen is not None,
+                    help="serve RocketMQ 5.x gRPC clients on HOST:PORT ('' for none)",
+                ),
+                click.option(
+                    "--grpc-acl",
+                    default=None,
+                    type=file_type,
+                    help="gRPC ACL: access_key:secret_key lines or a JSON object (off without)",
+                ),
+                click.option(
+                    "--grpc-tls-cert", default=None, type=file_type, help="TLS cert (PEM)"
+                ),
+                click.option("--grpc-tls-key", default=None, type=file_type, help="TLS key (PEM)"),
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return add
+
+
+def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str | None) -> Any:
+    from .grpc import grpc_config_from_cli
+    from .store._errors import StoreConfigError
+
+    try:
+        return grpc_config_from_cli(listen, acl_file=acl, tls_cert=cert, tls_key=key)
+    except StoreConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("namesrv")
@@ -131,6 +176,7 @@ flush_option = click.option(
 @flush_option
 @click.option("--ha-listen", default=None, help="HA HOST:PORT (default the listen port + 1)")
 @click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
+@grpc_options(None)
 @verbose_option
 def broker_cmd(
     store: str,
@@ -144,6 +190,10 @@ def broker_cmd(
     flush: str | None,
     ha_listen: str | None,
     ha_master: str | None,
+    grpc_listen: str | None,
+    grpc_acl: str | None,
+    grpc_tls_cert: str | None,
+    grpc_tls_key: str | None,
     verbose: bool,
 ) -> None:
     """Run a broker over a store directory."""
@@ -162,6 +212,7 @@ def broker_cmd(
         flush,
         ha_listen,
         ha_master,
+        _grpc_config(grpc_listen, grpc_acl, grpc_tls_cert, grpc_tls_key),
     )
     asyncio.run(run_servers(None, [broker], announce=_announce))
 
@@ -172,6 +223,7 @@ def broker_cmd(
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
+@grpc_options("127.0.0.1:8081")
 @verbose_option
 def serve_cmd(
     store: str,
@@ -179,6 +231,10 @@ def serve_cmd(
     namesrv_listen: str,
     listen: str | None,
     flush: str | None,
+    grpc_listen: str | None,
+    grpc_acl: str | None,
+    grpc_tls_cert: str | None,
+    grpc_tls_key: str | None,
     verbose: bool,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
@@ -187,12 +243,15 @@ def serve_cmd(
 
     _logging(verbose)
     host, port = _split_listen(namesrv_listen, 9876)
+    grpc = _grpc_config(grpc_listen, grpc_acl, grpc_tls_cert, grpc_tls_key)
     ns = NameServer(host, port)
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start
         await ns.start()
-        broker = _make_broker(store, conf, listen, ns.address, None, None, None, None, flush)
+        broker = _make_broker(
+            store, conf, listen, ns.address, None, None, None, None, flush, grpc=grpc
+        )
         _announce(f"name server listening on {ns.address}")
         try:
             await run_servers(None, [broker], announce=_announce)

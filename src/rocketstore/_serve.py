@@ -45,6 +45,8 @@ async def run_servers(
                 f"{broker.config.listen_host}:{broker.config.listen_port}, store "
                 f"{broker.store_config.store_path_root_dir}"
             )
+            if broker.grpc is not None:
+                announce(f"gRPC front end listening on {broker.grpc.address}")
         await stop.wait()
         announce("shutting down")
     finally:

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingServer
 from ..store._clock import SYSTEM_CLOCK, Clock
@@ -37,6 +37,9 @@ from ._send_back import SendBackProcessor
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
 
+if TYPE_CHECKING:
+    from ..grpc import GrpcConfig, GrpcFrontEnd
+
 log = logging.getLogger(__name__)
 
 SCAN_CHANNELS_INTERVAL_S = 10.0
@@ -50,7 +53,12 @@ def _free_port(host: str) -> int:
 
 class BrokerController:
     def __init__(
-        self, store_config: StoreConfig, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK
+        self,
+        store_config: StoreConfig,
+        config: BrokerConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        grpc: GrpcConfig | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -63,6 +71,8 @@ class BrokerController:
         self.clients: ClientProcessor
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self.grpc_config = grpc  # None: no gRPC front end
+        self.grpc: GrpcFrontEnd | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -127,7 +137,13 @@ class BrokerController:
             self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
             if config.namesrv_addrs:
                 await self._start_registrar()
+            if self.grpc_config is not None:
+                from ..grpc import GrpcFrontEnd
+
+                self.grpc = GrpcFrontEnd(self, self.grpc_config)
+                await self.grpc.start()
         except BaseException:
+            self.grpc = None
             await asyncio.to_thread(self.store.shutdown)
             raise
         self._started = True
@@ -181,6 +197,14 @@ class BrokerController:
         if self.registrar is not None:
             with contextlib.suppress(Exception):
                 await self.registrar.close()
+        if self.grpc is not None:
+            # before the holds and the offsets: it answers its waiting receives and commits the
+            # pop progress into the consumer offsets persisted below
+            try:
+                await self.grpc.close()
+            except Exception:
+                log.exception("broker: closing the gRPC front end failed")
+            self.grpc = None
         self.holds.wake_all()
         await asyncio.sleep(0)  # let the woken pulls write their answers
         await self.server.close()
