@@ -51,6 +51,8 @@ ASYNC_NOW = 20  # a coroutine that answers without waiting
 FUTURE_DONE = 21  # a future that is done already
 FUTURE_LATER = 22  # a future completed by a later callback
 ASYNC_RAISES = 23
+CANCELLED = 24  # a future that is cancelled
+SUBCLASS = 25  # answers with a subclass of RemotingCommand
 
 MAX_FRAME = 8 * 1024 * 1024
 
@@ -120,6 +122,21 @@ async def async_raises(cmd: RemotingCommand, conn: Connection) -> RemotingComman
     raise ValueError("async handler failed on purpose")
 
 
+def cancelled(cmd: RemotingCommand, conn: Connection) -> asyncio.Future[RemotingCommand]:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[RemotingCommand] = loop.create_future()
+    loop.call_soon(fut.cancel)
+    return fut
+
+
+class Answer(RemotingCommand):
+    __slots__ = ()
+
+
+def subclass(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    return Answer(0, 0, 1, "subclass")
+
+
 class Sink:
     def __init__(self) -> None:
         self.seen: list[RemotingCommand] = []
@@ -145,6 +162,8 @@ def handlers(sink: Sink | None = None) -> dict[int, Handler]:
         FUTURE_DONE: future_done,
         FUTURE_LATER: future_later,
         ASYNC_RAISES: async_raises,
+        CANCELLED: cancelled,
+        SUBCLASS: subclass,
     }
 
 
@@ -313,6 +332,10 @@ def test_unknown_code_raising_handler_and_bad_results(server: Served) -> None:
         assert r.code == ResponseCode.SYSTEM_ERROR
         r = client.invoke(server.address, RemotingCommand.request(BAD_RESPONSE))
         assert r.code == ResponseCode.SYSTEM_ERROR and "encoded" in (r.remark or "")
+        r = client.invoke(server.address, RemotingCommand.request(CANCELLED))
+        assert r.code == ResponseCode.SYSTEM_ERROR and "cancelled" in (r.remark or "")
+        r = client.invoke(server.address, RemotingCommand.request(SUBCLASS))
+        assert r.code == 0 and r.remark == "subclass"
         # the same connection keeps serving
         r = client.invoke(server.address, RemotingCommand.request(ECHO, {}, b"still"))
         assert r.code == 0 and r.body == b"still"

@@ -276,7 +276,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if result is None:
             return
-        if type(result) is RemotingCommand:
+        if type(result) is RemotingCommand or isinstance(result, RemotingCommand):
             if not cmd.flag & ONEWAY_FLAG:
                 self._reply(cmd, result)
             return
@@ -302,7 +302,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _finished(self, cmd: RemotingCommand, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
-        if task.cancelled():
+        if task.cancelled():  # the caller is told rather than left to its timeout
+            if not cmd.is_oneway and not self.closed:
+                remark = f"request code {cmd.code} was cancelled"
+                self._reply(cmd, RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark))
             return
         exc = task.exception()
         if exc is not None:
