@@ -137,6 +137,7 @@ def broker_server(
     conf.write_text("haListenPort=0\n")
     args = [sys.executable, "-c", launch, "serve", "--store", store, "--conf", str(conf)]
     args += ["--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--flush", flush]
+    args += ["--grpc-listen", ""]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err)
         try:
