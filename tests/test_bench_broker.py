@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,8 +19,9 @@ from rocketstore.broker._controller import BrokerController
 from rocketstore.client import decode_records
 from rocketstore.client._async_producer import AsyncProducer
 from rocketstore.namesrv import NameServer
-from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, ResponseCode
+from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
 from rocketstore.store._config import StoreConfig
+from rocketstore.store._message import PutMessageResult
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,6 +95,72 @@ def test_async_producer_sends_single_messages_and_batches(tmp_path: Path, flush:
             assert sorted(rest) == sorted(f"m{i}".encode() for i in range(50))
 
     asyncio.run(main())
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+
+def test_sends_waiting_for_a_sync_flush_leave_no_cyclic_garbage(tmp_path: Path) -> None:
+    """Each waiting put once left a reference cycle (its future's done callback held the
+    future), so every message's command, result and answer waited for the collector."""
+    n = 200
+
+    async def main() -> list[object]:
+        async with cluster(tmp_path / "store", "SYNC_FLUSH") as (_ns, broker):
+            conn = Connection(broker.server.handlers, backpressure=True)
+            transport = _Transport()
+            conn.connection_made(transport)  # type: ignore[arg-type]
+            body = os.urandom(1024)
+            frames = []
+            for i in range(n + 1):
+                ext = bench.send_header("PID_t", "TCycles", i & 3, {"UNIQ_KEY": f"{i:032X}"})
+                frames.append(RemotingCommand.request(310, ext, body).encode())
+
+            async def feed(frame: bytes) -> None:
+                buf = conn.get_buffer(len(frame))
+                buf[: len(frame)] = frame
+                conn.buffer_updated(len(frame))
+
+            await feed(frames[0])  # creates the topic
+            while transport.writes < 1:
+                await asyncio.sleep(0.01)
+            gc.collect()
+            gc.disable()
+            try:
+                for frame in frames[1:]:
+                    await feed(frame)
+                    await asyncio.sleep(0)
+                for _ in range(500):
+                    if transport.writes >= n + 1:
+                        break
+                    await asyncio.sleep(0.01)
+                assert transport.writes == n + 1
+                gc.set_debug(gc.DEBUG_SAVEALL)
+                gc.collect()
+                garbage = list(gc.garbage)
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+            return garbage
+
+    garbage = asyncio.run(main())
+    leaked = [o for o in garbage if isinstance(o, (PutMessageResult, RemotingCommand))]
+    assert leaked == []
 
 
 def test_percentiles() -> None:
