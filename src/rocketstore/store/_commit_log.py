@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import re
 import struct
 import threading
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple
 
 from ._clock import Clock, ns_reader
 from ._config import StoreConfig
-from ._errors import CorruptRecordError
+from ._errors import CorruptRecordError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
@@ -1001,8 +1002,20 @@ class CommitLog:
             mf = self.queue.get_last_mapped_file(start_offset)
             if mf is None or mf.from_offset + mf.wrote_position != start_offset:
                 return False
-            if not mf.append(data):
+            pos = mf.wrote_position
+            if pos + n > self.file_size:
                 return False
+            if mf.write_buffer is not None:
+                mf.append(data)
+            else:
+                # a file write, not a copy into the mapping: no page faults under the
+                # interpreter lock (a slave's catch-up writes whole files), which pwrite
+                # releases, so dispatch runs meanwhile; the mapping shares the page cache
+                with memoryview(data) as view, translate_os_errors(f"append to {mf.path}"):
+                    done = 0
+                    while done < n:
+                        done += os.pwrite(mf._fd, view[done:], pos + done)
+                mf.wrote_position = pos + n
         on_append = self.on_append
         if on_append is not None:
             on_append()

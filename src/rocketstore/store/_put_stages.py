@@ -22,7 +22,10 @@ began: the slave has the bytes already, or no slave is in reach) or as a
 not block and should not raise (an exception ends the put in UNKNOWN_ERROR): it may run on an
 event loop's thread (a non-blocking put under ASYNC_FLUSH), in the group-commit thread or in
 the thread that completed the previous stage's future. Stages are registered with
-``CommitLog.add_put_stage``.
+``CommitLog.add_put_stage``. A stage may also offer ``blocking(end, result)``, which the blocking
+put calls instead (it waits in the producer's thread; see ``run_stages``), and
+``attach(end, result, done)``, which the non-blocking put calls instead: it returns the answer,
+or None and later calls ``done(answer)`` (no future to build and complete).
 """
 
 from __future__ import annotations
@@ -62,10 +65,21 @@ def _call(
 
 
 def run_stages(stages: Sequence[PutStage], end: int, result: PutMessageResult) -> PutMessageResult:
-    """The blocking put: each stage in turn, waiting on its future. Producer threads."""
+    """The blocking put: each stage in turn, waiting on its future. Producer threads.
+
+    A stage with a ``blocking(end, result)`` method is asked through it instead: it waits in
+    the calling thread and returns the result, with no future to build and complete (the
+    replication wait of a SYNC_MASTER's blocking puts)."""
     for stage in stages:
         if result.status is not _PUT_OK:
             break
+        blocking = getattr(stage, "blocking", None)
+        if blocking is not None:
+            try:
+                result = blocking(end, result)
+            except Exception as exc:
+                result = _failed(result, exc)
+            continue
         r = _call(stage, end, result)
         if isinstance(r, Future):
             try:
@@ -111,6 +125,16 @@ class PutCompletion:
         while result.status is _PUT_OK and self._next < len(stages):
             stage = stages[self._next]
             self._next += 1
+            attach = getattr(stage, "attach", None)
+            if attach is not None:
+                try:
+                    r = attach(self.end, result, self.advance)
+                except Exception as exc:
+                    r = _failed(result, exc)
+                if r is None:
+                    return  # the stage calls advance with its answer
+                result = r
+                continue
             r = _call(stage, self.end, result)
             if isinstance(r, Future):
                 r.add_done_callback(self._stage_done)

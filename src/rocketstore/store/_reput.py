@@ -302,8 +302,11 @@ class ReputMessageService(ServiceThread):
         except CorruptRecordError as exc:
             if cl.incomplete_at(offset):
                 return False  # a slave holds part of the record: the rest is on its way
-            log.error("dispatch stopped at %d: %s", offset, exc)
-            return False
+            try:  # the rest of it may have arrived since
+                r = cl.check_at(offset, check_crc=False)
+            except CorruptRecordError:
+                log.error("dispatch stopped at %d: %s", offset, exc)
+                return False
         if isinstance(r, int):
             if r > 0:  # BLANK: the rest of this file is empty, go on in the next one
                 self.reput_from_offset = cl.roll_next_file(offset)

@@ -306,7 +306,7 @@ class MessageStore:
     def _start_replication(self) -> None:
         """Start HA; a SYNC_MASTER's puts wait for a slave from now on. Shuts the store down
         again when the HA port cannot be bound."""
-        stage = self.ha.transfer.stage
+        stage = self.ha.transfer
         if self.config.broker_role == "SYNC_MASTER" and stage not in self.commit_log.put_stages:
             self.commit_log.add_put_stage(stage)
         try:

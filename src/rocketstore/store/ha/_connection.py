@@ -8,7 +8,9 @@ Two threads share the socket (blocking, with a one-second timeout so each can lo
   peer, or a slave that holds what this master lost), and so does silence for
   ``housekeeping_s``;
 - the writer sends frames (``_wire``): from the request on, at most ``batch_size`` bytes of one
-  file each, of what readers may see (the committed end when write buffers are on). When the
+  file each, of what readers may see (the committed end when write buffers are on); up to 1 MiB
+  of consecutive frames go out in one system call (each return to the interpreter lock may
+  wait while producers run, so fewer of them keep a slave closer). When the
   slave has everything it waits for new data: woken by ``wake()`` (a SYNC_MASTER put), else it
   looks again after 1 ms, doubling up to 100 ms while nothing comes. A heartbeat (an empty
   frame) goes out when nothing was sent for ``heartbeat_s``.
@@ -22,7 +24,7 @@ import enum
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .._clock import Clock
@@ -38,6 +40,8 @@ IO_TIMEOUT_S = 1.0
 IDLE_MIN_S = 0.001
 IDLE_MAX_S = 0.1
 REQUEST_WAIT_S = 0.01
+SEND_MAX = 1024 * 1024
+MAX_FRAMES_PER_SEND = 256  # two buffers each, below the system's 1024 per call
 
 
 class ConnectionState(enum.Enum):
@@ -81,6 +85,8 @@ class HAConnection:
         self.commit_log = commit_log
         self.clock = clock
         self.batch_size = batch_size
+        # frames sent in one system call (each still at most batch_size, within one file)
+        self.send_max = max(batch_size, min(SEND_MAX, batch_size * MAX_FRAMES_PER_SEND))
         self.heartbeat_s = heartbeat_s
         self.housekeeping_s = housekeeping_s
         self.on_ack = on_ack
@@ -99,7 +105,10 @@ class HAConnection:
         self._closed = False
         self._threads_left = 2
         self._reported = threading.Event()
-        self._wake = threading.Event()
+        # the writer's wake-up: a lock it holds and waits on; a waker releases it once
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        self._woken = False
         self.idle = False  # the writer waits for data
         self.reader = _Loop(f"HAConnection-read-{self.client_addr}", self._read_loop)
         self.writer = _Loop(f"HAConnection-write-{self.client_addr}", self._write_loop)
@@ -135,7 +144,7 @@ class HAConnection:
         except OSError:
             pass
         self._reported.set()
-        self._wake.set()
+        self._release_writer()
         self.reader.stop(join=False)
         self.writer.stop(join=False)
         try:
@@ -157,9 +166,28 @@ class HAConnection:
             self.sock.close()
 
     def wake(self) -> None:
-        """New data may be there: wake the writer if it waits. Any thread."""
-        if self.idle:
-            self._wake.set()
+        """New data may be there: wake the writer if it waits. Any thread (a put's)."""
+        if self.idle and not self._woken:
+            self._release_writer()
+
+    def _release_writer(self) -> None:
+        self._woken = True
+        try:
+            self._wake.release()
+        except RuntimeError:  # released already, not taken back yet
+            pass
+
+    def _idle_wait(self, seconds: float) -> None:
+        """The writer, with nothing to send: wait for ``wake()`` or ``seconds``."""
+        self._woken = False
+        self.idle = True
+        try:
+            if self.commit_log.max_offset <= self.next_transfer and not self._closed:
+                self._wake.acquire(timeout=seconds)
+            else:
+                self._wake.acquire(blocking=False)
+        finally:
+            self.idle = False
 
     def lag(self, master_max: int) -> int:
         """Bytes the slave has not acknowledged (its request before the first ack)."""
@@ -256,25 +284,26 @@ class HAConnection:
                 if selected is None:
                     if clock.monotonic() - self.last_write >= self.heartbeat_s:
                         self._send((HEADER.pack(self.next_transfer, 0),))
-                    self.idle = True
-                    try:
-                        if cl.max_offset <= self.next_transfer:
-                            self._wake.wait(idle_s)
-                    finally:
-                        self.idle = False
-                        self._wake.clear()
+                    self._idle_wait(idle_s)
                     idle_s = min(idle_s * 2, IDLE_MAX_S)
                     continue
                 idle_s = IDLE_MIN_S
                 try:
-                    size = min(selected.size, self.batch_size)
                     offset = self.next_transfer
-                    self._send((HEADER.pack(offset, size), selected.buffer[:size]))
+                    size = min(selected.size, self.send_max)
+                    parts: list[bytes | memoryview] = []
+                    view = selected.buffer
+                    batch = self.batch_size
+                    for pos in range(0, size, batch):
+                        n = min(batch, size - pos)
+                        parts += (HEADER.pack(offset + pos, n), view[pos : pos + n])
+                    self._send(parts)
+                    del parts, view
                 finally:
                     selected.release()
                 self.next_transfer = offset + size
                 self.bytes_sent += size
-                self.frames_sent += 1
+                self.frames_sent += -(-size // batch)
         except OSError as exc:
             self.close(f"write failed: {exc}")
         except Exception as exc:
@@ -283,6 +312,6 @@ class HAConnection:
         finally:
             self._thread_done()
 
-    def _send(self, parts: tuple[bytes | memoryview, ...]) -> None:
+    def _send(self, parts: Sequence[bytes | memoryview]) -> None:
         send_all(self.sock, parts, self._keep_trying)
         self.last_write = self.clock.monotonic()

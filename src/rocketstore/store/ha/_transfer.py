@@ -1,6 +1,6 @@
 """GroupTransferService: a SYNC_MASTER's put waits until a slave holds it.
 
-The service is a put stage (see ``_put_stages``): ``stage(end, result)`` answers at once when a
+The service is a put stage (see ``_put_stages``): calling it answers at once when a
 slave has acknowledged ``end`` already (PUT_OK) or when no slave is in reach
 (SLAVE_NOT_AVAILABLE: none connected, or the nearest more than ``ha_slave_fallbehind_max`` bytes
 behind), else with a future. Every acknowledgement a connection reads
@@ -20,6 +20,7 @@ its own thread. Futures are completed outside ``_lock``.
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import logging
 import threading
@@ -37,7 +38,9 @@ log = logging.getLogger(__name__)
 IDLE_WAIT_S = 1.0
 _PUT_OK = PutMessageStatus.PUT_OK
 
-# a waiting put: [end offset, arrival number, deadline, future, result, done]
+# a waiting put: [end offset, arrival number, deadline, wake, result, done]; wake is the
+# continuation of a non-blocking put, called with the answer, or for a blocking put (result
+# None) the lock its thread waits on
 _Entry = list[Any]
 
 
@@ -62,6 +65,7 @@ class GroupTransferService(ServiceThread):
         self._by_end: list[_Entry] = []  # heap: smallest end first
         self._by_arrival: collections.deque[_Entry] = collections.deque()  # deadlines grow
         self._arrivals = 0
+        self._blocked = 0  # blocking puts waiting (their entries are in _by_end only)
         self._closed = False
         # counters (statistics)
         self.waits = 0
@@ -75,23 +79,39 @@ class GroupTransferService(ServiceThread):
         ``end`` (RocketMQ's isSlaveOK)."""
         return self.connection_count() > 0 and end - self.acked < self.fallbehind_max
 
-    def stage(
+    def __call__(
         self, end: int, result: PutMessageResult
     ) -> Future[PutMessageResult] | PutMessageResult:
-        """The put stage of a SYNC_MASTER. Any thread; never blocks."""
+        """The put stage with a future (see ``_put_stages``). Any thread; never blocks."""
+        fut: Future[PutMessageResult] = Future()
+        r = self.attach(end, result, functools.partial(settle, fut))
+        return fut if r is None else r
+
+    def _at_once(self, end: int, result: PutMessageResult) -> PutMessageResult | None:
+        """The answer when there is nothing to wait for, else None."""
         if self.acked >= end:
             return result
         if not self.is_slave_ok(end):
             self.not_available += 1
             return result._replace(status=PutMessageStatus.SLAVE_NOT_AVAILABLE)
-        fut: Future[PutMessageResult] = Future()
+        return None
+
+    def attach(
+        self, end: int, result: PutMessageResult, done: Callable[[PutMessageResult], None]
+    ) -> PutMessageResult | None:
+        """The stage for a non-blocking put (``PutCompletion``): the answer at once, or None
+        and ``done(answer)`` later, from the reader thread whose acknowledgement covers
+        ``end`` or from the deadline loop (FLUSH_SLAVE_TIMEOUT). Any thread; never blocks."""
+        r = self._at_once(end, result)
+        if r is not None:
+            return r
         with self._lock:
             if self.acked >= end:
                 return result
             if self._closed:
                 return result._replace(status=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
             self._arrivals += 1
-            entry = [end, self._arrivals, self.clock.monotonic() + self.timeout_s, fut, result, 0]
+            entry = [end, self._arrivals, self.clock.monotonic() + self.timeout_s, done, result, 0]
             heapq.heappush(self._by_end, entry)
             arrival = self._by_arrival
             if not arrival:
@@ -99,7 +119,37 @@ class GroupTransferService(ServiceThread):
             arrival.append(entry)
             self.waits += 1
         self.wake_writers()
-        return fut
+        return None
+
+    def blocking(self, end: int, result: PutMessageResult) -> PutMessageResult:
+        """The stage for a blocking put: waits in the calling thread (producer threads) until
+        a slave acknowledged ``end``, at most ``timeout_s``. The waiter is a lock the
+        acknowledging reader releases: no future, no deadline loop."""
+        r = self._at_once(end, result)
+        if r is not None:
+            return r
+        waiter = threading.Lock()
+        waiter.acquire()
+        with self._lock:
+            if self.acked >= end:
+                return result
+            if self._closed:
+                return result._replace(status=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            self._arrivals += 1
+            entry = [end, self._arrivals, 0.0, waiter, None, 0]
+            heapq.heappush(self._by_end, entry)
+            self._blocked += 1
+            self.waits += 1
+        self.wake_writers()
+        if not waiter.acquire(timeout=self.timeout_s):
+            with self._lock:
+                if not entry[5]:
+                    entry[5] = 1  # from now on nobody releases it
+                    self._blocked -= 1
+        if self.acked >= end:
+            return result
+        self.timeouts += 1
+        return result._replace(status=PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
 
     def notify_transfer_some(self, offset: int) -> None:
         """A slave acknowledged ``offset``: complete every wait it covers. Reader threads."""
@@ -115,9 +165,13 @@ class GroupTransferService(ServiceThread):
                 entry = heapq.heappop(heap)
                 if not entry[5]:
                     entry[5] = 1
-                    done.append(entry)
+                    if entry[4] is None:  # a blocking put: its thread waits on the lock
+                        self._blocked -= 1
+                        entry[3].release()
+                    else:
+                        done.append(entry)
         for entry in done:
-            settle(entry[3], entry[4])
+            _call_back(entry[3], entry[4])
 
     def pending(self) -> int:
         """Puts waiting for a slave now."""
@@ -138,7 +192,7 @@ class GroupTransferService(ServiceThread):
                     entry[5] = 1
                     due.append(entry)
             heap = self._by_end
-            if len(heap) > 2 * len(arrival) + 64:  # drop the expired entries it still holds
+            if len(heap) > 2 * (len(arrival) + self._blocked) + 64:  # drop expired entries
                 self._by_end = [e for e in heap if not e[5]]
                 heapq.heapify(self._by_end)
             wait = arrival[0][2] - now if arrival else IDLE_WAIT_S
@@ -151,7 +205,7 @@ class GroupTransferService(ServiceThread):
             if entry[0] > self.acked:
                 status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
                 self.timeouts += 1
-            settle(entry[3], entry[4]._replace(status=status))
+            _call_back(entry[3], entry[4]._replace(status=status))
 
     def run(self) -> None:
         while not self.stopped:
@@ -171,6 +225,18 @@ class GroupTransferService(ServiceThread):
             left = [e for e in self._by_arrival if not e[5]]
             for e in left:
                 e[5] = 1
+            for e in self._by_end:
+                if not e[5] and e[4] is None:  # blocking puts: let them go (they time out)
+                    e[5] = 1
+                    e[3].release()
+            self._blocked = 0
             self._by_arrival.clear()
             self._by_end = []
         self._time_out(left)
+
+
+def _call_back(done: Callable[[PutMessageResult], None], result: PutMessageResult) -> None:
+    try:
+        done(result)
+    except Exception:  # a put's continuation must not take the reader thread down
+        log.exception("a replication wait's callback failed")
