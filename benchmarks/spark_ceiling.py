@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rocketstore.bench.spark import tree_cpu_seconds
+
 
 def cpu_seconds() -> float:
     """Busy CPU seconds of the whole machine so far (user + nice + system + irq + softirq)."""
@@ -29,34 +31,6 @@ def cpu_seconds() -> float:
         fields = f.readline().split()[1:]
     ticks = sum(int(v) for v in fields[:3]) + int(fields[5]) + int(fields[6])
     return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(root: int | None = None) -> float:
-    """CPU seconds used so far by this process and everything below it (the JVM, Spark's
-    Python workers), live or finished: less disturbed by other load than wall time."""
-    root = root or os.getpid()
-    parent: dict[int, int] = {}
-    used: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        pid = int(entry)
-        parent[pid] = int(fields[1])
-        used[pid] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-    total = 0
-    for pid, ticks in used.items():
-        p = pid
-        while p and p != root:
-            p = parent.get(p, 0)
-        if p == root:
-            total += ticks
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def make_store(path: Path, rows: int) -> None:
