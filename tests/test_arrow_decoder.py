@@ -126,7 +126,12 @@ def _decode(root: Path, whole: bool, columns: list[str], **kw: object) -> list[d
                 r = QueueRange(topic, qid, 0, reader.max_offset(topic, qid))
                 for b in dec.batches(r):
                     assert b.schema.equals(schema)
-                    rows.extend(b.to_pylist())
+                    # timestamps as int64: damaged ones are outside datetime's range
+                    plain = [
+                        c.view(pa.int64()) if pa.types.is_timestamp(c.type) else c
+                        for c in b.columns
+                    ]
+                    rows.extend(pa.RecordBatch.from_arrays(plain, names=columns).to_pylist())
     return rows
 
 

@@ -169,7 +169,8 @@ class RangeDecoder:
         self.fail_on_data_loss = fail_on_data_loss
         self.whole_batch = whole_batch
         self._names = tuple(schema.names)
-        self._props = bool(_PROPERTY_COLUMNS & set(self._names))
+        self._want_props = _PROPERTY_COLUMNS & frozenset(self._names)
+        self._props = bool(self._want_props)
         self._empty = _empty(schema)
 
     def batches(self, r: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -285,13 +286,8 @@ class RangeDecoder:
             bad = col.non_utf8_rows(data, offs)
             if len(bad):
                 return None, bad
-            props = col.split_properties(
-                col.strings(raw),
-                ARROW_SCHEMA.field("properties").type,
-                ARROW_SCHEMA.field("keys").type,
-                "keys" in self._names,
-            )
-            if len(props.repeated):
+            props = col.split_properties(col.strings(raw), self._want_props)
+            if props.repeated is not None:
                 return None, props.repeated
         head = loc.head
         born_at = loc.pos + 48
@@ -308,6 +304,11 @@ class RangeDecoder:
             at = store_host_at + loc.store_host_len
             return pa.array(f.read(at, ">i4").astype(np.int32))
 
+        def msg_id() -> pa.Array:
+            if not loc.v6:
+                return col.msg_ids_v4(head["store_host"], loc.phys)
+            return col.msg_ids(f, store_host_at, loc.store_host_len, loc.phys)
+
         def host(kind: str) -> pa.Array:
             if not loc.v6:
                 return col._hosts_v4(head[kind].astype(np.uint64))
@@ -320,7 +321,7 @@ class RangeDecoder:
             "queue_id": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
             "queue_offset": lambda: pa.array(loc.queue_offset.astype(np.int64)),
             "commitlog_offset": lambda: pa.array(loc.phys.astype(np.int64)),
-            "msg_id": lambda: col.msg_ids(f, store_host_at, loc.store_host_len, loc.phys),
+            "msg_id": msg_id,
             "body": lambda: col.gather(f, loc.body_start, loc.body_len),
             "tags": lambda: props.tags,  # type: ignore[union-attr]
             "keys": lambda: props.keys,  # type: ignore[union-attr]
@@ -363,10 +364,8 @@ class RangeDecoder:
 def _column_values(name: str, msgs: list[MessageExt]) -> list[object]:
     if name == "properties":
         return [list(m.properties.items()) for m in msgs]
-    if name == "born_timestamp":
-        return [m.born_timestamp * 1000 for m in msgs]
-    if name == "store_timestamp":
-        return [m.store_timestamp * 1000 for m in msgs]
+    if name in ("born_timestamp", "store_timestamp"):
+        return [getattr(m, name) for m in msgs]
     if name == "born_host":
         return [m.born_host_str for m in msgs]
     if name == "store_host":
@@ -379,8 +378,8 @@ def messages_to_batch(msgs: list[MessageExt], schema: pa.Schema = ARROW_SCHEMA) 
     arrays = []
     for field in schema:
         values = _column_values(field.name, msgs)
-        if field.type == _TS:
-            arrays.append(pa.array(values, pa.int64()).view(_TS))
+        if field.type == _TS:  # ms → µs with int64 wrap-around, as the whole-batch path
+            arrays.append(col.timestamps(np.array(values, dtype=np.int64)))
         else:
             arrays.append(pa.array(values, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

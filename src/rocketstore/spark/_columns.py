@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from ..store._record import (
     HEAD_V4_SIZE,
+    KEY_SEPARATOR,
     MAGIC_V1,
     MAGIC_V2,
     NAME_VALUE_SEPARATOR,
@@ -342,92 +343,147 @@ def non_utf8_rows(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 _SEP = ord(PROPERTY_SEPARATOR)
 _NV = ord(NAME_VALUE_SEPARATOR)
+_SPACE = ord(KEY_SEPARATOR)
+MAP_TYPE = pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string()))
+KEYS_TYPE = pa.list_(pa.field("element", pa.string()))
+_NO_TEXT = pa.array([], pa.string())
 
 
 @dataclass
 class Properties:
-    """The parsed PROPERTIES of a batch: the map column, TAGS and KEYS, and the rows whose
-    properties repeat a name (the per-record decoder keeps the last value of a name at its
-    first position; those rows are left to it)."""
+    """The parsed PROPERTIES of a batch: the columns asked for (map, TAGS, KEYS), or the rows
+    whose properties repeat a name (the per-record decoder keeps the last value of a name at
+    its first position; those rows are left to it, and no column is built)."""
 
-    mapping: pa.Array
-    tags: pa.Array
-    keys: pa.Array
-    repeated: np.ndarray
+    mapping: pa.Array | None = None
+    tags: pa.Array | None = None
+    keys: pa.Array | None = None
+    repeated: np.ndarray | None = None
 
 
-def split_properties(
-    props: pa.Array, map_type: pa.DataType, keys_type: pa.DataType, want_keys: bool
-) -> Properties:
-    """Parse ``name\\x01value\\x02name\\x01value`` per row as ``string_to_properties`` does:
-    items split at \\x02, each item at its first \\x01; an item without \\x01 or with an
-    empty name is dropped."""
+def _cumsum0(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def split_ranges(
+    starts: np.ndarray, ends: np.ndarray, seps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut the ranges ``[starts[i], ends[i])`` (disjoint, in order) at the separator
+    positions ``seps`` (sorted, each inside one range): (piece starts, piece ends, the range
+    of each piece). A range with k separators gives k + 1 pieces, empty ones included."""
+    owner = np.searchsorted(starts, seps, side="right") - 1
+    per = np.bincount(owner, minlength=len(starts))
+    base = _cumsum0(per + 1)
+    m = int(base[-1])
+    a = np.empty(m, dtype=np.int64)
+    b = np.empty(m, dtype=np.int64)
+    a[base[:-1]] = starts
+    b[base[1:] - 1] = ends
+    if len(seps):
+        at = base[owner] + np.arange(len(seps), dtype=np.int64) - _cumsum0(per)[owner]
+        a[at + 1] = seps + 1
+        b[at] = seps
+    return a, b, np.repeat(np.arange(len(starts), dtype=np.int64), per + 1)
+
+
+def _pieces(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """The strings ``data[starts[i]:ends[i]]`` (disjoint, in order), copied by one take."""
+    m = len(starts)
+    if not m:
+        return pa.array([], pa.string())
+    bounds = np.empty(2 * m + 1, dtype=np.int32)  # piece, gap, piece, gap, ...
+    bounds[0 : 2 * m : 2] = starts
+    bounds[1::2] = ends
+    bounds[2 * m] = ends[-1]
+    both = pa.StringArray.from_buffers(2 * m, pa.py_buffer(bounds), data)
+    return both.take(pa.array(np.arange(0, 2 * m, 2, dtype=np.int64)))
+
+
+def split_properties(props: pa.Array, want: frozenset[str]) -> Properties:
+    """Parse ``name\\x01value\\x02name\\x01value`` per row as ``string_to_properties``
+    does: items split at \\x02, each item at its first \\x01; an item without \\x01 or with
+    an empty name is dropped. ``want``: which of properties, tags and keys to build."""
     n = len(props)
     data, offs = binary_parts(props)
-    lens = np.diff(offs)
-    nonempty = lens > 0
-    p2 = np.flatnonzero(data == _SEP)
-    r2 = np.searchsorted(offs, p2, side="right") - 1
-    n2 = np.bincount(r2, minlength=n)
-    count = np.where(nonempty, n2 + 1, 0)
-    base = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(count, out=base[1:])
-    m = int(base[-1])
-    starts = np.empty(m, dtype=np.int64)
-    ends = np.empty(m, dtype=np.int64)
-    ne = np.flatnonzero(nonempty)
-    starts[base[ne]] = offs[ne]
-    ends[base[ne] + count[ne] - 1] = offs[ne + 1]
-    if len(p2):
-        first2 = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(n2, out=first2[1:])
-        at = base[r2] + np.arange(len(p2), dtype=np.int64) - first2[r2]
-        starts[at + 1] = p2 + 1
-        ends[at] = p2
-    item_row = np.repeat(np.arange(n, dtype=np.int64), count)
+    buffer = props.buffers()[2]
+    if buffer is None or not len(data):
+        return Properties(
+            pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), _NO_TEXT, _NO_TEXT,
+                                    type=MAP_TYPE),
+            pa.nulls(n, pa.string()),
+            pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), _NO_TEXT, type=KEYS_TYPE),
+        )  # fmt: skip
+    base_off = props.offset  # data starts at offs[0] of the buffer
+    first = int(np.frombuffer(props.buffers()[1], dtype=np.int32)[base_off])
+    rows = np.flatnonzero(offs[1:] > offs[:-1])
+    starts, ends, item_row = split_ranges(offs[rows], offs[rows + 1], np.flatnonzero(data == _SEP))
+    item_row = rows[item_row]
     p1 = np.flatnonzero(data == _NV)
-    if len(p1):
-        k = np.searchsorted(p1, starts)
-        cut = p1[np.minimum(k, len(p1) - 1)]
-        valid = (k < len(p1)) & (cut < ends) & (cut > starts)
-    else:
-        cut = starts
-        valid = np.zeros(m, dtype=bool)
+    k = np.searchsorted(p1, starts)
+    cut = p1[np.minimum(k, len(p1) - 1)] if len(p1) else starts
+    valid = (k < len(p1)) & (cut < ends) & (cut > starts)
     if not valid.all():
         starts, cut, ends, item_row = starts[valid], cut[valid], ends[valid], item_row[valid]
-    mv = len(starts)
-    map_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(item_row, minlength=n), out=map_offsets[1:])
-    if mv:
-        # one string array of name, \x01, value, gap tokens; names and values taken from it
-        tok = np.empty(4 * mv + 1, dtype=np.int32)
-        tok[0 : 4 * mv : 4] = starts
-        tok[1::4] = cut
-        tok[2::4] = cut + 1
-        tok[3::4] = ends
-        tok[4 * mv] = ends[-1]
-        tokens = pa.StringArray.from_buffers(4 * mv, pa.py_buffer(tok), pa.py_buffer(data))
-        names = tokens.take(pa.array(np.arange(0, 4 * mv, 4, dtype=np.int64)))
-        values = tokens.take(pa.array(np.arange(2, 4 * mv, 4, dtype=np.int64)))
-    else:
-        names = values = pa.array([], pa.string())
-    mapping = pa.MapArray.from_arrays(pa.array(map_offsets), names, values, type=map_type)
+    map_offsets = _cumsum0(np.bincount(item_row, minlength=n)).astype(np.int32)
+    names = _pieces(buffer, starts + first, cut + first)
     encoded = pc.dictionary_encode(names)
     dictionary = encoded.dictionary.to_pylist()
     idx = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     repeated = _repeated_names(idx, item_row, map_offsets, len(dictionary))
+    if len(repeated):
+        return Properties(repeated=repeated)
 
-    def find(name: str) -> pa.Array:
-        """Each row's value of ``name`` (null when it has none)."""
-        code = dictionary.index(name) if name in dictionary else -1
+    def item_of(name: str) -> np.ndarray:
+        """Each row's item named ``name`` (-1: none)."""
         which = np.full(n, -1, dtype=np.int64)
-        hits = np.flatnonzero(idx == code) if code >= 0 else np.zeros(0, dtype=np.int64)
-        which[item_row[hits]] = hits  # the last hit of a row wins
-        return values.take(pa.array(which, mask=which < 0))
+        if name in dictionary:
+            hits = np.flatnonzero(idx == dictionary.index(name))
+            which[item_row[hits]] = hits
+        return which
 
-    tags = find(PROPERTY_TAGS)
-    keys = split_keys(find(PROPERTY_KEYS), keys_type) if want_keys else pa.nulls(n, keys_type)
-    return Properties(mapping, tags, keys, repeated)
+    out = Properties()
+    if "properties" in want or "tags" in want:
+        values = _pieces(buffer, cut + 1 + first, ends + first)
+        if "properties" in want:
+            out.mapping = pa.MapArray.from_arrays(
+                pa.array(map_offsets), names, values, type=MAP_TYPE
+            )
+        if "tags" in want:
+            which = item_of(PROPERTY_TAGS)
+            out.tags = values.take(pa.array(which, mask=which < 0))
+    if "keys" in want:
+        which = item_of(PROPERTY_KEYS)
+        has = np.flatnonzero(which >= 0)
+        out.keys = _keys(data, buffer, first, cut[which[has]] + 1, ends[which[has]], has, n)
+    return out
+
+
+def _keys(
+    data: np.ndarray,
+    buffer: pa.Buffer,
+    first: int,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    rows: np.ndarray,
+    n: int,
+) -> pa.Array:
+    """The KEYS values ``data[starts[i]:ends[i]]`` of ``rows`` split at spaces, empty tokens
+    dropped: a list per row (empty for rows without KEYS)."""
+    spaces = np.flatnonzero(data == _SPACE)
+    if len(spaces) and len(starts):
+        owner = np.searchsorted(starts, spaces, side="right") - 1
+        inside = (owner >= 0) & (spaces < ends[np.maximum(owner, 0)])
+        spaces = spaces[inside]
+    elif len(spaces):
+        spaces = spaces[:0]
+    a, b, parent = split_ranges(starts, ends, spaces)
+    keep = b > a
+    a, b, parent = a[keep], b[keep], parent[keep]
+    offsets = _cumsum0(np.bincount(rows[parent], minlength=n)).astype(np.int32)
+    tokens = _pieces(buffer, a + first, b + first)
+    return pa.ListArray.from_arrays(pa.array(offsets), tokens, type=KEYS_TYPE)
 
 
 def _repeated_names(
@@ -445,19 +501,6 @@ def _repeated_names(
     key = item_row * kinds + idx
     ordered = np.sort(key)
     return np.unique(ordered[1:][ordered[1:] == ordered[:-1]] // kinds)
-
-
-def split_keys(raw: pa.Array, keys_type: pa.DataType) -> pa.Array:
-    """KEYS values (space separated, may be null) → lists without empty tokens."""
-    n = len(raw)
-    tokens = pc.split_pattern(pc.fill_null(raw, ""), " ")
-    flat = tokens.flatten()
-    parents = tokens.value_parent_indices().to_numpy()
-    keep = pc.greater(pc.binary_length(flat), 0).to_numpy(zero_copy_only=False)
-    counts = np.bincount(parents[keep], minlength=n)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), flat.filter(pa.array(keep))).cast(keys_type)
 
 
 # ---- fixed fields ---------------------------------------------------------------------------
@@ -493,6 +536,17 @@ def hosts(f: Bytes, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
         b = bytes(u)
         names.append(unpack_host(b[: b[_HOST_V6]]))
     return pa.array(names, pa.string()).take(pa.array(inverse.astype(np.int32).ravel()))
+
+
+def msg_ids_v4(store_hosts: np.ndarray, phys: np.ndarray) -> pa.Array:
+    """offsetMsgId of records with IPv4 store hosts (8-byte blocks as big-endian uint64)."""
+    n = len(phys)
+    raw = np.empty((n, 2), dtype=">u8")
+    raw[:, 0] = store_hosts
+    raw[:, 1] = phys
+    text = binascii.hexlify(raw.tobytes()).upper()
+    offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
 
 
 def msg_ids(f: Bytes, at: np.ndarray, lengths: np.ndarray, phys: np.ndarray) -> pa.Array:
