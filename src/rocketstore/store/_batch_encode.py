@@ -108,7 +108,9 @@ def _views(
     lengths: np.ndarray, buffer_index: int, starts: np.ndarray, source: np.ndarray
 ) -> np.ndarray:
     """binary_view views (n, 4) int32 of the values ``source[starts[i]:+lengths[i]]``, which
-    sit in variadic buffer ``buffer_index``: short values inline, others by reference."""
+    sit in variadic buffer ``buffer_index``: short values inline, others by reference. The
+    views of long values leave their 4-byte prefix zero: they are only cast, which reads the
+    buffers (reading every prefix would cost a cache miss a value)."""
     n = len(lengths)
     views = np.zeros((n, 4), dtype="<i4")
     views[:, 0] = lengths
@@ -117,16 +119,8 @@ def _views(
         rows = np.arange(n)
     else:
         long_rows = ~short
-        ls = starts[long_rows]
-        prefix = np.zeros((len(ls), 4), dtype=np.uint8)
-        ok = ls + 4 <= len(source)
-        idx = np.minimum(ls[:, None] + np.arange(4), max(len(source) - 1, 0))
-        if len(source):
-            prefix[:] = source[idx]
-        prefix[~ok] = 0
-        views[long_rows, 1] = prefix.view("<i4").ravel()
         views[long_rows, 2] = buffer_index
-        views[long_rows, 3] = ls
+        views[long_rows, 3] = starts[long_rows]
         rows = np.flatnonzero(short)
     if len(rows):
         ss = starts[rows]
@@ -313,7 +307,13 @@ def put_encoded(log: CommitLog, batch: EncodedBatch) -> PutMessageResult:
         first_phys = mf.from_offset + wpos
         first_qoff = log.topic_queue_table.get(key, 0)
         target = mf.write_target
-        target[wpos : wpos + total] = memoryview(batch.data)  # type: ignore[arg-type]
+        # numpy copies without the interpreter lock: the task's other threads (Spark's
+        # input, commit, dispatch) run meanwhile
+        dst = np.frombuffer(target, dtype=np.uint8, count=total, offset=wpos)
+        try:
+            np.copyto(dst, np.frombuffer(batch.data, dtype=np.uint8))
+        finally:
+            del dst
         offsets = stamp(target, wpos, batch, first_phys, first_qoff, now)
         key_offsets: tuple[int, ...] = ()
         key_values: tuple[str, ...] = ()
