@@ -65,8 +65,9 @@ def _make_broker(
         _split_listen(listen, base.store_port) if listen else ("127.0.0.1", base.store_port)
     )
     if ha_listen:
-        _ha_host, ha_port = _split_listen(ha_listen, port + 1)
+        ha_host, ha_port = _split_listen(ha_listen, port + 1)
         store_over["ha_listen_port"] = ha_port
+        store_over["ha_listen_host"] = ha_host
     else:
         # the listen port + 1 as RocketMQ does; with port 0 (chosen at start), any free port
         store_over["ha_listen_port"] = port + 1 if port else 0

@@ -83,12 +83,21 @@ class BrokerController:
 
     async def start(self) -> None:
         config = self.config
+        ha_port = self.store_config.ha_listen_port
         if config.listen_port == 0:
             config = self.config = dataclasses.replace(
                 config, listen_port=_free_port(config.listen_host)
             )
+            ha_port = 0  # chosen at start too: brokers in one process must not collide
         self.store_config = dataclasses.replace(
-            self.store_config, store_host=config.advertised_host, store_port=config.listen_port
+            self.store_config,
+            store_host=config.advertised_host,
+            store_port=config.listen_port,
+            ha_enable=True,
+            ha_listen_host=self.store_config.ha_listen_host
+            if self.store_config.ha_listen_host != "127.0.0.1"
+            else config.listen_host,
+            ha_listen_port=ha_port,
         )
         self.store = MessageStore(self.store_config, clock=self.clock)
         await asyncio.to_thread(self.store.__enter__)  # load, recover, start
@@ -175,8 +184,19 @@ class BrokerController:
             ha_server_addr=f"{config.advertised_host}:{self._ha_port()}",
             topic_configs_provider=self.topic_configs_for_registration,
             period_s=config.register_name_server_period / 1000.0,
+            on_registered=self._on_registered,
         )
         await self.registrar.start()
+
+    def _on_registered(self, result: Any) -> None:
+        """A slave without a configured master replicates from the HA address the name server
+        reports for its group's master (RocketMQ's updateHaMasterAddress)."""
+        if (
+            self.store_config.broker_role == "SLAVE"
+            and not self.store_config.ha_master_address
+            and getattr(result, "ha_server_addr", None)
+        ):
+            self.store.ha.update_master_address(result.ha_server_addr)
 
     def _ha_port(self) -> int:
         """The port slaves replicate from: the one the store's HA service bound (the configured
