@@ -34,6 +34,7 @@ from ._pull import PullProcessor
 from ._queue_locks import QueueLockProcessor
 from ._send import SendProcessor
 from ._send_back import SendBackProcessor
+from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
 
@@ -68,6 +69,7 @@ class BrokerController:
         self.server: RemotingServer
         self.holds: PullRequestHoldService
         self.registrar: Any = None
+        self.slave_sync: SlaveSynchronizer | None = None
         self.clients: ClientProcessor
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -129,6 +131,7 @@ class BrokerController:
                 OffsetProcessor(self),
                 self.clients,
                 SendBackProcessor(self),
+                SlaveSyncProcessor(self),
                 QueueLockProcessor(self),
                 *self._extra_processors(),
             ):
@@ -144,6 +147,9 @@ class BrokerController:
             await self.server.start()
             self._tasks.append(asyncio.create_task(self._persist_offsets_periodically()))
             self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
+            if self.store_config.broker_role == "SLAVE":
+                self.slave_sync = SlaveSynchronizer(self)
+                self.slave_sync.start()
             if config.namesrv_addrs:
                 await self._start_registrar()
             if self.grpc_config is not None:
@@ -191,12 +197,12 @@ class BrokerController:
     def _on_registered(self, result: Any) -> None:
         """A slave without a configured master replicates from the HA address the name server
         reports for its group's master (RocketMQ's updateHaMasterAddress)."""
-        if (
-            self.store_config.broker_role == "SLAVE"
-            and not self.store_config.ha_master_address
-            and getattr(result, "ha_server_addr", None)
-        ):
+        if self.store_config.broker_role != "SLAVE":
+            return
+        if not self.store_config.ha_master_address and getattr(result, "ha_server_addr", None):
             self.store.ha.update_master_address(result.ha_server_addr)
+        if self.slave_sync is not None:
+            self.slave_sync.set_master(getattr(result, "master_addr", None))
 
     def _ha_port(self) -> int:
         """The port slaves replicate from: the one the store's HA service bound (the configured
@@ -217,6 +223,9 @@ class BrokerController:
         if self.registrar is not None:
             with contextlib.suppress(Exception):
                 await self.registrar.close()
+        if self.slave_sync is not None:
+            await self.slave_sync.close()
+            self.slave_sync = None
         if self.grpc is not None:
             # before the holds and the offsets: it answers its waiting receives and commits the
             # pop progress into the consumer offsets persisted below
