@@ -35,10 +35,11 @@ def _batch(bodies: list[bytes], topic: str = "T") -> pa.RecordBatch:
 
 def test_a_refused_batch_fails_the_task_and_releases_the_store(tmp_path: Path) -> None:
     settings = _settings({"path": str(tmp_path / "s"), "commitLogFileSize": "65536"}, SCHEMA)
-    batches = [_batch([b"a", b"b"]), _batch([b"c"], topic="bad topic!"), _batch([b"d"])]
-    with pytest.raises(RuntimeError, match="refused 1 message"):
-        write_batches(settings, iter(batches))
-    assert lock_owner(str(tmp_path / "s")) is None
+    for bad in ("bad topic!", "L" * 128, ""):
+        batches = [_batch([b"a", b"b"]), _batch([b"c"], topic=bad), _batch([b"d"])]
+        with pytest.raises(RuntimeError, match="refused 1 message"):
+            write_batches(settings, iter(batches))
+        assert lock_owner(str(tmp_path / "s")) is None
     report = write_batches(settings, iter([_batch([b"e"])]))  # the store opens again
     assert report.rows == 1
 

@@ -521,7 +521,7 @@ def _put_batch(
                 ]
                 _put_messages(store, msgs, limit, report)
                 continue
-            if not encoded:
+            if not encoded or not 0 < len(topic.encode()) <= 127:  # the store refuses it
                 for lo, hi in _chunks(est[run], limit):
                     r = store.put_plain_batch(topic, qid, *columns.rows(run[lo:hi]))
                     _report(r, topic, qid, hi - lo, report)
