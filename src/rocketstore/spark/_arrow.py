@@ -170,6 +170,7 @@ class RangeDecoder:
         self.whole_batch = whole_batch
         self._names = tuple(schema.names)
         self._want_props = _PROPERTY_COLUMNS & frozenset(self._names)
+        self._body = "body" in self._names
         self._props = bool(self._want_props)
         self._empty = _empty(schema)
 
@@ -252,7 +253,7 @@ class RangeDecoder:
                 phys,
                 topic.encode(),
                 queue_id,
-                self.check_crc,
+                self.check_crc and not self._body,  # else on the gathered bodies
             )
             batch: pa.RecordBatch | None = None
             while batch is None:
@@ -274,11 +275,21 @@ class RangeDecoder:
     def _columns(
         self, f: col.Bytes, topic: str, queue_id: int, loc: col.Located
     ) -> tuple[pa.RecordBatch | None, np.ndarray]:
-        """The batch of the checked records ``loc``; or None and the rows (of ``loc``) whose
-        properties the per-record decoder must take (not UTF-8, a name twice)."""
+        """The batch of the checked records ``loc``; or None and the rows (of ``loc``) the
+        per-record decoder must take (a body CRC mismatch, properties not UTF-8 or with a
+        name twice)."""
         n = len(loc)
         if not n:
             return self._empty, np.zeros(0, dtype=np.int64)
+        body: pa.Array | None = None
+        if self._body:
+            # bodies are copied out first and their CRCs taken from the copy: the mapping is
+            # read once
+            body = col.gather(f, loc.body_start, loc.body_len)
+            if self.check_crc:
+                bad = col.crc_mismatches(body, loc.head["crc"])
+                if len(bad):
+                    return None, bad
         props: col.Properties | None = None
         if self._props:
             raw = col.gather(f, loc.props_start, loc.props_len)
@@ -322,7 +333,7 @@ class RangeDecoder:
             "queue_offset": lambda: pa.array(loc.queue_offset.astype(np.int64)),
             "commitlog_offset": lambda: pa.array(loc.phys.astype(np.int64)),
             "msg_id": msg_id,
-            "body": lambda: col.gather(f, loc.body_start, loc.body_len),
+            "body": lambda: body,
             "tags": lambda: props.tags,  # type: ignore[union-attr]
             "keys": lambda: props.keys,  # type: ignore[union-attr]
             "properties": lambda: props.mapping,  # type: ignore[union-attr]
