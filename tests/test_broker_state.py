@@ -12,7 +12,7 @@ import pytest
 from rocketstore import ManualClock, StoreError, StoreIOError
 from rocketstore.broker._consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from rocketstore.broker._errors import BrokerError, ConfigFileError, InvalidTopicError
-from rocketstore.broker._json_file import ConfigFile, dumps_fastjson, loads_lenient
+from rocketstore.broker._json_file import ConfigFile
 from rocketstore.broker._subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupConfig,
@@ -34,6 +34,7 @@ from rocketstore.broker._topic_config import (
     retry_topic,
     validate_topic,
 )
+from rocketstore.remoting._fastjson import dumps, loads_lenient
 
 # ---------------------------------------------------------------------------------------------
 # fastjson text
@@ -52,16 +53,14 @@ def test_loads_lenient_refuses_garbage() -> None:
         loads_lenient('{"offsetTable":{0:5')
 
 
-def test_dumps_fastjson_pretty_format() -> None:
+def test_fastjson_pretty_format() -> None:
     doc = {"a": {"x": 1, "y": True}, "m": {0: 5, 1: 3}, "e": {}, "l": ["p", 2], "n": None}
-    assert dumps_fastjson(doc) == (
+    assert dumps(doc, pretty=True) == (
         '{\n\t"a":{\n\t\t"x":1,\n\t\t"y":true\n\t},\n\t"m":{0:5,1:3\n\t},\n\t"e":{},'
         '\n\t"l":[\n\t\t"p",\n\t\t2\n\t],\n\t"n":null\n}'
     )
-    assert dumps_fastjson(doc, pretty=False) == (
-        '{"a":{"x":1,"y":true},"m":{0:5,1:3},"e":{},"l":["p",2],"n":null}'
-    )
-    assert loads_lenient(dumps_fastjson(doc))["m"] == {"0": 5, "1": 3}
+    assert dumps(doc) == ('{"a":{"x":1,"y":true},"m":{0:5,1:3},"e":{},"l":["p",2],"n":null}')
+    assert loads_lenient(dumps(doc, pretty=True))["m"] == {"0": 5, "1": 3}
 
 
 def test_config_file_round_trip_and_backup(tmp_path: Path) -> None:

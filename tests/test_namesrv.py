@@ -28,7 +28,6 @@ from rocketstore.namesrv import (
     body_crc32,
     decode_topic_list,
 )
-from rocketstore.namesrv._bodies import dumps_standard
 from rocketstore.namesrv._java_order import java_order
 from rocketstore.remoting import (
     AsyncRemotingClient,
@@ -38,6 +37,7 @@ from rocketstore.remoting import (
     ResponseCode,
     _fastjson,
 )
+from rocketstore.remoting._fastjson import dumps_standard
 from rocketstore.store._clock import ManualClock
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "protocol" / "remoting"

@@ -15,7 +15,8 @@ key as a JSON object, bean fields sorted by name; strict JSON parsers reject it:
 
 :func:`loads` reads that form as well as strict JSON and fastjson's bare integer keys. A key
 that is an object comes back as a tuple of its (name, value) pairs, in the text's order, so it
-can be a dict key; :func:`dumps` writes such a tuple back as an object. ``ConsumeStats.decode``
+can be a dict key; :func:`dumps` writes such a tuple back as an object (both are
+``remoting._fastjson``'s, with Java's floats and this module's error). ``ConsumeStats.decode``
 also accepts keys written as text, the JSON text of a queue or Java's
 ``MessageQueue [topic=T, brokerName=b, queueId=0]`` (what Jackson-based tools write).
 
@@ -24,24 +25,18 @@ Pure functions and values; any thread.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..client._route import MessageQueue
+from ..remoting import _fastjson
 from ..store._stats import java_double
 
-_WS = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 _MQ_TEXT = re.compile(
     r"MessageQueue \[topic=(?P<topic>.*), brokerName=(?P<broker>.*), queueId=(?P<qid>-?\d+)\]"
 )
-_LITERALS = (("true", True), ("false", False), ("null", None))
-_encode_str = json.JSONEncoder(ensure_ascii=False).encode
-_ScanString = Callable[[str, int, bool], tuple[str, int]]
-_scanstring: _ScanString = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 class BodyFormatError(ValueError):
@@ -60,148 +55,16 @@ def loads(text: str | bytes | bytearray | memoryview) -> Any:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BodyFormatError(f"not UTF-8: {exc}") from None
-    parser = _Parser(text)
     try:
-        value = parser.value()
-        parser.skip_ws()
-    except (IndexError, ValueError, RecursionError) as exc:
+        return _fastjson.loads_object_keys(text)
+    except (ValueError, RecursionError) as exc:
         raise BodyFormatError(f"not fastjson text: {exc}") from None
-    if parser.pos != len(text):
-        raise BodyFormatError(f"extra data at {parser.pos}")
-    return value
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple((k, _hashable(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    return value
-
-
-class _Parser:
-    __slots__ = ("pos", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-
-    def skip_ws(self) -> None:
-        m = _WS.match(self.text, self.pos)
-        assert m is not None  # the pattern matches the empty string
-        self.pos = m.end()
-
-    def value(self) -> Any:
-        self.skip_ws()
-        text, pos = self.text, self.pos
-        ch = text[pos]
-        if ch == "{":
-            return self._object()
-        if ch == "[":
-            return self._array()
-        if ch == '"':
-            s, self.pos = _scanstring(text, pos + 1, True)
-            return s
-        for word, literal in _LITERALS:
-            if text.startswith(word, pos):
-                self.pos = pos + len(word)
-                return literal
-        m = _NUMBER.match(text, pos)
-        if m is None:
-            raise ValueError(f"unexpected {ch!r} at {pos}")
-        self.pos = m.end()
-        if m.group(1) or m.group(2):
-            return float(m.group(0))
-        return int(m.group(0))
-
-    def _expect(self, ch: str) -> None:
-        self.skip_ws()
-        if self.text[self.pos] != ch:
-            raise ValueError(f"expected {ch!r} at {self.pos}")
-        self.pos += 1
-
-    def _object(self) -> dict[Any, Any]:
-        self.pos += 1
-        out: dict[Any, Any] = {}
-        self.skip_ws()
-        if self.text[self.pos] == "}":
-            self.pos += 1
-            return out
-        while True:
-            key = _hashable(self.value())
-            self._expect(":")
-            out[key] = self.value()
-            self.skip_ws()
-            ch = self.text[self.pos]
-            self.pos += 1
-            if ch == "}":
-                return out
-            if ch != ",":
-                raise ValueError(f"expected ',' or '}}' at {self.pos - 1}")
-
-    def _array(self) -> list[Any]:
-        self.pos += 1
-        out: list[Any] = []
-        self.skip_ws()
-        if self.text[self.pos] == "]":
-            self.pos += 1
-            return out
-        while True:
-            out.append(self.value())
-            self.skip_ws()
-            ch = self.text[self.pos]
-            self.pos += 1
-            if ch == "]":
-                return out
-            if ch != ",":
-                raise ValueError(f"expected ',' or ']' at {self.pos - 1}")
-
-
-# ---- writing --------------------------------------------------------------------------------
 
 
 def dumps(obj: Any) -> str:
     """Compact fastjson text: dicts in their order, ``int`` keys bare, tuple-of-pairs keys as
     objects, floats as Java's ``Double.toString``."""
-    out: list[str] = []
-    _write(obj, out)
-    return "".join(out)
-
-
-def _write(obj: Any, out: list[str]) -> None:
-    if obj is None:
-        out.append("null")
-    elif obj is True or obj is False:
-        out.append("true" if obj else "false")
-    elif isinstance(obj, int):
-        out.append(str(int(obj)))
-    elif isinstance(obj, float):
-        out.append(java_double(obj))
-    elif isinstance(obj, str):
-        out.append(_encode_str(obj))
-    elif isinstance(obj, Mapping):
-        out.append("{")
-        for i, (key, value) in enumerate(obj.items()):
-            if i:
-                out.append(",")
-            if isinstance(key, tuple):
-                _write(dict(key), out)
-            elif isinstance(key, int) and not isinstance(key, bool):
-                out.append(str(int(key)))
-            else:
-                out.append(_encode_str(str(key)))
-            out.append(":")
-            _write(value, out)
-        out.append("}")
-    elif isinstance(obj, list | tuple):
-        out.append("[")
-        for i, value in enumerate(obj):
-            if i:
-                out.append(",")
-            _write(value, out)
-        out.append("]")
-    else:
-        raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+    return _fastjson.dumps(obj, floats=java_double)
 
 
 # ---- message queues as keys -----------------------------------------------------------------

@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._json_file import ConfigFile, as_int, dumps_fastjson
+from ..remoting import _fastjson
+from ._json_file import ConfigFile, as_int
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class ConsumerOffsetManager:
             }
 
     def encode(self, *, pretty: bool = True) -> str:
-        return dumps_fastjson(self.to_json(), pretty=pretty)
+        return _fastjson.dumps(self.to_json(), pretty=pretty)
 
     def persist(self) -> None:
         """Write ``consumerOffset.json`` atomically (blocks for its fsyncs; call it off the event

@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..remoting._fastjson import dumps, loads_lenient
 from ..store._java_hash import java_string_hash
 from ._errors import InvalidHeartbeatError, InvalidSubscriptionError
-from ._json_file import as_bool, as_int, dumps_fastjson, loads_lenient
+from ._json_file import as_bool, as_int
 
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"
@@ -282,4 +283,4 @@ def encode_heartbeat(data: HeartbeatData) -> bytes:
         "consumerDataSet": [consumer(c) for c in data.consumers],
         "producerDataSet": [{"groupName": p.group_name} for p in data.producers],
     }
-    return dumps_fastjson(doc, pretty=False).encode("utf-8")
+    return dumps(doc).encode("utf-8")

@@ -1,20 +1,9 @@
 """RocketMQ's broker config files: fastjson text, read leniently, written atomically.
 
 RocketMQ writes ``topics.json``, ``subscriptionGroup.json`` and ``consumerOffset.json`` with
-fastjson in pretty format: tab indentation, no space after ``:``, no trailing newline, and map
-keys that are Java integers written *unquoted*::
-
-    {
-    \t"offsetTable":{
-    \t\t"TopicTest@G1":{0:250,1:248
-    \t\t}
-    \t}
-    }
-
-A map with string keys (and a bean) puts every entry on its own line; a map with integer keys
-keeps its entries on the opening line and only the closing brace on a new one. Strict JSON parsers
-refuse the bare keys, so :func:`loads_lenient` quotes them first (outside string literals only)
-and :func:`dumps_fastjson` writes them the way fastjson does; RocketMQ's tools read both forms.
+fastjson in pretty format, map keys that are Java integers written *unquoted*
+(``remoting._fastjson`` writes and reads that text: ``dumps(obj, pretty=True)``,
+``loads_lenient``); RocketMQ's tools read both that and strict JSON.
 
 :class:`ConfigFile` is one such file with its ``.bak``. ``persist`` writes ``<name>.tmp`` and
 fsyncs it, keeps the previous good file as ``<name>.bak`` (a hard link, so nothing is copied),
@@ -27,39 +16,20 @@ Threads: a ConfigFile may be used from any thread; ``persist`` calls are seriali
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..remoting._fastjson import loads_lenient
 from ..store._errors import StoreIOError, translate_os_errors
 from ._errors import ConfigFileError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# A string literal (consumed whole, so nothing inside it is touched) or a bare integer map key.
-_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)', re.DOTALL)
-
-
-def _quote_key(m: re.Match[str]) -> str:
-    if m.group(1) is None:
-        return m.group(0)
-    return f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
-
-
-def loads_lenient(text: str) -> Any:
-    """Parse JSON that may have fastjson's unquoted integer map keys (``{0:5,1:3}``).
-
-    Such keys come back as strings (``{"0": 5, "1": 3}``), as with quoted keys. Raises
-    ``ValueError`` (``json.JSONDecodeError``) for anything else that is not JSON.
-    """
-    return json.loads(_STRING_OR_BARE_KEY.sub(_quote_key, text))
 
 
 def as_int(value: Any, name: str) -> int:
@@ -81,82 +51,6 @@ def as_bool(value: Any, name: str) -> bool:
     if value in ("true", "false"):
         return bool(value == "true")
     raise ValueError(f"{name} is not a boolean: {value!r}")
-
-
-def _dump_string(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
-
-
-def dumps_fastjson(value: Any, *, pretty: bool = True) -> str:
-    """``value`` as fastjson writes it (``pretty`` = SerializerFeature.PrettyFormat).
-
-    dicts keep their order (build beans with their fields sorted by name, as fastjson does);
-    ``int`` keys are written bare, ``str`` keys quoted. Lists and tuples become arrays.
-    """
-    out: list[str] = []
-    _dump(value, out, 0, pretty)
-    return "".join(out)
-
-
-def _dump(value: Any, out: list[str], depth: int, pretty: bool) -> None:
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, int):
-        out.append(str(int(value)))
-    elif isinstance(value, float):
-        out.append(repr(value))
-    elif isinstance(value, str):
-        out.append(_dump_string(value))
-    elif isinstance(value, Mapping):
-        _dump_map(value, out, depth, pretty)
-    elif isinstance(value, list | tuple | set | frozenset):
-        _dump_list(list(value), out, depth, pretty)
-    else:
-        raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def _dump_map(value: Mapping[Any, Any], out: list[str], depth: int, pretty: bool) -> None:
-    out.append("{")
-    inner = "\n" + "\t" * (depth + 1)
-    first = True
-    for key, item in value.items():
-        if not first:
-            out.append(",")
-        if isinstance(key, str):
-            if pretty:
-                out.append(inner)
-            out.append(_dump_string(key))
-        elif isinstance(key, int) and not isinstance(key, bool):
-            out.append(str(int(key)))
-        else:
-            raise TypeError(f"cannot write a {type(key).__name__} map key")
-        out.append(":")
-        _dump(item, out, depth + 1, pretty)
-        first = False
-    if pretty and not first:
-        out.append("\n" + "\t" * depth)
-    out.append("}")
-
-
-def _dump_list(items: list[Any], out: list[str], depth: int, pretty: bool) -> None:
-    if not items:
-        out.append("[]")
-        return
-    out.append("[")
-    inner = "\n" + "\t" * (depth + 1)
-    for i, item in enumerate(items):
-        if i:
-            out.append(",")
-        if pretty:
-            out.append(inner)
-        _dump(item, out, depth + 1, pretty)
-    if pretty:
-        out.append("\n" + "\t" * depth)
-    out.append("]")
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, ResponseCode
+from ..remoting._fastjson import loads_lenient
 from ..store._clock import SYSTEM_CLOCK, Clock
-from ._json_file import loads_lenient
 
 if TYPE_CHECKING:
     from ._controller import BrokerController

@@ -21,7 +21,7 @@ from ..remoting import (
     RemotingError,
     ResponseCode,
 )
-from ._json_file import loads_lenient
+from ..remoting._fastjson import loads_lenient
 from ._subscription_group import SubscriptionGroupConfig
 from ._topic_config import TopicConfig
 

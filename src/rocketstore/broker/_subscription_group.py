@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..remoting import _fastjson
 from ..store._clock import SYSTEM_CLOCK, Clock
-from ._json_file import ConfigFile, as_bool, as_int, dumps_fastjson
+from ._json_file import ConfigFile, as_bool, as_int
 from ._topic_config import DataVersion
 
 log = logging.getLogger(__name__)
@@ -252,7 +253,7 @@ class SubscriptionGroupManager:
             }
 
     def encode(self, *, pretty: bool = True) -> str:
-        return dumps_fastjson(self.to_json(), pretty=pretty)
+        return _fastjson.dumps(self.to_json(), pretty=pretty)
 
     def persist(self) -> None:
         """Write ``subscriptionGroup.json`` atomically (blocks for its fsyncs)."""

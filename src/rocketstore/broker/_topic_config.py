@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..remoting import _fastjson
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ._errors import InvalidTopicError
-from ._json_file import ConfigFile, as_bool, as_int, dumps_fastjson
+from ._json_file import ConfigFile, as_bool, as_int
 
 log = logging.getLogger(__name__)
 
@@ -433,7 +434,7 @@ class TopicConfigManager:
 
     def encode(self, *, pretty: bool = True) -> str:
         """The file text (fastjson pretty format) or, with ``pretty=False``, compact fastjson."""
-        return dumps_fastjson(self.to_json(), pretty=pretty)
+        return _fastjson.dumps(self.to_json(), pretty=pretty)
 
     def persist(self) -> None:
         """Write ``topics.json`` atomically (blocks for its fsyncs)."""

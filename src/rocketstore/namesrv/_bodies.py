@@ -173,7 +173,7 @@ class TopicRouteData:
         """fastjson's default form (bare integer keys), or the standard form that RocketMQ
         sends clients of 4.9.4 and later."""
         if standard_json:
-            return dumps_standard(self.to_json()).encode()
+            return _fastjson.dumps_standard(self.to_json()).encode()
         return _fastjson.dumps(self.to_json()).encode()
 
     @classmethod
@@ -385,63 +385,6 @@ def topic_config(config: Mapping[str, Any], name: str | None = None) -> dict[str
         }
     except (TypeError, ValueError) as exc:
         raise BodyError(f"bad topic config {config!r}: {exc}") from exc
-
-
-# ---- the standard (BrowserCompatible) form --------------------------------------------------
-
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f"}
-_SHORT_ESCAPES.update({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
-
-
-def _escape_browser(text: str) -> str:
-    if text.isascii() and text.isprintable() and not any(c in text for c in '"\\/'):
-        return f'"{text}"'
-    out = ['"']
-    for ch in text:
-        short = _SHORT_ESCAPES.get(ch)
-        if short is not None:
-            out.append(short)
-            continue
-        code = ord(ch)
-        if code < 0x20 or code >= 0x7F:
-            units = ch.encode("utf-16-be")
-            for i in range(0, len(units), 2):
-                out.append(f"\\u{units[i]:02X}{units[i + 1]:02X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def dumps_standard(obj: Any) -> str:
-    """Compact JSON as fastjson writes it with BrowserCompatible and MapSortField: every map
-    sorted by key (integers numerically), keys quoted."""
-    parts: list[str] = []
-    _write_standard(obj, parts)
-    return "".join(parts)
-
-
-def _write_standard(obj: Any, out: list[str]) -> None:
-    if isinstance(obj, Mapping):
-        out.append("{")
-        for i, key in enumerate(sorted(obj)):
-            if i:
-                out.append(",")
-            out.append(_escape_browser(str(key)))
-            out.append(":")
-            _write_standard(obj[key], out)
-        out.append("}")
-    elif isinstance(obj, list | tuple):
-        out.append("[")
-        for i, value in enumerate(obj):
-            if i:
-                out.append(",")
-            _write_standard(value, out)
-        out.append("]")
-    elif isinstance(obj, str):
-        out.append(_escape_browser(obj))
-    else:
-        out.append(json.dumps(obj))
 
 
 # ---- helpers --------------------------------------------------------------------------------
