@@ -37,16 +37,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..remoting import _fastjson
 from ..store._clock import SYSTEM_CLOCK, Clock
-from ._json_file import ConfigFile, as_bool, as_int
-from ._topic_config import DataVersion
+from ._config_table import VersionedConfigTable
+from ._json_file import as_bool, as_int
 
 log = logging.getLogger(__name__)
 
@@ -134,17 +132,7 @@ class SubscriptionGroupConfig:
         )
 
 
-def _decode_file(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
-    if not isinstance(doc, Mapping):
-        raise ValueError("not a JSON object")
-    table_doc = doc.get("subscriptionGroupTable", {})
-    if not isinstance(table_doc, Mapping):
-        raise ValueError('"subscriptionGroupTable" is not an object')
-    table = {str(k): SubscriptionGroupConfig.from_json(v, str(k)) for k, v in table_doc.items()}
-    return table, DataVersion.from_json(doc.get("dataVersion", {}))
-
-
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedConfigTable[SubscriptionGroupConfig]):
     """The broker's subscription group table, loaded at construction.
 
     Raises ConfigFileError when ``subscriptionGroup.json`` and its backup are both damaged.
@@ -158,11 +146,14 @@ class SubscriptionGroupManager:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.auto_create_subscription_group = auto_create_subscription_group
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._file = ConfigFile(Path(config_dir) / SUBSCRIPTION_GROUP_FILE)
-        self._version = DataVersion(0, clock.now_ms())
-        self._table: dict[str, SubscriptionGroupConfig] = {}
+        super().__init__(
+            Path(config_dir) / SUBSCRIPTION_GROUP_FILE,
+            "subscriptionGroupTable",
+            SubscriptionGroupConfig.from_json,
+            "subscription group",
+            log,
+            clock,
+        )
         for group in (TOOLS_CONSUMER_GROUP, FILTERSRV_CONSUMER_GROUP, SELF_TEST_CONSUMER_GROUP):
             self._table[group] = SubscriptionGroupConfig(group)
         for group in (
@@ -172,11 +163,7 @@ class SubscriptionGroupManager:
             CID_ONSAPI_OWNER_GROUP,
         ):
             self._table[group] = SubscriptionGroupConfig(group, consume_broadcast_enable=True)
-        loaded = self._file.load(_decode_file)
-        if loaded is not None:
-            table, version = loaded
-            self._table.update(table)
-            self._version = version
+        self._load()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's settings, None when it has none (never creates)."""
@@ -199,27 +186,9 @@ class SubscriptionGroupManager:
                 self._changed()
             return config
 
-    def all(self) -> dict[str, SubscriptionGroupConfig]:
-        """A copy of the whole table."""
-        with self._lock:
-            return dict(self._table)
-
-    @property
-    def data_version(self) -> DataVersion:
-        return self._version
-
-    def _changed(self) -> None:
-        """Bump the data version and persist. Caller holds the lock."""
-        self._version = self._version.next(self._clock.now_ms())
-        self.persist()
-
     def update(self, config: SubscriptionGroupConfig) -> None:
         """Create or replace a group's settings."""
-        with self._lock:
-            old = self._table.get(config.group_name)
-            self._table[config.group_name] = config
-            log.info("subscription group %s: %s -> %s", config.group_name, old, config)
-            self._changed()
+        self._put(config.group_name, config)
 
     def disable_consume(self, group: str) -> bool:
         """Stop a group from consuming (consumeEnable = false); False when the group is unknown.
@@ -230,32 +199,5 @@ class SubscriptionGroupManager:
             if config is None:
                 return False
             self._table[group] = config.replace(consume_enable=False)
-            self._version = self._version.next(self._clock.now_ms())
+            self._bump()
             return True
-
-    def delete(self, group: str) -> bool:
-        """Remove a group's settings; False when it had none."""
-        with self._lock:
-            if self._table.pop(group, None) is None:
-                return False
-            log.info("deleted subscription group %s", group)
-            self._changed()
-            return True
-
-    def to_json(self) -> dict[str, Any]:
-        """The file's document (also the body of GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
-        with self._lock:
-            return {
-                "dataVersion": self._version.to_json(),
-                "subscriptionGroupTable": {
-                    name: self._table[name].to_json() for name in sorted(self._table)
-                },
-            }
-
-    def encode(self, *, pretty: bool = True) -> str:
-        return _fastjson.dumps(self.to_json(), pretty=pretty)
-
-    def persist(self) -> None:
-        """Write ``subscriptionGroup.json`` atomically (blocks for its fsyncs)."""
-        with self._lock:
-            self._file.persist(self.encode())

@@ -35,16 +35,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..remoting import _fastjson
 from ..store._clock import SYSTEM_CLOCK, Clock
+from ._config_table import VersionedConfigTable
 from ._errors import InvalidTopicError
-from ._json_file import ConfigFile, as_bool, as_int
+from ._json_file import as_bool, as_int
 
 log = logging.getLogger(__name__)
 
@@ -139,28 +138,6 @@ def dlq_topic(group: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class DataVersion:
-    """RocketMQ's DataVersion: a change counter and the time (ms) of the last change."""
-
-    counter: int = 0
-    timestamp: int = 0
-
-    def next(self, now_ms: int) -> DataVersion:
-        return DataVersion(self.counter + 1, now_ms)
-
-    def to_json(self) -> dict[str, int]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> DataVersion:
-        if not isinstance(doc, Mapping):
-            raise ValueError(f"dataVersion is not an object: {doc!r}")
-        return cls(
-            as_int(doc.get("counter", 0), "counter"), as_int(doc.get("timestamp", 0), "timestamp")
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class TopicConfig:
     """One topic's configuration (RocketMQ's TopicConfig; defaults are its defaults)."""
 
@@ -223,18 +200,7 @@ class TopicConfig:
         )
 
 
-def _decode_file(doc: Any) -> tuple[dict[str, TopicConfig], DataVersion]:
-    if not isinstance(doc, Mapping):
-        raise ValueError("not a JSON object")
-    table_doc = doc.get("topicConfigTable", {})
-    if not isinstance(table_doc, Mapping):
-        raise ValueError('"topicConfigTable" is not an object')
-    table = {str(k): TopicConfig.from_json(v, str(k)) for k, v in table_doc.items()}
-    version = DataVersion.from_json(doc.get("dataVersion", {}))
-    return table, version
-
-
-class TopicConfigManager:
+class TopicConfigManager(VersionedConfigTable[TopicConfig]):
     """The broker's topic table (RocketMQ's TopicConfigManager), loaded at construction.
 
     Raises ConfigFileError when ``topics.json`` and its backup are both damaged.
@@ -257,11 +223,14 @@ class TopicConfigManager:
         self.broker_name = broker_name
         self.cluster_name = cluster_name
         self.auto_create_topic_enable = auto_create_topic_enable
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._file = ConfigFile(Path(config_dir) / TOPICS_FILE)
-        self._version = DataVersion(0, clock.now_ms())
-        self._table: dict[str, TopicConfig] = {}
+        super().__init__(
+            Path(config_dir) / TOPICS_FILE,
+            "topicConfigTable",
+            TopicConfig.from_json,
+            "topic",
+            log,
+            clock,
+        )
         self._system_topics: set[str] = set(_SYSTEM_TOPICS)
 
         def add(topic: str, queue_nums: int = 16, perm: int = PERM_READ | PERM_WRITE) -> None:
@@ -281,26 +250,13 @@ class TopicConfigManager:
             add(msg_trace_topic_name, 1)
         add(f"{cluster_name}_{REPLY_TOPIC_POSTFIX}", 1)
 
-        loaded = self._file.load(_decode_file)
-        if loaded is not None:
-            table, version = loaded
-            self._table.update(table)
-            self._version = version
+        self._load()
 
     # -- reads -------------------------------------------------------------------------------
 
     def select(self, topic: str) -> TopicConfig | None:
         """The topic's configuration, None when the broker does not have it."""
         return self._table.get(topic)
-
-    def all(self) -> dict[str, TopicConfig]:
-        """A copy of the whole table."""
-        with self._lock:
-            return dict(self._table)
-
-    @property
-    def data_version(self) -> DataVersion:
-        return self._version
 
     def is_system_topic(self, topic: str) -> bool:
         """RocketMQ's system topics, this broker's cluster- and broker-name topics, and every
@@ -312,11 +268,6 @@ class TopicConfigManager:
         return config is not None and config.order
 
     # -- changes -----------------------------------------------------------------------------
-
-    def _changed(self) -> None:
-        """Bump the data version and persist. Caller holds the lock."""
-        self._version = self._version.next(self._clock.now_ms())
-        self.persist()
 
     def create_in_send(
         self,
@@ -391,11 +342,7 @@ class TopicConfigManager:
         validate_topic(config.topic_name)
         if config.topic_filter_type not in TOPIC_FILTER_TYPES:
             raise ValueError(f"unknown topic filter type {config.topic_filter_type!r}")
-        with self._lock:
-            old = self._table.get(config.topic_name)
-            self._table[config.topic_name] = config
-            log.info("topic %s: %s -> %s", config.topic_name, old, config)
-            self._changed()
+        self._put(config.topic_name, config)
 
     def update_order_topics(self, order_topics: set[str]) -> bool:
         """Mark exactly ``order_topics`` (of those present) as ordered (the name server's
@@ -410,34 +357,3 @@ class TopicConfigManager:
             if changed:
                 self._changed()
             return changed
-
-    def delete(self, topic: str) -> bool:
-        """Remove a topic's configuration; False when it was not there."""
-        with self._lock:
-            if self._table.pop(topic, None) is None:
-                return False
-            log.info("deleted topic %s", topic)
-            self._changed()
-            return True
-
-    # -- persistence -------------------------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
-        """The TopicConfigSerializeWrapper document (also the body of a broker registration)."""
-        with self._lock:
-            return {
-                "dataVersion": self._version.to_json(),
-                "topicConfigTable": {
-                    name: self._table[name].to_json() for name in sorted(self._table)
-                },
-            }
-
-    def encode(self, *, pretty: bool = True) -> str:
-        """The file text (fastjson pretty format) or, with ``pretty=False``, compact fastjson."""
-        return _fastjson.dumps(self.to_json(), pretty=pretty)
-
-    def persist(self) -> None:
-        """Write ``topics.json`` atomically (blocks for its fsyncs)."""
-        with self._lock:
-            text = self.encode()
-            self._file.persist(text)
