@@ -41,8 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ..client._async_producer import AsyncProducer, send_header
-from ..client._producer import message_properties
+from ..client._async_producer import AsyncProducer
+from ..client._producer import message_properties, send_header
 from ..remoting import AsyncRemotingClient, RemotingClient, RemotingCommand, ResponseCode
 from . import Figures, scenario
 

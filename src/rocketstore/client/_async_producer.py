@@ -18,17 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..remoting import AsyncRemotingClient, RemotingCommand, RemotingError, ResponseCode
 from ._producer import (
     _RETRYABLE,
-    _SEND_STATUS,
     DEFAULT_TOPIC,
     SendResult,
+    choose_queue,
     encode_batch,
     message_properties,
-    properties_text,
+    send_request,
+    send_result,
 )
 from ._route import ClientError, MessageQueue, TopicRoute, parse_route
 
-SEND_MESSAGE_V2 = 310
-SEND_BATCH_MESSAGE = 320
 GET_ROUTEINFO_BY_TOPIC = 105
 
 
@@ -153,27 +152,15 @@ class AsyncProducer:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             route, queues, via_default = await self._write_route(topic)
-            if queue is None:
-                if not queues:
-                    raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
-                mq = queues[next(self._turn) % len(queues)]
-            else:
-                mq = queue
-            addr = route.master(mq.broker_name)
-            if addr is None:
-                raise ClientError(ResponseCode.SYSTEM_ERROR, f"no master for {mq.broker_name}")
-            cmd = RemotingCommand.request(
-                SEND_BATCH_MESSAGE if batch else SEND_MESSAGE_V2,
-                send_header(self.group, topic, mq.queue_id, props, batch=batch),
-                body,
-            )
+            mq, addr = choose_queue(route, queues, self._turn, queue)
+            cmd = send_request(self.group, topic, mq, props, body, batch=batch)
             try:
                 r = await self.client.invoke(addr, cmd, self.timeout)
             except RemotingError as exc:
                 last = exc
                 continue
-            status = _SEND_STATUS.get(r.code)
-            if status is None:
+            result = send_result(r, topic, mq, uniq)
+            if result is None:
                 last = ClientError(r.code, r.remark)
                 if r.code in _RETRYABLE and attempt < self.retries:
                     await self.route(topic, refresh=True)
@@ -181,14 +168,7 @@ class AsyncProducer:
                 raise last
             if via_default:
                 await self.route(topic, refresh=True)
-            ext = r.ext_fields
-            return SendResult(
-                status,
-                uniq,
-                str(ext.get("msgId", "")),
-                MessageQueue(topic, mq.broker_name, int(ext.get("queueId", mq.queue_id))),
-                int(ext.get("queueOffset", -1)),
-            )
+            return result
         assert last is not None
         raise last
 
@@ -201,24 +181,3 @@ class AsyncProducer:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-
-def send_header(
-    group: str, topic: str, queue_id: int, props: Mapping[str, str], *, batch: bool = False
-) -> dict[str, str]:
-    """SEND_MESSAGE_V2's ext fields (one-letter names) for a message of ``topic`` to
-    ``queue_id`` with ``props``, born now."""
-    return {
-        "a": group,
-        "b": topic,
-        "c": DEFAULT_TOPIC,
-        "d": "4",
-        "e": str(queue_id),
-        "f": "0",
-        "g": str(int(time.time() * 1000)),
-        "h": "0",
-        "i": properties_text(props),
-        "j": "0",
-        "k": "false",
-        "m": "true" if batch else "false",
-    }

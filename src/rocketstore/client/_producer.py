@@ -10,10 +10,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..remoting import RemotingClient, RemotingCommand, RemotingError, ResponseCode
+from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 from ..store._record import body_crc
 from ._route import ClientError, MessageQueue, RouteCache, TopicRoute
 
@@ -98,6 +98,79 @@ def encode_batch(items: Sequence[tuple[bytes, Mapping[str, str]]]) -> bytes:
     return bytes(out)
 
 
+def send_header(
+    group: str, topic: str, queue_id: int, props: Mapping[str, str], *, batch: bool = False
+) -> dict[str, str]:
+    """SEND_MESSAGE_V2's ext fields (one-letter names) for a message of ``topic`` to
+    ``queue_id`` with ``props``, born now."""
+    return {
+        "a": group,
+        "b": topic,
+        "c": DEFAULT_TOPIC,
+        "d": "4",
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": properties_text(props),
+        "j": "0",
+        "k": "false",
+        "m": "true" if batch else "false",
+    }
+
+
+def choose_queue(
+    route: TopicRoute,
+    queues: Sequence[MessageQueue] | None,
+    turn: Iterator[int],
+    queue: MessageQueue | None,
+) -> tuple[MessageQueue, str]:
+    """The queue to send to (``queue``, else the next of ``queues`` in turn: by default the
+    route's write queues) and its master's address. ClientError when there is none."""
+    if queue is None:
+        if queues is None:
+            queues = route.queues(write=True)
+        if not queues:
+            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {route.topic}")
+        queue = queues[next(turn) % len(queues)]
+    addr = route.master(queue.broker_name)
+    if addr is None:
+        raise ClientError(ResponseCode.SYSTEM_ERROR, f"no master for {queue.broker_name}")
+    return queue, addr
+
+
+def send_request(
+    group: str,
+    topic: str,
+    mq: MessageQueue,
+    props: Mapping[str, str],
+    body: bytes,
+    *,
+    batch: bool,
+) -> RemotingCommand:
+    """SEND_MESSAGE_V2 of one message of ``topic`` with ``props``, or SEND_BATCH_MESSAGE of an
+    encoded batch (``props`` empty: each message carries its own), to ``mq``'s queue id."""
+    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    header = send_header(group, topic, mq.queue_id, props, batch=batch)
+    return RemotingCommand.request(code, header, body)
+
+
+def send_result(r: RemotingCommand, topic: str, mq: MessageQueue, uniq: str) -> SendResult | None:
+    """The broker's answer to a send of ``topic``'s messages with ids ``uniq`` to ``mq``; None
+    when it refused them (``r.code``, ``r.remark`` say why)."""
+    status = _SEND_STATUS.get(r.code)
+    if status is None:
+        return None
+    ext = r.ext_fields
+    return SendResult(
+        status,
+        uniq,
+        str(ext.get("msgId", "")),
+        MessageQueue(topic, mq.broker_name, int(ext.get("queueId", mq.queue_id))),
+        int(ext.get("queueOffset", -1)),
+    )
+
+
 class Producer:
     def __init__(
         self,
@@ -135,7 +208,7 @@ class Producer:
         queue: MessageQueue | None = None,
     ) -> SendResult:
         props = message_properties(tags, keys, properties, delay_level)
-        return self._send(topic, body, props, queue, batch=False, count=1)
+        return self._send(topic, body, props, queue, props["UNIQ_KEY"], batch=False)
 
     def send_batch(
         self,
@@ -149,8 +222,8 @@ class Producer:
             raise ValueError("an empty batch")
         items = [(b, message_properties(tags, None, None)) for b in bodies]
         # the result's msg_id lists the messages' own ids (UNIQ_KEY), as for a single send
-        ids = {"UNIQ_KEY": ",".join(p["UNIQ_KEY"] for _, p in items)}
-        return self._send(topic, encode_batch(items), ids, queue, batch=True, count=len(items))
+        uniq = ",".join(p["UNIQ_KEY"] for _, p in items)
+        return self._send(topic, encode_batch(items), {}, queue, uniq, batch=True)
 
     def _send(
         self,
@@ -158,46 +231,22 @@ class Producer:
         body: bytes,
         props: dict[str, str],
         queue: MessageQueue | None,
+        uniq: str,
         *,
         batch: bool,
-        count: int,
     ) -> SendResult:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             route, via_default = self._route(topic)
-            if queue is None:
-                queues = route.queues(write=True)
-                if not queues:
-                    raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
-                mq = queues[next(self._turn) % len(queues)]
-                mq = MessageQueue(topic, mq.broker_name, mq.queue_id)
-            else:
-                mq = queue
-            addr = route.master(mq.broker_name)
-            if addr is None:
-                raise ClientError(ResponseCode.SYSTEM_ERROR, f"no master for {mq.broker_name}")
-            ext = {
-                "a": self.group,
-                "b": topic,
-                "c": DEFAULT_TOPIC,
-                "d": "4",
-                "e": str(mq.queue_id),
-                "f": "0",
-                "g": str(int(time.time() * 1000)),
-                "h": "0",
-                "i": "" if batch else properties_text(props),
-                "j": "0",
-                "k": "false",
-                "m": "true" if batch else "false",
-            }
-            cmd = RemotingCommand.request(320 if batch else 310, ext, body)
+            mq, addr = choose_queue(route, None, self._turn, queue)
             try:
+                cmd = send_request(self.group, topic, mq, props, body, batch=batch)
                 r = self.client.invoke(addr, cmd)
             except RemotingError as exc:
                 last = exc
                 continue
-            status = _SEND_STATUS.get(r.code)
-            if status is None:
+            result = send_result(r, topic, mq, uniq)
+            if result is None:
                 last = ClientError(r.code, r.remark)
                 if r.code in _RETRYABLE and attempt < self.retries:
                     self.routes.get(topic, refresh=True, allow_missing=True)
@@ -205,15 +254,7 @@ class Producer:
                 raise last
             if via_default:
                 self.routes.get(topic, refresh=True, allow_missing=True)
-            ext_r = r.ext_fields
-            uniq = props.get("UNIQ_KEY", "")
-            return SendResult(
-                status,
-                uniq,
-                str(ext_r.get("msgId", "")),
-                MessageQueue(topic, mq.broker_name, int(ext_r.get("queueId", mq.queue_id))),
-                int(ext_r.get("queueOffset", -1)),
-            )
+            return result
         assert last is not None
         raise last
 
