@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..remoting._fastjson import loads_lenient
+from ..store._durable import fsync_dir, write_synced
 from ..store._errors import StoreIOError, translate_os_errors
 from ._errors import ConfigFileError
 
@@ -51,25 +52,6 @@ def as_bool(value: Any, name: str) -> bool:
     if value in ("true", "false"):
         return bool(value == "true")
     raise ValueError(f"{name} is not a boolean: {value!r}")
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ConfigFile:
@@ -141,11 +123,11 @@ class ConfigFile:
         data = text.encode("utf-8")
         with self._lock, translate_os_errors(f"write {self.path}"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _write_synced(self.tmp_path, data)
+            write_synced(self.tmp_path, data)
             if self._main_is_good():
                 self._keep_backup()
             os.replace(self.tmp_path, self.path)
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
             self._main_good = True
 
     def _main_is_good(self) -> bool:
@@ -174,5 +156,5 @@ class ConfigFile:
         try:
             os.link(self.path, bak_tmp)
         except OSError:
-            _write_synced(bak_tmp, self.path.read_bytes())
+            write_synced(bak_tmp, self.path.read_bytes())
         os.replace(bak_tmp, self.bak_path)

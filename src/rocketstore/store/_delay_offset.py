@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ._durable import fsync_dir, replace_synced
 from ._errors import CorruptFileError, translate_os_errors
 
 log = logging.getLogger(__name__)
@@ -65,28 +66,6 @@ def decode_delay_offsets(text: str) -> dict[int, int]:
             raise CorruptFileError(f"level {level} / offset {value} out of range")
         table[level] = value
     return table
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path.tmp`` and fsync it, then rename it to ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 class DelayOffsetFile:
@@ -162,6 +141,6 @@ class DelayOffsetFile:
                 except (CorruptFileError, UnicodeDecodeError):
                     previous = None  # never replace a good backup with a damaged file
                 if previous is not None:
-                    _write_durably(self.bak_path, previous)
-            _write_durably(self.path, data)
-            _fsync_dir(self.dir)
+                    replace_synced(self.bak_path, previous)
+            replace_synced(self.path, data)
+            fsync_dir(self.dir)

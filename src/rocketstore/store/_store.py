@@ -25,6 +25,7 @@ from ._config import StoreConfig
 from ._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from ._delay_offset import DelayOffsetFile
 from ._disk import DiskUsageProbe, RunningFlags, disk_used_ratio
+from ._durable import fsync_dir
 from ._errors import StoreClosedError, translate_os_errors
 from ._filter import MessageFilter
 from ._index import IndexService
@@ -363,7 +364,7 @@ class MessageStore:
         with translate_os_errors(f"create {self._abort_path}"):
             fd = os.open(self._abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
             os.close(fd)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
 
     def _finish_checkpoint(self) -> None:
         """Shutdown, after the last flushes: flush the checkpoint; when everything written
@@ -381,7 +382,7 @@ class MessageStore:
                     os.unlink(self._abort_path)
                 except FileNotFoundError:
                     pass
-                _fsync_dir(self.root)
+                fsync_dir(self.root)
         else:
             cp.flush()
             log.warning(
@@ -625,11 +626,3 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({os.fspath(self.root)!r}, running={self._running})"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
