@@ -20,8 +20,8 @@ from ._producer import (
     _RETRYABLE,
     DEFAULT_TOPIC,
     SendResult,
+    batch_body,
     choose_queue,
-    encode_batch,
     message_properties,
     send_request,
     send_result,
@@ -133,11 +133,8 @@ class AsyncProducer:
         queue: MessageQueue | None = None,
     ) -> SendResult:
         """Send messages of one topic and queue in one request (SEND_BATCH_MESSAGE)."""
-        if not bodies:
-            raise ValueError("an empty batch")
-        items = [(b, message_properties(tags, None, None)) for b in bodies]
-        uniq = ",".join(p["UNIQ_KEY"] for _, p in items)
-        return await self._send(topic, encode_batch(items), {}, queue, uniq, batch=True)
+        body, uniq = batch_body(bodies, tags)
+        return await self._send(topic, body, {}, queue, uniq, batch=True)
 
     async def _send(
         self,

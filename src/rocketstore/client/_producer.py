@@ -171,6 +171,15 @@ def send_result(r: RemotingCommand, topic: str, mq: MessageQueue, uniq: str) -> 
     )
 
 
+def batch_body(bodies: Sequence[bytes], tags: str | None) -> tuple[bytes, str]:
+    """SEND_BATCH_MESSAGE's body for ``bodies`` (each its own UNIQ_KEY) and the result's
+    msg_id: the messages' ids, comma-separated. ValueError for an empty batch."""
+    if not bodies:
+        raise ValueError("an empty batch")
+    items = [(b, message_properties(tags, None, None)) for b in bodies]
+    return encode_batch(items), ",".join(p["UNIQ_KEY"] for _, p in items)
+
+
 class Producer:
     def __init__(
         self,
@@ -218,12 +227,8 @@ class Producer:
         tags: str | None = None,
         queue: MessageQueue | None = None,
     ) -> SendResult:
-        if not bodies:
-            raise ValueError("an empty batch")
-        items = [(b, message_properties(tags, None, None)) for b in bodies]
-        # the result's msg_id lists the messages' own ids (UNIQ_KEY), as for a single send
-        uniq = ",".join(p["UNIQ_KEY"] for _, p in items)
-        return self._send(topic, encode_batch(items), {}, queue, uniq, batch=True)
+        body, uniq = batch_body(bodies, tags)
+        return self._send(topic, body, {}, queue, uniq, batch=True)
 
     def _send(
         self,
