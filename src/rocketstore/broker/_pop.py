@@ -364,22 +364,8 @@ class PopState:
         entry.invisible_ms = invisible_ms
         queue.schedule(entry)
         group, topic, queue_id = key
-        fields = [
-            _HANDLE_VERSION,
-            group,
-            topic,
-            queue_id,
-            entry.offset,
-            entry.phys_offset,
-            now,
-            invisible_ms,
-            entry.attempt,
-            entry.token,
-        ]
-        payload = json.dumps(fields, separators=(",", ":")).encode("utf-8")
-        handle = f"{_b64encode(payload)}.{_b64encode(self._mac(payload))}"
-        return Receipt(
-            handle,
+        # the handle carries the receipt's fields (after the handle itself), in its order
+        fields = (
             group,
             topic,
             queue_id,
@@ -390,6 +376,9 @@ class PopState:
             entry.attempt,
             entry.token,
         )
+        payload = json.dumps([_HANDLE_VERSION, *fields], separators=(",", ":")).encode("utf-8")
+        handle = f"{_b64encode(payload)}.{_b64encode(self._mac(payload))}"
+        return Receipt(handle, *fields)
 
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._secret, payload, hashlib.sha256).digest()[:_MAC_BYTES]
