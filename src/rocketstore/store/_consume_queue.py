@@ -361,13 +361,10 @@ class ConsumeQueue:
 
     def get_unit(self, offset: int) -> tuple[int, int, int] | None:
         """(commit-log offset, size, tags code) of the unit at logical ``offset``, or None."""
-        where = offset * UNIT_SIZE
-        if offset < 0 or where < self.min_logic_offset:
+        found = self._file_at(offset)
+        if found is None:
             return None
-        mf = self.queue.find_mapped_file_by_offset(where)
-        if mf is None:
-            return None
-        pos = where - mf.from_offset
+        mf, pos = found
         if pos + UNIT_SIZE > mf.read_position or not mf.hold():
             return None
         try:
@@ -378,13 +375,22 @@ class ConsumeQueue:
     def select_units(self, offset: int) -> SelectMappedBufferResult | None:
         """A held view of the units from logical ``offset`` to the end of their file's data,
         or None when the offset is not readable. The caller must ``release()`` it."""
+        found = self._file_at(offset)
+        if found is None:
+            return None
+        mf, pos = found
+        return mf.select_mapped_buffer(pos)
+
+    def _file_at(self, offset: int) -> tuple[MappedFile, int] | None:
+        """The file holding logical ``offset`` and the unit's position in it; None when the
+        offset is below the queue's minimum or past its files."""
         where = offset * UNIT_SIZE
         if offset < 0 or where < self.min_logic_offset:
             return None
         mf = self.queue.find_mapped_file_by_offset(where)
         if mf is None:
             return None
-        return mf.select_mapped_buffer(where - mf.from_offset)
+        return mf, where - mf.from_offset
 
     @contextlib.contextmanager
     def units_from(self, offset: int) -> Iterator[tuple[memoryview, int] | None]:
