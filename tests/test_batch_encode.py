@@ -148,3 +148,16 @@ def test_put_encoded_refuses_what_put_plain_batch_refuses(tmp_path: Path) -> Non
         assert put_encoded(store.commit_log, other).status is PutMessageStatus.MESSAGE_ILLEGAL
         ok = encode_plain_batch("T", 0, pa.array([b"x"]), pa.array([b""]), [0], host)
         assert put_encoded(store.commit_log, ok).ok
+
+
+def test_the_store_entry_point_counts_a_batch_as_its_messages(tmp_path: Path) -> None:
+    with MessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "s"))) as store:
+        host = store.commit_log.store_host
+        bodies = pa.array([b"a", b"bb", b"ccc"])
+        batch = encode_plain_batch("T", 1, bodies, pa.array([b""] * 3), [0, 0, 0], host)
+        r = store.put_encoded_batch(batch)
+        assert r.ok and r.msg_count == 3 and r.queue_offset == 0
+        assert store.statistics().put_message_times_total == 3
+        assert wait_until(lambda: store.get_max_offset_in_queue("T", 1) == 3)
+        got = store.get_message("g", "T", 1, 0, 8)
+        assert [m.body for m in got.messages] == [b"a", b"bb", b"ccc"]

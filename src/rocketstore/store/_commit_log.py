@@ -23,9 +23,12 @@ import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._clock import Clock, ns_reader
+
+if TYPE_CHECKING:
+    from ._batch_encode import EncodedBatch
 from ._config import StoreConfig
 from ._errors import CorruptRecordError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
@@ -861,6 +864,13 @@ class CommitLog:
         elif wait and self._waits:
             return self._wait_stored(result)
         return result
+
+    def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
+        """Append records encoded ahead of the lock (``_batch_encode``), in one copy. Any
+        thread (takes the put lock)."""
+        from ._batch_encode import put_encoded
+
+        return put_encoded(self, batch)
 
     def put_plain_batch(
         self,

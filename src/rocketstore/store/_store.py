@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ._allocate import AllocateMappedFileService
 from ._checkpoint import StoreCheckpoint
@@ -46,6 +47,9 @@ from ._schedule import ScheduleMessageService
 from ._stats import StoreStatistics, StoreStatsService
 from ._transient_pool import TransientStorePool
 from .ha import HAService
+
+if TYPE_CHECKING:
+    from ._batch_encode import EncodedBatch
 
 log = logging.getLogger(__name__)
 
@@ -494,6 +498,12 @@ class MessageStore:
         begin = self._monotonic()
         r = self.commit_log.put_plain_batch(topic, queue_id, bodies, properties, tags, keys)
         return self._noted_batch(r, begin)
+
+    def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
+        """Store records encoded ahead of the put lock (``_batch_encode.encode_plain_batch``,
+        the Spark writer's path). Any thread."""
+        begin = self._monotonic()
+        return self._noted_batch(self.commit_log.put_encoded_batch(batch), begin)
 
     def _noted_batch(self, r: PutMessageResult, begin: float) -> PutMessageResult:
         """Statistics of a put (a batch or one message) that started at ``begin``."""
