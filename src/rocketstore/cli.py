@@ -377,6 +377,8 @@ def inspect(
         report = inspector.run()
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+    elif not report.is_store:
+        click.echo(report.errors[0], err=True)  # nothing to summarise
     else:
         _print_report(report)
     if not report.ok:
