@@ -13,6 +13,10 @@ name, goes through the per-record decoder (``decode_message``), the reference th
 whole-batch path must agree with. A record that fails a check there is never returned: it
 raises CorruptRecordError, or with ``fail_on_data_loss=False`` it is skipped.
 
+The same decoder takes records pulled from a broker (``RangeDecoder.records``: a PULL_MESSAGE
+body is the records as the commit log holds them), so broker mode and path mode give the same
+rows.
+
 The text of topic and properties is checked as UTF-8 only where it is decoded: a read that
 leaves out ``properties``, ``tags`` and ``keys`` returns a record whose properties are not
 UTF-8 (the full read rejects it).
@@ -30,7 +34,7 @@ import pyarrow as pa
 
 from ..store._errors import CorruptRecordError
 from ..store._reader import StoreReader
-from ..store._record import MessageExt
+from ..store._record import MessageExt, decode_message
 from . import _columns as col
 from ._options import SourceOptionError
 
@@ -154,7 +158,7 @@ class RangeDecoder:
 
     def __init__(
         self,
-        reader: StoreReader,
+        reader: StoreReader | None,
         *,
         schema: pa.Schema = ARROW_SCHEMA,
         batch_rows: int = 10_000,
@@ -174,11 +178,18 @@ class RangeDecoder:
         self._props = bool(self._want_props)
         self._empty = _empty(schema)
 
+    def _store(self) -> StoreReader:
+        if self.reader is None:
+            raise TypeError("this RangeDecoder decodes pulled records only (no store reader)")
+        return self.reader
+
     def batches(self, r: QueueRange) -> Iterator[pa.RecordBatch]:
-        q = self.reader.queue(r.topic, r.queue_id)
+        """The rows of ``r`` read from the store directory (path mode)."""
+        reader = self._store()
+        q = reader.queue(r.topic, r.queue_id)
         begin = r.begin
-        if begin < q.min_offset or begin < self.reader.min_offset(r.topic, r.queue_id):
-            lowest = self.reader.min_offset(r.topic, r.queue_id)
+        if begin < q.min_offset or begin < reader.min_offset(r.topic, r.queue_id):
+            lowest = reader.min_offset(r.topic, r.queue_id)
             if self.fail_on_data_loss:
                 raise CorruptRecordError(
                     f"{r.topic}/{r.queue_id}: offsets {begin}..{lowest} are no longer in the "
@@ -212,7 +223,7 @@ class RangeDecoder:
     def _decode(
         self, topic: str, queue_id: int, offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray
     ) -> pa.RecordBatch:
-        file_size = self.reader.commit_log_file_size
+        file_size = self._store().commit_log_file_size
         starts = phys - phys % file_size
         # one run per commit-log file (units point forward through the log)
         cuts = [0, *(np.flatnonzero(np.diff(starts)) + 1).tolist(), len(phys)]
@@ -236,41 +247,111 @@ class RangeDecoder:
     def _decode_file(
         self, topic: str, queue_id: int, offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray
     ) -> pa.RecordBatch:
-        mf = self.reader.commit_log.file_at(int(phys[0]))
+        reader = self._store()
+        mf = reader.commit_log.file_at(int(phys[0]))
         if mf is None:
             for off in offsets.tolist():
                 self._bad(topic, queue_id, off, "its commit-log file is gone")
             return self._empty
+
+        def at(p: int, size: int) -> MessageExt:
+            return reader.message_at(p, size, check_crc=self.check_crc)
+
         if not self.whole_batch:
-            return self._slow(topic, queue_id, offsets, phys, sizes)[0]
+            return self._slow(topic, queue_id, offsets, phys, sizes, at)[0]
         f = col.Bytes(mf.mm)
         try:
-            located, ok = col.locate(
-                f,
-                phys - mf.from_offset,
-                sizes,
-                offsets,
-                phys,
-                topic.encode(),
-                queue_id,
-                self.check_crc and not self._body,  # else on the gathered bodies
+            return self._decode_run(
+                f, phys - mf.from_offset, topic, queue_id, offsets, phys, sizes, phys, at
             )
-            batch: pa.RecordBatch | None = None
-            while batch is None:
-                good = located if ok.all() else located.take(ok)
-                batch, others = self._columns(f, topic, queue_id, good)
-                if batch is None:  # rows the per-record decoder must take: again without them
-                    ok[np.flatnonzero(ok)[others]] = False
-            if ok.all():
-                return batch
-            slow, kept = self._slow(topic, queue_id, offsets[~ok], phys[~ok], sizes[~ok])
-            if not slow.num_rows:
-                return batch
-            order = np.argsort(np.concatenate([offsets[ok], kept]), kind="stable")
-            merged = pa.Table.from_batches([batch, slow], self.schema).take(pa.array(order))
-            return merged.combine_chunks().to_batches()[0] if merged.num_rows else self._empty
         finally:
             f.release()
+
+    def records(
+        self, data: bytes | bytearray, topic: str, queue_id: int, begin: int, end: int
+    ) -> pa.RecordBatch:
+        """The rows of records laid end to end in ``data`` (a PULL_MESSAGE body, or several
+        joined: the records as the commit log holds them) whose queue offsets are in
+        ``[begin, end)``, checked and decoded exactly as a path-mode read decodes them.
+
+        The records say their own queue and commit-log offsets; a record of another topic or
+        queue, or a damaged one, is a bad record (failOnDataLoss decides). A body that does
+        not split into records (a length that runs past its end) raises CorruptRecordError.
+        """
+        positions: list[int] = []
+        pos = 0
+        limit = len(data)
+        while pos < limit:
+            size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+            if size < col.MIN_RECORD or pos + size > limit:
+                raise CorruptRecordError(
+                    f"{topic}/{queue_id}: a pulled record at byte {pos} has length {size} "
+                    f"({limit - pos} bytes left)"
+                )
+            positions.append(pos)
+            pos += size
+        if not positions:
+            return self._empty
+        f = col.Bytes(data)
+        try:
+            p = np.array(positions, dtype=np.int64)
+            sizes = np.diff(np.append(p, limit))
+            offsets = f.read(p + 20, ">i8")
+            phys = f.read(p + 28, ">i8")
+            keep = (offsets >= begin) & (offsets < end)
+            if not keep.all():
+                p, sizes, offsets, phys = p[keep], sizes[keep], offsets[keep], phys[keep]
+                if not len(p):
+                    return self._empty
+
+            def at(at_pos: int, size: int) -> MessageExt:
+                return decode_message(data, at_pos, at_pos + size, check_crc=self.check_crc)
+
+            if not self.whole_batch:
+                return self._slow(topic, queue_id, offsets, p, sizes, at)[0]
+            return self._decode_run(f, p, topic, queue_id, offsets, phys, sizes, p, at)
+        finally:
+            f.release()
+
+    def _decode_run(
+        self,
+        f: col.Bytes,
+        pos: np.ndarray,
+        topic: str,
+        queue_id: int,
+        offsets: np.ndarray,
+        phys: np.ndarray,
+        sizes: np.ndarray,
+        where: np.ndarray,
+        at: Callable[[int, int], MessageExt],
+    ) -> pa.RecordBatch:
+        """The batch of the records at ``pos`` in ``f``; records the whole-batch path cannot
+        take go to the per-record decoder, which reads the record ``at(where[i], sizes[i])``."""
+        located, ok = col.locate(
+            f,
+            pos,
+            sizes,
+            offsets,
+            phys,
+            topic.encode(),
+            queue_id,
+            self.check_crc and not self._body,  # else on the gathered bodies
+        )
+        batch: pa.RecordBatch | None = None
+        while batch is None:
+            good = located if ok.all() else located.take(ok)
+            batch, others = self._columns(f, topic, queue_id, good)
+            if batch is None:  # rows the per-record decoder must take: again without them
+                ok[np.flatnonzero(ok)[others]] = False
+        if ok.all():
+            return batch
+        bad = ~ok
+        slow, kept = self._slow(topic, queue_id, offsets[bad], where[bad], sizes[bad], at)
+        if not slow.num_rows:
+            return batch
+        order = np.argsort(np.concatenate([offsets[ok], kept]), kind="stable")
+        merged = pa.Table.from_batches([batch, slow], self.schema).take(pa.array(order))
+        return merged.combine_chunks().to_batches()[0] if merged.num_rows else self._empty
 
     def _columns(
         self, f: col.Bytes, topic: str, queue_id: int, loc: col.Located
@@ -348,14 +429,21 @@ class RangeDecoder:
         return pa.RecordBatch.from_arrays(columns, schema=self.schema), np.zeros(0, np.int64)
 
     def _slow(
-        self, topic: str, queue_id: int, offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray
+        self,
+        topic: str,
+        queue_id: int,
+        offsets: np.ndarray,
+        phys: np.ndarray,
+        sizes: np.ndarray,
+        at: Callable[[int, int], MessageExt],
     ) -> tuple[pa.RecordBatch, np.ndarray]:
-        """The per-record decoder: (the batch of the good records, their queue offsets)."""
+        """The per-record decoder: (the batch of the good records, their queue offsets);
+        ``at(phys[i], sizes[i])`` decodes and checks one record."""
         msgs: list[MessageExt] = []
         kept: list[int] = []
         for off, p, size in zip(offsets.tolist(), phys.tolist(), sizes.tolist(), strict=True):
             try:
-                m = self.reader.message_at(p, size, check_crc=self.check_crc)
+                m = at(p, size)
             except (CorruptRecordError, UnicodeDecodeError) as exc:
                 self._bad(topic, queue_id, off, str(exc))
                 continue

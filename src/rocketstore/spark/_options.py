@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store._errors import StoreError
+
+if TYPE_CHECKING:
+    from ._remote import RemoteOptions
 
 
 class SourceOptionError(StoreError, ValueError):
@@ -115,25 +118,30 @@ class SourceOptions:
     consume_queue_file_size: int | None
     push_filters: str
     columns: tuple[str, ...] | None = None  # option columns: the read's columns, in order
+    remote: RemoteOptions | None = None  # broker mode (namesrv / broker instead of path)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool = False) -> SourceOptions:
+        from ._remote import RemoteOptions
+
         path = _get(options, "path")
-        if _get(options, "broker"):
+        remote = RemoteOptions.parse(options)
+        if remote is None and not path:
             raise SourceOptionError(
-                "option broker: reading from a running broker is not available yet; "
-                "give the store directory as path"
+                "option path (the store directory) or namesrv / broker (host:port) is required"
             )
-        if not path:
-            raise SourceOptionError("option path (the store directory) is required")
         raw_topics = _get(options, "topics") or _get(options, "topic")
         topics = None
         if raw_topics:
             topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
-        starting = parse_offsets(
-            "startingOffsets", _get(options, "startingOffsets"), LATEST if streaming else EARLIEST
-        )
-        ending = parse_offsets("endingOffsets", _get(options, "endingOffsets"), LATEST)
+        if remote is not None and not topics:
+            raise SourceOptionError("option topics is required when reading through brokers")
+        raw_start, raw_end = _get(options, "startingOffsets"), _get(options, "endingOffsets")
+        if remote is not None:  # JSON offsets are nested by broker (RemoteOptions has them)
+            raw_start = None if isinstance(remote.starting, dict) else raw_start
+            raw_end = None if isinstance(remote.ending, dict) else raw_end
+        starting = parse_offsets("startingOffsets", raw_start, LATEST if streaming else EARLIEST)
+        ending = parse_offsets("endingOffsets", raw_end, LATEST)
         if streaming and _get(options, "endingOffsets"):
             raise SourceOptionError("option endingOffsets applies to batch reads only")
         if ending == EARLIEST:
@@ -152,7 +160,7 @@ class SourceOptions:
 
             columns = parse_columns(raw_columns)
         return cls(
-            path=path,
+            path=path or "",
             topics=topics,
             starting=starting,
             ending=ending,
@@ -167,6 +175,7 @@ class SourceOptions:
             consume_queue_file_size=_int(options, "consumeQueueFileSize", None, 20),
             push_filters=push,
             columns=columns,
+            remote=remote,
         )
 
 

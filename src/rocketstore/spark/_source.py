@@ -1,5 +1,6 @@
 """The ``rocketstore`` PySpark data source: batch and streaming reads of store directories,
-batch and streaming writes into an embedded store.
+batch and streaming writes into an embedded store; with option ``namesrv`` or ``broker`` the
+same through running brokers (``_remote_source``, ``_remote_writer``).
 
 Readers are pickled by Spark after planning (``pushFilters`` / ``partitions`` run in the
 planner); they hold options, the Arrow schema of the read and plans only, never open files.
@@ -126,20 +127,37 @@ class RocketStoreDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = SourceOptions.parse(self.options)
         arrow = arrow_schema(schema, opts)
-        if _pushdown_allowed(opts.push_filters):
+        pushdown = _pushdown_allowed(opts.push_filters)
+        if opts.remote is not None:
+            from ._remote_source import BrokerBatchReader, BrokerPushdownReader
+
+            return (BrokerPushdownReader if pushdown else BrokerBatchReader)(opts, arrow)
+        if pushdown:
             return PushdownBatchReader(opts, arrow)
         return BatchReader(opts, arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = SourceOptions.parse(self.options, streaming=True)
+        if opts.remote is not None:
+            from ._remote_source import BrokerStreamReader
+
+            return BrokerStreamReader(opts, arrow_schema(schema, opts))
         return StreamReader(opts, arrow_schema(schema, opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from ._remote_writer import RemoteBatchWriter, is_remote
+
+        if is_remote(self.options):
+            return RemoteBatchWriter(dict(self.options), schema, overwrite)
         from ._writer import BatchWriter
 
         return BatchWriter(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from ._remote_writer import RemoteStreamWriter, is_remote
+
+        if is_remote(self.options):
+            return RemoteStreamWriter(dict(self.options), schema, overwrite)
         from ._writer import StreamWriter
 
         return StreamWriter(dict(self.options), schema, overwrite)

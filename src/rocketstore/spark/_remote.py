@@ -1,0 +1,467 @@
+"""Broker mode of the data source: options, the cluster as the driver sees it, and the
+connections the executors pull through (no pyspark needed).
+
+::
+
+    driver (planner)                         executors (one Python worker each)
+    Cluster: routes (name server or broker)  pool(): one RemotingClient per worker process,
+      min / max / search offsets               reused by every task the worker runs
+      → BrokerRange per (broker, topic,      pull_range(): PULL_MESSAGE of exact offsets,
+        queue, offset range)                   raw records → RangeDecoder.records → Arrow
+
+Stream offsets (and the JSON forms of startingOffsets / endingOffsets) are nested by broker
+name: ``{topic: {broker name: {queue id: offset}}}`` with every level in canonical order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..client._route import RouteCache, TopicRoute
+from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from ..store._errors import CorruptRecordError
+from ._arrow import RangeDecoder
+from ._options import EARLIEST, LATEST, SourceOptionError, _bool, _get, _int
+
+log = logging.getLogger(__name__)
+
+NestedOffsets = dict[str, dict[str, dict[str, int]]]
+"""{topic: {broker name: {queue id: offset}}}; -2 = earliest, -1 = latest."""
+
+DEFAULT_GROUP = "rocketstore-spark"
+MASTER_ID = 0
+PERM_READ = 4
+PERM_WRITE = 2
+_FLAG_SUBSCRIPTION = 0x4
+_PULL_RETRIES = 4
+_BACKOFF_S = (0.1, 0.3, 1.0, 2.0)
+_RETRYABLE_CODES = frozenset(
+    {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR}
+)
+
+
+class BrokerReadError(SourceOptionError):
+    """A broker could not be read (unreachable after the retries, or it refused a request)."""
+
+
+# ---- options ---------------------------------------------------------------------------------
+
+
+def parse_nested(name: str, raw: str | None) -> int | NestedOffsets | None:
+    """``earliest`` / ``latest`` (→ -2 / -1), JSON ``{topic: {broker: {queue: offset}}}``, or
+    None when not given."""
+    if raw is None or not raw.strip():
+        return None
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return EARLIEST if text.lower() == "earliest" else LATEST
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SourceOptionError(f"option {name}: not earliest, latest or JSON: {exc}") from None
+    shape = '{"topic": {"broker name": {"queue id": offset}}}'
+    if not isinstance(doc, dict):
+        raise SourceOptionError(f"option {name}: with brokers the JSON is {shape}")
+    out: NestedOffsets = {}
+    for topic, brokers in doc.items():
+        if not isinstance(brokers, dict):
+            raise SourceOptionError(f"option {name}: {topic!r} must map to {shape}")
+        for broker, queues in brokers.items():
+            if not isinstance(queues, dict):
+                raise SourceOptionError(
+                    f"option {name}: {topic}/{broker} must map queue ids to offsets ({shape})"
+                )
+            for qid, off in queues.items():
+                if not str(qid).isdigit():
+                    raise SourceOptionError(f"option {name}: queue id {qid!r} is not a number")
+                if isinstance(off, bool) or not isinstance(off, int) or off < -2:
+                    raise SourceOptionError(
+                        f"option {name}: offset {off!r} of {topic}/{broker}/{qid} must be an "
+                        "integer >= -2"
+                    )
+                out.setdefault(str(topic), {}).setdefault(str(broker), {})[str(int(qid))] = off
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """The broker-mode options: where the cluster is and how to pull from it."""
+
+    namesrv: tuple[str, ...]
+    broker: str | None
+    consumer_group: str
+    commit_offsets: bool
+    pull_batch_size: int
+    pull_timeout_ms: int
+    pull_retries: int
+    starting: int | NestedOffsets | None
+    ending: int | NestedOffsets | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> RemoteOptions | None:
+        """The broker-mode options, or None when neither ``namesrv`` nor ``broker`` is given."""
+        namesrv = _get(options, "namesrv") or ""
+        broker = (_get(options, "broker") or "").strip() or None
+        addrs = tuple(a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip())
+        if not addrs and broker is None:
+            return None
+        if _get(options, "path"):
+            raise SourceOptionError(
+                "give either path (a store directory) or namesrv / broker (running brokers)"
+            )
+        for addr in (*addrs, *([broker] if broker else [])):
+            host, _, port = addr.rpartition(":")
+            if not host or not port.isdigit():
+                raise SourceOptionError(f"{addr!r} is not host:port")
+        return cls(
+            namesrv=addrs,
+            broker=broker if not addrs else None,
+            consumer_group=(_get(options, "consumerGroup") or DEFAULT_GROUP).strip(),
+            commit_offsets=_bool(options, "commitOffsets", False),
+            pull_batch_size=_int(options, "pullBatchSize", 1024, 1) or 1024,
+            pull_timeout_ms=_int(options, "pullTimeoutMs", 10_000, 1) or 10_000,
+            pull_retries=_int(options, "pullRetries", _PULL_RETRIES, 0) or 0,
+            starting=parse_nested("startingOffsets", _get(options, "startingOffsets")),
+            ending=parse_nested("endingOffsets", _get(options, "endingOffsets")),
+        )
+
+    @property
+    def where(self) -> str:
+        return ";".join(self.namesrv) if self.namesrv else f"broker {self.broker}"
+
+
+def canonical_nested(offsets: Mapping[str, Mapping[str, Mapping[str, int]]]) -> NestedOffsets:
+    """Topics and brokers sorted by name, queues by number (equal offsets serialise equal)."""
+    return {
+        t: {
+            b: {q: int(offsets[t][b][q]) for q in sorted(offsets[t][b], key=int)}
+            for b in sorted(offsets[t])
+        }
+        for t in sorted(offsets)
+    }
+
+
+# ---- the cluster (driver) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BrokerQueue:
+    """One queue of one broker group."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+Addresses = tuple[tuple[int, str], ...]
+"""A broker group's (broker id, address) pairs, the master (id 0) first."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRange:
+    """Offsets ``[begin, end)`` of one queue of one broker group: the unit of a partition.
+    ``addresses`` are the group's brokers when planned (master first)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    begin: int
+    end: int
+    addresses: Addresses
+
+    @property
+    def host(self) -> str:
+        """The host of the master (where the data is): the partition's preferred location."""
+        return self.addresses[0][1].rpartition(":")[0] if self.addresses else ""
+
+
+def _addresses(route: TopicRoute, broker_name: str) -> Addresses:
+    addrs = route.brokers.get(broker_name, {})
+    return tuple(sorted(addrs.items()))
+
+
+class Cluster:
+    """The brokers as the driver sees them: topic routes (from the name servers, or made from
+    one broker's topic table) and queue offsets. One thread; close it when done."""
+
+    def __init__(self, opts: RemoteOptions, timeout_s: float = 5.0) -> None:
+        self.opts = opts
+        self.client = RemotingClient(timeout=timeout_s)
+        self._routes = RouteCache(self.client, list(opts.namesrv), 0.0) if opts.namesrv else None
+        self._broker_name: str | None = None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, addr: str, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+        try:
+            return self.client.invoke(addr, RemotingCommand.request(code, ext, body))
+        except RemotingError as exc:
+            raise BrokerReadError(f"broker {addr} did not answer: {exc}") from exc
+
+    def route(self, topic: str) -> TopicRoute | None:
+        """The topic's route; None when no broker has the topic."""
+        if self._routes is not None:
+            try:
+                return self._routes.get(topic, refresh=True, allow_missing=True)
+            except RemotingError as exc:
+                raise BrokerReadError(
+                    f"no name server answered ({self.opts.where}): {exc}"
+                ) from exc
+        addr = self.opts.broker
+        assert addr is not None
+        r = self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG, {})
+        if r.code != ResponseCode.SUCCESS:
+            raise BrokerReadError(f"broker {addr} refused its topic list: {r.remark}")
+        from ..remoting import _fastjson
+
+        table = (_fastjson.loads(bytes(r.body)).get("topicConfigTable") or {}).get(topic)
+        if table is None:
+            return None
+        name = self.broker_name(addr)
+        qd = {
+            "brokerName": name,
+            "readQueueNums": int(table.get("readQueueNums", 0)),
+            "writeQueueNums": int(table.get("writeQueueNums", 0)),
+            "perm": int(table.get("perm", 6)),
+        }
+        return TopicRoute(topic, {name: {MASTER_ID: addr}}, [qd])
+
+    def broker_name(self, addr: str) -> str:
+        if self._broker_name is None:
+            r = self.call(addr, 26, {})  # GET_BROKER_CONFIG
+            text = bytes(r.body).decode("utf-8", "replace")
+            conf = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+            self._broker_name = conf.get("brokerName") or addr
+        return self._broker_name
+
+    def queues(self, topic: str, *, must_exist: bool = True) -> list[tuple[BrokerQueue, Addresses]]:
+        """Every readable queue of the topic on every broker group, ordered by broker, id."""
+        route = self.route(topic)
+        if route is None:
+            if must_exist:
+                raise SourceOptionError(f"unknown topic {topic} ({self.opts.where} has no route)")
+            return []
+        out = []
+        for qd in sorted(route.queue_data, key=lambda q: str(q["brokerName"])):
+            if not int(qd.get("perm", 6)) & PERM_READ:
+                continue
+            name = str(qd["brokerName"])
+            addrs = _addresses(route, name)
+            if not addrs:
+                continue
+            for qid in range(int(qd["readQueueNums"])):
+                out.append((BrokerQueue(topic, name, qid), addrs))
+        return out
+
+    def _offset(self, addrs: Addresses, q: BrokerQueue, code: int, **extra: str) -> int:
+        last: Exception | None = None
+        for _bid, addr in addrs:
+            try:
+                r = self.call(addr, code, {"topic": q.topic, "queueId": str(q.queue_id), **extra})
+            except BrokerReadError as exc:
+                last = exc
+                continue
+            if r.code != ResponseCode.SUCCESS:
+                raise BrokerReadError(f"{q.broker_name} ({addr}) refused {code}: {r.remark}")
+            return int(r.ext_fields.get("offset", -1))
+        raise BrokerReadError(f"no broker of {q.broker_name} answered: {last}")
+
+    def min_offset(self, addrs: Addresses, q: BrokerQueue) -> int:
+        return self._offset(addrs, q, RequestCode.GET_MIN_OFFSET)
+
+    def max_offset(self, addrs: Addresses, q: BrokerQueue) -> int:
+        return self._offset(addrs, q, RequestCode.GET_MAX_OFFSET)
+
+    def offset_for_time(self, addrs: Addresses, q: BrokerQueue, ms: int) -> int:
+        return self._offset(addrs, q, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(ms))
+
+    def commit(self, addrs: Addresses, q: BrokerQueue, group: str, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET of ``group`` on the group's master."""
+        ext = {
+            "consumerGroup": group,
+            "topic": q.topic,
+            "queueId": str(q.queue_id),
+            "commitOffset": str(offset),
+        }
+        r = self.call(addrs[0][1], RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        if r.code != ResponseCode.SUCCESS:
+            raise BrokerReadError(f"{q.broker_name} refused the offset of {group}: {r.remark}")
+
+
+# ---- pulling (executors) ----------------------------------------------------------------------
+
+_pool: dict[str, RemotingClient] = {}
+_pool_lock = threading.Lock()
+
+
+def pooled(addr: str, timeout_s: float) -> RemotingClient:
+    """The worker process's client for ``addr`` (kept across the tasks it runs). Any thread:
+    a client serialises its calls."""
+    with _pool_lock:
+        client = _pool.get(addr)
+        if client is None:
+            client = _pool[addr] = RemotingClient(timeout=timeout_s)
+        client.timeout = timeout_s
+        return client
+
+
+def drop_pool() -> None:
+    """Close the worker process's connections (tests; a worker's exit closes them anyway)."""
+    with _pool_lock:
+        for client in _pool.values():
+            client.close()
+        _pool.clear()
+
+
+def pull_request(
+    group: str, topic: str, queue_id: int, offset: int, max_nums: int
+) -> RemotingCommand:
+    """PULL_MESSAGE of at most ``max_nums`` records from ``offset``: no suspension, no commit,
+    every tag (the subscription is in the request)."""
+    ext = {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": str(_FLAG_SUBSCRIPTION),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subscription": "*",
+        "subVersion": "0",
+    }
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+
+
+class _Puller:
+    """Pulls of one range: which broker of the group to ask, retries with the same offset."""
+
+    def __init__(
+        self,
+        r: BrokerRange,
+        opts: RemoteOptions,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.r = r
+        self.opts = opts
+        self.sleep = sleep
+        self.addrs = dict(r.addresses)
+        self.order = [a for _, a in r.addresses]
+        self.current = self.order[0]
+
+    def pull(self, offset: int, max_nums: int) -> RemotingCommand:
+        r = self.r
+        timeout = self.opts.pull_timeout_ms / 1000.0
+        failures: list[str] = []
+        for attempt in range(self.opts.pull_retries + 1):
+            addr = self.current
+            try:
+                cmd = pull_request(self.opts.consumer_group, r.topic, r.queue_id, offset, max_nums)
+                resp = pooled(addr, timeout).invoke(addr, cmd, timeout)
+            except RemotingError as exc:
+                failures.append(f"{addr}: {exc}")
+                # another broker of the group next (a slave holds the same queue offsets)
+                self.current = self.order[(self.order.index(addr) + 1) % len(self.order)]
+            else:
+                if resp.code not in _RETRYABLE_CODES:
+                    suggest = int(resp.ext_fields.get("suggestWhichBrokerId", 0) or 0)
+                    self.current = self.addrs.get(suggest, self.order[0])
+                    return resp
+                failures.append(f"{addr}: code {resp.code} {resp.remark or ''}")
+            if attempt < self.opts.pull_retries:
+                self.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+        raise BrokerReadError(
+            f"{r.topic}/{r.broker_name}/{r.queue_id}: pulling offset {offset} failed "
+            f"{len(failures)} times ({'; '.join(failures[-2:])}); the task fails and Spark "
+            "runs it again from the same offsets (spark.task.maxFailures)"
+        )
+
+
+def pull_range(
+    r: BrokerRange,
+    opts: RemoteOptions,
+    schema: pa.Schema,
+    *,
+    batch_rows: int,
+    check_crc: bool,
+    fail_on_data_loss: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``r``, pulled in order and decoded by the path-mode decoder: the same rows
+    a read of the broker's store directory gives. A re-run yields the same rows."""
+    decoder = RangeDecoder(
+        None,
+        schema=schema,
+        batch_rows=batch_rows,
+        check_crc=check_crc,
+        fail_on_data_loss=fail_on_data_loss,
+    )
+    puller = _Puller(r, opts)
+    offset = r.begin
+    chunks: list[bytes | bytearray | memoryview] = []
+    pending = 0  # records in chunks (at most; a pull may return fewer than asked)
+    first = offset
+    while offset < r.end:
+        want = min(opts.pull_batch_size, r.end - offset)
+        resp = puller.pull(offset, want)
+        e = resp.ext_fields
+        nxt = int(e.get("nextBeginOffset", offset))
+        if resp.code == ResponseCode.SUCCESS:
+            chunks.append(resp.body)
+            pending += nxt - offset
+            offset = max(nxt, offset + 1)
+        elif resp.code == ResponseCode.PULL_OFFSET_MOVED or (
+            resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and nxt > offset
+        ):
+            lowest = int(e.get("minOffset", 0))
+            if offset < lowest:
+                msg = (
+                    f"{r.topic}/{r.broker_name}/{r.queue_id}: offsets {offset}..{lowest} are "
+                    "no longer on the broker (retention removed them)"
+                )
+                if fail_on_data_loss:
+                    raise CorruptRecordError(msg + "; set failOnDataLoss=false to skip them")
+                log.warning("%s; skipped", msg)
+                offset = lowest
+            elif nxt > offset:
+                offset = nxt
+            else:
+                break
+        elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            log.warning(
+                "%s/%s/%d: only offsets below %d of %d are readable",
+                r.topic,
+                r.broker_name,
+                r.queue_id,
+                offset,
+                r.end,
+            )
+            break
+        else:
+            raise BrokerReadError(
+                f"{r.topic}/{r.broker_name}/{r.queue_id}: the broker refused the pull of offset "
+                f"{offset}: code {resp.code} {resp.remark or ''}"
+            )
+        if pending >= batch_rows:
+            batch = decoder.records(b"".join(chunks), r.topic, r.queue_id, first, offset)
+            chunks, pending, first = [], 0, offset
+            if batch.num_rows:
+                yield batch
+    if chunks:
+        batch = decoder.records(b"".join(chunks), r.topic, r.queue_id, first, r.end)
+        if batch.num_rows:
+            yield batch
