@@ -339,6 +339,32 @@ def test_write_from_several_tasks_then_read_back(spark: Any, brokers: Brokers) -
     assert [(hosts_of(brokers)[r.store_host], r.queue_id) for r in pinned] == [("broker-a", 2)]
 
 
+def test_export_and_import_commands_with_namesrv(
+    spark: Any, brokers: Brokers, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from rocketstore.cli import main
+
+    out = tmp_path / "t.parquet"
+    cli = CliRunner()
+    r = cli.invoke(main, ["export", "--namesrv", brokers.ns, "--topic", "T", "--to", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f'"exported": {len(BROKERS) * QUEUES * PER_QUEUE}' in r.output
+    create_topic(brokers, "I")
+    r = cli.invoke(main, ["import", "--namesrv", brokers.ns, "--from", str(out), "--topic", "I"])
+    assert r.exit_code == 0, r.output
+    back = (
+        spark.read.format("rocketstore").option("namesrv", brokers.ns).option("topics", "I").load()
+    )
+    sent = brokers.sent  # type: ignore[attr-defined]
+    assert sorted(r.body for r in back.select("body").collect()) == sorted(
+        b for bs in sent.values() for b in bs
+    )
+    r = cli.invoke(main, ["export", "--namesrv", brokers.ns, "--to", str(out)])
+    assert r.exit_code != 0 and "--namesrv needs --topic" in r.output
+
+
 def test_connection_loss_retries_and_stopped_broker(brokers: Brokers) -> None:
     opts = SourceOptions.parse(
         {"namesrv": brokers.ns, "topics": "T", "pullBatchSize": "20", "pullRetries": "1"}

@@ -471,11 +471,24 @@ def _spark_jobs() -> Any:
     return _jobs
 
 
+def _store_or_namesrv(store: str | None, namesrv: str | None) -> None:
+    if bool(store) == bool(namesrv):
+        raise click.UsageError("give either --store DIR or --namesrv HOST:PORT[;HOST:PORT]")
+
+
 @main.command("export")
 @click.option(
-    "--store", "store", required=True, help="store directory (read-only, ours or RocketMQ's)"
+    "--store", "store", default=None, help="store directory (read-only, ours or RocketMQ's)"
 )
-@click.option("--topic", "topics", multiple=True, help="topic to export (repeatable; default: all)")
+@click.option(
+    "--namesrv", default=None, help="name server(s) host:port[;host:port]: read through brokers"
+)
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    help="topic to export (repeatable; default: all of a store; required with --namesrv)",
+)
 @click.option("--to", "to", required=True, help="output path (a Parquet or JSON-lines directory)")
 @click.option(
     "--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True
@@ -485,21 +498,30 @@ def _spark_jobs() -> Any:
 )
 @click.option("--ending-offsets", default=None, help='"latest" or JSON {topic: {queue: offset}}')
 def export_cmd(
-    store: str,
+    store: str | None,
+    namesrv: str | None,
     topics: tuple[str, ...],
     to: str,
     fmt: str,
     starting_offsets: str | None,
     ending_offsets: str | None,
 ) -> None:
-    """Export topics of a store to Parquet or JSON lines with Spark."""
-    n = _spark_jobs().export_topic(store, list(topics), to, fmt, starting_offsets, ending_offsets)
+    """Export topics of a store (or of running brokers) to Parquet or JSON lines with Spark."""
+    _store_or_namesrv(store, namesrv)
+    if namesrv and not topics:
+        raise click.UsageError("--namesrv needs --topic")
+    n = _spark_jobs().export_topic(
+        store or "", list(topics), to, fmt, starting_offsets, ending_offsets, namesrv=namesrv
+    )
     click.echo(json.dumps({"exported": n, "to": to}))
 
 
 @main.command("import")
 @click.option(
-    "--store", "store", required=True, help="store directory to write into (must not be owned)"
+    "--store", "store", default=None, help="store directory to write into (must not be owned)"
+)
+@click.option(
+    "--namesrv", default=None, help="name server(s) host:port[;host:port]: send through brokers"
 )
 @click.option("--from", "source", required=True, help="Parquet or JSON-lines file or directory")
 @click.option("--topic", default=None, help="topic for every row (else the rows' topic column)")
@@ -517,11 +539,22 @@ def export_cmd(
     help="commit-log file size in bytes for a new store (default RocketMQ's 1 GiB)",
 )
 def import_cmd(
-    store: str, source: str, topic: str | None, fmt: str, commit_log_file_size: int | None
+    store: str | None,
+    namesrv: str | None,
+    source: str,
+    topic: str | None,
+    fmt: str,
+    commit_log_file_size: int | None,
 ) -> None:
-    """Import rows (body, optional topic/tags/keys/properties/queue_id) into a store with Spark."""
-    n = _spark_jobs().import_file(store, source, topic, fmt, commit_log_file_size)
-    click.echo(json.dumps({"imported": n, "store": store}))
+    """Import rows (body, optional topic/tags/keys/properties/queue_id) into a store, or send
+    them through running brokers, with Spark."""
+    _store_or_namesrv(store, namesrv)
+    n = _spark_jobs().import_file(
+        store or "", source, topic, fmt, commit_log_file_size, namesrv=namesrv
+    )
+    out: dict[str, Any] = {"imported": n}
+    out.update({"namesrv": namesrv} if namesrv else {"store": store})
+    click.echo(json.dumps(out))
 
 
 def _add_network_commands() -> None:

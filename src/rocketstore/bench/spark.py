@@ -26,7 +26,11 @@ Needs the ``spark`` extra and Java.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -245,4 +249,179 @@ def spark_read_write(store_dir: str, count: int | None) -> Figures:
         "decode_full_rows_per_s": round(decode_full),
         "decode_two_rows_per_s": round(decode_two),
         "decode_target": 1_000_000,
+    }
+
+
+# ---- through brokers (issue 14) ---------------------------------------------------------------
+
+BROKER_COUNT = 200_000
+BROKER_QUEUES = 4
+_NS_LINE = re.compile(r"^name server listening on (\S+)$", re.M)
+_BROKER_LINE = re.compile(r"^broker \S+ \(.*\) listening on ([^,\s]+),", re.M)
+
+
+class _Server:
+    """A ``rocketstore namesrv`` / ``broker`` process (its output in ``log``)."""
+
+    def __init__(self, args: list[str], log: Path, pattern: re.Pattern[str]) -> None:
+        self.log = log
+        self._out = open(log, "wb")  # noqa: SIM115 (closed by stop)
+        cmd = [sys.executable, "-c", "from rocketstore.cli import main; main()", *args]
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            found = pattern.search(log.read_text(errors="replace"))
+            if found:
+                self.address = found.group(1)
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{args[0]} did not start: {log.read_text(errors='replace')}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._out.close()
+
+
+def _broker_conf(path: Path, name: str) -> Path:
+    # pulls of up to 2,048 messages / 8 MiB (RocketMQ's defaults are 32 / 256 KiB)
+    path.write_text(
+        f"brokerName={name}\nmaxTransferCountOnMessageInMemory=2048\n"
+        "maxTransferBytesOnMessageInMemory=8388608\nmaxTransferCountOnMessageInDisk=2048\n"
+        "maxTransferBytesOnMessageInDisk=8388608\nflushDiskType=ASYNC_FLUSH\n"
+    )
+    return path
+
+
+@scenario(
+    "spark-broker",
+    "spark",
+    "data source through brokers: reads via one and two broker groups vs path mode, writes "
+    "with one and two tasks",
+)
+def spark_broker(store_dir: str, count: int | None) -> Figures:
+    from ..client._admin import AdminClient
+
+    n = count or BROKER_COUNT
+    root = Path(store_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    servers: list[_Server] = []
+    spark = None
+    try:
+        ns = _Server(["namesrv", "--listen", "127.0.0.1:0"], root / "namesrv.log", _NS_LINE)
+        servers.append(ns)
+        brokers: dict[str, _Server] = {}
+        for name in ("broker-a", "broker-b"):
+            args = ["broker", "--store", str(root / name), "--namesrv", ns.address]
+            args += ["--listen", "127.0.0.1:0", "--ha-listen", "127.0.0.1:0"]
+            args += ["-c", str(_broker_conf(root / f"{name}.conf", name))]
+            brokers[name] = _Server(args, root / f"{name}.log", _BROKER_LINE)
+            servers.append(brokers[name])
+        with AdminClient(ns.address) as admin:
+            for topic, groups in (
+                ("One", ["broker-a"]),
+                ("Two", list(brokers)),
+                ("W", ["broker-a"]),
+            ):
+                for name in groups:
+                    admin.create_topic(
+                        brokers[name].address,
+                        topic,
+                        read_queue_nums=BROKER_QUEUES,
+                        write_queue_nums=BROKER_QUEUES,
+                    )
+            deadline = time.monotonic() + 30
+            while True:
+                route = admin.route("Two")
+                if route is not None and len(route.brokers) == 2 and admin.route("W"):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the name server has no route for the topics")
+                time.sleep(0.1)
+        spark = _session()
+        rows = spark.range(n, numPartitions=2).selectExpr(
+            f"encode(lpad(CAST(id AS STRING), {BODY_SIZE}, 'x'), 'utf-8') AS body",
+            "CASE WHEN id % 2 = 0 THEN 'even' ELSE 'odd' END AS tags",
+        )
+        rows.cache().count()
+
+        def write(topic: str, tasks: int, limit: int | None = None) -> float:
+            df = rows.limit(limit) if limit else rows
+            df = df.selectExpr(f"'{topic}' AS topic", "body", "tags").repartition(tasks)
+            df.cache().count()
+            started = time.perf_counter()
+            df.write.format("rocketstore").option("namesrv", ns.address).option(
+                "sendBatchRows", "512"
+            ).mode("append").save()
+            seconds = time.perf_counter() - started
+            df.unpersist()
+            return seconds
+
+        write("W", 1, 1000)  # warm-up: Python workers, connections
+        write("One", 2)
+        write("Two", 2)
+        writes, write_cpu = _best_rounds(
+            {"write_1": lambda: write("W", 1), "write_2": lambda: write("W", 2)}, 3
+        )
+        rows.unpersist()
+
+        def frame(topic: str, *, path: str | None = None) -> Any:
+            r = spark.read.format("rocketstore").option("topics", topic)
+            r = r.option("path", path) if path else r.option("namesrv", ns.address)
+            return r.option("maxRowsPerPartition", "50000").load()
+
+        frames = {
+            "path_one": frame("One", path=str(root / "broker-a")),
+            "broker_one": frame("One"),
+            "broker_two": frame("Two"),
+        }
+        answers: dict[str, tuple[int, int, int]] = {}
+
+        def job(name: str) -> Callable[[], float]:
+            def run() -> float:
+                seconds, answers[name] = _query(frames[name])
+                return seconds
+
+            return run
+
+        jobs = {name: job(name) for name in frames}
+        for run in jobs.values():  # warm-up (untimed)
+            run()
+        reads, read_cpu = _best_rounds(jobs, ROUNDS)
+        for name, got in answers.items():
+            if got[:2] != (n, n * BODY_SIZE):
+                raise RuntimeError(f"{name} answered {got}, expected {n} rows")
+    finally:
+        if spark is not None:
+            spark.stop()
+        for server in reversed(servers):
+            server.stop()
+    rate = {name: n / s for name, s in reads.items()}
+    write_rate = {name: n / s for name, s in writes.items()}
+    return {
+        "messages": n,
+        "path_rows_per_s": round(rate["path_one"]),
+        "broker_one_rows_per_s": round(rate["broker_one"]),
+        "broker_two_rows_per_s": round(rate["broker_two"]),
+        "one_vs_path": round(rate["broker_one"] / rate["path_one"], 3),
+        "one_vs_path_target": 0.5,
+        "two_vs_one": round(rate["broker_two"] / rate["broker_one"], 3),
+        "two_vs_one_target": 1.6,
+        "path_cpu_us_per_row": round(read_cpu["path_one"] / n * 1e6, 2),
+        "broker_one_cpu_us_per_row": round(read_cpu["broker_one"] / n * 1e6, 2),
+        "broker_two_cpu_us_per_row": round(read_cpu["broker_two"] / n * 1e6, 2),
+        "write_1_task_rows_per_s": round(write_rate["write_1"]),
+        "write_2_tasks_rows_per_s": round(write_rate["write_2"]),
+        "write_2_vs_1": round(write_rate["write_2"] / write_rate["write_1"], 3),
+        "write_2_vs_1_target": 1.5,
+        "write_1_cpu_us_per_row": round(write_cpu["write_1"] / n * 1e6, 2),
+        "write_2_cpu_us_per_row": round(write_cpu["write_2"] / n * 1e6, 2),
+        "cpus": os.cpu_count() or 0,
     }

@@ -75,11 +75,21 @@ def run_with_progress(
 
 
 def export_topic(
-    store: str, topics: list[str], to: str, fmt: str, starting: str | None, ending: str | None
+    store: str,
+    topics: list[str],
+    to: str,
+    fmt: str,
+    starting: str | None,
+    ending: str | None,
+    *,
+    namesrv: str | None = None,
 ) -> int:
+    """Export ``topics`` of the store directory ``store``, or, with ``namesrv``, of the
+    brokers behind that name server (topics required)."""
     spark, created = local_session()
     try:
-        reader = spark.read.format("rocketstore").option("path", store)
+        reader = spark.read.format("rocketstore")
+        reader = reader.option("namesrv", namesrv) if namesrv else reader.option("path", store)
         if topics:
             reader = reader.option("topics", ",".join(topics))
         if starting:
@@ -105,10 +115,17 @@ def export_topic(
 
 
 def import_file(
-    store: str, source: str, topic: str | None, fmt: str, commit_log_file_size: int | None = None
+    store: str,
+    source: str,
+    topic: str | None,
+    fmt: str,
+    commit_log_file_size: int | None = None,
+    *,
+    namesrv: str | None = None,
 ) -> int:
     """Write the rows of a Parquet / JSON-lines source into ``store``; a new store gets
-    commit-log files of ``commit_log_file_size`` bytes (RocketMQ's 1 GiB when None)."""
+    commit-log files of ``commit_log_file_size`` bytes (RocketMQ's 1 GiB when None). With
+    ``namesrv`` the rows are sent through the brokers instead, by every task."""
     spark, created = local_session()
     try:
         if fmt == "auto":
@@ -137,10 +154,14 @@ def import_file(
         if "queue_id" in df.columns:
             df = df.withColumn("queue_id", df["queue_id"].cast("int"))
         rows = df.count()
-        writer = df.coalesce(1).write.format("rocketstore").option("path", store).mode("append")
-        if commit_log_file_size:
-            writer = writer.option("commitLogFileSize", str(commit_log_file_size))
-        run_with_progress(spark, f"import → {store}", writer.save)
+        if namesrv:
+            writer = df.write.format("rocketstore").option("namesrv", namesrv).mode("append")
+        else:  # a store has one owner: one task writes
+            writer = df.coalesce(1).write.format("rocketstore").option("path", store)
+            writer = writer.mode("append")
+            if commit_log_file_size:
+                writer = writer.option("commitLogFileSize", str(commit_log_file_size))
+        run_with_progress(spark, f"import → {namesrv or store}", writer.save)
         return int(rows)
     finally:
         if created:
