@@ -381,6 +381,14 @@ def test_connection_loss_retries_and_stopped_broker(brokers: Brokers) -> None:
     got.extend(reading)
     offsets = [o for b in got for o in b.column("queue_offset").to_pylist()]
     assert offsets == list(range(r.begin, r.end))
+    # option broker (no name server): the queues of that broker, named as the broker says
+    one = SourceOptions.parse({"broker": brokers.controllers["broker-b"].address, "topics": "T"})
+    assert one.remote is not None
+    with Cluster(one.remote) as cluster:
+        planned = plan_remote(cluster, one)
+    assert {(p.broker_name, p.queue_id, p.begin, p.end) for p in planned} == {
+        ("broker-b", q, 0, PER_QUEUE) for q in range(QUEUES)
+    }
     # a broker group stopped in the middle of a read: a clear error after the retries
     brokers.start("broker-c")
     create_topic(brokers, "C", ("broker-c",))

@@ -25,6 +25,7 @@ UTF-8 (the full read rejects it).
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -75,7 +76,8 @@ ARROW_SCHEMA = pa.schema(
 COLUMNS: tuple[str, ...] = tuple(ARROW_SCHEMA.names)
 _DDL_TYPES = dict(part.strip().split(" ", 1) for part in SCHEMA_DDL.split(", "))
 _PROPERTY_COLUMNS = frozenset({"tags", "keys", "properties"})
-_MAX_BATCH_BYTES = 256 << 20  # a batch's records; Arrow binary columns hold < 2 GiB
+_MAX_BATCH_BYTES = 256 << 20
+_INT32 = struct.Struct(">i")  # a batch's records; Arrow binary columns hold < 2 GiB
 
 
 class ColumnError(SourceOptionError):
@@ -281,14 +283,16 @@ class RangeDecoder:
         positions: list[int] = []
         pos = 0
         limit = len(data)
+        length_at = _INT32.unpack_from
+        append = positions.append
         while pos < limit:
-            size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+            size = length_at(data, pos)[0] if pos + 4 <= limit else 0
             if size < col.MIN_RECORD or pos + size > limit:
                 raise CorruptRecordError(
                     f"{topic}/{queue_id}: a pulled record at byte {pos} has length {size} "
                     f"({limit - pos} bytes left)"
                 )
-            positions.append(pos)
+            append(pos)
             pos += size
         if not positions:
             return self._empty
