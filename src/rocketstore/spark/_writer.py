@@ -128,8 +128,6 @@ def _check_schema(schema: StructType) -> tuple[str, ...]:
 
 
 def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
-    if _get(options, "broker"):
-        raise SourceOptionError("option broker: writing through a broker is not available yet")
     path = _get(options, "path")
     if not path:
         raise SourceOptionError("option path (the store directory to write into) is required")
@@ -137,8 +135,8 @@ def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
     owner = lock_owner(path)
     if owner is not None:
         raise StoreLockedError(
-            f"{path} is owned by process {owner}: stop it (or write through it once brokers "
-            "take writes from Spark) before writing into the store directly"
+            f"{path} is owned by process {owner}: stop it before writing into the store "
+            "directly, or write through the broker (option namesrv or broker)"
         )
     root = Path(path)
     if root.exists() and not root.is_dir():
