@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
@@ -30,6 +30,18 @@ def _logging(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run servers until they stop; a start-up failure (a port in use, a store owned by
+    another process) is one line on standard error and exit status 1, not a traceback."""
+    from .store._errors import StoreError
+
+    try:
+        asyncio.run(main)
+    except (OSError, StoreError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 def _announce(text: str) -> None:
@@ -148,7 +160,7 @@ def namesrv_cmd(listen: str, verbose: bool) -> None:
 
     _logging(verbose)
     host, port = _split_listen(listen, 9876)
-    asyncio.run(run_servers(NameServer(host, port), [], announce=_announce))
+    _run(run_servers(NameServer(host, port), [], announce=_announce))
 
 
 role_option = click.option(
@@ -215,7 +227,7 @@ def broker_cmd(
         ha_master,
         _grpc_config(grpc_listen, grpc_acl, grpc_tls_cert, grpc_tls_key),
     )
-    asyncio.run(run_servers(None, [broker], announce=_announce))
+    _run(run_servers(None, [broker], announce=_announce))
 
 
 @click.command("serve")
@@ -259,7 +271,7 @@ def serve_cmd(
         finally:
             await ns.close()
 
-    asyncio.run(main())
+    _run(main())
 
 
 @click.command("produce")
