@@ -130,7 +130,8 @@ def test_slave_log_is_byte_identical_over_rolls_and_blanks(stores: Any) -> None:
     # the slave refuses writes
     r = slave.put_message(Message("T", b"x", 0))
     assert r.status is S.SERVICE_NOT_AVAILABLE
-    # statistics on both sides
+    # statistics on both sides (the master takes the slave's last report on its reader thread)
+    assert wait_until(lambda: master.statistics().ha.slaves[0].lag_bytes == 0, 5)  # type: ignore[union-attr]
     st = master.statistics().ha
     assert isinstance(st, HAStatistics)
     assert st.connection_count == 1 and st.slaves[0].state == ConnectionState.TRANSFER.value
