@@ -37,6 +37,8 @@ import pyarrow as pa
 
 from ._message import PutMessageResult, PutMessageStatus
 from ._record import (
+    DEFAULT_BORN_HOST,
+    HEAD_V4_FIELDS,
     HEAD_V4_SIZE,
     MAGIC_V1,
     OFFSET_BORN_TIMESTAMP,
@@ -46,26 +48,7 @@ from ._record import (
     crc32,
 )
 
-DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
-HEAD = np.dtype(
-    [
-        ("total", ">i4"),
-        ("magic", ">i4"),
-        ("crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("phys_offset", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_timestamp", ">i8"),
-        ("born_host", "u1", 8),
-        ("store_timestamp", ">i8"),
-        ("store_host", "u1", 8),
-        ("reconsume_times", ">i4"),
-        ("prepared_offset", ">i8"),
-        ("body_length", ">i4"),
-    ]
-)
+HEAD = np.dtype(HEAD_V4_FIELDS)
 """The fixed part of a V1 record with IPv4 hosts, up to and including BODYLENGTH."""
 assert HEAD.itemsize == HEAD_V4_SIZE
 

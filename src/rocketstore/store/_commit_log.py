@@ -39,6 +39,8 @@ from ._put_stages import PutCompletion, PutStage, run_stages, settle
 from ._record import (
     BLANK,
     BLANK_MAGIC,
+    DEFAULT_BORN_HOST,
+    HEAD_V4_FIELDS,
     HEAD_V4_SIZE,
     INT16,
     MAGIC_V1,
@@ -73,24 +75,6 @@ _QUEUE_FIELDS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
 _STORE_TS = struct.Struct(">q")
 _HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts
 assert _HEAD.size == HEAD_V4_SIZE
-_DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
-_HEAD_FIELDS = [  # _HEAD as a numpy record (put_plain_batch builds heads column-wise)
-    ("total", ">i4"),
-    ("magic", ">i4"),
-    ("crc", ">i4"),
-    ("queue_id", ">i4"),
-    ("flag", ">i4"),
-    ("queue_offset", ">i8"),
-    ("phys_offset", ">i8"),
-    ("sys_flag", ">i4"),
-    ("born_timestamp", ">i8"),
-    ("born_host", "u1", 8),
-    ("store_timestamp", ">i8"),
-    ("store_host", "u1", 8),
-    ("reconsume_times", ">i4"),
-    ("prepared_offset", ">i8"),
-    ("body_length", ">i4"),
-]
 
 
 def _parse_properties(raw: bytes) -> dict[str, str]:
@@ -408,7 +392,7 @@ class CommitLog:
             except ValueError as exc:
                 return _refused(_ILLEGAL, str(exc))
         else:
-            host = _DEFAULT_BORN_HOST
+            host = DEFAULT_BORN_HOST
         total = HEAD_V4_SIZE + blen + len(topic_tail) + self._store_host_extra
         if len(host) == 20:
             total += 12
@@ -935,12 +919,12 @@ class CommitLog:
         total = int(starts[-1] + sizes[-1])
         if total + 8 > self.file_size:
             return _refused(_ILLEGAL, f"a batch of {total} bytes cannot fit in a commit-log file")
-        heads = np.zeros(n, dtype=_HEAD_FIELDS)
+        heads = np.zeros(n, dtype=HEAD_V4_FIELDS)
         heads["total"] = sizes
         heads["magic"] = MAGIC_V1
         heads["crc"] = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         heads["queue_id"] = queue_id
-        heads["born_host"] = np.frombuffer(_DEFAULT_BORN_HOST, dtype=np.uint8)
+        heads["born_host"] = np.frombuffer(DEFAULT_BORN_HOST, dtype=np.uint8)
         heads["store_host"] = np.frombuffer(self.store_host, dtype=np.uint8)
         heads["body_length"] = blens
         # after each body: the topic and the properties length (few distinct ones), then

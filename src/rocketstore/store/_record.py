@@ -92,6 +92,24 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # The fixed part up to and including BODYLENGTH, for IPv4 born and store hosts.
 HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
 HEAD_V4_SIZE = HEAD_V4.size  # 88
+HEAD_V4_FIELDS = [  # the same head with 8-byte hosts, as a numpy record (batch writers)
+    ("total", ">i4"),
+    ("magic", ">i4"),
+    ("crc", ">i4"),
+    ("queue_id", ">i4"),
+    ("flag", ">i4"),
+    ("queue_offset", ">i8"),
+    ("phys_offset", ">i8"),
+    ("sys_flag", ">i4"),
+    ("born_timestamp", ">i8"),
+    ("born_host", "u1", 8),
+    ("store_timestamp", ">i8"),
+    ("store_host", "u1", 8),
+    ("reconsume_times", ">i4"),
+    ("prepared_offset", ">i8"),
+    ("body_length", ">i4"),
+]
+DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"  # 127.0.0.1:0, no born host given
 BLANK = struct.Struct(">ii")
 INT32 = struct.Struct(">i")
 INT16 = struct.Struct(">h")
