@@ -366,13 +366,13 @@ def consume_cmd(
             committed = -1 if from_beginning else consumer.fetch_consumer_offset(mq)
             offsets[mq] = committed if committed >= 0 else consumer.min_offset(mq)
         idle_since = time.monotonic()
-        suspend = 1000 if len(queues) > 1 else 15000
+        # one queue: wait in a long poll; several: poll them in turn, pausing when all are idle
+        suspend_ms = 15000 if len(queues) == 1 else 0
+        committed_at = dict(offsets)
         while True:
             got = 0
             for mq in queues:
-                r = consumer.pull(
-                    mq, offsets[mq], 32, expression, suspend_ms=suspend if len(queues) == 1 else 0
-                )
+                r = consumer.pull(mq, offsets[mq], 32, expression, suspend_ms=suspend_ms)
                 if r.status == "OFFSET_ILLEGAL":
                     offsets[mq] = r.next_begin_offset
                     continue
@@ -385,8 +385,9 @@ def consume_cmd(
                         break
                 else:
                     offsets[mq] = r.next_begin_offset
-                if not no_commit:
+                if not no_commit and offsets[mq] != committed_at[mq]:
                     consumer.commit_offset(mq, offsets[mq])
+                    committed_at[mq] = offsets[mq]
                 if max_messages is not None and seen >= max_messages:
                     return
             if got:
