@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 from ..remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
 from ._consumer_manager import parse_heartbeat
 from ._errors import InvalidHeartbeatError
-from ._topic_config import retry_topic
+from ._topic_config import PERM_READ, PERM_WRITE, retry_topic
 
 if TYPE_CHECKING:
     from ._controller import BrokerController
 
 log = logging.getLogger(__name__)
 RC = ResponseCode
-PERM_READ_WRITE = 6
 
 
 class ClientProcessor:
@@ -43,7 +42,7 @@ class ClientProcessor:
             group_config = broker.groups.find_or_create(group)
             if group_config is not None and group_config.retry_queue_nums > 0:
                 broker.create_topic_for_send_back(
-                    retry_topic(group), group_config.retry_queue_nums, PERM_READ_WRITE, 0
+                    retry_topic(group), group_config.retry_queue_nums, PERM_READ | PERM_WRITE, 0
                 )
             changed = broker.consumers.register_consumer(
                 group,

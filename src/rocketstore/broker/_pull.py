@@ -21,6 +21,7 @@ from ..store._filter import TagFilter
 from ..store._message import GetMessageStatus
 from ..store._raw_read import RawGetResult, get_raw
 from ._heartbeat import is_tag_type
+from ._topic_config import PERM_READ
 
 if TYPE_CHECKING:
     from ._controller import BrokerController
@@ -30,7 +31,6 @@ S = GetMessageStatus
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
-PERM_READ = 4
 
 _CODES = {
     S.FOUND: RC.SUCCESS,

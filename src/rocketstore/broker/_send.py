@@ -27,20 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._message import Message, PutMessageResult, PutMessageStatus
-from ..store._record import string_to_properties
+from ..store._record import TRANSACTION_PREPARED_TYPE, string_to_properties
 from ._errors import InvalidTopicError
 from ._send_back import retry_or_dlq
-from ._topic_config import is_not_allowed_send_topic
+from ._topic_config import PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, is_not_allowed_send_topic
 
 if TYPE_CHECKING:
     from ._controller import BrokerController
 
 RC = ResponseCode
-PERM_WRITE = 2
-PERM_READ = 4
-SYSFLAG_TRANSACTION_PREPARED = 0x4
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 PROPERTY_CLUSTER = "CLUSTER"
 
 # SEND_MESSAGE_V2's one-letter header names
@@ -162,7 +157,7 @@ class SendProcessor:
         props = string_to_properties(ext_str(ext, "properties") or "")
         props[PROPERTY_CLUSTER] = self.cluster
         sys_flag = ext_int(ext, "sysFlag", 0) or 0
-        if sys_flag & SYSFLAG_TRANSACTION_PREPARED:
+        if sys_flag & TRANSACTION_PREPARED_TYPE:
             return RemotingCommand.response(
                 RC.NO_PERMISSION,
                 f"the broker[{self.broker_name}] sending transaction message is forbidden",

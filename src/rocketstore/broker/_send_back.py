@@ -15,19 +15,16 @@ from typing import TYPE_CHECKING, Any
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._message import Message
 from ..store._record import PROPERTY_DELAY, PROPERTY_WAIT
-from ._topic_config import dlq_topic, retry_topic
+from ._topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 
 if TYPE_CHECKING:
     from ._controller import BrokerController
 
 RC = ResponseCode
-PERM_WRITE = 2
-PERM_READ = 4
 DLQ_NUMS_PER_GROUP = 1
 DLQ_PERM = PERM_WRITE | PERM_READ  # readable, as in RocketMQ 4.9: tools and consumers can drain it
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-RETRY_PREFIX = "%RETRY%"
 
 
 def retry_or_dlq(
@@ -41,7 +38,7 @@ def retry_or_dlq(
     """Where a producer's send to ``%RETRY%<group>`` goes: its own (topic, queue id), or the
     group's DLQ when the message has been consumed too often (``properties`` then lose DELAY: a
     dead letter is not delayed)."""
-    group = topic[len(RETRY_PREFIX) :]
+    group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
     group_config = broker.groups.find_or_create(group)
     if group_config is None:
         return RemotingCommand.response(
