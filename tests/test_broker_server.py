@@ -352,6 +352,9 @@ def test_pull_refusals(broker: RunningBroker, client: RemotingClient) -> None:
     bare = pull_request("T_refuse", 0, 0)
     bare.ext_fields["sysFlag"] = "0"
     assert client.invoke(broker.addr, bare).code == RC.SUBSCRIPTION_NOT_EXIST
+    # a subscription of separators only does not parse (RocketMQ's "subString split error")
+    r = client.invoke(broker.addr, pull_request("T_refuse", 0, 0, expression="||"))
+    assert r.code == RC.SUBSCRIPTION_PARSE_FAILED
 
 
 def test_a_held_pull_is_answered_when_a_message_arrives(

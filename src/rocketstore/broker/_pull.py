@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._errors import CorruptRecordError
-from ..store._filter import TagFilter
 from ..store._message import GetMessageStatus
 from ..store._raw_read import RawGetResult, get_raw
-from ._heartbeat import is_tag_type
+from ._errors import InvalidSubscriptionError
+from ._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ._topic_config import PERM_READ
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class PullProcessor:
         self.reader = broker.store.reader
         self.topics = broker.topics
         self.is_slave = broker.store_config.broker_role == "SLAVE"
-        self._filters: dict[str, TagFilter] = {}
+        self._codes: dict[str, frozenset[int] | None] = {}  # header subscriptions, parsed
 
     def handlers(self) -> dict[int, Any]:
         return {11: self.pull}
@@ -58,13 +58,22 @@ class PullProcessor:
     def pull(self, cmd: RemotingCommand, conn: Connection) -> Any:
         return self.process(cmd, conn, allow_suspend=True)
 
-    def _filter(self, expression: str) -> TagFilter:
-        f = self._filters.get(expression)
-        if f is None:
-            if len(self._filters) > 4096:
-                self._filters.clear()
-            f = self._filters[expression] = TagFilter(expression)
-        return f
+    @staticmethod
+    def _tag_codes(subscription: SubscriptionData) -> frozenset[int] | None:
+        """The tags codes a TAG subscription passes, None for all."""
+        return None if subscription.matches_all else subscription.code_set
+
+    def _header_codes(self, topic: str, expression: str) -> frozenset[int] | None:
+        """A pull's own TAG subscription, parsed as a heartbeat's is (cached by expression).
+        InvalidSubscriptionError when it does not parse."""
+        try:
+            return self._codes[expression]
+        except KeyError:
+            pass
+        if len(self._codes) > 4096:
+            self._codes.clear()
+        codes = self._codes[expression] = self._tag_codes(build_subscription(topic, expression))
+        return codes
 
     def process(self, cmd: RemotingCommand, conn: Connection, *, allow_suspend: bool) -> Any:
         ext = cmd.ext_fields
@@ -113,8 +122,8 @@ class PullProcessor:
             return RemotingCommand.response(
                 RC.SYSTEM_ERROR, f"maxMsgNums must be positive: {max_nums}"
             )
+        subscription = None
         if sys_flag & FLAG_SUBSCRIPTION:
-            expression = ext_str(ext, "subscription") or "*"
             expression_type = ext_str(ext, "expressionType")
         else:
             subscription = broker.consumers.find_subscription(group, topic)
@@ -122,7 +131,6 @@ class PullProcessor:
                 return RemotingCommand.response(
                     RC.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
                 )
-            expression = subscription.sub_string
             expression_type = subscription.expression_type
         if not is_tag_type(expression_type):
             # filtering by SQL92 (or a class) is not offered: refuse rather than hand out
@@ -131,8 +139,13 @@ class PullProcessor:
                 RC.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {expression_type}",
             )
-        tag_filter = self._filter(expression)
-        codes = None if tag_filter.matches_all else tag_filter.codes
+        if subscription is not None:
+            codes = self._tag_codes(subscription)
+        else:
+            try:
+                codes = self._header_codes(topic, ext_str(ext, "subscription") or "*")
+            except InvalidSubscriptionError as exc:
+                return RemotingCommand.response(RC.SUBSCRIPTION_PARSE_FAILED, str(exc))
         try:
             r = get_raw(self.reader, topic, queue_id, offset, max_nums, codes)
         except CorruptRecordError as exc:
