@@ -20,10 +20,11 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import Connection, RemotingServer
+from ..remoting import Connection, RemotingServer, ext_int, ext_str
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
+from ._admin import AdminProcessor
 from ._clients import ClientProcessor
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
@@ -31,6 +32,7 @@ from ._consumer_offset import ConsumerOffsetManager
 from ._long_poll import PullRequestHoldService
 from ._offsets import OffsetProcessor
 from ._pull import PullProcessor
+from ._query import QueryProcessor
 from ._queue_locks import QueueLockProcessor
 from ._send import SendProcessor
 from ._send_back import SendBackProcessor
@@ -133,7 +135,8 @@ class BrokerController:
                 SendBackProcessor(self),
                 SlaveSyncProcessor(self),
                 QueueLockProcessor(self),
-                *self._extra_processors(),
+                AdminProcessor(self),
+                QueryProcessor(self),
             ):
                 handlers.update(processor.handlers())
             self.server = RemotingServer(
@@ -163,19 +166,6 @@ class BrokerController:
             raise
         self._started = True
         log.info("broker %s listening on %s", config.broker_name, self.address)
-
-    def _extra_processors(self) -> list[Any]:
-        """Administration and queries (their modules are optional)."""
-        out: list[Any] = []
-        with contextlib.suppress(ImportError):
-            from ._admin import AdminProcessor
-
-            out.append(AdminProcessor(self))
-        with contextlib.suppress(ImportError):
-            from ._query import QueryProcessor
-
-            out.append(QueryProcessor(self))
-        return out
 
     async def _start_registrar(self) -> None:
         from ._outer_api import NamesrvRegistrar
@@ -258,8 +248,6 @@ class BrokerController:
         """A topic a producer sends to before it exists: created from the default topic when
         auto-creation allows (RocketMQ's createTopicInSendMessageMethod), then registered
         with the name servers at once."""
-        from ..remoting import ext_int, ext_str
-
         default_topic = ext_str(ext, "defaultTopic") or "TBW102"
         nums = ext_int(ext, "defaultTopicQueueNums", self.config.default_topic_queue_nums)
         sys_flag = ext_int(ext, "sysFlag", 0) or 0
