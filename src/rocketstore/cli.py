@@ -558,15 +558,10 @@ def import_cmd(
 
 
 def _add_network_commands() -> None:
-    import importlib
+    from . import _cli_admin, _cli_net
 
-    for module in ("._cli_net", "._cli_admin"):
-        try:
-            commands = importlib.import_module(module, __package__).COMMANDS
-        except ModuleNotFoundError:
-            continue
-        for command in commands:
-            main.add_command(command)
+    for command in (*_cli_net.COMMANDS, *_cli_admin.COMMANDS):
+        main.add_command(command)
 
 
 _add_network_commands()
