@@ -16,6 +16,17 @@ import click
 from .store._config import StoreConfig
 
 
+def parse_properties(items: tuple[str, ...]) -> dict[str, str]:
+    """``--property name=value`` options as a dict; BadParameter for an item without ``=``."""
+    properties = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--property")
+        properties[name] = value
+    return properties
+
+
 def _split_listen(value: str, default_port: int) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep:
@@ -296,12 +307,7 @@ def produce_cmd(
     """Send BODY, or every line of standard input as a message, through the brokers."""
     from .client import Producer
 
-    properties = {}
-    for item in props:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--property")
-        properties[name] = value
+    properties = parse_properties(props)
     bodies = (
         [body.encode()] if body is not None else (line.rstrip(b"\n") for line in sys.stdin.buffer)
     )

@@ -55,12 +55,9 @@ def put(
     body: str | None,
 ) -> None:
     """Put one message (BODY, or standard input when BODY is omitted)."""
-    properties = {}
-    for item in props:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--property")
-        properties[name] = value
+    from ._cli_net import parse_properties
+
+    properties = parse_properties(props)
     if delay:
         properties["DELAY"] = str(delay)
     data = body.encode() if body is not None else sys.stdin.buffer.read()
