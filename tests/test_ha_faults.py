@@ -4,6 +4,7 @@ between master and slave that delays, stalls and cuts the stream."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -362,10 +363,10 @@ def test_proxy_delays_stalls_and_cuts(stores: Any) -> None:
         cuts_from = proxy.accepted
         for _ in range(3):
             # each cut hits a live connection: the next waits for the slave to be back
-            before = proxy.accepted
+            accepted_before = proxy.accepted
             time.sleep(0.15)
             proxy.cut()
-            assert wait_until(lambda: proxy.accepted > before, 10)
+            assert wait_until(functools.partial(reconnected, proxy, accepted_before), 10)
         stop.set()
         t.join()
         sent += more
@@ -373,6 +374,10 @@ def test_proxy_delays_stalls_and_cuts(stores: Any) -> None:
         assert proxy.accepted >= cuts_from + 3
     same_bytes(master, slave)
     assert_exactly_once_from(slave, sent)
+
+
+def reconnected(proxy: Proxy, accepted_before: int) -> bool:
+    return proxy.accepted > accepted_before
 
 
 def assert_exactly_once_from(slave: MessageStore, sent: list[tuple[int, int, bytes]]) -> None:
