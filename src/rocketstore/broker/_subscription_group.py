@@ -77,6 +77,10 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5's FIFO flag: pop consumers (gRPC receives) get a queue's messages in order, the
+    # next only after the previous is acked or dead-lettered; written to the file only when set,
+    # so a 4.x broker's file stays as 4.9.8 writes it
+    consume_message_orderly: bool = False
 
     def replace(self, **changes: Any) -> SubscriptionGroupConfig:
         """A copy with some fields changed."""
@@ -84,17 +88,22 @@ class SubscriptionGroupConfig:
 
     def to_json(self) -> dict[str, Any]:
         """RocketMQ's JSON object (camelCase, fields sorted by name as fastjson writes them)."""
-        return {
+        doc: dict[str, Any] = {
             "brokerId": self.broker_id,
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
-            "groupName": self.group_name,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-            "retryMaxTimes": self.retry_max_times,
-            "retryQueueNums": self.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
         }
+        if self.consume_message_orderly:
+            doc["consumeMessageOrderly"] = True
+        doc.update(
+            groupName=self.group_name,
+            notifyConsumerIdsChangedEnable=self.notify_consumer_ids_changed_enable,
+            retryMaxTimes=self.retry_max_times,
+            retryQueueNums=self.retry_queue_nums,
+            whichBrokerWhenConsumeSlowly=self.which_broker_when_consume_slowly,
+        )
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, group_name: str | None = None) -> SubscriptionGroupConfig:
@@ -128,6 +137,10 @@ class SubscriptionGroupConfig:
             notify_consumer_ids_changed_enable=as_bool(
                 doc.get("notifyConsumerIdsChangedEnable", d.notify_consumer_ids_changed_enable),
                 "notifyConsumerIdsChangedEnable",
+            ),
+            consume_message_orderly=as_bool(
+                doc.get("consumeMessageOrderly", d.consume_message_orderly),
+                "consumeMessageOrderly",
             ),
         )
 
