@@ -9,6 +9,7 @@ import itertools
 import time
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import grpc
 import pytest
 
 from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
+from rocketstore.broker._subscription_group import SubscriptionGroupConfig
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.grpc._acl import authorization_header, parse_credentials
 from rocketstore.grpc._convert import delay_level_for
@@ -287,6 +289,58 @@ def test_send_with_a_message_group_hashes_to_one_queue(broker: BrokerThread, stu
     store = broker.broker.store
     counts = broker.run(lambda: [store.get_max_offset_in_queue(topic, q) for q in range(4)])
     assert sorted(counts) == [0, 0, 0, 6]
+
+
+def orderly_group(broker: BrokerThread, group: str) -> None:
+    broker.run(
+        lambda: broker.broker.groups.update(
+            SubscriptionGroupConfig(group, consume_message_orderly=True)
+        )
+    )
+
+
+def test_fifo_group_gets_each_queue_in_order_one_batch_at_a_time(
+    broker: BrokerThread, stub: Any
+) -> None:
+    topic, group = unique("FifoRecvT"), unique("FifoRecvG")
+    orderly_group(broker, group)
+    consumer = spb.TelemetryCommand()
+    consumer.settings.client_type = pb.SIMPLE_CONSUMER
+    consumer.settings.subscription.group.name = group
+    (answer,) = telemetry(stub, consumer)
+    assert answer.settings.subscription.fifo
+    sent = [f"m{i}".encode() for i in range(7)]
+    for body in sent:
+        send_ok(stub, topic, body, group="order-7")
+    _, first, _ = receive(stub, group, topic, batch=3)
+    assert [m.body for m in first] == sent[:3]
+    assert all(m.system_properties.message_group == "order-7" for m in first)
+    # the batch is out: another consumer of the group gets nothing, even after a partial ack
+    assert not receive(stub, group, topic, batch=3, poll_ms=100)[1]
+    handles = [m.system_properties.receipt_handle for m in first]
+    assert ack(stub, group, topic, *handles[:2]).status.code == Code.OK
+    assert not receive(stub, group, topic, batch=3, poll_ms=100)[1]
+    # a consumer waiting in a long poll is answered by the ack that frees the queue
+    pool = ThreadPoolExecutor(1)
+    try:
+        waiting = pool.submit(receive, stub, group, topic, batch=3, poll_ms=5_000)
+        time.sleep(0.3)
+        begin = time.monotonic()
+        assert ack(stub, group, topic, handles[2]).status.code == Code.OK
+        _, second, _ = waiting.result(10)
+        assert time.monotonic() - begin < 2.0
+    finally:
+        pool.shutdown()
+    assert [m.body for m in second] == sent[3:6]
+    # not acked: after the invisible time the same batch comes back, in order, attempt 2
+    second_handles = [m.system_properties.receipt_handle for m in second]
+    assert change_invisible(stub, group, topic, second_handles[1], 0).status.code == Code.OK
+    assert not receive(stub, group, topic, batch=3, poll_ms=100)[1]  # 3 and 5 still out
+    for h in (second_handles[0], second_handles[2]):
+        assert change_invisible(stub, group, topic, h, 0).status.code == Code.OK
+    _, again, _ = receive(stub, group, topic, batch=4)
+    assert [m.body for m in again] == sent[3:7]
+    assert [m.system_properties.delivery_attempt for m in again] == [2, 2, 2, 1]
 
 
 def test_delivery_timestamp_becomes_the_next_delay_level(broker: BrokerThread, stub: Any) -> None:

@@ -271,6 +271,100 @@ def test_message_due_for_dead_letter_queue_after_max_attempts(clock: ManualClock
     assert pop.statistics().dead_letters_pending == 0
 
 
+def orderly(
+    pop: PopState, queue: FakeQueue, n: int, *, max_attempts: int = 17
+) -> tuple[list[tuple[int, int]], list[Receipt], list[Receipt]]:
+    got = pop.receive(
+        G,
+        T,
+        0,
+        n,
+        INVISIBLE,
+        read=queue.read,
+        max_delivery_attempts=max_attempts,
+        orderly=True,
+    )
+    return (
+        [(r.offset, r.attempt) for r in got.deliveries],
+        list(got.deliveries),
+        list(got.dead_letters),
+    )
+
+
+def test_orderly_queue_hands_out_the_next_batch_only_after_the_last_is_acked(
+    pop: PopState, clock: ManualClock
+) -> None:
+    queue = FakeQueue(10)
+    first, receipts, _ = orderly(pop, queue, 3)
+    assert first == [(0, 1), (1, 1), (2, 1)]
+    # another consumer of the group gets nothing while the batch is out, even part-acked
+    assert orderly(pop, queue, 3)[0] == []
+    pop.ack(receipts[0].handle)
+    pop.ack(receipts[1].handle)
+    assert orderly(pop, queue, 3)[0] == []
+    pop.ack(receipts[2].handle)
+    assert orderly(pop, queue, 3)[0] == [(3, 1), (4, 1), (5, 1)]
+    # an unordered receive of the same state is not held back (the flag is per receive)
+    assert offsets(receive(pop, queue, 2)) == [6, 7]
+
+
+def test_orderly_queue_redelivers_unacked_messages_in_offset_order_before_new_ones(
+    pop: PopState, clock: ManualClock
+) -> None:
+    queue = FakeQueue(10)
+    _, receipts, _ = orderly(pop, queue, 4)
+    pop.ack(receipts[1].handle)
+    # offset 2's invisibility is pushed out: the queue stays held until it ends
+    longer = pop.change_invisible(receipts[2].handle, 2 * INVISIBLE)
+    clock.advance(INVISIBLE / 1000)
+    assert orderly(pop, queue, 5)[0] == []
+    clock.advance(INVISIBLE / 1000)
+    got, again, _ = orderly(pop, queue, 5)
+    # 0, 2, 3 come back (attempt 2) in order, then new ones fill the batch
+    assert got == [(0, 2), (2, 2), (3, 2), (4, 1), (5, 1)]
+    with pytest.raises(InvalidReceiptHandleError):
+        pop.ack(longer.handle)
+    for r in again:
+        pop.ack(r.handle)
+    assert pop.progress(G, T, 0) == 6
+
+
+def test_orderly_leftover_redeliveries_go_out_before_anything_new(
+    pop: PopState, clock: ManualClock
+) -> None:
+    queue = FakeQueue(10)
+    orderly(pop, queue, 5)
+    clock.advance(INVISIBLE / 1000)
+    got, receipts, _ = orderly(pop, queue, 2)
+    assert got == [(0, 2), (1, 2)]
+    assert orderly(pop, queue, 2)[0] == []
+    for r in receipts:
+        pop.ack(r.handle)
+    # 2..4 are still unacked and visible: they go first, and nothing new joins them
+    assert orderly(pop, queue, 2)[0] == [(2, 2), (3, 2)]
+    clock.advance(INVISIBLE / 1000)
+    assert orderly(pop, queue, 5)[0] == [(2, 3), (3, 3), (4, 2), (5, 1), (6, 1)]
+
+
+def test_orderly_message_past_max_attempts_is_dead_lettered_and_the_queue_moves_on(
+    clock: ManualClock,
+) -> None:
+    pop = PopState(None, clock=clock, dead_letter_retry_ms=5_000)
+    queue = FakeQueue(3)
+    assert orderly(pop, queue, 1, max_attempts=2)[0] == [(0, 1)]
+    clock.advance(INVISIBLE / 1000)
+    assert orderly(pop, queue, 1, max_attempts=2)[0] == [(0, 2)]
+    clock.advance(INVISIBLE / 1000)
+    got, receipts, dead = orderly(pop, queue, 1, max_attempts=2)
+    assert [(d.offset, d.attempt) for d in dead] == [(0, 2)]
+    assert got == [(1, 1)]
+    pop.ack(receipts[0].handle)
+    # held until the broker acks the dead-letter put
+    assert orderly(pop, queue, 1, max_attempts=2)[0] == []
+    pop.ack(dead[0].handle)
+    assert orderly(pop, queue, 1, max_attempts=2)[0] == [(2, 1)]
+
+
 def test_filtered_out_offsets_are_skipped_for_good(pop: PopState) -> None:
     queue = FakeQueue(200, match=lambda offset: offset % 50 == 49)
     got = receive(pop, queue, 4)

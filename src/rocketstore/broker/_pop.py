@@ -248,6 +248,7 @@ class PopState:
         read: Callable[[int, int], ReadBatch],
         start_offset: int | Callable[[], int] = 0,
         max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
+        orderly: bool = False,
     ) -> Received:
         """Hand out up to ``max_nums`` messages of one queue to a consumer of ``group``, each
         invisible to the group for ``invisible_ms`` from now.
@@ -258,6 +259,10 @@ class PopState:
         ``max_delivery_attempts`` deliveries is not redelivered but returned in
         ``dead_letters``: the caller puts it into %DLQ%<group> and acks its handle; unacked,
         it is offered again after ``dead_letter_retry_ms``.
+
+        ``orderly`` (a FIFO group): the queue is handed out in offset order, one batch at a
+        time. While any message of the queue is invisible nothing is handed out; once every
+        unacked one is visible again they come back first, in offset order, then new ones.
 
         Any thread (see the module docstring about ``read``).
         """
@@ -277,9 +282,18 @@ class PopState:
                     raise ValueError(f"start offset must not be negative, not {first}")
                 queue = self._queues[key] = _Queue(next_offset=first)
                 self._changes += 1
-            expired, dead = self._take_expired(queue, now, max_nums, max_delivery_attempts)
+            if orderly:
+                if any(e.deadline > now for e in queue.entries.values()):
+                    return Received((), ())  # the last batch is still out
+                expired, dead = self._take_all_expired(queue, max_nums, max_delivery_attempts)
+            else:
+                expired, dead = self._take_expired(queue, now, max_nums, max_delivery_attempts)
+            unsent = len(queue.entries) - len(expired) - len(dead)
+            # an orderly queue with expired messages left over (more than max_nums) reads
+            # nothing new until those are out
+            room = 0 if orderly and unsent else max_nums - len(expired)
             try:
-                fresh, next_offset = self._read_fresh(queue, read, max_nums - len(expired))
+                fresh, next_offset = self._read_fresh(queue, read, room)
             except BaseException:
                 for entry in expired + dead:
                     queue.schedule(entry)  # untouched: back on the heap as they were
@@ -321,6 +335,26 @@ class PopState:
             else:
                 break
             heapq.heappop(heap)
+        return expired, dead
+
+    @staticmethod
+    def _take_all_expired(
+        queue: _Queue, max_nums: int, max_attempts: int
+    ) -> tuple[list[_Entry], list[_Entry]]:
+        """For an orderly queue whose unacked messages are all visible again: the first
+        ``max_nums`` to redeliver by offset, and every one due for the dead-letter topic. The
+        deadline heap is emptied (every deadline in it has passed); the rest are rescheduled."""
+        queue.deadlines.clear()
+        expired: list[_Entry] = []
+        dead: list[_Entry] = []
+        for offset in sorted(queue.entries):
+            entry = queue.entries[offset]
+            if entry.dead or entry.attempt >= max_attempts:
+                dead.append(entry)
+            elif len(expired) < max_nums:
+                expired.append(entry)
+            else:
+                queue.schedule(entry)  # visible, waits for the batch before it
         return expired, dead
 
     @staticmethod

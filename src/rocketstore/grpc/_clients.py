@@ -7,7 +7,8 @@ consumer's subscription: group and filter expressions). The broker remembers the
 
 - producers: a retry policy (3 attempts, exponential backoff) and the largest body the broker
   stores (``max_message_size``), message types checked against the route's accept list;
-- consumers: the receive batch size, the longest long poll, ``fifo`` off, and the group's retry
+- consumers: the receive batch size, the longest long poll, ``fifo`` when the group is
+  orderly (consumeMessageOrderly), and the group's retry
   policy (``retryMaxTimes`` + 1 attempts, backing off along the broker's delay levels).
 
 Loop thread only.
@@ -99,8 +100,8 @@ class ClientRegistry:
         sub = out.subscription
         sub.receive_batch_size = self._config.receive_batch_size
         sub.long_polling_timeout.FromMilliseconds(self._config.max_long_polling_ms)
-        sub.fifo = False
         group_config = self._broker.groups.find_or_create(sub.group.name)
+        sub.fifo = group_config is not None and group_config.consume_message_orderly
         retry_max_times = group_config.retry_max_times if group_config is not None else 16
         policy = out.backoff_policy
         policy.Clear()

@@ -103,6 +103,10 @@ class PopService:
             raise GrpcError(Code.FORBIDDEN, f"consumer group {group} may not consume")
         return config
 
+    def _is_orderly(self, group: str) -> bool:
+        config = self.broker.groups.get(group)
+        return config is not None and config.consume_message_orderly
+
     def _readable_queues(self, topic: str) -> list[int]:
         config = self.broker.topics.select(topic)
         if config is None:
@@ -150,6 +154,7 @@ class PopService:
             None if tag_filter.matches_all else tag_filter,
             group_config.retry_max_times + 1,
             poll_ms,
+            group_config.consume_message_orderly,
         )
 
     def _polling_ms(self, request: spb.ReceiveMessageRequest, remaining_s: float | None) -> int:
@@ -181,6 +186,7 @@ class PopService:
         tag_filter: TagFilter | None,
         max_attempts: int,
         poll_ms: int,
+        orderly: bool,
     ) -> list[Delivery]:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + poll_ms / 1000.0
@@ -192,7 +198,7 @@ class PopService:
             # what the queues hold before the look: an arrival after it wakes the wait below
             snapshot = [store.get_max_offset_in_queue(topic, q) for q in queues]
             found = self._pop_once(
-                group, topic, queues, batch, invisible_ms, tag_filter, max_attempts
+                group, topic, queues, batch, invisible_ms, tag_filter, max_attempts, orderly
             )
             if found or self._closing:
                 return found
@@ -229,6 +235,7 @@ class PopService:
         invisible_ms: int,
         tag_filter: TagFilter | None,
         max_attempts: int,
+        orderly: bool = False,
     ) -> list[Delivery]:
         out: list[Delivery] = []
         turn = self._turns.get((group, topic))
@@ -252,6 +259,7 @@ class PopService:
                     read=partial(self._read, group, topic, queue_id, tag_filter, cache),
                     start_offset=partial(self._start_offset, group, topic, queue_id),
                     max_delivery_attempts=max_attempts,
+                    orderly=orderly,
                 )
             except CorruptRecordError as exc:
                 log.error("receive %s of %s:%d: %s", group, topic, queue_id, exc)
@@ -378,6 +386,8 @@ class PopService:
                 out.status.code = Code.OK
                 out.status.message = "OK"
             codes.add(out.status.code)
+        if Code.OK in codes and self._is_orderly(group):
+            self._wake((group, topic))  # an ack may free a FIFO queue for the next message
         code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
         response.status.code = code  # type: ignore[assignment]
         response.status.message = Code.Name(code)  # type: ignore[arg-type]
@@ -444,6 +454,8 @@ class PopService:
             log.error("dead letter %s: put failed with %s", receipt, r.status.name)
             return False
         self._ack_quietly(receipt.handle)
+        if self._is_orderly(receipt.group):
+            self._wake((receipt.group, receipt.topic))
         return True
 
     def _ack_quietly(self, handle: str) -> None:
