@@ -1,12 +1,13 @@
-"""The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer and message
-commands): ``topic create|list|delete|route``, ``cluster list``, ``consumer progress``,
-``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+"""The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
+subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
+``group update|delete|list``, ``consumer progress``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import json
@@ -295,6 +296,180 @@ def _first_float(text: str) -> float:
         return 0.0
 
 
+# ---- group (subscription groups) ------------------------------------------------------------
+
+
+@click.group("group")
+def subscription_group() -> None:
+    """Consumer groups' settings on brokers (mqadmin updateSubGroup / deleteSubGroup)."""
+
+
+def _targets(admin: Any, cluster: str | None, broker: str | None) -> list[str]:
+    """The broker given, or every master of the cluster (of every cluster when neither)."""
+    if cluster and broker:
+        raise click.UsageError("give --cluster or --broker, not both")
+    targets = [broker] if broker else sorted(admin.masters(cluster).values())
+    if not targets:
+        raise click.ClickException("no master broker found")
+    return targets
+
+
+cluster_option = click.option(
+    "--cluster", "-c", default=None, help="every master of this cluster (default: of every one)"
+)
+broker_option = click.option("--broker", "-b", default=None, help="this broker HOST:PORT only")
+group_option = click.option("--group", "-g", required=True, help="consumer group")
+
+
+@subscription_group.command("update")
+@namesrv_option
+@cluster_option
+@broker_option
+@group_option
+@click.option(
+    "--orderly/--no-orderly",
+    default=None,
+    help="FIFO delivery to pop (gRPC) consumers (consumeMessageOrderly)",
+)
+@click.option("--retry-max-times", type=click.IntRange(0), default=None, help="retryMaxTimes")
+@click.option("--retry-queue-nums", type=click.IntRange(0), default=None, help="retryQueueNums")
+@click.option("--consume-enable/--no-consume-enable", default=None, help="consumeEnable")
+@click.option("--broadcast/--no-broadcast", default=None, help="consumeBroadcastEnable")
+@click.option("--consume-from-min/--no-consume-from-min", default=None, help="consumeFromMinEnable")
+@click.option(
+    "--notify-ids-changed/--no-notify-ids-changed",
+    default=None,
+    help="notifyConsumerIdsChangedEnable",
+)
+@click.option("--broker-id", type=click.IntRange(0), default=None, help="brokerId")
+@click.option(
+    "--which-broker-when-consume-slowly",
+    type=click.IntRange(0),
+    default=None,
+    help="whichBrokerWhenConsumeSlowly",
+)
+@_failures
+def group_update(
+    namesrv: str,
+    cluster: str | None,
+    broker: str | None,
+    group: str,
+    **settings: Any,
+) -> None:
+    """Create a group's settings or change some of them, on one broker or on every master of a
+    cluster. Settings not given keep each broker's current value (the defaults for a new
+    group)."""
+    changes = {_GROUP_FIELDS[k]: v for k, v in settings.items() if v is not None}
+    with _admin(namesrv) as admin:
+        for addr in _targets(admin, cluster, broker):
+            config = admin.update_subscription_group(addr, group, **changes)
+            click.echo(f"create subscription group to {addr} success.")
+            click.echo(json.dumps(config.to_json(), separators=(",", ":")))
+
+
+_GROUP_FIELDS = {
+    "orderly": "consume_message_orderly",
+    "retry_max_times": "retry_max_times",
+    "retry_queue_nums": "retry_queue_nums",
+    "consume_enable": "consume_enable",
+    "broadcast": "consume_broadcast_enable",
+    "consume_from_min": "consume_from_min_enable",
+    "notify_ids_changed": "notify_consumer_ids_changed_enable",
+    "broker_id": "broker_id",
+    "which_broker_when_consume_slowly": "which_broker_when_consume_slowly",
+}
+
+
+@subscription_group.command("delete")
+@namesrv_option
+@cluster_option
+@broker_option
+@group_option
+@click.option("--clean-offset", is_flag=True, help="remove the group's consumer offsets too")
+@_failures
+def group_delete(
+    namesrv: str, cluster: str | None, broker: str | None, group: str, clean_offset: bool
+) -> None:
+    """Delete a group's settings from one broker or from every master of a cluster (its retry
+    and dead-letter topics stay: delete them with ``topic delete``)."""
+    with _admin(namesrv) as admin:
+        for addr in _targets(admin, cluster, broker):
+            admin.delete_subscription_group(addr, group, clean_offset=clean_offset)
+            offsets = " and its consumer offsets" if clean_offset else ""
+            click.echo(
+                f"delete subscription group [{group}]{offsets} from broker [{addr}] success."
+            )
+
+
+@subscription_group.command("list")
+@namesrv_option
+@cluster_option
+@broker_option
+@json_option
+@_failures
+def group_list(namesrv: str, cluster: str | None, broker: str | None, as_json: bool) -> None:
+    """Every group's settings on each master (or on the broker given)."""
+    from .client import ClientError
+    from .remoting import RemotingError
+
+    rows: list[dict[str, Any]] = []
+    failed: list[str] = []
+    with _admin(namesrv) as admin:
+        if broker and not cluster:
+            targets = [("", broker)]
+        else:
+            if cluster and broker:
+                raise click.UsageError("give --cluster or --broker, not both")
+            targets = sorted(admin.masters(cluster).items())
+        for broker_name, addr in targets:
+            try:
+                groups = admin.subscription_groups(addr)
+            except (ClientError, RemotingError, ValueError) as exc:
+                click.echo(f"error: {addr}: {exc}", err=True)
+                failed.append(addr)
+                continue
+            for name in sorted(groups):
+                row: dict[str, Any] = {"broker_name": broker_name, "address": addr}
+                row.update(dataclasses.asdict(groups[name]))
+                rows.append(row)
+    if as_json:
+        _dump(rows)
+    else:
+        table = _table(
+            "subscription groups",
+            [
+                ("Broker", "left"),
+                ("Group", "left"),
+                ("Consume", "left"),
+                ("Orderly", "left"),
+                ("Broadcast", "left"),
+                ("From Min", "left"),
+                ("Retry Queues", "right"),
+                ("Retry Max", "right"),
+                ("BID", "right"),
+            ],
+        )
+        for row in rows:
+            table.add_row(
+                row["broker_name"] or row["address"],
+                row["group_name"],
+                _yes(row["consume_enable"]),
+                _yes(row["consume_message_orderly"]),
+                _yes(row["consume_broadcast_enable"]),
+                _yes(row["consume_from_min_enable"]),
+                str(row["retry_queue_nums"]),
+                str(row["retry_max_times"]),
+                str(row["broker_id"]),
+            )
+        _console().print(table)
+    if failed:
+        sys.exit(1)
+
+
+def _yes(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
 # ---- consumer -------------------------------------------------------------------------------
 
 
@@ -481,4 +656,4 @@ def message_view(broker: str | None, offset_msg_id: str, as_json: bool) -> None:
         click.echo(f"{k:<{width}}  {v}")
 
 
-COMMANDS = [topic_group, cluster_group, consumer_group, message_group]
+COMMANDS = [topic_group, cluster_group, subscription_group, consumer_group, message_group]

@@ -1,5 +1,5 @@
 """Administration requests (RocketMQ 4.9.8's AdminBrokerProcessor, the parts mqadmin's topic,
-cluster and consumer commands use).
+cluster, consumer and subscription-group commands use).
 
 =====  ============================  =========================================================
 code   request                       ext fields → answer
@@ -10,18 +10,27 @@ code   request                       ext fields → answer
 21     GET_ALL_TOPIC_CONFIG          → TopicConfigSerializeWrapper (compact fastjson)
 26     GET_BROKER_CONFIG             → ``key=value`` lines; ext version (DataVersion JSON)
 28     GET_BROKER_RUNTIME_INFO       → KVTable: the store's runtime info and the broker's keys
+200    UPDATE_AND_CREATE_            body: SubscriptionGroupConfig JSON (camelCase; fields
+       SUBSCRIPTIONGROUP             not given take the defaults, unknown ones are ignored)
+                                     → SUCCESS; the table is persisted at once
 202    GET_TOPIC_STATS_INFO          topic → TopicStatsTable, or TOPIC_NOT_EXIST
+207    DELETE_SUBSCRIPTIONGROUP      groupName [, cleanOffset (RocketMQ 5) / removeOffset
+                                     (4.9.8)] → SUCCESS (also for a group that is absent;
+                                     built-in groups too, as RocketMQ does); with the flag the
+                                     group's consumer offsets go too
 208    GET_CONSUME_STATS             consumerGroup [, topic] → ConsumeStats
 215    DELETE_TOPIC_IN_BROKER        topic → SUCCESS: config and consumer offsets removed,
                                      the store's consume queues destroyed (when it can)
 300    QUERY_TOPIC_CONSUME_BY_WHO    topic → GroupList (online groups and groups with offsets)
 =====  ============================  =========================================================
 
-A missing or malformed header field, a bad topic name, a system topic, a change requested of a
-slave: SYSTEM_ERROR with RocketMQ's remark. Handlers run on the broker's event loop; the ones
+A missing or malformed header field or body, a bad topic or group name, a system topic, a
+change requested of a slave: SYSTEM_ERROR with RocketMQ's remark (or one saying what is
+wrong where RocketMQ has none). Handlers run on the broker's event loop; the ones
 that read many queues or touch files run their work in a worker thread.
 
 The consume TPS of a group is 0.0: the broker keeps no per-group pull statistics yet.
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) is served by the slave-sync processor.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import shutil
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -52,8 +62,10 @@ from ._admin_bodies import (
     encode_group_list,
     encode_kv_table,
     encode_topic_stats,
+    loads,
 )
 from ._errors import InvalidTopicError
+from ._subscription_group import SubscriptionGroupConfig
 from ._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
 
 if TYPE_CHECKING:
@@ -73,6 +85,8 @@ SLAVE_REMARK = (
     "please execute it from master broker."
 )
 MAX_PERM = 0xF  # PRIORITY | READ | WRITE | INHERIT
+GROUP_MAX_LENGTH = 120  # RocketMQ 5's TopicValidator.validateGroup
+_GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 Handler = Callable[[RemotingCommand, Connection], RemotingCommand | Awaitable[RemotingCommand]]
 
@@ -151,6 +165,8 @@ class AdminProcessor:
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
         }
         return {int(code): _guarded(fn) for code, fn in table.items()}
 
@@ -250,6 +266,49 @@ class AdminProcessor:
         groups = self.broker.consumers.groups_by_topic(topic)
         groups |= self.broker.offsets.groups_by_topic(topic)
         return _ok(encode_group_list(sorted(groups)))
+
+    # ---- subscription groups ----------------------------------------------------------------
+
+    async def update_and_create_group(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: create or replace a group's settings with the
+        body's (loop thread; the file is written in a worker thread)."""
+        if self.is_slave:
+            raise RequestError(SLAVE_REMARK)
+        config = parse_group_body(cmd.body)
+        groups = self.broker.groups
+        log.info("update or create subscription group %s, called by %s", config, conn.peer)
+        if groups.get(config.group_name) == config:
+            return _ok()  # no change: no new data version, no write
+        await asyncio.to_thread(groups.update, config)  # persists: fsyncs
+        return _ok()
+
+    async def delete_group(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """DELETE_SUBSCRIPTIONGROUP: forget a group's settings and, when asked, its consumer
+        offsets (loop thread; the files are written in a worker thread)."""
+        if self.is_slave:
+            raise RequestError(SLAVE_REMARK)
+        ext = cmd.ext_fields
+        group = _required_str(ext, "groupName").strip()
+        if not group:
+            raise RequestError("The specified group is blank.")
+        clean = ext_bool(ext, "cleanOffset") or ext_bool(ext, "removeOffset")
+        broker = self.broker
+        removed = await asyncio.to_thread(broker.groups.delete, group)  # persists when removed
+        gone: list[str] = []
+        if clean:
+            gone = broker.offsets.remove_group(group)
+            if gone:
+                await asyncio.to_thread(broker.offsets.persist)
+        log.info(
+            "delete subscription group %s, called by %s: config %s, offsets %s",
+            group,
+            conn.peer,
+            "removed" if removed else "absent",
+            f"of {len(gone)} topics removed" if clean else "kept",
+        )
+        return _ok()
 
     # ---- consumer progress ------------------------------------------------------------------
 
@@ -353,6 +412,49 @@ class AdminProcessor:
         for key, value in self.broker.store_config.extra:
             out.setdefault(key, value)
         return out
+
+
+def validate_group(group: str) -> None:
+    """RequestError unless ``group`` is a name RocketMQ 5 accepts: not blank, only
+    ``[%|a-zA-Z0-9_-]``, at most 120 characters."""
+    if not group.strip():
+        raise RequestError("The specified group is blank.")
+    if not _GROUP_NAME.fullmatch(group):
+        raise RequestError(
+            f"The specified group: {group}, contains illegal characters, allowing only "
+            "^[%|a-zA-Z0-9_-]+$"
+        )
+    if len(group) > GROUP_MAX_LENGTH:
+        raise RequestError(
+            f"The specified group: {group}, is longer than group max length: {GROUP_MAX_LENGTH}"
+        )
+
+
+def parse_group_body(body: bytes | bytearray | memoryview | None) -> SubscriptionGroupConfig:
+    """The SubscriptionGroupConfig of an UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body (the JSON
+    object RocketMQ's admin writes); RequestError saying what is wrong with it."""
+    if not body:
+        raise RequestError("the request body is empty: a SubscriptionGroupConfig JSON was expected")
+    try:
+        doc = loads(body)
+    except ValueError as exc:
+        raise RequestError(f"the body is not a SubscriptionGroupConfig JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise RequestError(f"the body is not a SubscriptionGroupConfig JSON object: {doc!r:.80}")
+    if not isinstance(doc.get("groupName"), str):
+        raise RequestError("the SubscriptionGroupConfig has no groupName")
+    validate_group(doc["groupName"])
+    try:
+        config = SubscriptionGroupConfig.from_json(doc)
+    except ValueError as exc:
+        raise RequestError(f"bad SubscriptionGroupConfig: {exc}") from None
+    for name, value in (
+        ("retryQueueNums", config.retry_queue_nums),
+        ("retryMaxTimes", config.retry_max_times),
+    ):
+        if value < 0:
+            raise RequestError(f"bad SubscriptionGroupConfig: {name} {value} is negative")
+    return config
 
 
 def _text(value: Any) -> str:

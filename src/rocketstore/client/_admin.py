@@ -1,6 +1,7 @@
 """A blocking administration client (what RocketMQ's DefaultMQAdminExt does for mqadmin's topic,
-cluster, consumer and message commands): name-server lookups, topic creation and deletion on
-brokers, consumer progress, broker runtime information, messages by key and by id.
+cluster, consumer, subscription-group and message commands): name-server lookups, topic creation
+and deletion on brokers, subscription groups' settings, consumer progress, broker runtime
+information, messages by key and by id.
 
 Any thread (calls are serialised by the underlying RemotingClient).
 """
@@ -9,10 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..broker._admin_bodies import ConsumeStats, decode_kv_table
+from ..broker._admin_bodies import loads as loads_body
+from ..broker._subscription_group import SubscriptionGroupConfig
 from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
-from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from ..remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+    _fastjson,
+)
 from ..store._record import MessageExt, decode_msg_id
 from ._consumer import decode_records
 from ._route import ClientError, RouteCache, TopicRoute
@@ -165,11 +176,73 @@ class AdminClient:
 
     def topic_configs(self, addr: str) -> dict[str, dict[str, object]]:
         """GET_ALL_TOPIC_CONFIG: topic → its TopicConfig JSON object."""
-        from ..remoting import _fastjson
-
         doc = _fastjson.loads(bytes(self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG).body))
         table = doc.get("topicConfigTable") or {}
         return {str(k): dict(v) for k, v in table.items()}
+
+    # ---- subscription groups on brokers -----------------------------------------------------
+
+    def subscription_group_docs(self, addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group → its SubscriptionGroupConfig JSON object as
+        the broker wrote it (a RocketMQ 5 broker's has fields rocketstore does not know)."""
+        body = self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body
+        doc = loads_body(body)
+        table = doc.get("subscriptionGroupTable") if isinstance(doc, dict) else None
+        if not isinstance(table, dict):
+            raise ClientError(ResponseCode.SYSTEM_ERROR, "no subscriptionGroupTable in the answer")
+        return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
+
+    def subscription_groups(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
+        """The broker's subscription groups by name. ValueError for an entry that does not
+        parse."""
+        return {
+            name: SubscriptionGroupConfig.from_json(doc, name)
+            for name, doc in self.subscription_group_docs(addr).items()
+        }
+
+    def update_subscription_group(
+        self, addr: str, group: str | SubscriptionGroupConfig, **changes: Any
+    ) -> SubscriptionGroupConfig:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on the broker at ``addr``; the settings sent.
+
+        Given a config, it (with ``changes``: SubscriptionGroupConfig field names) replaces the
+        broker's, as mqadmin updateSubGroup does. Given a group name, the broker's current
+        settings are read first (defaults when it has none) and only ``changes`` differ; fields
+        this client does not know (a RocketMQ 5 broker's) are sent back as they were."""
+        kept: dict[str, Any] = {}
+        if isinstance(group, SubscriptionGroupConfig):
+            config = group.replace(**changes) if changes else group
+        else:
+            current = self.subscription_group_docs(addr).get(group)
+            if current is None:
+                base = SubscriptionGroupConfig(group)
+            else:
+                kept = current
+                base = SubscriptionGroupConfig.from_json(current, group)
+            config = base.replace(**changes)
+        doc = {**kept, **config.to_json()}
+        # explicit, so that a broker that had it set learns that it is off
+        doc["consumeMessageOrderly"] = config.consume_message_orderly
+        body = _fastjson.dumps(doc).encode("utf-8")
+        r = self.client.invoke(
+            addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        )
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(r.code, r.remark)
+        return config
+
+    def delete_subscription_group(
+        self, addr: str, group: str, *, clean_offset: bool = False
+    ) -> None:
+        """DELETE_SUBSCRIPTIONGROUP on the broker at ``addr``; with ``clean_offset`` the group's
+        consumer offsets there are removed too (sent as RocketMQ 5's cleanOffset and 4.9.8's
+        removeOffset)."""
+        flag = "true" if clean_offset else "false"
+        self.call(
+            addr,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP,
+            {"groupName": group, "cleanOffset": flag, "removeOffset": flag},
+        )
 
     # ---- brokers ----------------------------------------------------------------------------
 
