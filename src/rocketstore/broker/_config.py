@@ -33,6 +33,10 @@ _CONF_KEYS = {
     "slaveReadEnable": "slave_read_enable",
     "serverMaxFrameSize": "max_frame_size",
     "maxReconsumeTimes": "max_reconsume_times",
+    "rejectTransactionMessage": "reject_transaction_message",
+    "transactionTimeOut": "transaction_timeout",
+    "transactionCheckMax": "transaction_check_max",
+    "transactionCheckInterval": "transaction_check_interval",
 }
 
 
@@ -56,6 +60,13 @@ class BrokerConfig:
     slave_read_enable: bool = False
     max_frame_size: int = 16 * 1024 * 1024
     max_reconsume_times: int = 16
+    reject_transaction_message: bool = False
+    # a half message younger than this (ms) is not checked yet
+    transaction_timeout: int = 6_000
+    # checks of one half message before it is given up
+    transaction_check_max: int = 15
+    # ms between two rounds of transaction checks
+    transaction_check_interval: int = 60_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -64,6 +75,10 @@ class BrokerConfig:
             raise StoreConfigError(f"broker_id must be >= 0, got {self.broker_id}")
         if self.default_topic_queue_nums <= 0:
             raise StoreConfigError("default_topic_queue_nums must be positive")
+        if self.transaction_check_interval <= 0 or self.transaction_timeout < 0:
+            raise StoreConfigError(
+                "transaction_check_interval must be positive and transaction_timeout not negative"
+            )
 
     @property
     def namesrv_addrs(self) -> list[str]:

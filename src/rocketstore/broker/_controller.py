@@ -29,6 +29,7 @@ from ._clients import ClientProcessor
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
 from ._consumer_offset import ConsumerOffsetManager
+from ._end_transaction import EndTransactionProcessor
 from ._long_poll import PullRequestHoldService
 from ._offsets import OffsetProcessor
 from ._pull import PullProcessor
@@ -39,6 +40,7 @@ from ._send_back import SendBackProcessor
 from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
+from ._transaction import TransactionService
 
 if TYPE_CHECKING:
     from ..grpc import GrpcConfig, GrpcFrontEnd
@@ -124,6 +126,14 @@ class BrokerController:
             self.consumers: ConsumerManager[Connection] = ConsumerManager(self.clock)
             self.producers: ProducerManager[Connection] = ProducerManager(self.clock)
             self.holds = PullRequestHoldService(asyncio.get_running_loop())
+            self.transactions = TransactionService(
+                self,
+                timeout_ms=config.transaction_timeout,
+                check_max=config.transaction_check_max,
+                check_interval_ms=config.transaction_check_interval,
+            )
+            end_transaction = EndTransactionProcessor(self)
+            self.transactions.checkers.append(end_transaction.check)
             self.store.set_message_arriving_listener(self._message_arriving)
             handlers: dict[int, Any] = {}
             self.clients = ClientProcessor(self)
@@ -137,6 +147,7 @@ class BrokerController:
                 QueueLockProcessor(self),
                 AdminProcessor(self),
                 QueryProcessor(self),
+                end_transaction,
             ):
                 handlers.update(processor.handlers())
             self.server = RemotingServer(
@@ -153,6 +164,8 @@ class BrokerController:
             if self.store_config.broker_role == "SLAVE":
                 self.slave_sync = SlaveSynchronizer(self)
                 self.slave_sync.start()
+            else:
+                self.transactions.start()
             if config.namesrv_addrs:
                 await self._start_registrar()
             if self.grpc_config is not None:
@@ -224,6 +237,7 @@ class BrokerController:
             except Exception:
                 log.exception("broker: closing the gRPC front end failed")
             self.grpc = None
+        await self.transactions.close()
         self.holds.wake_all()
         await asyncio.sleep(0)  # let the woken pulls write their answers
         await self.server.close()

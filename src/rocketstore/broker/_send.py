@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._message import Message, PutMessageResult, PutMessageStatus
-from ..store._record import TRANSACTION_PREPARED_TYPE, string_to_properties
+from ..store._record import (
+    PROPERTY_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    string_to_properties,
+)
 from ._errors import InvalidTopicError
 from ._send_back import retry_or_dlq
 from ._topic_config import PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, is_not_allowed_send_topic
@@ -157,7 +162,11 @@ class SendProcessor:
         props = string_to_properties(ext_str(ext, "properties") or "")
         props[PROPERTY_CLUSTER] = self.cluster
         sys_flag = ext_int(ext, "sysFlag", 0) or 0
-        if sys_flag & TRANSACTION_PREPARED_TYPE:
+        prepared = (
+            sys_flag & SYSFLAG_TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
+            or props.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+        )
+        if prepared and self.broker.config.reject_transaction_message:
             return RemotingCommand.response(
                 RC.NO_PERMISSION,
                 f"the broker[{self.broker_name}] sending transaction message is forbidden",
@@ -181,6 +190,8 @@ class SendProcessor:
             born_host=conn.peer or None,
             reconsume_times=reconsume,
         )
+        if prepared:
+            self.broker.transactions.to_half(msg, ext_str(ext, "producerGroup"))
         return self._finish(self.store.put_message_async(msg), queue_id, batch=False)
 
     def send_batch(self, cmd: RemotingCommand, conn: Connection) -> Any:

@@ -1,0 +1,477 @@
+"""Transactional messages: half messages, their commit or rollback, and the broker's checks of
+transactions a producer left open. The files are RocketMQ 4.x's.
+
+A producer sends a *half* message (sysFlag TRANSACTION_PREPARED, property TRAN_MSG=true). The
+broker does not store it under its topic: it keeps the real topic and queue in the REAL_TOPIC
+and REAL_QID properties, clears the transaction bits and puts it into queue 0 of
+``RMQ_SYS_TRANS_HALF_TOPIC``, where consumers of the real topic never see it. Then:
+
+- **commit** (END_TRANSACTION, or gRPC EndTransaction): the half message is read back by its
+  commit-log offset and stored again under its real topic and queue with sysFlag
+  TRANSACTION_COMMIT and the half's commit-log offset as its prepared-transaction offset; from
+  there it is an ordinary message. Its properties are the half's, REAL_TOPIC, REAL_QID and
+  TRAN_MSG included, as RocketMQ 4.9.8 stores them.
+- **rollback**: nothing is stored under the real topic.
+- either way an *op* message marks the half done: topic ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, the
+  half's queue, tag ``d``, body the half's queue offset in decimal.
+
+**Checks.** Every ``check_interval_ms`` the broker walks the half queue from its progress (the
+consumer offset of group ``CID_RMQ_SYS_TRANS`` on the half topic, in consumerOffset.json). A half
+with an op is done. A half younger than ``timeout_ms`` (or than its
+CHECK_IMMUNITY_TIME_IN_SECONDS) ends the walk. An older one is appended to the half queue again
+with TRANSACTION_CHECK_TIMES one higher and the producer is asked about the copy (the remoting
+front end's CHECK_TRANSACTION_STATE to a producer of the half's PGROUP, the gRPC front end's
+RecoverOrphanedTransactionCommand to a client publishing its topic); its answer ends the copy.
+After ``check_max`` checks a half is given up (logged, left uncommitted), as RocketMQ does.
+
+Beyond RocketMQ: an end is answered once per transaction. A second end of the same half (or of
+another copy of it, known by its UNIQ_KEY) with the same resolution is a no-op; with the other
+resolution it is refused. This keeps a late commit and a check's answer from storing a message
+twice. The ended keys are learnt again at start from the op messages past the progress.
+
+Threads: every method runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..remoting._codes import ResponseCode as RC
+from ..store._errors import StoreError
+from ..store._message import Message, PutMessageResult
+from ..store._record import (
+    PROPERTY_DELAY,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_TRANSACTION_MASK,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    MessageExt,
+    unpack_host,
+)
+from ._errors import BrokerError
+from ._topic_config import PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+
+if TYPE_CHECKING:
+    from ._controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_S = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+SYSTEM_GROUP = "CID_RMQ_SYS_TRANS"
+OP_TAG = "d"
+# RocketMQ's defaults (BrokerConfig transactionTimeOut, transactionCheckMax,
+# transactionCheckInterval)
+DEFAULT_TIMEOUT_MS = 6_000
+DEFAULT_CHECK_MAX = 15
+DEFAULT_CHECK_INTERVAL_MS = 60_000
+# at most this many half messages looked at in one check round
+_SCAN_LIMIT = 4096
+_READ_BATCH = 32
+
+
+class TransactionError(BrokerError):
+    """An end of transaction the broker refuses; ``code`` is the remoting response code."""
+
+    def __init__(self, message: str, code: int = RC.SYSTEM_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """A half message whose producer is asked how its transaction ended."""
+
+    # the half as stored (its copy in the half queue): offsets name it in the producer's answer
+    half: MessageExt
+    real_topic: str
+    real_queue_id: int
+    producer_group: str | None
+    transaction_id: str  # the half's UNIQ_KEY ("" when it has none)
+
+
+# a front end's way to ask a producer: True when it found one to ask
+Checker = Callable[[CheckRequest], bool]
+
+
+class TransactionService:
+    """The broker's transactional messages (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker: BrokerController,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        check_max: int = DEFAULT_CHECK_MAX,
+        check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
+    ) -> None:
+        self.broker = broker
+        self.timeout_ms = timeout_ms
+        self.check_max = check_max
+        self.check_interval_ms = check_interval_ms
+        self.checkers: list[Checker] = []
+        # half queue offset → True commit / False rollback / None (learnt from an op message)
+        self._resolved: dict[int, bool | None] = {}
+        # half queue offset → the op queue offset that marks it
+        self._op_of: dict[int, int] = {}
+        # UNIQ_KEY → resolution, for the halves resolved past the progress
+        self._ended: dict[str, bool | None] = {}
+        self._op_next = -1  # the next op queue offset to read
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self.checks_sent = 0
+
+    # ---- half messages -----------------------------------------------------------------------
+
+    def to_half(self, msg: Message, producer_group: str | None = None) -> Message:
+        """Turn a prepared message into the half message stored for it (in place; returned).
+        Loop thread."""
+        props = msg.properties
+        props[PROPERTY_REAL_TOPIC] = msg.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        props.pop(PROPERTY_DELAY, None)  # a half is never delayed (its commit is not either)
+        if producer_group:
+            props[PROPERTY_PRODUCER_GROUP] = producer_group
+        msg.sys_flag = (msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_NOT_TYPE
+        msg.topic = TRANS_HALF_TOPIC
+        msg.queue_id = 0
+        self._ensure_topics()
+        return msg
+
+    def _ensure_topics(self) -> None:
+        for topic in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC):
+            if self.broker.topics.select(topic) is None:
+                self.broker.create_topic_for_send_back(topic, 1, PERM_READ | PERM_WRITE, 0)
+
+    # ---- ending a transaction ----------------------------------------------------------------
+
+    def find_half(self, commit_log_offset: int, queue_offset: int | None = None) -> MessageExt:
+        """The half message at ``commit_log_offset`` (with ``queue_offset`` in the half queue
+        when given). TransactionError when there is none."""
+        try:
+            half = self.broker.store.look_message_by_offset(commit_log_offset)
+        except (StoreError, ValueError) as exc:
+            raise TransactionError(f"find prepared transaction message failed: {exc}") from None
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            raise TransactionError(
+                f"find prepared transaction message failed: no half message at commit-log "
+                f"offset {commit_log_offset}"
+            )
+        if queue_offset is not None and half.queue_offset != queue_offset:
+            raise TransactionError(
+                f"the half message at {commit_log_offset} has queue offset "
+                f"{half.queue_offset}, not {queue_offset}"
+            )
+        return half
+
+    async def end(
+        self,
+        half: MessageExt,
+        commit: bool,
+        *,
+        producer_group: str | None = None,
+        message_id: str | None = None,
+        from_check: bool = False,
+    ) -> PutMessageResult | None:
+        """Commit or roll back the transaction of ``half`` (from :meth:`find_half`). Returns the
+        commit's put result (None for a rollback or a repeated end). TransactionError when the
+        end is refused: another producer group or message id than the half's, the other
+        resolution already taken, or a failed put. Loop thread."""
+        props = half.properties
+        expected_group = props.get(PROPERTY_PRODUCER_GROUP)
+        if producer_group is not None and expected_group and producer_group != expected_group:
+            raise TransactionError(
+                f"the producer group {producer_group!r} is not the half message's "
+                f"{expected_group!r}"
+            )
+        uniq = props.get(PROPERTY_UNIQ_KEY, "")
+        if message_id and uniq and message_id != uniq:
+            raise TransactionError(f"message id {message_id!r} is not the half message's {uniq!r}")
+        async with self._lock:
+            known = self._resolution(half.queue_offset, uniq)
+            if known is not _UNKNOWN:
+                if known is not None and known != commit:
+                    raise TransactionError(
+                        f"the transaction of {uniq or half.queue_offset} was already "
+                        f"{'committed' if known else 'rolled back'}",
+                        RC.SYSTEM_ERROR,
+                    )
+                return None
+            result: PutMessageResult | None = None
+            if commit:
+                result = await self._put(self._committed(half))
+                if not result.ok:
+                    raise TransactionError(
+                        f"storing the committed message failed: {result.status.name}"
+                    )
+            await self._mark_done(half, commit)
+            log.debug(
+                "transaction %s %s%s",
+                uniq or half.queue_offset,
+                "committed" if commit else "rolled back",
+                " (check)" if from_check else "",
+            )
+            return result
+
+    def _resolution(self, queue_offset: int, uniq: str) -> object:
+        if queue_offset in self._resolved:
+            return self._resolved[queue_offset]
+        if uniq and uniq in self._ended:
+            return self._ended[uniq]
+        return _UNKNOWN
+
+    @staticmethod
+    def _committed(half: MessageExt) -> Message:
+        props = dict(half.properties)
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        real_queue = props.get(PROPERTY_REAL_QUEUE_ID)
+        if not real_topic or real_queue is None or not real_queue.isdigit():
+            raise TransactionError("the half message has no REAL_TOPIC / REAL_QID")
+        return Message(
+            real_topic,
+            bytes(half.body),
+            int(real_queue),
+            properties=props,
+            flag=half.flag,
+            sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
+            born_timestamp=half.born_timestamp,
+            born_host=unpack_host(half.born_host),
+            reconsume_times=half.reconsume_times,
+            prepared_transaction_offset=half.commitlog_offset,
+        )
+
+    async def _put(self, msg: Message) -> PutMessageResult:
+        fut = self.broker.store.put_message_async(msg)
+        return fut.result() if fut.done() else await asyncio.wrap_future(fut)
+
+    async def _mark_done(self, half: MessageExt, commit: bool | None) -> None:
+        """Write the op message of ``half`` and remember its resolution."""
+        self._ensure_topics()
+        op = Message(
+            TRANS_OP_HALF_TOPIC,
+            str(half.queue_offset).encode(),
+            half.queue_id,
+            properties={PROPERTY_TAGS: OP_TAG},
+        )
+        result = await self._put(op)
+        if not result.ok:
+            raise TransactionError(f"storing the op message failed: {result.status.name}")
+        self._resolved[half.queue_offset] = commit
+        self._op_of[half.queue_offset] = result.queue_offset
+        uniq = half.properties.get(PROPERTY_UNIQ_KEY)
+        if uniq:
+            self._ended[uniq] = commit
+
+    # ---- checks ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the checks every ``check_interval_ms`` (a master's). Loop thread."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._check_periodically())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    async def _check_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval_ms / 1000.0)
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction check failed")
+
+    async def check(self) -> int:
+        """One round of checks (see the module docstring); the number of producers asked."""
+        store = self.broker.store
+        if store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0) <= 0:
+            return 0
+        async with self._lock:
+            progress = self._progress(TRANS_HALF_TOPIC)
+            await self._read_ops(progress)
+            now = self.broker.clock.now_ms()
+            end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+            asked = 0
+            offset = progress
+            looked = 0
+            while offset < end and looked < _SCAN_LIMIT:
+                r = store.get_message(SYSTEM_GROUP, TRANS_HALF_TOPIC, 0, offset, _READ_BATCH)
+                if not r.messages:
+                    if r.next_begin_offset > offset:
+                        offset = r.next_begin_offset  # below the queue's minimum
+                        continue
+                    break
+                stop = False
+                for half in r.messages:
+                    looked += 1
+                    qo = half.queue_offset
+                    if qo in self._resolved:
+                        offset = qo + 1
+                        continue
+                    props = half.properties
+                    uniq = props.get(PROPERTY_UNIQ_KEY, "")
+                    if uniq and uniq in self._ended:
+                        # another copy of it ended: mark this one too
+                        await self._mark_done(half, self._ended[uniq])
+                        offset = qo + 1
+                        continue
+                    times = _int_prop(props, PROPERTY_CHECK_TIMES)
+                    if times >= self.check_max:
+                        log.warning(
+                            "transaction %s of %s given up after %d checks",
+                            uniq,
+                            props.get(PROPERTY_REAL_TOPIC),
+                            times,
+                        )
+                        offset = qo + 1
+                        continue
+                    immunity = _int_prop(props, PROPERTY_CHECK_IMMUNITY_S) * 1000
+                    if now - half.born_timestamp < max(immunity, self.timeout_ms):
+                        stop = True
+                        break
+                    copy = await self._put_back(half, times + 1)
+                    offset = qo + 1
+                    if copy is not None and self._ask(copy):
+                        asked += 1
+                if stop:
+                    break
+            self._advance(progress, offset)
+            self.checks_sent += asked
+            return asked
+
+    async def _put_back(self, half: MessageExt, times: int) -> MessageExt | None:
+        """Append ``half`` to the half queue again with its check count; the copy as stored."""
+        props = dict(half.properties)
+        props[PROPERTY_CHECK_TIMES] = str(times)
+        copy = Message(
+            TRANS_HALF_TOPIC,
+            bytes(half.body),
+            half.queue_id,
+            properties=props,
+            flag=half.flag,
+            sys_flag=half.sys_flag,
+            born_timestamp=half.born_timestamp,
+            born_host=unpack_host(half.born_host),
+            reconsume_times=half.reconsume_times,
+        )
+        result = await self._put(copy)
+        if not result.ok:
+            log.error("transaction check: re-putting half %s failed", half.queue_offset)
+            return None
+        return self.broker.store.look_message_by_offset(result.wrote_offset)
+
+    def _ask(self, half: MessageExt) -> bool:
+        props = half.properties
+        request = CheckRequest(
+            half,
+            props.get(PROPERTY_REAL_TOPIC, ""),
+            _int_prop(props, PROPERTY_REAL_QUEUE_ID),
+            props.get(PROPERTY_PRODUCER_GROUP),
+            props.get(PROPERTY_UNIQ_KEY, ""),
+        )
+        for checker in self.checkers:
+            try:
+                if checker(request):
+                    return True
+            except Exception:
+                log.exception("transaction check of %s failed", request.transaction_id)
+        log.info(
+            "transaction %s of %s: no producer to ask", request.transaction_id, request.real_topic
+        )
+        return False
+
+    # ---- progress ----------------------------------------------------------------------------
+
+    def _progress(self, topic: str) -> int:
+        stored = self.broker.offsets.query_offset(SYSTEM_GROUP, topic, 0)
+        if stored >= 0:
+            return stored
+        return max(0, self.broker.store.get_min_offset_in_queue(topic, 0))
+
+    async def _read_ops(self, progress: int) -> None:
+        """Learn the op messages written since the last read (at start: since the op
+        progress): which halves past ``progress`` are done."""
+        store = self.broker.store
+        if self._op_next < 0:
+            self._op_next = self._progress(TRANS_OP_HALF_TOPIC)
+            learn_keys = True
+        else:
+            learn_keys = False
+        end = store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0)
+        while self._op_next < end:
+            r = store.get_message(SYSTEM_GROUP, TRANS_OP_HALF_TOPIC, 0, self._op_next, 256)
+            if not r.messages:
+                if r.next_begin_offset > self._op_next:
+                    self._op_next = r.next_begin_offset
+                    continue
+                break
+            for op in r.messages:
+                self._op_next = op.queue_offset + 1
+                try:
+                    half_offset = int(bytes(op.body).decode("ascii"))
+                except ValueError:
+                    log.warning("op message %d has a bad body", op.queue_offset)
+                    continue
+                if learn_keys:
+                    # a copy of this half past the progress must not be asked about again
+                    self._learn_key(half_offset)
+                if half_offset < progress or half_offset in self._resolved:
+                    continue
+                self._resolved[half_offset] = None
+                self._op_of[half_offset] = op.queue_offset
+
+    def _learn_key(self, half_offset: int) -> None:
+        store = self.broker.store
+        phys = store.get_commit_log_offset_in_queue(TRANS_HALF_TOPIC, 0, half_offset)
+        if phys < 0:
+            return
+        half = store.look_message_by_offset(phys)
+        if half is not None and half.topic == TRANS_HALF_TOPIC:
+            uniq = half.properties.get(PROPERTY_UNIQ_KEY)
+            if uniq:
+                self._ended.setdefault(uniq, None)
+
+    def _advance(self, old: int, new: int) -> None:
+        """Move the half progress to ``new``, forget what lies below it, and move the op
+        progress over the op messages of forgotten halves."""
+        offsets = self.broker.offsets
+        host = "transaction-check"
+        if new > old:
+            offsets.commit_offset(host, SYSTEM_GROUP, TRANS_HALF_TOPIC, 0, new)
+        for qo in [qo for qo in self._resolved if qo < new]:
+            del self._resolved[qo]
+            self._op_of.pop(qo, None)
+        op_progress = min(self._op_of.values(), default=self._op_next)
+        if op_progress > self._progress(TRANS_OP_HALF_TOPIC):
+            offsets.commit_offset(host, SYSTEM_GROUP, TRANS_OP_HALF_TOPIC, 0, op_progress)
+        if len(self._ended) > 100_000:
+            # bounded memory: keep the newest keys
+            for key in list(self._ended)[: len(self._ended) - 50_000]:
+                del self._ended[key]
+
+
+_UNKNOWN = object()
+
+
+def _int_prop(props: dict[str, str], name: str) -> int:
+    try:
+        return int(props.get(name, "0"))
+    except ValueError:
+        return 0
