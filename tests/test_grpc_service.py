@@ -6,6 +6,7 @@ offset pulls, ACL, and the pop state across a restart."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -170,7 +171,7 @@ def test_query_route_gives_read_write_queues_at_the_endpoint_asked(stub: Any) ->
         assert q.topic.name == topic
         assert q.broker.name == "broker-a" and q.broker.id == 0
         assert [(a.host, a.port) for a in q.broker.endpoints.addresses] == [("127.0.0.1", 4321)]
-        assert set(q.accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY}
+        assert set(q.accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
 
 
 def test_query_route_without_endpoints_names_the_front_end(broker: BrokerThread, stub: Any) -> None:
@@ -387,9 +388,10 @@ def test_send_answers_bad_messages_with_their_codes(broker: BrokerThread, stub: 
     big = message(topic, b"x")
     big.body = b"x" * (broker.broker.store_config.max_message_size + 1)
     cases.append((big, Code.MESSAGE_BODY_TOO_LARGE))
-    txn = message(topic, b"x")
-    txn.system_properties.message_type = pb.TRANSACTION
-    cases.append((txn, Code.UNSUPPORTED))
+    delayed_txn = message(topic, b"x")
+    delayed_txn.system_properties.message_type = pb.TRANSACTION
+    delayed_txn.system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+    cases.append((delayed_txn, Code.ILLEGAL_DELIVERY_TIME))
     for msg, code in cases:
         r = send(stub, msg)
         assert r.status.code == code, (msg.user_properties, r.status)
@@ -714,9 +716,114 @@ def test_receive_answers_bad_requests_with_their_codes(stub: Any) -> None:
     assert st.code == Code.OK and bodies(got) == [b"x"]  # still serving
 
 
+def end_transaction(
+    stub: Any, topic: str, entry: spb.SendResultEntry, resolution: int, **kw: Any
+) -> spb.EndTransactionResponse:
+    req = spb.EndTransactionRequest(
+        message_id=kw.pop("message_id", entry.message_id),
+        transaction_id=kw.pop("transaction_id", entry.transaction_id),
+        resolution=resolution,  # type: ignore[arg-type]
+        source=kw.pop("source", pb.SOURCE_CLIENT),
+    )
+    req.topic.name = topic
+    return stub.EndTransaction(req, metadata=MD)
+
+
+def transactional(topic: str, body: bytes, **kw: Any) -> pb.Message:
+    m = message(topic, body, **kw)
+    m.system_properties.message_type = pb.TRANSACTION
+    return m
+
+
+def test_transactional_send_commit_and_rollback(broker: BrokerThread, stub: Any) -> None:
+    topic, group = unique("TxT"), unique("TxG")
+    r = send(stub, transactional(topic, b"commit-me", tag="A"))
+    assert r.status.code == Code.OK, r.status
+    (committed,) = r.entries
+    assert len(committed.transaction_id) == 32
+    (rolled,) = send(stub, transactional(topic, b"roll-me-back")).entries
+    # halves are not received
+    assert not receive(stub, group, topic, poll_ms=100)[1]
+    ok = end_transaction(stub, topic, committed, pb.COMMIT)
+    assert ok.status.code == Code.OK, ok.status
+    assert end_transaction(stub, topic, rolled, pb.ROLLBACK).status.code == Code.OK
+    _, got, _ = receive(stub, group, topic)
+    assert [m.body for m in got] == [b"commit-me"]
+    assert got[0].system_properties.message_id == committed.message_id
+    assert got[0].system_properties.tag == "A"
+    # repeated: a no-op; the other resolution: refused
+    assert end_transaction(stub, topic, committed, pb.COMMIT).status.code == Code.OK
+    assert end_transaction(stub, topic, committed, pb.ROLLBACK).status.code == Code.BAD_REQUEST
+    assert end_transaction(stub, topic, rolled, pb.COMMIT).status.code == Code.BAD_REQUEST
+    assert not receive(stub, group, topic, poll_ms=100)[1]
+
+
+def test_end_transaction_refuses_bad_ids(stub: Any) -> None:
+    topic = unique("TxBadT")
+    (entry,) = send(stub, transactional(topic, b"x")).entries
+    cases = {
+        "not hex": end_transaction(stub, topic, entry, pb.COMMIT, transaction_id="zz" * 16),
+        "short": end_transaction(stub, topic, entry, pb.COMMIT, transaction_id="1234"),
+        "forged": end_transaction(stub, topic, entry, pb.COMMIT, transaction_id="0" * 32),
+        "other id": end_transaction(stub, topic, entry, pb.COMMIT, message_id="NOT-IT"),
+        "other topic": end_transaction(stub, unique("TxOtherT"), entry, pb.COMMIT),
+    }
+    for name, r in cases.items():
+        assert r.status.code == Code.INVALID_TRANSACTION_ID, name
+    r = end_transaction(stub, topic, entry, pb.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    assert r.status.code == Code.BAD_REQUEST
+    assert end_transaction(stub, topic, entry, pb.COMMIT).status.code == Code.OK
+
+
+def test_orphaned_transaction_is_recovered_through_the_telemetry_stream(
+    broker: BrokerThread, stub: Any
+) -> None:
+    topic, group = unique("TxOrphanT"), unique("TxOrphanG")
+    (entry,) = send(stub, transactional(topic, b"orphan", keys=("k9",))).entries
+    settings = spb.TelemetryCommand()
+    settings.settings.client_type = pb.PRODUCER
+    settings.settings.publishing.topics.add(name=topic)
+    md = [("x-mq-client-id", "tx-checker")]
+    stop = threading.Event()
+
+    def commands() -> Iterator[spb.TelemetryCommand]:
+        yield settings
+        stop.wait(10)
+
+    stream = stub.Telemetry(commands(), metadata=md, timeout=15)
+    try:
+        first = next(stream)
+        assert first.status.code == Code.OK
+        transactions = broker.broker.transactions
+        old = transactions.timeout_ms
+        transactions.timeout_ms = 0
+        try:
+            assert broker.call(transactions.check) == 1
+        finally:
+            transactions.timeout_ms = old
+        command = next(stream)
+        recover = command.recover_orphaned_transaction_command
+        assert recover.message.topic.name == topic and recover.message.body == b"orphan"
+        assert recover.message.system_properties.message_id == entry.message_id
+        assert list(recover.message.system_properties.keys) == ["k9"]
+        # the check names the broker's copy: a new id
+        assert recover.transaction_id != entry.transaction_id
+        req = spb.EndTransactionRequest(
+            message_id=entry.message_id,
+            transaction_id=recover.transaction_id,
+            resolution=pb.COMMIT,
+            source=pb.SOURCE_SERVER_CHECK,
+        )
+        req.topic.name = topic
+        assert stub.EndTransaction(req, metadata=md).status.code == Code.OK
+    finally:
+        stop.set()
+        stream.cancel()
+    _, got, _ = receive(stub, group, topic)
+    assert [m.body for m in got] == [b"orphan"]
+
+
 def test_unsupported_rpcs(stub: Any) -> None:
-    r = stub.EndTransaction(spb.EndTransactionRequest(), metadata=MD)
-    assert r.status.code == Code.UNSUPPORTED
     assert stub.RecallMessage(spb.RecallMessageRequest(), metadata=MD).status.code == (
         Code.UNSUPPORTED
     )

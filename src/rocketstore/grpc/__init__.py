@@ -4,13 +4,16 @@
 client settings (Telemetry), sends, pop-style receives with invisibility and receipt handles,
 acks, dead letters, FIFO delivery for groups with ``consumeMessageOrderly`` (a message group
 hashes to one queue; such a queue is handed out in order, its next message only after the last
-one is acked or dead-lettered), and offset-based pulls, on the same topics, consumer offsets and DLQs as the
-remoting front end; optional ACL (``MQv2-HMAC-SHA1`` signatures) and TLS. ``attach_grpc``
-builds one for a broker.
+one is acked or dead-lettered), and offset-based pulls, on the same topics, consumer offsets
+and DLQs as the remoting front end; optional ACL (``MQv2-HMAC-SHA1`` signatures) and TLS.
+``attach_grpc`` builds one for a broker.
 
-Not served (answered UNSUPPORTED or ignored): transactional messages (EndTransaction), SQL92
-filters, recall of delayed messages, lite topics, namespaces (``resource_namespace`` is ignored), per-topic or per-group
-ACL permissions (the ACL authenticates; every known access key may do everything), receipt
+Transactional messages: a TRANSACTION send stores a half message, EndTransaction commits or rolls
+it back, and an open one is checked with a producer of its topic through the Telemetry stream
+(RecoverOrphanedTransactionCommand), over the broker's transaction service.
+
+Not served (answered UNSUPPORTED or ignored): SQL92 filters, recall of delayed messages, lite
+topics, namespaces (``resource_namespace`` is ignored), per-topic or per-group ACL permissions (the ACL authenticates; every known access key may do everything), receipt
 handle auto-renewal (a push consumer's receive is invisible for ``default_invisible_ms``), and
 the 4.x ``%RETRY%<group>`` topic in receives (a pop consumer's retries stay in its own queue).
 

@@ -11,6 +11,9 @@ A delivery timestamp becomes RocketMQ 4.x's delay level: the first level longer 
 (a message is never delivered early), the last level for longer delays; TIMER_DELIVER_MS keeps
 the exact time asked for, which a consumer sees as the message's delivery timestamp.
 
+A TRANSACTION message is stored as a half message (see ``_transaction.py``); its result carries
+the transaction id EndTransaction takes.
+
 Loop thread only.
 """
 
@@ -22,11 +25,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..broker._errors import InvalidTopicError
-from ..broker._topic_config import PERM_WRITE, TopicConfig, is_not_allowed_send_topic
+from ..broker._topic_config import (
+    PERM_WRITE,
+    TRANS_HALF_TOPIC,
+    TopicConfig,
+    is_not_allowed_send_topic,
+)
+from ..broker._transaction import PROPERTY_CHECK_IMMUNITY_S
 from ..store._clock import Clock
 from ..store._java_hash import java_string_hash
 from ..store._message import Message, PutMessageResult, PutMessageStatus
-from ..store._record import PROPERTY_DELAY, PROPERTY_UNIQ_KEY
+from ..store._record import PROPERTY_DELAY, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY
 from ._checks import check_topic
 from ._config import GrpcConfig
 from ._convert import (
@@ -46,6 +55,7 @@ from ._convert import (
 )
 from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
+from ._transaction import transaction_id
 
 if TYPE_CHECKING:
     from ..broker._controller import BrokerController
@@ -124,8 +134,13 @@ class SendService:
         max_size = self.broker.store_config.max_message_size
         if len(body) > max_size:
             raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed {max_size}")
-        if sp.message_type == pb.TRANSACTION:
-            raise GrpcError(Code.UNSUPPORTED, "transactional messages are not supported")
+        transactional = sp.message_type == pb.TRANSACTION
+        if transactional and self.broker.config.reject_transaction_message:
+            raise GrpcError(Code.FORBIDDEN, "this broker takes no transactional message")
+        if transactional and sp.HasField("delivery_timestamp"):
+            raise GrpcError(
+                Code.ILLEGAL_DELIVERY_TIME, "a transactional message cannot have a delivery time"
+            )
         if len(m.user_properties) > cfg.max_user_properties:
             raise GrpcError(
                 Code.MESSAGE_PROPERTIES_TOO_LARGE,
@@ -203,13 +218,18 @@ class SendService:
         if sp.born_host:
             props[PROPERTY_BORN_HOST] = sp.born_host
         props[PROPERTY_CLUSTER] = self.broker.config.cluster_name
+        if transactional:
+            props[PROPERTY_TRANSACTION_PREPARED] = "true"
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                seconds = sp.orphaned_transaction_recovery_duration.ToSeconds()
+                props[PROPERTY_CHECK_IMMUNITY_S] = str(max(0, seconds))
         born_ms = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
         nums = config.write_queue_nums
         if group:
             queue_id = (java_string_hash(group) & 0x7FFFFFFF) % nums
         else:
             queue_id = next(self._turn) % nums
-        return Message(
+        msg = Message(
             topic,
             body,
             queue_id,
@@ -219,6 +239,9 @@ class SendService:
             born_timestamp=born_ms if born_ms > 0 else 0,
             born_host=born_host_of(sp.born_host, peer),
         )
+        if transactional:
+            self.broker.transactions.to_half(msg)
+        return msg
 
     @staticmethod
     def _answer(
@@ -234,6 +257,8 @@ class SendService:
                 entry.status.CopyFrom(status(Code.OK))
                 entry.message_id = msg.properties[PROPERTY_UNIQ_KEY]
                 entry.offset = r.queue_offset
+                if msg.topic == TRANS_HALF_TOPIC:
+                    entry.transaction_id = transaction_id(r.wrote_offset, r.queue_offset)
             else:
                 entry.status.CopyFrom(
                     status(code, f"send message failed, status {r.status.name}: {r.error or ''}")

@@ -42,6 +42,7 @@ from ._pull import PullService
 from ._receive import PopService
 from ._send import SendService
 from ._service import MessagingService
+from ._transaction import TransactionFront
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -117,6 +118,7 @@ class GrpcFrontEnd:
         )
         clients = ClientRegistry(broker, cfg, clock)
         pops = PopService(broker, cfg, clock, self.pop)
+        self._transactions = TransactionFront(broker, clients)
         self.service = MessagingService(
             broker,
             cfg,
@@ -125,6 +127,7 @@ class GrpcFrontEnd:
             pops,
             PullService(broker, cfg),
             lambda: (self.advertised_host, self._port),
+            self._transactions,
         )
         limit = broker.store_config.max_message_size + _MESSAGE_OVERHEAD
         options: list[tuple[str, Any]] = [
@@ -152,6 +155,7 @@ class GrpcFrontEnd:
         await server.start()
         self._server = server
         self._housekeeping = asyncio.create_task(self._housekeep(), name="grpc-housekeeping")
+        broker.transactions.checkers.append(self._transactions.check)
         self._started = True
         log.info(
             "gRPC front end of broker %s listening on %s%s%s",
@@ -167,6 +171,9 @@ class GrpcFrontEnd:
         if not self._started:
             return
         self._started = False
+        checkers = self.broker.transactions.checkers
+        if self._transactions.check in checkers:
+            checkers.remove(self._transactions.check)
         await self.service.pops.close()
         await self._server.stop(self.config.shutdown_grace_s)
         task, self._housekeeping = self._housekeeping, None

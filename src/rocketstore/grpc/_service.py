@@ -12,6 +12,7 @@ Loop thread only (grpc.aio runs the handlers on the broker's event loop).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +30,7 @@ from ._pb import service_pb2_grpc
 from ._pull import PullService
 from ._receive import PopService
 from ._send import SendService
+from ._transaction import TransactionFront
 
 if TYPE_CHECKING:
     from ..broker._controller import BrokerController
@@ -36,8 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
-# message types a topic takes (no TRANSACTION: this broker has no transaction service)
-ACCEPT_MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY)
+# message types a topic takes
+ACCEPT_MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 
 R = TypeVar("R")
 
@@ -88,6 +90,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         pops: PopService,
         pulls: PullService,
         endpoint: Callable[[], tuple[str, int]],
+        transactions: TransactionFront,
     ) -> None:
         self.broker = broker
         self.config = config
@@ -96,6 +99,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self.pops = pops
         self.pulls = pulls
         self._endpoint = endpoint
+        self.transactions = transactions
         self._acl = AclChecker(config.credentials) if config.credentials is not None else None
         self.auth_failures = 0
 
@@ -301,10 +305,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def EndTransaction(
         self, request: spb.EndTransactionRequest, context: Any
     ) -> spb.EndTransactionResponse:
-        def handle() -> spb.EndTransactionResponse:
-            raise GrpcError(Code.UNSUPPORTED, "transactional messages are not supported")
-
-        return await self._unary(context, spb.EndTransactionResponse, handle)
+        return await self._unary(
+            context, spb.EndTransactionResponse, lambda: self.transactions.end(request)
+        )
 
     async def RecallMessage(
         self, request: spb.RecallMessageRequest, context: Any
@@ -397,25 +400,50 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any
     ) -> AsyncIterator[spb.TelemetryCommand]:
         """Answer each Settings with the broker's settings; other commands (thread stack
-        traces, verify results) are taken without an answer."""
+        traces, verify results) are taken without an answer. The broker's own commands
+        (orphaned-transaction checks) go down the same stream."""
         try:
             self._authorize(context)
         except GrpcError as exc:
             yield spb.TelemetryCommand(status=status(exc.code, exc.message))
             return
         client_id = _client_id(context)
-        async for command in request_iterator:
-            if command.WhichOneof("command") != "settings":
-                self.clients.touch(client_id)
-                continue
-            if not client_id:
-                yield spb.TelemetryCommand(
-                    status=status(Code.CLIENT_ID_REQUIRED, "no x-mq-client-id header")
-                )
-                continue
+        out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+
+        async def read() -> None:
             try:
-                settings = self.clients.update_settings(client_id, command.settings)
-            except GrpcError as exc:
-                yield spb.TelemetryCommand(status=status(exc.code, exc.message))
-                continue
-            yield spb.TelemetryCommand(status=status(Code.OK), settings=settings)
+                async for command in request_iterator:
+                    answer = self._telemetry_answer(client_id, command)
+                    if answer is not None:
+                        out.put_nowait(answer)
+            finally:
+                out.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        if client_id:
+            self.transactions.add_stream(client_id, out)
+        try:
+            while (item := await out.get()) is not None:
+                yield item
+        finally:
+            if client_id:
+                self.transactions.remove_stream(client_id, out)
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    def _telemetry_answer(
+        self, client_id: str, command: spb.TelemetryCommand
+    ) -> spb.TelemetryCommand | None:
+        if command.WhichOneof("command") != "settings":
+            self.clients.touch(client_id)
+            return None
+        if not client_id:
+            return spb.TelemetryCommand(
+                status=status(Code.CLIENT_ID_REQUIRED, "no x-mq-client-id header")
+            )
+        try:
+            settings = self.clients.update_settings(client_id, command.settings)
+        except GrpcError as exc:
+            return spb.TelemetryCommand(status=status(exc.code, exc.message))
+        return spb.TelemetryCommand(status=status(Code.OK), settings=settings)
