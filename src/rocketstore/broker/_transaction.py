@@ -80,10 +80,14 @@ _READ_BATCH = 32
 
 
 class TransactionError(BrokerError):
-    """An end of transaction the broker refuses; ``code`` is the remoting response code."""
+    """An end of transaction the broker refuses; ``code`` is the remoting response code,
+    ``kind`` why: "unknown" (no such half message), "mismatch" (another group, message id or
+    queue offset than the half's), "conflict" (the other resolution was taken), "store" (a
+    put failed)."""
 
-    def __init__(self, message: str, code: int = RC.SYSTEM_ERROR) -> None:
+    def __init__(self, message: str, kind: str, code: int = RC.SYSTEM_ERROR) -> None:
         super().__init__(message)
+        self.kind = kind
         self.code = code
 
 
@@ -161,16 +165,20 @@ class TransactionService:
         try:
             half = self.broker.store.look_message_by_offset(commit_log_offset)
         except (StoreError, ValueError) as exc:
-            raise TransactionError(f"find prepared transaction message failed: {exc}") from None
+            raise TransactionError(
+                f"find prepared transaction message failed: {exc}", "unknown"
+            ) from None
         if half is None or half.topic != TRANS_HALF_TOPIC:
             raise TransactionError(
                 f"find prepared transaction message failed: no half message at commit-log "
-                f"offset {commit_log_offset}"
+                f"offset {commit_log_offset}",
+                "unknown",
             )
         if queue_offset is not None and half.queue_offset != queue_offset:
             raise TransactionError(
                 f"the half message at {commit_log_offset} has queue offset "
-                f"{half.queue_offset}, not {queue_offset}"
+                f"{half.queue_offset}, not {queue_offset}",
+                "mismatch",
             )
         return half
 
@@ -192,11 +200,14 @@ class TransactionService:
         if producer_group is not None and expected_group and producer_group != expected_group:
             raise TransactionError(
                 f"the producer group {producer_group!r} is not the half message's "
-                f"{expected_group!r}"
+                f"{expected_group!r}",
+                "mismatch",
             )
         uniq = props.get(PROPERTY_UNIQ_KEY, "")
         if message_id and uniq and message_id != uniq:
-            raise TransactionError(f"message id {message_id!r} is not the half message's {uniq!r}")
+            raise TransactionError(
+                f"message id {message_id!r} is not the half message's {uniq!r}", "mismatch"
+            )
         async with self._lock:
             known = self._resolution(half.queue_offset, uniq)
             if known is not _UNKNOWN:
@@ -204,7 +215,7 @@ class TransactionService:
                     raise TransactionError(
                         f"the transaction of {uniq or half.queue_offset} was already "
                         f"{'committed' if known else 'rolled back'}",
-                        RC.SYSTEM_ERROR,
+                        "conflict",
                     )
                 return None
             result: PutMessageResult | None = None
@@ -212,7 +223,7 @@ class TransactionService:
                 result = await self._put(self._committed(half))
                 if not result.ok:
                     raise TransactionError(
-                        f"storing the committed message failed: {result.status.name}"
+                        f"storing the committed message failed: {result.status.name}", "store"
                     )
             await self._mark_done(half, commit)
             log.debug(
@@ -236,7 +247,7 @@ class TransactionService:
         real_topic = props.get(PROPERTY_REAL_TOPIC)
         real_queue = props.get(PROPERTY_REAL_QUEUE_ID)
         if not real_topic or real_queue is None or not real_queue.isdigit():
-            raise TransactionError("the half message has no REAL_TOPIC / REAL_QID")
+            raise TransactionError("the half message has no REAL_TOPIC / REAL_QID", "unknown")
         return Message(
             real_topic,
             bytes(half.body),
@@ -265,7 +276,7 @@ class TransactionService:
         )
         result = await self._put(op)
         if not result.ok:
-            raise TransactionError(f"storing the op message failed: {result.status.name}")
+            raise TransactionError(f"storing the op message failed: {result.status.name}", "store")
         self._resolved[half.queue_offset] = commit
         self._op_of[half.queue_offset] = result.queue_offset
         uniq = half.properties.get(PROPERTY_UNIQ_KEY)
