@@ -25,6 +25,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 
 
@@ -290,6 +292,104 @@ def scenario_throughput(args: dict[str, Any]) -> dict[str, Any]:
         "received": received,
         "receive_per_s": received / recv_s,
     }
+
+
+def scenario_transaction(args: dict[str, Any]) -> dict[str, Any]:
+    """A transactional producer sends ``messages`` ({body, end: commit | rollback | open}), each
+    in a transaction of its own; an open one is left to the broker's check, whose checker
+    commits bodies starting with ``commit`` and rolls back the rest. Waits until
+    ``expect_checks`` checks came (or ``limit_s``)."""
+    checked: list[str] = []
+    lock = threading.Lock()
+
+    class Checker(TransactionChecker):
+        def check(self, message: Any) -> Any:
+            body = message.body.decode()
+            with lock:
+                checked.append(body)
+            if body.startswith("commit"):
+                return TransactionResolution.COMMIT
+            return TransactionResolution.ROLLBACK
+
+    producer = Producer(_config(args), (args["topic"],), checker=Checker())
+    producer.startup()
+    receipts = []
+    try:
+        for spec in args["messages"]:
+            transaction = producer.begin_transaction()
+            receipt = producer.send(_msg(args["topic"], spec["body"].encode()), transaction)
+            receipts.append(
+                {"message_id": receipt.message_id, "transaction_id": receipt.transaction_id}
+            )
+            if spec["end"] == "commit":
+                transaction.commit()
+            elif spec["end"] == "rollback":
+                transaction.rollback()
+        end = time.monotonic() + args.get("limit_s", 20)
+        while time.monotonic() < end:
+            with lock:
+                if len(checked) >= args.get("expect_checks", 0):
+                    break
+            time.sleep(0.1)
+        time.sleep(args.get("settle_s", 1.0))
+    finally:
+        producer.shutdown()
+    return {"receipts": receipts, "checked": checked}
+
+
+def scenario_fifo_produce(args: dict[str, Any]) -> dict[str, Any]:
+    """Send ``messages`` ({body, group}) to ``topic`` in order, each with its message group."""
+    producer = Producer(_config(args), (args["topic"],))
+    producer.startup()
+    try:
+        for spec in args["messages"]:
+            m = _msg(args["topic"], spec["body"].encode())
+            m.message_group = spec["group"]
+            producer.send(m)
+    finally:
+        producer.shutdown()
+    return {"sent": len(args["messages"])}
+
+
+def scenario_fifo_push(args: dict[str, Any]) -> dict[str, Any]:
+    """PushConsumer of a FIFO group: the order messages are consumed in, per message group;
+    bodies in ``fail_once`` fail their first attempt."""
+    seen: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    fail_once = set(args.get("fail_once", []))
+    failures = len(fail_once)
+
+    class Listener(MessageListener):
+        def consume(self, message: Any) -> ConsumeResult:
+            out = _message_out(message)
+            out["group"] = message.message_group
+            with lock:
+                seen.append(out)
+                if out["body"] in fail_once:
+                    fail_once.discard(out["body"])  # the client retries it locally, in order
+                    return ConsumeResult.FAILURE
+            return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        _config(args),
+        args["group"],
+        Listener(),
+        {args["topic"]: FilterExpression("*")},
+    )
+    consumer.startup()
+    try:
+        end = time.monotonic() + args.get("limit_s", 20)
+        while time.monotonic() < end:
+            with lock:
+                done = {s["body"] for s in seen}
+            if len(done) >= args["expect"] and len(seen) >= args["expect"] + failures:
+                break
+            time.sleep(0.1)
+        time.sleep(args.get("settle_s", 0.5))
+        fifo = consumer.fifo if hasattr(consumer, "fifo") else None
+    finally:
+        consumer.shutdown()
+    return {"seen": seen, "fifo": fifo}
 
 
 def _msg(topic: str, body: bytes) -> Message:

@@ -394,3 +394,94 @@ def test_tls(client_python: Path, tmp_path: Path) -> None:
         assert [m.body for m in found.messages] == [b"encrypted"]
     finally:
         b.close()
+
+
+def test_transactions_with_the_official_producer(client_python: Path, tmp_path: Path) -> None:
+    b = BrokerThread(
+        tmp_path / "broker",
+        broker_overrides={"transaction_timeout": 500, "transaction_check_interval": 300},
+    )
+    b.start()
+    try:
+        topic = "InteropTx"
+        out = run_client(
+            client_python,
+            b,
+            tmp_path / "client",
+            scenario="transaction",
+            topic=topic,
+            messages=[
+                {"body": "commit-now", "end": "commit"},
+                {"body": "rollback-now", "end": "rollback"},
+                {"body": "commit-on-check", "end": "open"},
+                {"body": "rollback-on-check", "end": "open"},
+            ],
+            expect_checks=2,
+        )
+        assert all(r["transaction_id"] for r in out["receipts"])
+        assert sorted(out["checked"]) == ["commit-on-check", "rollback-on-check"]
+        store = b.broker.store
+
+        def bodies() -> list[bytes]:
+            return sorted(
+                bytes(m.body)
+                for q in range(4)
+                for m in store.get_message("reader", topic, q, 0, 32).messages
+            )
+
+        assert wait_for(lambda: b.run(bodies) == [b"commit-now", b"commit-on-check"])
+        # and a consumer sees exactly those
+        got = run_client(
+            client_python,
+            b,
+            tmp_path / "client",
+            scenario="receive",
+            topic=topic,
+            group="InteropTxG",
+            rounds=2,
+            invisible_s=30,
+            await_s=1,
+        )
+        seen = sorted(m["body"] for r in got["rounds"] for m in r)
+        assert seen == ["commit-now", "commit-on-check"]
+    finally:
+        b.close()
+
+
+def test_fifo_group_consumes_each_message_group_in_order(
+    client_python: Path, broker: BrokerThread, tmp_path: Path
+) -> None:
+    from rocketstore.broker._subscription_group import SubscriptionGroupConfig
+
+    topic, group = "InteropFifo", "InteropFifoG"
+    broker.run(
+        lambda: broker.broker.groups.update(
+            SubscriptionGroupConfig(group, consume_message_orderly=True)
+        )
+    )
+    messages = [{"body": f"{g}-{i}", "group": g} for i in range(5) for g in ("ga", "gb")]
+    run_client(
+        client_python,
+        broker,
+        tmp_path,
+        scenario="fifo_produce",
+        topic=topic,
+        messages=messages,
+    )
+    out = run_client(
+        client_python,
+        broker,
+        tmp_path,
+        scenario="fifo_push",
+        topic=topic,
+        group=group,
+        expect=len(messages),
+        fail_once=["ga-2"],
+    )
+    assert out["fifo"] is True
+    for g in ("ga", "gb"):
+        order = [s["body"] for s in out["seen"] if s["group"] == g]
+        expected = [f"{g}-{i}" for i in range(5)]
+        if g == "ga":  # failed once, consumed again at once, before ga-3
+            expected.insert(3, "ga-2")
+        assert order == expected
