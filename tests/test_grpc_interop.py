@@ -8,7 +8,8 @@ filter (ack, change of invisible duration, a stale handle refused, redelivery wi
 raised, an empty long poll within the await duration); dead letters after the group's max
 attempts; a PushConsumer (with a failed consumption retried); ACL on (good and bad keys) and
 off; messages crossing between the gRPC and the remoting front ends both ways; a bad send
-refused while the server keeps serving.
+refused while the server keeps serving; a transactional producer (commit, rollback, open
+transactions resolved by its checker); a FIFO push consumer keeping message groups in order.
 """
 
 from __future__ import annotations
