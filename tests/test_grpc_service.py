@@ -21,10 +21,10 @@ from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from rocketstore.broker._subscription_group import SubscriptionGroupConfig
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.grpc._acl import authorization_header, parse_credentials
-from rocketstore.grpc._convert import delay_level_for
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
+from rocketstore.store._schedule import timer_level
 
 Code = pb.Code
 MD = [("x-mq-client-id", "test-client")]
@@ -344,12 +344,16 @@ def test_fifo_group_gets_each_queue_in_order_one_batch_at_a_time(
     assert [m.system_properties.delivery_attempt for m in again] == [2, 2, 2, 1]
 
 
-def test_delivery_timestamp_becomes_the_next_delay_level(broker: BrokerThread, stub: Any) -> None:
+def test_delivery_timestamp_waits_in_the_longest_level_not_longer(
+    broker: BrokerThread, stub: Any
+) -> None:
     levels = broker.broker.store_config.delay_levels_ms()
-    assert delay_level_for(0, levels) == 0
-    assert delay_level_for(999, levels) == 1
-    assert delay_level_for(1000, levels) == 2  # 5 s: never early
-    assert delay_level_for(10**9, levels) == len(levels)
+    assert timer_level(0, levels) == 0
+    assert timer_level(999, levels) == 1  # shorter than every level: the shortest
+    assert timer_level(4999, levels) == 1
+    assert timer_level(5000, levels) == 2
+    assert timer_level(37_000, levels) == 4  # 30 s, then the rest
+    assert timer_level(10**9, levels) == len(levels)
     topic = unique("DelayT")
     deliver = int(time.time() * 1000) + 600
     send_ok(stub, topic, b"later", deliver_ms=deliver)

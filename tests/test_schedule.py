@@ -372,3 +372,44 @@ def queue_messages_from(store: MessageStore, topic: str, queue_id: int, offset: 
     r = store.get_message("t", topic, queue_id, offset, 1)
     assert r.messages, r
     return r.messages[0]
+
+
+def test_timer_message_hops_through_levels_to_its_exact_time(open_store: Any) -> None:
+    clock = ManualClock()
+    # levels 1 s, 5 s, 30 s
+    store = open_store(clock=clock, message_delay_level="1s 5s 30s")
+    store.schedule.stop()
+    t0 = clock.now_ms()
+    deliver = t0 + 37_400
+    props = {PROPERTY_DELAY: "3", "TIMER_DELIVER_MS": str(deliver), "user": "x"}
+    r = store.put_message(Message("Timed", b"exact", 1, properties=props, tags="T"))
+    assert r.status is PutMessageStatus.PUT_OK
+    delivered_at = None
+    for _ in range(1000):
+        store.schedule.deliver_due()
+        if store.get_max_offset_in_queue("Timed", 1) == 1:
+            delivered_at = clock.now_ms()
+            break
+        clock.advance(0.1)
+    assert delivered_at is not None
+    # never early; late by less than the shortest level, plus a polling step (0.1 s here) for
+    # each of the 5 passes
+    assert deliver <= delivered_at < deliver + 1000 + 5 * 100
+    # 30 s, then 5 s (7.4 s remained), then 1 s until the rest is over (2 or 3 passes with
+    # the polling steps)
+    counts = [store.get_max_offset_in_queue(SCHEDULE_TOPIC, q) for q in range(3)]
+    assert counts[1:] == [1, 1] and counts[0] in (2, 3)
+    (got,) = queue_messages(store, "Timed", 1)
+    assert got.body == b"exact" and got.tags == "T" and got.properties["user"] == "x"
+    assert got.properties["TIMER_DELIVER_MS"] == str(deliver)
+    assert got.properties[PROPERTY_REAL_TOPIC] == "Timed"
+    assert got.born_timestamp == queue_messages(store, SCHEDULE_TOPIC, 2)[0].born_timestamp
+
+
+def test_plain_delay_level_is_not_rescheduled(open_store: Any) -> None:
+    clock = ManualClock()
+    store = open_manual(open_store, clock)
+    put_delayed(store, "Plain", 0, "2", b"level-only")
+    clock.advance(3.0)
+    assert store.schedule.deliver_due() == 1
+    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 1) == 1  # no second pass

@@ -33,6 +33,12 @@ from ..store._record import (
     TRANSACTION_PREPARED_TYPE,
     string_to_properties,
 )
+from ..store._schedule import (
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    apply_timer,
+)
 from ._errors import InvalidTopicError
 from ._send_back import retry_or_dlq
 from ._topic_config import PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, is_not_allowed_send_topic
@@ -125,6 +131,12 @@ def is_batch(ext: dict[str, Any]) -> bool:
     return str(value).strip().lower() in ("true", "1")
 
 
+# a RocketMQ 5 client's timer message (delivered at its time; see store/_schedule.py)
+_TIMER_KEYS = frozenset(
+    {PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS}
+)
+
+
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -134,6 +146,7 @@ class SendProcessor:
         self.broker_name = broker.config.broker_name
         self.is_slave = broker.store_config.broker_role == "SLAVE"
         self._waits: _PutWaits | None = None
+        self._levels_ms = broker.store_config.delay_levels_ms()
 
     def handlers(self) -> dict[int, Any]:
         return {10: self.send, 310: self.send_v2, 320: self.send_batch_request}
@@ -171,6 +184,11 @@ class SendProcessor:
                 RC.NO_PERMISSION,
                 f"the broker[{self.broker_name}] sending transaction message is forbidden",
             )
+        if _TIMER_KEYS & props.keys():
+            try:
+                apply_timer(props, self.broker.clock.now_ms(), self._levels_ms)
+            except ValueError as exc:
+                return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"timer message: {exc}")
         reconsume = ext_int(ext, "reconsumeTimes", 0) or 0
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             redirected = retry_or_dlq(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import ipaddress
 import zlib
-from collections.abc import Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -29,11 +28,11 @@ from ..store._record import (
     SYSFLAG_COMPRESSED,
     MessageExt,
 )
+from ..store._schedule import PROPERTY_TIMER_DELIVER_MS
 from ._pb import definition_pb2 as pb
 
 Code = pb.Code
 
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
 PROPERTY_BORN_HOST = "__BORNHOST"
@@ -139,18 +138,6 @@ def crc32_hex(body: bytes) -> str:
 
 
 # ---- sending -----------------------------------------------------------------------------------
-
-
-def delay_level_for(delay_ms: int, levels_ms: Sequence[int]) -> int:
-    """The delay level (1-based) for a delivery ``delay_ms`` from now: the first level longer
-    than the delay, so a message is never delivered early; the last level when none is
-    (RocketMQ's proxy with useDelayLevel). 0 for a delay that is already over."""
-    if delay_ms <= 0:
-        return 0
-    for level, ms in sorted(enumerate(levels_ms, 1), key=lambda item: item[1]):
-        if ms > delay_ms:
-            return level
-    return len(levels_ms)
 
 
 def born_host_of(text: str, peer: str | None) -> str | None:

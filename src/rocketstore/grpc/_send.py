@@ -7,9 +7,10 @@ message id, user properties, message group, delivery time), turned into a store 
 through the store's non-blocking put and answered when the put's flush and replication waits
 are over. A queue is picked per message: by the hash of its message group, else in turn.
 
-A delivery timestamp becomes RocketMQ 4.x's delay level: the first level longer than the delay
-(a message is never delivered early), the last level for longer delays; TIMER_DELIVER_MS keeps
-the exact time asked for, which a consumer sees as the message's delivery timestamp.
+A delivery timestamp is kept as TIMER_DELIVER_MS (a consumer sees it as the message's delivery
+timestamp) and the message waits in the longest delay level not longer than its delay; the
+store's schedule moves it on through shorter levels until its time (see ``store/_schedule.py``),
+so it is delivered at that time, never early.
 
 A TRANSACTION message is stored as a half message (see ``_transaction.py``); its result carries
 the transaction id EndTransaction takes.
@@ -36,20 +37,19 @@ from ..store._clock import Clock
 from ..store._java_hash import java_string_hash
 from ..store._message import Message, PutMessageResult, PutMessageStatus
 from ..store._record import PROPERTY_DELAY, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY
+from ..store._schedule import PROPERTY_TIMER_DELIVER_MS, timer_level
 from ._checks import check_topic
 from ._config import GrpcConfig
 from ._convert import (
     PROPERTY_BORN_HOST,
     PROPERTY_CLUSTER,
     PROPERTY_SHARDING_KEY,
-    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_CONTEXT,
     SYSTEM_PROPERTIES,
     Code,
     GrpcError,
     born_host_of,
     decoded_body,
-    delay_level_for,
     has_control_character,
     status,
 )
@@ -197,7 +197,7 @@ class SendService:
                     Code.ILLEGAL_DELIVERY_TIME,
                     f"the delivery time is too far ahead, max delay is {cfg.max_delay_ms} ms",
                 )
-            level = delay_level_for(delay, self._levels_ms)
+            level = timer_level(delay, self._levels_ms)
             if level > 0:
                 props[PROPERTY_DELAY] = str(level)
             props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)

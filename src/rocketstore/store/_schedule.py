@@ -16,6 +16,12 @@ level's delay (a clock that went back) is taken as due now. Queues of levels the
 not know (a store written with a longer ``message_delay_level``) are delivered by their stored
 delivery times.
 
+Timer messages (RocketMQ 5's exact delivery time, property TIMER_DELIVER_MS): such a message
+waits in the longest level not longer than its delay; when that level is over and time remains,
+it is put into the schedule again in the level that fits what remains (``timer_level``), and so
+on, so it is delivered at its time, never early and late by less than the shortest level. A
+4.x message (DELAY only) is delivered after its level's delay, as RocketMQ 4.9.8 does.
+
 Progress (level -> next offset) is persisted in config/delayOffset.json every
 ``flush_delay_offset_interval`` ms and at shutdown. Only progress whose re-put messages are
 flushed in the commit log is persisted, so a crash repeats deliveries (at most those since the
@@ -38,8 +44,9 @@ from ._clock import Clock
 from ._commit_log import RedeliveredMessage
 from ._consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable
 from ._delay_offset import DelayOffsetFile
-from ._message import PutMessageResult, PutMessageStatus
+from ._message import Message, PutMessageResult, PutMessageStatus
 from ._record import (
+    PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
@@ -58,6 +65,65 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 _PERMANENT = frozenset(
     {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
 )
+# RocketMQ 5's exact delivery time (epoch ms) of a timer message
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+
+
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+# RocketMQ 5's timerMaxDelaySec default: 3 days
+DEFAULT_TIMER_MAX_DELAY_MS = 3 * 86_400_000
+
+
+def apply_timer(
+    props: dict[str, str],
+    now_ms: int,
+    levels_ms: tuple[int, ...] | list[int],
+    max_delay_ms: int = DEFAULT_TIMER_MAX_DELAY_MS,
+) -> None:
+    """A RocketMQ 5 client's timer properties (TIMER_DELAY_SEC, TIMER_DELAY_MS or
+    TIMER_DELIVER_MS, in that order of precedence) turned into what this store delivers by:
+    TIMER_DELIVER_MS and the first DELAY level (``timer_level``). A message that already has
+    a DELAY level keeps it. ValueError for a value that is not a number or a delay over
+    ``max_delay_ms``. Changes ``props`` in place."""
+    if PROPERTY_DELAY in props:
+        return
+    deliver: int | None = None
+    for name, scale in ((PROPERTY_TIMER_DELAY_SEC, 1000), (PROPERTY_TIMER_DELAY_MS, 1)):
+        raw = props.pop(name, None)
+        if raw is not None and deliver is None:
+            if not raw.strip().lstrip("-").isdigit():
+                raise ValueError(f"{name} is not a number: {raw!r}")
+            deliver = now_ms + int(raw) * scale
+    if deliver is None:
+        raw = props.get(PROPERTY_TIMER_DELIVER_MS)
+        if raw is None:
+            return
+        if not raw.strip().isdigit():
+            raise ValueError(f"{PROPERTY_TIMER_DELIVER_MS} is not a number: {raw!r}")
+        deliver = int(raw)
+    if deliver - now_ms > max_delay_ms:
+        raise ValueError(f"the delivery time is more than {max_delay_ms} ms ahead")
+    props[PROPERTY_TIMER_DELIVER_MS] = str(deliver)
+    level = timer_level(deliver - now_ms, levels_ms)
+    if level:
+        props[PROPERTY_DELAY] = str(level)
+
+
+def timer_level(remaining_ms: int, levels_ms: tuple[int, ...] | list[int]) -> int:
+    """The delay level (1-based) a message due ``remaining_ms`` from now waits in next: the
+    longest level not longer than what remains, so it never arrives early and hops on for the
+    rest; the shortest level when every level is longer (late by less than that level). 0 when
+    it is due."""
+    if remaining_ms <= 0 or not levels_ms:
+        return 0
+    best = 0
+    for level, ms in enumerate(levels_ms, 1):
+        if ms <= remaining_ms and (best == 0 or ms > levels_ms[best - 1]):
+            best = level
+    if best == 0:
+        best = min(range(1, len(levels_ms) + 1), key=lambda level: levels_ms[level - 1])
+    return best
 
 
 class LevelProgress(NamedTuple):
@@ -77,7 +143,7 @@ class ScheduleMessageService(ServiceThread):
         levels_ms: tuple[int, ...],
         consume_queues: ConsumeQueueTable,
         read_message: Callable[[int, int], MessageExt | None],
-        put_message: Callable[[RedeliveredMessage], PutMessageResult],
+        put_message: Callable[[Message], PutMessageResult],
         flushed_offset: Callable[[], int],
         offset_file: DelayOffsetFile,
         clock: Clock,
@@ -305,18 +371,46 @@ class ScheduleMessageService(ServiceThread):
                 real_topic,
             )
             return 0
-        out = RedeliveredMessage(
-            real_topic,
-            msg.body,
-            int(real_qid),
-            properties=props,
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host_str,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
+        deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+        hop = (
+            timer_level(int(deliver_ms) - self.clock.now_ms(), self.levels_ms)
+            if deliver_ms.isdigit()
+            else 0
         )
+        if hop:
+            # a timer message not due yet: back into the schedule, in the level that fits what
+            # remains (the commit log writes REAL_TOPIC / REAL_QID again)
+            hop_props = {
+                k: v
+                for k, v in props.items()
+                if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
+            }
+            hop_props[PROPERTY_DELAY] = str(hop)
+            out: Message = Message(
+                real_topic,
+                msg.body,
+                int(real_qid),
+                properties=hop_props,
+                flag=msg.flag,
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host_str,
+                reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+            )
+        else:
+            out = RedeliveredMessage(
+                real_topic,
+                msg.body,
+                int(real_qid),
+                properties=props,
+                flag=msg.flag,
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host_str,
+                reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+            )
         r = self._put(out)
         if r.ok:
             return r.wrote_offset + r.wrote_bytes
