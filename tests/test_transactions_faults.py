@@ -2,8 +2,9 @@
 acknowledged ends (every acknowledged commit is in its topic exactly once after the restart, no
 rolled-back message is, open halves are still checked and nothing ended is asked about again),
 forged and corrupted END_TRANSACTION requests (refused, the half untouched, the broker serving),
-and the cases where the broker's bookkeeping of ended transactions is known to be wrong (marked
-xfail with the reason)."""
+and the bookkeeping of ended transactions: a record forged inside a body, halves not due yet,
+ends repeated after a restart, check copies of ended halves, prepared batches, ends without a
+producer group."""
 
 from __future__ import annotations
 
@@ -514,12 +515,6 @@ def test_forged_end_transaction_headers_are_refused_and_the_broker_keeps_serving
     assert bytes(msg.body) == b"the real one" and msg.properties["UNIQ_KEY"] == uniq
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="find_half decodes any record at the forged commitLogOffset: a half record encoded "
-    "inside a message body is committed into its REAL_TOPIC, and its op marks the genuine half "
-    "with the same queue offset done (never checked again)",
-)
 def test_end_pointing_into_a_message_body_is_refused(
     broker: BrokerThread, producer: Producer
 ) -> None:
@@ -587,11 +582,6 @@ def test_a_transaction_is_ended_once_across_a_duplicate_storm(
     assert refused.code == RC.SYSTEM_ERROR
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an END_TRANSACTION without producerGroup skips the group check (RocketMQ requires "
-    "the field) and ends any half whose offsets it names",
-)
 def test_end_without_producer_group_is_refused(broker: BrokerThread, producer: Producer) -> None:
     sent, uniq = producer.send_half("TxNoGroupTopic", b"x", queue_id=0)
     header = Producer.end_header(sent, uniq, COMMIT)
@@ -604,11 +594,6 @@ def test_end_without_producer_group_is_refused(broker: BrokerThread, producer: P
 # ---- the bookkeeping of ended transactions ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a restart the ended transactions are learnt only by the first check round "
-    "(one check interval later): an end repeated before it stores the message again",
-)
 def test_an_end_repeated_after_a_restart_stores_nothing_more(tmp_path: Path) -> None:
     overrides = {"transaction_timeout": 0, "transaction_check_interval": 3_600_000}
     b = BrokerThread(tmp_path, broker_overrides=overrides)
@@ -634,11 +619,6 @@ def test_an_end_repeated_after_a_restart_stores_nothing_more(tmp_path: Path) -> 
         b2.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a half that may not be checked yet (CHECK_IMMUNITY_TIME_IN_SECONDS, or a born time "
-    "ahead of the broker's clock) ends the check walk: every half after it waits with it",
-)
 @pytest.mark.parametrize("kind", ["immunity", "born-in-the-future"])
 def test_a_half_that_is_not_due_does_not_hold_back_later_halves(
     broker: BrokerThread, producer: Producer, kind: str
@@ -653,12 +633,6 @@ def test_a_half_that_is_not_due_does_not_hold_back_later_halves(
     assert wait_for(lambda: later in producer.checked(), 1.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the op progress moves past the op of an ended half while a check copy of it lies "
-    "beyond the half progress; after a restart its UNIQ_KEY is not learnt and the copy is asked "
-    "about and committed a second time",
-)
 def test_a_check_copy_of_an_ended_half_is_not_committed_again_after_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -693,11 +667,6 @@ def test_a_check_copy_of_an_ended_half_is_not_committed_again_after_a_restart(
         b2.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SEND_BATCH_MESSAGE ignores the sysFlag: a batch flagged TRANSACTION_PREPARED is "
-    "stored as ordinary messages, visible at once (RocketMQ refuses it with MESSAGE_ILLEGAL)",
-)
 def test_a_prepared_batch_is_refused(broker: BrokerThread, producer: Producer) -> None:
     items = [(f"b{i}".encode(), {"UNIQ_KEY": f"BATCH{i}", "TRAN_MSG": "true"}) for i in range(3)]
     header = {

@@ -62,6 +62,12 @@ class EndTransactionProcessor:
         except ValueError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, f"bad end of transaction: {exc}")
         from_check = (ext_str(ext, "fromTransactionCheck") or "").lower() == "true"
+        producer_group = ext_str(ext, "producerGroup")
+        msg_id = ext_str(ext, "msgId")
+        if not producer_group or not msg_id:
+            return RemotingCommand.response(
+                RC.SYSTEM_ERROR, "producerGroup and msgId are required in an end of transaction"
+            )
         if kind == TRANSACTION_NOT_TYPE:
             log.info(
                 "end of transaction %s from %s: state unknown (%s)",
@@ -80,12 +86,12 @@ class EndTransactionProcessor:
             )
         service = broker.transactions
         try:
-            half = service.find_half(commit_log_offset, queue_offset)
+            half = await service.find_half(commit_log_offset, queue_offset)
             await service.end(
                 half,
                 kind == TRANSACTION_COMMIT_TYPE,
-                producer_group=ext_str(ext, "producerGroup"),
-                message_id=ext_str(ext, "msgId") or None,
+                producer_group=producer_group,
+                message_id=msg_id,
                 from_check=from_check,
             )
         except TransactionError as exc:

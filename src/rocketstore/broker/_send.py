@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._message import Message, PutMessageResult, PutMessageStatus
 from ..store._record import (
+    PROPERTY_DELAY,
     PROPERTY_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
     string_to_properties,
 )
 from ..store._schedule import (
@@ -175,9 +175,12 @@ class SendProcessor:
         props = string_to_properties(ext_str(ext, "properties") or "")
         props[PROPERTY_CLUSTER] = self.cluster
         sys_flag = ext_int(ext, "sysFlag", 0) or 0
-        prepared = (
-            sys_flag & SYSFLAG_TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
-            or props.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+        reconsume = ext_int(ext, "reconsumeTimes", 0) or 0
+        # a half message, unless it is a retry of one (clients before 4.6.1 send those back
+        # with TRAN_MSG kept and a delay level), as RocketMQ decides
+        delay = props.get(PROPERTY_DELAY, "")
+        prepared = props.get(PROPERTY_TRANSACTION_PREPARED) == "true" and not (
+            reconsume > 0 and delay.isdigit() and int(delay) > 0
         )
         if prepared and self.broker.config.reject_transaction_message:
             return RemotingCommand.response(
@@ -189,7 +192,6 @@ class SendProcessor:
                 apply_timer(props, self.broker.clock.now_ms(), self._levels_ms)
             except ValueError as exc:
                 return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"timer message: {exc}")
-        reconsume = ext_int(ext, "reconsumeTimes", 0) or 0
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             redirected = retry_or_dlq(
                 self.broker, topic, queue_id, reconsume, ext_int(ext, "maxReconsumeTimes"), props
@@ -218,6 +220,14 @@ class SendProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         topic, queue_id = checked
+        try:
+            batch_flag = ext_int(ext, "sysFlag", 0) or 0
+        except ValueError as exc:
+            return RemotingCommand.response(RC.MESSAGE_ILLEGAL, str(exc))
+        if batch_flag & SYSFLAG_TRANSACTION_MASK:
+            return RemotingCommand.response(
+                RC.MESSAGE_ILLEGAL, "a batch of messages cannot be transactional"
+            )
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return RemotingCommand.response(
                 RC.MESSAGE_ILLEGAL, "batch request does not support retry group"

@@ -32,7 +32,7 @@ from ..broker._topic_config import (
     TopicConfig,
     is_not_allowed_send_topic,
 )
-from ..broker._transaction import PROPERTY_CHECK_IMMUNITY_S
+from ..broker._transaction import MAX_IMMUNITY_S, PROPERTY_CHECK_IMMUNITY_S
 from ..store._clock import Clock
 from ..store._java_hash import java_string_hash
 from ..store._message import Message, PutMessageResult, PutMessageStatus
@@ -222,7 +222,7 @@ class SendService:
             props[PROPERTY_TRANSACTION_PREPARED] = "true"
             if sp.HasField("orphaned_transaction_recovery_duration"):
                 seconds = sp.orphaned_transaction_recovery_duration.ToSeconds()
-                props[PROPERTY_CHECK_IMMUNITY_S] = str(max(0, seconds))
+                props[PROPERTY_CHECK_IMMUNITY_S] = str(min(max(0, seconds), MAX_IMMUNITY_S))
         born_ms = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
         nums = config.write_queue_nums
         if group:
@@ -240,7 +240,9 @@ class SendService:
             born_host=born_host_of(sp.born_host, peer),
         )
         if transactional:
-            self.broker.transactions.to_half(msg)
+            # the producer group of a 5.x client's transaction is its topic (as RocketMQ's
+            # proxy): checks go to a client publishing the topic
+            self.broker.transactions.to_half(msg, topic)
         return msg
 
     @staticmethod

@@ -82,7 +82,10 @@ class TransactionFront:
 
     def check(self, request: CheckRequest) -> bool:
         """The TransactionService's checker: a producer publishing the half's topic with an
-        open stream gets a RecoverOrphanedTransactionCommand; False when there is none."""
+        open stream gets a RecoverOrphanedTransactionCommand; False when there is none, or
+        when the half is not a 5.x client's (its producer group is its topic)."""
+        if request.producer_group != request.real_topic:
+            return False
         candidates: list[asyncio.Queue[spb.TelemetryCommand | None]] = []
         for client_id, queues in self._streams.items():
             info = self.clients.get(client_id)
@@ -114,7 +117,7 @@ class TransactionFront:
         phys, queue_offset = parse_transaction_id(request.transaction_id)
         service = self.broker.transactions
         try:
-            half = service.find_half(phys, queue_offset)
+            half = await service.find_half(phys, queue_offset)
         except TransactionError as exc:
             raise GrpcError(Code.INVALID_TRANSACTION_ID, str(exc)) from None
         real_topic = half.properties.get(PROPERTY_REAL_TOPIC)
