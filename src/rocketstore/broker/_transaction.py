@@ -193,7 +193,7 @@ class TransactionService:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + _DISPATCH_WAIT_S
         while (
-            0 <= queue_offset
+            queue_offset >= 0
             and store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0) <= queue_offset
             and commit_log_offset < store.max_phy_offset
             and store.dispatch_behind_bytes() > 0
