@@ -411,6 +411,9 @@ class AdminProcessor:
             out.setdefault(_camel(f.name), _text(getattr(self.broker.store_config, f.name)))
         for key, value in self.broker.store_config.extra:
             out.setdefault(key, value)
+        if self.broker.grpc_endpoint:
+            # where this broker's gRPC front end listens (other brokers route 5.x clients here)
+            out["grpcEndpoint"] = self.broker.grpc_endpoint
         return out
 
 

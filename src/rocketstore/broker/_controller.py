@@ -79,6 +79,8 @@ class BrokerController:
         self._started = False
         self.grpc_config = grpc  # None: no gRPC front end
         self.grpc: GrpcFrontEnd | None = None
+        # "host:port" of the gRPC front end serving this broker (set by the front end)
+        self.grpc_endpoint: str | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from ._config import DEFAULT_GRPC_PORT, GrpcConfig
 from ._pb import service_pb2_grpc
 from ._pull import PullService
 from ._receive import PopService
+from ._routes import ClusterRoutes
 from ._send import SendService
 from ._service import MessagingService
 from ._transaction import TransactionFront
@@ -119,6 +120,7 @@ class GrpcFrontEnd:
         clients = ClientRegistry(broker, cfg, clock)
         pops = PopService(broker, cfg, clock, self.pop)
         self._transactions = TransactionFront(broker, clients)
+        self._routes = ClusterRoutes(broker)
         self.service = MessagingService(
             broker,
             cfg,
@@ -128,6 +130,7 @@ class GrpcFrontEnd:
             PullService(broker, cfg),
             lambda: (self.advertised_host, self._port),
             self._transactions,
+            self._routes,
         )
         limit = broker.store_config.max_message_size + _MESSAGE_OVERHEAD
         options: list[tuple[str, Any]] = [
@@ -156,6 +159,7 @@ class GrpcFrontEnd:
         self._server = server
         self._housekeeping = asyncio.create_task(self._housekeep(), name="grpc-housekeeping")
         broker.transactions.checkers.append(self._transactions.check)
+        broker.grpc_endpoint = self.address
         self._started = True
         log.info(
             "gRPC front end of broker %s listening on %s%s%s",
@@ -171,6 +175,9 @@ class GrpcFrontEnd:
         if not self._started:
             return
         self._started = False
+        if self.broker.grpc_endpoint == self.address:
+            self.broker.grpc_endpoint = None
+        self._routes.close()
         checkers = self.broker.transactions.checkers
         if self._transactions.check in checkers:
             checkers.remove(self._transactions.check)

@@ -29,6 +29,7 @@ from ._pb import service_pb2 as spb
 from ._pb import service_pb2_grpc
 from ._pull import PullService
 from ._receive import PopService
+from ._routes import BrokerQueues, ClusterRoutes
 from ._send import SendService
 from ._transaction import TransactionFront
 
@@ -42,6 +43,43 @@ CLIENT_ID_HEADER = "x-mq-client-id"
 ACCEPT_MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 
 R = TypeVar("R")
+
+
+def _add_queues(
+    response: spb.QueryRouteResponse,
+    topic: pb.Resource,
+    broker: pb.Broker,
+    perm: int,
+    read_nums: int,
+    write_nums: int,
+) -> None:
+    """One broker's queues of a route: ids 0.. first readable and writable, then read-only or
+    write-only ones."""
+    readable, writeable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    both = min(read_nums, write_nums)
+    kinds: list[int] = []
+    if readable and writeable:
+        kinds = [pb.READ_WRITE] * both
+        kinds += [pb.READ] * (read_nums - both)
+        kinds += [pb.WRITE] * (write_nums - both)
+    elif readable:
+        kinds = [pb.READ] * read_nums
+    elif writeable:
+        kinds = [pb.WRITE] * write_nums
+    else:
+        kinds = [pb.NONE] * max(1, read_nums, write_nums)
+    for queue_id, permission in enumerate(kinds):
+        mq = response.message_queues.add(id=queue_id, permission=permission)  # type: ignore[arg-type]
+        mq.topic.CopyFrom(topic)
+        mq.broker.CopyFrom(broker)
+        mq.accept_message_types.extend(ACCEPT_MESSAGE_TYPES)
+
+
+def _remote_broker_pb(other: BrokerQueues) -> pb.Broker:
+    out = pb.Broker(name=other.broker_name, id=other.broker_id)
+    out.endpoints.scheme = pb.IPv6 if ":" in other.host else pb.IPv4
+    out.endpoints.addresses.add(host=other.host, port=other.port)
+    return out
 
 
 def _permission(perm: int) -> int:
@@ -91,6 +129,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         pulls: PullService,
         endpoint: Callable[[], tuple[str, int]],
         transactions: TransactionFront,
+        routes: ClusterRoutes | None = None,
     ) -> None:
         self.broker = broker
         self.config = config
@@ -100,6 +139,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self.pulls = pulls
         self._endpoint = endpoint
         self.transactions = transactions
+        self.routes = routes
         self._acl = AclChecker(config.credentials) if config.credentials is not None else None
         self.auth_failures = 0
 
@@ -157,47 +197,59 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             out.endpoints.addresses.add(host=host, port=port)
         return out
 
-    def _query_route(self, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
+    async def _query_route(self, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
         topic = check_topic(request.topic, self.broker.topics)
         config = self._topic_config(topic, create=True)
-        broker = self._broker_pb(request.endpoints)
-        perm = config.perm & self.broker.config.broker_permission
-        readable, writeable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
         response = spb.QueryRouteResponse(status=status(Code.OK))
-        # queue ids 0.. first readable and writable, then read-only or write-only ones
-        both = min(config.read_queue_nums, config.write_queue_nums)
-        kinds: list[int] = []
-        if readable and writeable:
-            kinds = [pb.READ_WRITE] * both
-            kinds += [pb.READ] * (config.read_queue_nums - both)
-            kinds += [pb.WRITE] * (config.write_queue_nums - both)
-        elif readable:
-            kinds = [pb.READ] * config.read_queue_nums
-        elif writeable:
-            kinds = [pb.WRITE] * config.write_queue_nums
-        else:
-            kinds = [pb.NONE] * max(1, config.read_queue_nums, config.write_queue_nums)
-        for queue_id, permission in enumerate(kinds):
-            mq = response.message_queues.add(id=queue_id, permission=permission)  # type: ignore[arg-type]
-            mq.topic.CopyFrom(request.topic)
-            mq.broker.CopyFrom(broker)
-            mq.accept_message_types.extend(ACCEPT_MESSAGE_TYPES)
+        perm = config.perm & self.broker.config.broker_permission
+        _add_queues(
+            response,
+            request.topic,
+            self._broker_pb(request.endpoints),
+            perm,
+            config.read_queue_nums,
+            config.write_queue_nums,
+        )
+        # the other broker groups of the cluster, each at its own gRPC front end
+        for other in await self._others(topic):
+            _add_queues(
+                response,
+                request.topic,
+                _remote_broker_pb(other),
+                other.perm,
+                other.read_queue_nums,
+                other.write_queue_nums,
+            )
         return response
 
-    def _query_assignment(self, request: spb.QueryAssignmentRequest) -> spb.QueryAssignmentResponse:
+    async def _others(self, topic: str) -> list[BrokerQueues]:
+        if self.routes is None or not self.broker.config.namesrv_addrs:
+            return []
+        return await self.routes.others(topic)
+
+    async def _query_assignment(
+        self, request: spb.QueryAssignmentRequest
+    ) -> spb.QueryAssignmentResponse:
         topic = check_topic(request.topic, self.broker.topics)
         check_group(request.group)
         config = self._topic_config(topic, create=False)
         perm = config.perm & self.broker.config.broker_permission
-        if not perm & PERM_READ or config.read_queue_nums <= 0:
+        others = [
+            o for o in await self._others(topic) if o.perm & PERM_READ and o.read_queue_nums > 0
+        ]
+        local = bool(perm & PERM_READ) and config.read_queue_nums > 0
+        if not local and not others:
             raise GrpcError(Code.FORBIDDEN, "no readable queue")
         response = spb.QueryAssignmentResponse(status=status(Code.OK))
-        mq = response.assignments.add().message_queue
-        mq.topic.CopyFrom(request.topic)
-        mq.id = -1  # every queue of the broker: a receive pops from all of them
-        mq.permission = _permission(perm)  # type: ignore[assignment]
-        mq.broker.CopyFrom(self._broker_pb(request.endpoints))
-        mq.accept_message_types.extend(ACCEPT_MESSAGE_TYPES)
+        brokers = [(perm, self._broker_pb(request.endpoints))] if local else []
+        brokers += [(o.perm, _remote_broker_pb(o)) for o in others]
+        for broker_perm, broker_pb in brokers:
+            mq = response.assignments.add().message_queue
+            mq.topic.CopyFrom(request.topic)
+            mq.id = -1  # every queue of the broker: a receive pops from all of them
+            mq.permission = _permission(broker_perm)  # type: ignore[assignment]
+            mq.broker.CopyFrom(broker_pb)
+            mq.accept_message_types.extend(ACCEPT_MESSAGE_TYPES)
         return response
 
     # ---- RPCs --------------------------------------------------------------------------------
