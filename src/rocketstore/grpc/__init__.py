@@ -6,7 +6,8 @@ acks, dead letters, FIFO delivery for groups with ``consumeMessageOrderly`` (a m
 hashes to one queue; such a queue is handed out in order, its next message only after the last
 one is acked or dead-lettered), and offset-based pulls, on the same topics, consumer offsets
 and DLQs as the remoting front end; optional ACL (``MQv2-HMAC-SHA1`` signatures) and TLS.
-``attach_grpc`` builds one for a broker.
+``attach_grpc`` builds one for a broker. Routes cover the whole cluster: every broker group's
+queues of a topic, each at the gRPC front end of its broker (``_routes.py``).
 
 Transactional messages: a TRANSACTION send stores a half message, EndTransaction commits or rolls
 it back, and an open one is checked with a producer of its topic through the Telemetry stream
