@@ -337,6 +337,34 @@ def scenario_transaction(args: dict[str, Any]) -> dict[str, Any]:
     return {"receipts": receipts, "checked": checked}
 
 
+def scenario_recall(args: dict[str, Any]) -> dict[str, Any]:
+    """Send ``keep`` and ``recall`` with a delivery time ``delay_s`` ahead, recall the second
+    through its recall handle; then recall the first after its time (refused)."""
+    producer = Producer(_config(args), (args["topic"],))
+    producer.startup()
+    out: dict[str, Any] = {}
+    try:
+        receipts = {}
+        for body in ("keep", "recall"):
+            m = _msg(args["topic"], body.encode())
+            m.delivery_timestamp = int(time.time()) + args["delay_s"]
+            receipts[body] = producer.send(m)
+        out["recall_handles"] = all(r.recall_handle for r in receipts.values())
+        out["recalled_id"] = producer.recall_message(
+            args["topic"], receipts["recall"].recall_handle
+        )
+        out["recall_message_id"] = receipts["recall"].message_id
+        time.sleep(args["delay_s"] + 1.5)
+        try:
+            producer.recall_message(args["topic"], receipts["keep"].recall_handle)
+            out["late_recall"] = "accepted"
+        except Exception as exc:
+            out["late_recall"] = f"{type(exc).__name__}: {getattr(exc, 'code', '')}"
+    finally:
+        producer.shutdown()
+    return out
+
+
 def scenario_fifo_produce(args: dict[str, Any]) -> dict[str, Any]:
     """Send ``messages`` ({body, group}) to ``topic`` in order, each with its message group."""
     producer = Producer(_config(args), (args["topic"],))

@@ -9,7 +9,8 @@ raised, an empty long poll within the await duration); dead letters after the gr
 attempts; a PushConsumer (with a failed consumption retried); ACL on (good and bad keys) and
 off; messages crossing between the gRPC and the remoting front ends both ways; a bad send
 refused while the server keeps serving; a transactional producer (commit, rollback, open
-transactions resolved by its checker); a FIFO push consumer keeping message groups in order.
+transactions resolved by its checker); a FIFO push consumer keeping message groups in order; the
+recall of a delayed message.
 """
 
 from __future__ import annotations
@@ -495,3 +496,25 @@ def test_fifo_group_consumes_each_message_group_in_order(
         if g == "ga":  # failed once, consumed again at once, before ga-3
             expected.insert(3, "ga-2")
         assert order == expected
+
+
+def test_recall_of_a_delayed_message(
+    client_python: Path, broker: BrokerThread, tmp_path: Path
+) -> None:
+    topic = "InteropRecall"
+    out = run_client(client_python, broker, tmp_path, scenario="recall", topic=topic, delay_s=2)
+    assert out["recall_handles"]
+    assert out["recalled_id"] == out["recall_message_id"]
+    assert out["late_recall"] == "NotFoundException: 40400"  # after its time
+    got = run_client(
+        client_python,
+        broker,
+        tmp_path,
+        scenario="receive",
+        topic=topic,
+        group="InteropRecallG",
+        rounds=2,
+        invisible_s=30,
+        await_s=1,
+    )
+    assert sorted(m["body"] for r in got["rounds"] for m in r) == ["keep"]

@@ -827,10 +827,34 @@ def test_orphaned_transaction_is_recovered_through_the_telemetry_stream(
     assert [m.body for m in got] == [b"orphan"]
 
 
-def test_unsupported_rpcs(stub: Any) -> None:
-    assert stub.RecallMessage(spb.RecallMessageRequest(), metadata=MD).status.code == (
-        Code.UNSUPPORTED
-    )
+def recall(stub: Any, topic: str, handle: str) -> spb.RecallMessageResponse:
+    req = spb.RecallMessageRequest(recall_handle=handle)
+    req.topic.name = topic
+    return stub.RecallMessage(req, metadata=MD)
+
+
+def test_recall_cancels_a_delayed_message_before_its_time(broker: BrokerThread, stub: Any) -> None:
+    topic, group = unique("RecallT"), unique("RecallG")
+    deliver = int(time.time() * 1000) + 1500
+    kept = send_ok(stub, topic, b"kept", deliver_ms=deliver)
+    dropped = send_ok(stub, topic, b"recalled", deliver_ms=deliver)
+    plain = send_ok(stub, topic, b"now")
+    assert kept.recall_handle and dropped.recall_handle and not plain.recall_handle
+    r = recall(stub, topic, dropped.recall_handle)
+    assert r.status.code == Code.OK and r.message_id == dropped.message_id
+    # refused: malformed, of another topic
+    assert recall(stub, topic, "not-a-handle!").status.code == Code.BAD_REQUEST
+    assert recall(stub, unique("OtherT"), kept.recall_handle).status.code == Code.BAD_REQUEST
+    got: list[bytes] = []
+    end = time.monotonic() + 8
+    while time.monotonic() < end and sorted(got) != [b"kept", b"now"]:
+        _, msgs, _ = receive(stub, group, topic, poll_ms=500)
+        got += [m.body for m in msgs]
+    assert sorted(got) == [b"kept", b"now"]
+    # after its time: too late
+    assert recall(stub, topic, kept.recall_handle).status.code == Code.NOT_FOUND
+    time.sleep(1.5)  # the recalled one's level passed: still never delivered
+    assert not receive(stub, group, topic, poll_ms=200)[1]
 
 
 # ---- pull-style consumption ---------------------------------------------------------------------

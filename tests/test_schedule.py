@@ -413,3 +413,28 @@ def test_plain_delay_level_is_not_rescheduled(open_store: Any) -> None:
     clock.advance(3.0)
     assert store.schedule.deliver_due() == 1
     assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 1) == 1  # no second pass
+
+
+def test_recalled_timer_message_is_dropped_and_the_recall_survives_a_restart(
+    open_store: Any, make_config: Any
+) -> None:
+    clock = ManualClock()
+    store = open_store(clock=clock, message_delay_level="1s 5s")
+    store.schedule.stop()
+    t0 = clock.now_ms()
+    for body, uniq in ((b"keep", "K1"), (b"drop", "K2")):
+        props = {PROPERTY_DELAY: "2", "TIMER_DELIVER_MS": str(t0 + 7000), "UNIQ_KEY": uniq}
+        assert store.put_message(Message("Rc", body, 0, properties=props)).status.ok
+    store.recall_timer_message("Rc", "K2", t0 + 7000)
+    with pytest.raises(ValueError, match="too late"):
+        store.recall_timer_message("Rc", "K1", t0)
+    root = store.config.store_path_root_dir
+    store.shutdown()
+    again = open_store(clock=clock, message_delay_level="1s 5s", store_path_root_dir=root)
+    again.schedule.stop()
+    for _ in range(100):
+        again.schedule.deliver_due()
+        clock.advance(0.1)
+    assert [m.body for m in queue_messages(again, "Rc", 0)] == [b"keep"]
+    again.schedule.persist()  # the dropped recall leaves the file
+    assert json.loads((Path(root) / "config" / "timerRecall.json").read_text()) == {}

@@ -13,9 +13,11 @@ Transactional messages: a TRANSACTION send stores a half message, EndTransaction
 it back, and an open one is checked with a producer of its topic through the Telemetry stream
 (RecoverOrphanedTransactionCommand), over the broker's transaction service.
 
-Not served (answered UNSUPPORTED or ignored): SQL92 filters, recall of delayed messages, lite
-topics, namespaces (``resource_namespace`` is ignored), per-topic or per-group ACL permissions (the ACL authenticates; every known access key may do everything), receipt
-handle auto-renewal (a push consumer's receive is invisible for ``default_invisible_ms``), and
+Delayed (timer) messages may be recalled before their time (RecallMessage).
+
+Not served (answered UNSUPPORTED or ignored): SQL92 filters, lite topics, namespaces
+(``resource_namespace`` is ignored), per-topic or per-group ACL permissions (the ACL
+authenticates; every known access key may do everything), receipt handle auto-renewal (a push consumer's receive is invisible for ``default_invisible_ms``), and
 the 4.x ``%RETRY%<group>`` topic in receives (a pop consumer's retries stay in its own queue).
 
 ``proto/`` holds the protocol definitions; ``_pb`` the Python modules generated from them by

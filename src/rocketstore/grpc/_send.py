@@ -55,6 +55,7 @@ from ._convert import (
 )
 from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
+from ._recall import recall_handle
 from ._transaction import transaction_id
 
 if TYPE_CHECKING:
@@ -261,6 +262,11 @@ class SendService:
                 entry.offset = r.queue_offset
                 if msg.topic == TRANS_HALF_TOPIC:
                     entry.transaction_id = transaction_id(r.wrote_offset, r.queue_offset)
+                deliver = msg.properties.get(PROPERTY_TIMER_DELIVER_MS)
+                if deliver is not None and PROPERTY_DELAY in msg.properties:
+                    entry.recall_handle = recall_handle(
+                        msg.topic, msg.properties[PROPERTY_UNIQ_KEY], int(deliver)
+                    )
             else:
                 entry.status.CopyFrom(
                     status(code, f"send message failed, status {r.status.name}: {r.error or ''}")

@@ -28,6 +28,7 @@ from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
 from ._pb import service_pb2_grpc
 from ._pull import PullService
+from ._recall import recall
 from ._receive import PopService
 from ._routes import BrokerQueues, ClusterRoutes
 from ._send import SendService
@@ -364,10 +365,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def RecallMessage(
         self, request: spb.RecallMessageRequest, context: Any
     ) -> spb.RecallMessageResponse:
-        def handle() -> spb.RecallMessageResponse:
-            raise GrpcError(Code.UNSUPPORTED, "recalling delayed messages is not supported")
-
-        return await self._unary(context, spb.RecallMessageResponse, handle)
+        return await self._unary(
+            context, spb.RecallMessageResponse, lambda: recall(self.broker, request)
+        )
 
     async def SyncLiteSubscription(
         self, request: spb.SyncLiteSubscriptionRequest, context: Any

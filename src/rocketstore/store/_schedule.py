@@ -35,6 +35,7 @@ called from any thread (one lock serialises them).
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -44,11 +45,13 @@ from ._clock import Clock
 from ._commit_log import RedeliveredMessage
 from ._consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable
 from ._delay_offset import DelayOffsetFile
+from ._durable import fsync_dir, replace_synced
 from ._message import Message, PutMessageResult, PutMessageStatus
 from ._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
     MessageExt,
 )
@@ -67,6 +70,9 @@ _PERMANENT = frozenset(
 )
 # RocketMQ 5's exact delivery time (epoch ms) of a timer message
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# recalled timer messages not dropped yet (config/<this>); kept a day past their time
+RECALL_FILE = "timerRecall.json"
+_RECALL_KEPT_MS = 86_400_000
 
 
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
@@ -167,6 +173,10 @@ class ScheduleMessageService(ServiceThread):
         self._delivered: collections.Counter[int] = collections.Counter()
         self._warned_levels: set[int] = set()
         self._loaded = False
+        # recalled timer messages: "<topic>\x01<UNIQ_KEY>" → delivery time (epoch ms)
+        self._recalled: dict[str, int] = {}
+        self._recalled_dirty = False
+        self.recall_path = offset_file.dir / RECALL_FILE
 
     # ---- progress ---------------------------------------------------------------------------
 
@@ -185,6 +195,7 @@ class ScheduleMessageService(ServiceThread):
             self._offsets = dict(table)
             self._safe = dict(table)
             self._unflushed = {}
+            self._recalled = self._load_recalled()
             self._loaded = True
 
     def offset_table(self) -> dict[int, int]:
@@ -222,7 +233,8 @@ class ScheduleMessageService(ServiceThread):
         return dict(self._safe)
 
     def persist(self) -> None:
-        """Write the flushed part of the progress to delayOffset.json. Any thread."""
+        """Write the flushed part of the progress to delayOffset.json (and the recalled timer
+        messages when they changed). Any thread."""
         with self._lock:
             if not self._loaded:
                 return
@@ -231,6 +243,44 @@ class ScheduleMessageService(ServiceThread):
                 self.offset_file.persist(table)
             except OSError:
                 log.exception("could not persist delay progress; retried at the next interval")
+            stale = self.clock.now_ms() - _RECALL_KEPT_MS
+            for key in [k for k, when in self._recalled.items() if when < stale]:
+                del self._recalled[key]
+                self._recalled_dirty = True
+            if self._recalled_dirty:
+                try:
+                    self._persist_recalled()
+                except OSError:
+                    log.exception("could not persist recalled messages; retried later")
+
+    # ---- recall -----------------------------------------------------------------------------
+
+    def recall(self, topic: str, uniq_key: str, deliver_ms: int) -> None:
+        """Cancel the timer message ``uniq_key`` of ``topic`` due at ``deliver_ms``: it is
+        dropped when its level comes (or at its next hop). ValueError when its time has come
+        (a timer message is never delivered early, so before then it cannot have been). The
+        recall is on disk when this returns. Any thread."""
+        with self._lock:
+            if self.clock.now_ms() >= deliver_ms:
+                raise ValueError("the message's delivery time has come: too late to recall it")
+            self._recalled[f"{topic}\x01{uniq_key}"] = deliver_ms
+            self._persist_recalled()
+
+    def _load_recalled(self) -> dict[str, int]:
+        try:
+            doc = json.loads(self.recall_path.read_text("utf-8"))
+            return {str(k): int(v) for k, v in doc.items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.error("%s is damaged (%s): recalls in it are forgotten", self.recall_path, exc)
+            return {}
+
+    def _persist_recalled(self) -> None:
+        self.recall_path.parent.mkdir(parents=True, exist_ok=True)
+        replace_synced(self.recall_path, json.dumps(self._recalled).encode("utf-8"))
+        fsync_dir(self.recall_path.parent)
+        self._recalled_dirty = False
 
     def correct_offsets(self) -> None:
         """Clamp every level's offset into its queue's [min, max] (start-up, after cleaning)."""
@@ -372,6 +422,12 @@ class ScheduleMessageService(ServiceThread):
             )
             return 0
         deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+        if self._recalled and deliver_ms:
+            key = f"{real_topic}\x01{props.get(PROPERTY_UNIQ_KEY, '')}"
+            if self._recalled.pop(key, None) is not None:
+                self._recalled_dirty = True
+                log.info("%s: recalled; dropped", where)
+                return 0
         hop = (
             timer_level(int(deliver_ms) - self.clock.now_ms(), self.levels_ms)
             if deliver_ms.isdigit()

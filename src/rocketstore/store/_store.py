@@ -516,6 +516,12 @@ class MessageStore:
 
     # ---- reading ----------------------------------------------------------------------------
 
+    def recall_timer_message(self, topic: str, uniq_key: str, deliver_ms: int) -> None:
+        """Cancel a timer message (RocketMQ 5's recall) before its delivery time: ValueError
+        once its time has come. See ScheduleMessageService.recall. Any thread."""
+        self._check_running()
+        self.schedule.recall(topic, uniq_key, deliver_ms)
+
     def look_message_by_offset(
         self, phys_offset: int, size: int | None = None
     ) -> MessageExt | None:
