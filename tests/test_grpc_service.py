@@ -5,6 +5,7 @@ offset pulls, ACL, and the pop state across a restart."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -106,9 +107,10 @@ def receive(
     filter_type: int = pb.TAG,
     timeout: float = 10.0,
     metadata: Any = MD,
+    auto_renew: bool = False,
 ) -> tuple[pb.Status, list[pb.Message], list[str]]:
     """(status, messages, the kinds of the responses in order)."""
-    req = spb.ReceiveMessageRequest(batch_size=batch)
+    req = spb.ReceiveMessageRequest(batch_size=batch, auto_renew=auto_renew)
     req.group.name = group
     req.message_queue.topic.name = topic
     req.message_queue.id = 0
@@ -627,6 +629,51 @@ def test_ack_stale_and_forged_handles(stub: Any) -> None:
     assert mixed.status.code == Code.MULTIPLE_RESULTS
     assert [e.status.code for e in mixed.entries] == [Code.OK, Code.INVALID_RECEIPT_HANDLE]
     assert ack(stub, group, topic).status.code == Code.BAD_REQUEST
+
+
+def test_auto_renewed_receive_stays_invisible_while_its_client_lives(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        TEST_GRPC_CONFIG,
+        default_invisible_ms=600,
+        renew_ahead_ms=400,
+        pop_persist_interval_ms=100,
+        release_invisible_ms=200,
+    )
+    b = BrokerThread(tmp_path, grpc_config=config)
+    b.start()
+    channel = grpc.insecure_channel(b.grpc_address)
+    try:
+        s = service_pb2_grpc.MessagingServiceStub(channel)
+        topic, group = "AutoRenewT", "AutoRenewG"
+        push = [("x-mq-client-id", "push-client")]
+        send_ok(s, topic, b"long-running")
+        send_ok(s, topic, b"left-behind")
+        _, first, _ = receive(
+            s, group, topic, batch=1, invisible_ms=None, metadata=push, auto_renew=True
+        )
+        assert [m.body for m in first] == [b"long-running"]
+        _, second, _ = receive(
+            s, group, topic, batch=1, invisible_ms=None, metadata=push, auto_renew=True
+        )
+        assert [m.body for m in second] == [b"left-behind"]
+        # well past the 600 ms default: renewed, so no other consumer gets them
+        time.sleep(2.0)
+        assert not receive(s, group, topic, invisible_ms=5_000, poll_ms=100)[1]
+        # the original handle still acks
+        handle = first[0].system_properties.receipt_handle
+        assert ack(s, group, topic, handle).status.code == Code.OK
+        # the client leaves: what it did not ack is visible again at once (200 ms)
+        req = spb.NotifyClientTerminationRequest()
+        req.group.name = group
+        assert s.NotifyClientTermination(req, metadata=push).status.code == Code.OK
+        begin = time.monotonic()
+        _, again, _ = receive(s, group, topic, invisible_ms=5_000, poll_ms=3_000)
+        assert [m.body for m in again] == [b"left-behind"]
+        assert again[0].system_properties.delivery_attempt == 2
+        assert time.monotonic() - begin < 2.0
+    finally:
+        channel.close()
+        b.close()
 
 
 def test_change_invisible_duration(stub: Any) -> None:

@@ -629,3 +629,16 @@ def test_random_interleaving_keeps_the_invariants(seed: int, clock: ManualClock)
             break
     assert acked == wanted
     assert pop.progress(G, T, 0) == 300
+
+
+def test_renew_extends_invisibility_and_keeps_the_handle(pop: PopState, clock: ManualClock) -> None:
+    queue = FakeQueue(2)
+    (r,) = receive(pop, queue, 1, invisible_ms=1_000)
+    clock.advance(0.9)
+    deadline = pop.renew(r.handle, 1_000)
+    assert deadline == clock.now_ms() + 1_000
+    clock.advance(0.9)  # past the first deadline, before the renewed one
+    assert offsets(receive(pop, queue, 5)) == [1]  # offset 0 stays invisible
+    pop.ack(r.handle)  # the consumer's handle is still the current one
+    with pytest.raises(InvalidReceiptHandleError):
+        pop.renew(r.handle, 1_000)

@@ -519,6 +519,23 @@ class PopState:
             key = (receipt.group, receipt.topic, receipt.queue_id)
             return self._issue(key, queue, entry, self._clock.now_ms(), invisible_ms)
 
+    def renew(
+        self, handle: str, invisible_ms: int, *, group: str | None = None, topic: str | None = None
+    ) -> int:
+        """Keep the message of ``handle`` invisible for ``invisible_ms`` from now without
+        replacing the handle (the broker's auto-renewal of a consumer's receive: the consumer
+        still holds it). Returns the new deadline (epoch ms). Raises as :meth:`ack`. Any
+        thread."""
+        if invisible_ms < 0:
+            raise ValueError(f"invisible_ms must not be negative, not {invisible_ms}")
+        with self._lock:
+            _receipt, queue, entry = self._current(handle, group, topic)
+            entry.deliver_time_ms = self._clock.now_ms()
+            entry.invisible_ms = invisible_ms
+            queue.schedule(entry)
+            self._changes += 1
+            return entry.deadline
+
     # ---- progress ----------------------------------------------------------------------------
 
     def progress(self, group: str, topic: str, queue_id: int) -> int | None:

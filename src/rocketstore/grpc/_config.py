@@ -35,6 +35,12 @@ class GrpcConfig:
     max_invisible_ms: int = 12 * 3_600_000
     # the invisible time of a push consumer's auto-renewed receive (no duration in the request)
     default_invisible_ms: int = 60_000
+    # auto-renewal of such a receive while its client lives: renewed this long before it ends,
+    # for at most renew_max_ms after the delivery; a client that leaves has its unacked
+    # messages made visible to the group after release_invisible_ms
+    renew_ahead_ms: int = 10_000
+    renew_max_ms: int = 3 * 3_600_000
+    release_invisible_ms: int = 1_000
     # long polling: the longest poll, and how long before the client's deadline it is answered
     max_long_polling_ms: int = 20_000
     long_polling_reserve_ms: int = 200
@@ -66,6 +72,9 @@ class GrpcConfig:
         for name in (
             "max_invisible_ms",
             "default_invisible_ms",
+            "renew_ahead_ms",
+            "renew_max_ms",
+            "release_invisible_ms",
             "max_long_polling_ms",
             "pop_recheck_ms",
             "receive_batch_size",

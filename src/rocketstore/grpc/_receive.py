@@ -90,6 +90,10 @@ class PopService:
         self._tasks: set[asyncio.Task[bool]] = set()
         self._closing = False
         self._filters: dict[str, TagFilter] = {}
+        # handles of auto-renewed receives (push consumers): handle → [client id, first
+        # delivery ms, current deadline ms]; and each client's handles
+        self._auto: dict[str, list[Any]] = {}
+        self._auto_by_client: dict[str, set[str]] = {}
 
     # ---- checks ------------------------------------------------------------------------------
 
@@ -118,10 +122,23 @@ class PopService:
     # ---- ReceiveMessage ----------------------------------------------------------------------
 
     async def receive(
-        self, request: spb.ReceiveMessageRequest, remaining_s: float | None
+        self, request: spb.ReceiveMessageRequest, remaining_s: float | None, client_id: str = ""
     ) -> list[Delivery]:
         """Messages for a ReceiveMessage, after a long poll when there are none yet (then the
-        list is empty: MESSAGE_NOT_FOUND). GrpcError for a refused request."""
+        list is empty: MESSAGE_NOT_FOUND). GrpcError for a refused request. The handles of an
+        auto-renewed receive are kept invisible while ``client_id`` lives (see
+        :meth:`renew_due`)."""
+        found = await self._receive(request, remaining_s)
+        if request.auto_renew and not request.HasField("invisible_duration") and client_id:
+            now = self.clock.now_ms()
+            for _msg, receipt in found:
+                self._auto[receipt.handle] = [client_id, now, receipt.invisible_until_ms]
+                self._auto_by_client.setdefault(client_id, set()).add(receipt.handle)
+        return found
+
+    async def _receive(
+        self, request: spb.ReceiveMessageRequest, remaining_s: float | None
+    ) -> list[Delivery]:
         cfg = self.config
         group = check_group(request.group)
         topic = check_topic(request.message_queue.topic, self.broker.topics)
@@ -355,8 +372,56 @@ class PopService:
             for event in events:
                 event.set()
 
+    # ---- auto-renewal ------------------------------------------------------------------------
+
+    def _untrack(self, handle: str) -> None:
+        tracked = self._auto.pop(handle, None)
+        if tracked is not None:
+            handles = self._auto_by_client.get(tracked[0])
+            if handles is not None:
+                handles.discard(handle)
+                if not handles:
+                    del self._auto_by_client[tracked[0]]
+
+    def renew_due(self) -> int:
+        """Extend the auto-renewed handles whose invisibility ends within ``renew_ahead_ms``
+        by ``default_invisible_ms``, for at most ``renew_max_ms`` after their delivery (the
+        front end's housekeeping); the number renewed."""
+        cfg = self.config
+        now = self.clock.now_ms()
+        renewed = 0
+        for handle, tracked in list(self._auto.items()):
+            _client, first_ms, deadline = tracked
+            if deadline - now > cfg.renew_ahead_ms:
+                continue
+            if now - first_ms >= cfg.renew_max_ms:
+                self._untrack(handle)  # left to expire: redelivered to the group
+                continue
+            try:
+                tracked[2] = self.pop.renew(handle, cfg.default_invisible_ms)
+                renewed += 1
+            except InvalidReceiptHandleError:
+                self._untrack(handle)  # acked or handed out again meanwhile
+        return renewed
+
+    def release_client(self, client_id: str) -> int:
+        """A client left (terminated or expired): what it received with auto-renewal and did
+        not ack becomes visible to its group again after ``release_invisible_ms``; the number
+        released."""
+        released = 0
+        for handle in list(self._auto_by_client.get(client_id, ())):
+            self._untrack(handle)
+            try:
+                new = self.pop.change_invisible(handle, self.config.release_invisible_ms)
+            except InvalidReceiptHandleError:
+                continue
+            self._note(new)
+            released += 1
+        return released
+
     def nack(self, receipt: Receipt) -> None:
         """A delivery that did not reach its consumer: visible again soon."""
+        self._untrack(receipt.handle)
         try:
             new = self.pop.change_invisible(receipt.handle, NACK_INVISIBLE_MS)
         except InvalidReceiptHandleError:
@@ -379,6 +444,7 @@ class PopService:
             )
             try:
                 self.pop.ack(entry.receipt_handle, group=group, topic=topic)
+                self._untrack(entry.receipt_handle)
             except InvalidReceiptHandleError as exc:
                 out.status.code = Code.INVALID_RECEIPT_HANDLE
                 out.status.message = str(exc)
@@ -407,6 +473,7 @@ class PopService:
             )
         except InvalidReceiptHandleError as exc:
             raise GrpcError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        self._untrack(request.receipt_handle)  # the consumer decides its time from here
         self._note(receipt)
         self._wake((group, topic))
         response = spb.ChangeInvisibleDurationResponse(receipt_handle=receipt.handle)
@@ -427,6 +494,7 @@ class PopService:
             )
         except InvalidReceiptHandleError as exc:
             raise GrpcError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        self._untrack(request.receipt_handle)
         self._note(receipt)
         if not await self.dead_letter(receipt):
             raise GrpcError(Code.INTERNAL_SERVER_ERROR, "putting the message into the DLQ failed")

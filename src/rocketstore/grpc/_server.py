@@ -210,10 +210,13 @@ class GrpcFrontEnd:
             await asyncio.sleep(interval)
             try:
                 self._commit_progress()
-                self.service.pops.prune_deadlines()
+                pops = self.service.pops
+                pops.prune_deadlines()
+                pops.renew_due()
                 if loop.time() >= next_expiry:
                     next_expiry = loop.time() + CLIENT_EXPIRY_CHECK_S
-                    self.service.clients.expire()
+                    for client_id in self.service.clients.expire():
+                        pops.release_client(client_id)
                 await asyncio.to_thread(self.pop.persist)
             except Exception:
                 log.exception("gRPC front end: housekeeping failed")

@@ -290,6 +290,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if request.HasField("group"):
                 check_group(request.group)
             self.clients.terminate(client_id)
+            self.pops.release_client(client_id)
             return spb.NotifyClientTerminationResponse(status=status(Code.OK))
 
         return await self._unary(context, spb.NotifyClientTerminationResponse, handle)
@@ -386,7 +387,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         written (the client went away) is made visible again soon."""
         try:
             self._authorize(context)
-            found = await self.pops.receive(request, _remaining(context))
+            found = await self.pops.receive(request, _remaining(context), _client_id(context))
         except GrpcError as exc:
             yield spb.ReceiveMessageResponse(status=status(exc.code, exc.message))
             yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self.pops.clock.now_ms()))
