@@ -15,10 +15,13 @@ it back, and an open one is checked with a producer of its topic through the Tel
 
 Delayed (timer) messages may be recalled before their time (RecallMessage).
 
+A push consumer's (auto-renewed) receive stays invisible while its client lives, and what a
+client leaves unacked is visible to its group again a second after it terminates or expires.
+
 Not served (answered UNSUPPORTED or ignored): SQL92 filters, lite topics, namespaces
 (``resource_namespace`` is ignored), per-topic or per-group ACL permissions (the ACL
-authenticates; every known access key may do everything), receipt handle auto-renewal (a push consumer's receive is invisible for ``default_invisible_ms``), and
-the 4.x ``%RETRY%<group>`` topic in receives (a pop consumer's retries stay in its own queue).
+authenticates; every known access key may do everything), and the 4.x ``%RETRY%<group>``
+topic in receives (a pop consumer's retries stay in its own queue).
 
 ``proto/`` holds the protocol definitions; ``_pb`` the Python modules generated from them by
 ``scripts/gen_grpc.sh`` (checked in, not edited by hand).
