@@ -433,40 +433,30 @@ class ScheduleMessageService(ServiceThread):
             if deliver_ms.isdigit()
             else 0
         )
+        out_props = props
+        kind: type[Message] = RedeliveredMessage
         if hop:
             # a timer message not due yet: back into the schedule, in the level that fits what
             # remains (the commit log writes REAL_TOPIC / REAL_QID again)
-            hop_props = {
+            out_props = {
                 k: v
                 for k, v in props.items()
                 if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
             }
-            hop_props[PROPERTY_DELAY] = str(hop)
-            out: Message = Message(
-                real_topic,
-                msg.body,
-                int(real_qid),
-                properties=hop_props,
-                flag=msg.flag,
-                sys_flag=msg.sys_flag,
-                born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host_str,
-                reconsume_times=msg.reconsume_times,
-                prepared_transaction_offset=msg.prepared_transaction_offset,
-            )
-        else:
-            out = RedeliveredMessage(
-                real_topic,
-                msg.body,
-                int(real_qid),
-                properties=props,
-                flag=msg.flag,
-                sys_flag=msg.sys_flag,
-                born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host_str,
-                reconsume_times=msg.reconsume_times,
-                prepared_transaction_offset=msg.prepared_transaction_offset,
-            )
+            out_props[PROPERTY_DELAY] = str(hop)
+            kind = Message
+        out = kind(
+            real_topic,
+            msg.body,
+            int(real_qid),
+            properties=out_props,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host_str,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+        )
         r = self._put(out)
         if r.ok:
             return r.wrote_offset + r.wrote_bytes
