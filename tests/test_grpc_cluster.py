@@ -210,9 +210,14 @@ def test_official_client_with_one_endpoint_reaches_the_whole_cluster(
         scenario="receive",
         topic=topic,
         group="ClusterInteropG",
-        rounds=6,
+        rounds=10,
         invisible_s=30,
         await_s=1,
     )
     received = sorted(m["body"] for r in got["rounds"] for m in r)
-    assert received == sorted(bodies)
+    req = spb.QueryRouteRequest()
+    req.topic.name = topic
+    with grpc.insecure_channel(endpoint) as channel:
+        route = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(req, metadata=MD)
+    seen_route = sorted((mq.broker.name, mq.id) for mq in route.message_queues)
+    assert received == sorted(bodies), (got["rounds"], seen_route, on_a, on_b)

@@ -6,8 +6,8 @@ The topic's route comes from the name server (GET_ROUTEINFO_BY_TOPIC). Each othe
 gRPC endpoint comes from its own configuration (GET_BROKER_CONFIG's ``grpcEndpoint``, which a
 rocketstore broker with a gRPC front end reports); a broker without one (no gRPC front end, or
 another implementation) is left out of the answer. Routes are kept for ``ROUTE_TTL_S`` and
-endpoints for ``ENDPOINT_TTL_S``; when the name server cannot be asked or does not know the
-topic yet, the answer is this broker's queues alone.
+endpoints for ``ENDPOINT_TTL_S`` (a failed lookup for ``FAILURE_TTL_S``); when the name server
+cannot be asked or does not know the topic yet, the answer is this broker's queues alone.
 
 Loop thread only.
 """
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 ROUTE_TTL_S = 5.0
 ENDPOINT_TTL_S = 30.0
+# a failed lookup is asked again after this long (not kept for a whole TTL)
+FAILURE_TTL_S = 1.0
 _ASK_TIMEOUT_S = 2.0
 GRPC_ENDPOINT_KEY = "grpcEndpoint"
 
@@ -97,7 +99,7 @@ class ClusterRoutes:
     async def _route(self, topic: str) -> TopicRoute | None:
         loop = asyncio.get_running_loop()
         cached = self._routes.get(topic)
-        if cached is not None and loop.time() - cached[0] < ROUTE_TTL_S:
+        if cached is not None and loop.time() < cached[0]:
             return cached[1]
         route: TopicRoute | None = None
         for addr in self.broker.config.namesrv_addrs:
@@ -117,7 +119,7 @@ class ClusterRoutes:
                     log.warning("route of %s from %s is malformed: %s", topic, addr, exc)
                     continue
             break
-        self._routes[topic] = (loop.time(), route)
+        self._routes[topic] = (loop.time() + (ROUTE_TTL_S if route else FAILURE_TTL_S), route)
         if len(self._routes) > 10_000:
             self._routes.clear()
         return route
@@ -125,18 +127,24 @@ class ClusterRoutes:
     async def _endpoint(self, addr: str) -> tuple[str, int] | None:
         loop = asyncio.get_running_loop()
         cached = self._endpoints.get(addr)
-        if cached is not None and loop.time() - cached[0] < ENDPOINT_TTL_S:
+        if cached is not None and loop.time() < cached[0]:
             return cached[1]
         endpoint: tuple[str, int] | None = None
+        answered = False  # a broker that answered without an endpoint has no gRPC front end
         try:
             r = await self._client.invoke(
                 addr, RemotingCommand.request(GET_BROKER_CONFIG, {}), _ASK_TIMEOUT_S
             )
             if r.code == ResponseCode.SUCCESS:
+                answered = True
                 endpoint = _endpoint_of(bytes(r.body).decode("utf-8", "replace"))
         except (RemotingError, OSError) as exc:
             log.debug("configuration of broker %s: %s", addr, exc)
-        self._endpoints[addr] = (loop.time(), endpoint)
+        known = endpoint is not None or answered
+        self._endpoints[addr] = (
+            loop.time() + (ENDPOINT_TTL_S if known else FAILURE_TTL_S),
+            endpoint,
+        )
         return endpoint
 
 
