@@ -34,7 +34,7 @@ ROUTE_TTL_S = 5.0
 ENDPOINT_TTL_S = 30.0
 # a failed lookup is asked again after this long (not kept for a whole TTL)
 FAILURE_TTL_S = 1.0
-_ASK_TIMEOUT_S = 2.0
+_ASK_TIMEOUT_S = 3.0
 GRPC_ENDPOINT_KEY = "grpcEndpoint"
 
 
@@ -102,6 +102,7 @@ class ClusterRoutes:
         if cached is not None and loop.time() < cached[0]:
             return cached[1]
         route: TopicRoute | None = None
+        asked = False  # a name server answered (the topic may be unknown to it)
         for addr in self.broker.config.namesrv_addrs:
             try:
                 r = await self._client.invoke(
@@ -112,6 +113,7 @@ class ClusterRoutes:
             except (RemotingError, OSError) as exc:
                 log.debug("route of %s from %s: %s", topic, addr, exc)
                 continue
+            asked = True
             if r.code == ResponseCode.SUCCESS:
                 try:
                     route = parse_route(topic, r.body)
@@ -119,6 +121,8 @@ class ClusterRoutes:
                     log.warning("route of %s from %s is malformed: %s", topic, addr, exc)
                     continue
             break
+        if route is None and not asked and cached is not None:
+            route = cached[1]  # no name server answered: the last route known stands a while
         self._routes[topic] = (loop.time() + (ROUTE_TTL_S if route else FAILURE_TTL_S), route)
         if len(self._routes) > 10_000:
             self._routes.clear()
@@ -140,6 +144,8 @@ class ClusterRoutes:
                 endpoint = _endpoint_of(bytes(r.body).decode("utf-8", "replace"))
         except (RemotingError, OSError) as exc:
             log.debug("configuration of broker %s: %s", addr, exc)
+        if not answered and cached is not None:
+            endpoint = cached[1]  # the broker did not answer in time: the last endpoint stands
         known = endpoint is not None or answered
         self._endpoints[addr] = (
             loop.time() + (ENDPOINT_TTL_S if known else FAILURE_TTL_S),
