@@ -71,7 +71,7 @@ def test_timer_message_is_delivered_at_its_time(
     (m,) = got
     deliver = int(m.properties["TIMER_DELIVER_MS"])
     assert abs(deliver - (begin + delay_ms)) < 500
-    assert deliver <= m.store_timestamp < deliver + 1500
+    assert deliver <= m.store_timestamp < deliver + 2500  # (slack for a loaded machine)
     assert "TIMER_DELAY_SEC" not in m.properties and "TIMER_DELAY_MS" not in m.properties
 
 

