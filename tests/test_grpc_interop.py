@@ -410,7 +410,7 @@ def test_tls(client_python: Path, tmp_path: Path) -> None:
 def test_transactions_with_the_official_producer(client_python: Path, tmp_path: Path) -> None:
     b = BrokerThread(
         tmp_path / "broker",
-        broker_overrides={"transaction_timeout": 500, "transaction_check_interval": 300},
+        broker_overrides={"transaction_timeout": 1500, "transaction_check_interval": 300},
     )
     b.start()
     try:
@@ -427,10 +427,12 @@ def test_transactions_with_the_official_producer(client_python: Path, tmp_path: 
                 {"body": "commit-on-check", "end": "open"},
                 {"body": "rollback-on-check", "end": "open"},
             ],
-            expect_checks=2,
+            expect_checked=["commit-on-check", "rollback-on-check"],
         )
         assert all(r["transaction_id"] for r in out["receipts"])
-        assert sorted(out["checked"]) == ["commit-on-check", "rollback-on-check"]
+        # the open ones were checked; an end slower than the timeout may be checked too
+        # (its checker answers as the producer did)
+        assert {"commit-on-check", "rollback-on-check"} <= set(out["checked"])
         store = b.broker.store
 
         def bodies() -> list[bytes]:
