@@ -282,7 +282,10 @@ class Proxy:
                 self._threads.append(t)
 
     def _pump(self, src: socket.socket, dst: socket.socket, down: bool) -> None:
-        src.settimeout(0.05)
+        try:
+            src.settimeout(0.05)
+        except OSError:
+            return  # cut before this pump started
         try:
             while not self._stop.is_set():
                 if self.stalled.is_set() or (down and self._budget == 0):
