@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 
 RC = ResponseCode
 GET_BROKER_CONFIG = 26
+# the configuration key of where the broker's gRPC front end listens ("host:port")
+GRPC_ENDPOINT_KEY = "grpcEndpoint"
 GET_TOPIC_STATS_INFO = 202
 QUERY_TOPIC_CONSUME_BY_WHO = 300
 
@@ -413,7 +415,7 @@ class AdminProcessor:
             out.setdefault(key, value)
         if self.broker.grpc_endpoint:
             # where this broker's gRPC front end listens (other brokers route 5.x clients here)
-            out["grpcEndpoint"] = self.broker.grpc_endpoint
+            out[GRPC_ENDPOINT_KEY] = self.broker.grpc_endpoint
         return out
 
 

@@ -31,7 +31,6 @@ from ..store._record import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     encode_record,
-    make_msg_id,
 )
 from ._transaction import CheckRequest, TransactionError
 
@@ -112,7 +111,7 @@ class EndTransactionProcessor:
         if conn is None:
             return False
         half = request.half
-        msg_id = make_msg_id(half.store_host, half.commitlog_offset)
+        msg_id = half.msg_id
         header = {
             "tranStateTableOffset": str(half.queue_offset),
             "commitLogOffset": str(half.commitlog_offset),

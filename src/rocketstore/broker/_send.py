@@ -187,7 +187,7 @@ class SendProcessor:
                 RC.NO_PERMISSION,
                 f"the broker[{self.broker_name}] sending transaction message is forbidden",
             )
-        if _TIMER_KEYS & props.keys():
+        if not _TIMER_KEYS.isdisjoint(props):
             try:
                 apply_timer(props, self.broker.clock.now_ms(), self._levels_ms)
             except ValueError as exc:

@@ -63,7 +63,6 @@ from ..store._record import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     MessageExt,
-    unpack_host,
 )
 from ._errors import BrokerError
 from ._topic_config import PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -246,7 +245,7 @@ class TransactionService:
                 f"message id {message_id!r} is not the half message's {uniq!r}", "mismatch"
             )
         self.load()
-        key = uniq or f"@{half.queue_offset}"
+        key = _key(uniq, half.queue_offset)
         await self._acquire(key)
         try:
             known = self._resolution(half.queue_offset, uniq)
@@ -326,16 +325,12 @@ class TransactionService:
         real_queue = props.get(PROPERTY_REAL_QUEUE_ID)
         if not real_topic or real_queue is None or not real_queue.isdigit():
             raise TransactionError("the half message has no REAL_TOPIC / REAL_QID", "unknown")
-        return Message(
+        return _copy_of(
+            half,
             real_topic,
-            bytes(half.body),
             int(real_queue),
-            properties=props,
-            flag=half.flag,
-            sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
-            born_timestamp=half.born_timestamp,
-            born_host=unpack_host(half.born_host),
-            reconsume_times=half.reconsume_times,
+            props,
+            (half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
             prepared_transaction_offset=half.commitlog_offset,
         )
 
@@ -514,7 +509,7 @@ class TransactionService:
             return 0
         props = half.properties
         uniq = props.get(PROPERTY_UNIQ_KEY, "")
-        key = uniq or f"@{qo}"
+        key = _key(uniq, qo)
         if key in self._busy:
             return None
         if uniq and uniq in self._ended:
@@ -557,18 +552,8 @@ class TransactionService:
         props = dict(half.properties)
         if times:
             props[PROPERTY_CHECK_TIMES] = str(times)
-        copy = Message(
-            TRANS_HALF_TOPIC,
-            bytes(half.body),
-            half.queue_id,
-            properties=props,
-            flag=half.flag,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=unpack_host(half.born_host),
-            reconsume_times=half.reconsume_times,
-        )
-        key = uniq or f"@{half.queue_offset}"
+        copy = _copy_of(half, TRANS_HALF_TOPIC, half.queue_id, props, half.sys_flag)
+        key = _key(uniq, half.queue_offset)
         await self._acquire(key)
         try:
             result = await self._put(copy)
@@ -639,6 +624,35 @@ class TransactionService:
 
 
 _UNKNOWN = object()
+
+
+def _key(uniq: str, queue_offset: int) -> str:
+    """The key of a half's transaction: its UNIQ_KEY, else its place in the half queue."""
+    return uniq or f"@{queue_offset}"
+
+
+def _copy_of(
+    half: MessageExt,
+    topic: str,
+    queue_id: int,
+    properties: dict[str, str],
+    sys_flag: int,
+    *,
+    prepared_transaction_offset: int = 0,
+) -> Message:
+    """A message with ``half``'s body, flag, born time and host and reconsume times."""
+    return Message(
+        topic,
+        bytes(half.body),
+        queue_id,
+        properties=properties,
+        flag=half.flag,
+        sys_flag=sys_flag,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host_str,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
 
 
 def _int_prop(props: dict[str, str], name: str) -> int:

@@ -14,7 +14,8 @@ from ..broker._topic_config import validate_topic
 from ._convert import Code, GrpcError
 
 if TYPE_CHECKING:
-    from ..broker._topic_config import TopicConfigManager
+    from ..broker._controller import BrokerController
+    from ..broker._topic_config import TopicConfig, TopicConfigManager
     from ._pb import definition_pb2 as pb
 
 GROUP_MAX_LENGTH = 255
@@ -31,6 +32,21 @@ def check_topic(resource: pb.Resource, topics: TopicConfigManager) -> str:
     if topics.is_system_topic(name):
         raise GrpcError(Code.ILLEGAL_TOPIC, f"cannot access system topic {name}")
     return name
+
+
+def topic_config(broker: BrokerController, topic: str, *, create: bool) -> TopicConfig:
+    """The broker's config of ``topic``, created from the default topic when ``create`` and
+    auto-creation allow (as a 4.x send does); TOPIC_NOT_FOUND when there is none,
+    ILLEGAL_TOPIC for a name that may not be created."""
+    config = broker.topics.select(topic)
+    if config is None and create and broker.config.auto_create_topic_enable:
+        try:
+            config = broker.create_topic_for_send(topic, {})
+        except InvalidTopicError as exc:
+            raise GrpcError(Code.ILLEGAL_TOPIC, str(exc)) from None
+    if config is None:
+        raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
+    return config
 
 
 def check_group(resource: pb.Resource) -> str:

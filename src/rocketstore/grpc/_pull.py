@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..broker._topic_config import PERM_READ
 from ..store._filter import TagFilter
 from ..store._message import GetMessageResult, GetMessageStatus
-from ._checks import check_group, check_topic
+from ._checks import check_group, check_topic, topic_config
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError
 from ._pb import definition_pb2 as pb
@@ -41,9 +41,7 @@ class PullService:
 
     def _queue(self, queue: pb.MessageQueue, *, readable: bool = True) -> tuple[str, int]:
         topic = check_topic(queue.topic, self.broker.topics)
-        config = self.broker.topics.select(topic)
-        if config is None:
-            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
+        config = topic_config(self.broker, topic, create=False)
         if readable and not config.perm & PERM_READ:
             raise GrpcError(Code.FORBIDDEN, f"the topic[{topic}] pulling message is forbidden")
         if not 0 <= queue.id < config.read_queue_nums:

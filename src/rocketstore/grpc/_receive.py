@@ -42,7 +42,7 @@ from ..store._errors import CorruptRecordError, StoreError
 from ..store._filter import TagFilter
 from ..store._message import GetMessageStatus
 from ..store._record import MessageExt
-from ._checks import check_group, check_invisible, check_topic
+from ._checks import check_group, check_invisible, check_topic, topic_config
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError, copy_for_dead_letter
 from ._pb import definition_pb2 as pb
@@ -112,9 +112,7 @@ class PopService:
         return config is not None and config.consume_message_orderly
 
     def _readable_queues(self, topic: str) -> list[int]:
-        config = self.broker.topics.select(topic)
-        if config is None:
-            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
+        config = topic_config(self.broker, topic, create=False)
         if not config.perm & PERM_READ or not self.broker.config.broker_permission & PERM_READ:
             raise GrpcError(Code.FORBIDDEN, f"the topic[{topic}] pulling message is forbidden")
         return list(range(config.read_queue_nums))

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..broker._admin import GET_BROKER_CONFIG
+from ..broker._admin import GET_BROKER_CONFIG, GRPC_ENDPOINT_KEY
 from ..client._route import MASTER_ID, TopicRoute, parse_route
 from ..remoting import RemotingCommand, RemotingError, ResponseCode
 from ..remoting._client import AsyncRemotingClient
@@ -35,7 +35,6 @@ ENDPOINT_TTL_S = 30.0
 # a failed lookup is asked again after this long (not kept for a whole TTL)
 FAILURE_TTL_S = 1.0
 _ASK_TIMEOUT_S = 3.0
-GRPC_ENDPOINT_KEY = "grpcEndpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +162,3 @@ def _endpoint_of(config_text: str) -> tuple[str, int] | None:
             if colon and host and port.isdigit():
                 return host.strip("[]"), int(port)
     return None
-
-
-def endpoint_text(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -25,7 +25,6 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..broker._errors import InvalidTopicError
 from ..broker._topic_config import (
     PERM_WRITE,
     TRANS_HALF_TOPIC,
@@ -38,7 +37,7 @@ from ..store._java_hash import java_string_hash
 from ..store._message import Message, PutMessageResult, PutMessageStatus
 from ..store._record import PROPERTY_DELAY, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY
 from ..store._schedule import PROPERTY_TIMER_DELIVER_MS, timer_level
-from ._checks import check_topic
+from ._checks import check_topic, topic_config
 from ._config import GrpcConfig
 from ._convert import (
     PROPERTY_BORN_HOST,
@@ -102,7 +101,7 @@ class SendService:
                 Code.FORBIDDEN,
                 f"the broker[{broker.config.broker_name}] sending message is forbidden",
             )
-        config = self._topic_config(topic)
+        config = topic_config(broker, topic, create=True)
         if not config.writeable or config.write_queue_nums <= 0:
             raise GrpcError(Code.FORBIDDEN, f"the topic[{topic}] sending message is forbidden")
         stored = [self._to_store(m, topic, config, peer) for m in messages]
@@ -111,18 +110,6 @@ class SendService:
         for fut in futures:
             results.append(fut.result() if fut.done() else await asyncio.wrap_future(fut))
         return self._answer(stored, results)
-
-    def _topic_config(self, topic: str) -> TopicConfig:
-        topics = self.broker.topics
-        config = topics.select(topic)
-        if config is None:
-            try:
-                config = self.broker.create_topic_for_send(topic, {})
-            except InvalidTopicError as exc:
-                raise GrpcError(Code.ILLEGAL_TOPIC, str(exc)) from None
-        if config is None:
-            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
-        return config
 
     def _to_store(
         self, m: pb.Message, topic: str, config: TopicConfig, peer: str | None

@@ -17,10 +17,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..broker._errors import InvalidTopicError
-from ..broker._topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from ..broker._topic_config import PERM_READ, PERM_WRITE
 from ._acl import AclChecker
-from ._checks import check_group, check_topic
+from ._checks import check_group, check_topic, topic_config
 from ._clients import ClientRegistry
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError, status, timestamp, to_proto_message
@@ -177,17 +176,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     # ---- routes ------------------------------------------------------------------------------
 
-    def _topic_config(self, topic: str, *, create: bool) -> TopicConfig:
-        config = self.broker.topics.select(topic)
-        if config is None and create and self.broker.config.auto_create_topic_enable:
-            try:
-                config = self.broker.create_topic_for_send(topic, {})
-            except InvalidTopicError as exc:
-                raise GrpcError(Code.ILLEGAL_TOPIC, str(exc)) from None
-        if config is None:
-            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist, apply first please!")
-        return config
-
     def _broker_pb(self, endpoints: pb.Endpoints) -> pb.Broker:
         out = pb.Broker(name=self.broker.config.broker_name, id=self.broker.config.broker_id)
         if endpoints.addresses:
@@ -200,7 +188,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     async def _query_route(self, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
         topic = check_topic(request.topic, self.broker.topics)
-        config = self._topic_config(topic, create=True)
+        config = topic_config(self.broker, topic, create=True)
         response = spb.QueryRouteResponse(status=status(Code.OK))
         perm = config.perm & self.broker.config.broker_permission
         _add_queues(
@@ -233,7 +221,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> spb.QueryAssignmentResponse:
         topic = check_topic(request.topic, self.broker.topics)
         check_group(request.group)
-        config = self._topic_config(topic, create=False)
+        config = topic_config(self.broker, topic, create=False)
         perm = config.perm & self.broker.config.broker_permission
         others = [
             o for o in await self._others(topic) if o.perm & PERM_READ and o.read_queue_nums > 0
