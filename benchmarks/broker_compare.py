@@ -25,7 +25,9 @@ SETTINGS = {
 
 
 def run_once(scenarios: list[str], env_name: str, value: str, args: argparse.Namespace) -> Any:
-    cmd = [sys.executable, "-m", "rocketstore.cli", "bench", "--json", "--store", args.store]
+    cmd = [sys.executable, "-m", "rocketstore.cli", "bench", "--json"]
+    if args.store:
+        cmd += ["--store", args.store]
     for s in scenarios:
         cmd += ["--scenario", s]
     if args.messages:
@@ -49,7 +51,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--vary", choices=sorted(SETTINGS), default="loop")
     ap.add_argument("--messages", type=int, default=None)
-    ap.add_argument("--store", default="/tmp/rocketstore-broker-compare")
+    ap.add_argument(
+        "--store", default=None, help="scratch directory (default: a new temporary one)"
+    )
     args = ap.parse_args()
     scenarios = args.scenario or [
         "broker-send",

@@ -1,11 +1,12 @@
 """Instructions a message of get_message (32 per call, 1 KiB bodies), counted with callgrind.
 
-    python benchmarks/get_message_instructions.py [--python PY] [--store DIR]
+    python benchmarks/get_message_instructions.py [--python PY] [--dir DIR]
 
 Fills a store with 80,000 messages over 4 queues, then runs get_message under
 ``valgrind --tool=callgrind`` twice: over 1 queue and over 3. The difference divided by the
 40,000 extra messages is the figure, free of start-up and recovery. Callgrind counts do not
-move with the machine's load the way timings do. Needs valgrind.
+move with the machine's load the way timings do. Needs valgrind. The store is made in a new
+temporary directory (or a new sub-directory of ``--dir``) and removed afterwards.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from rocketstore import MessageStore
 from rocketstore.bench.read import BODY_SIZE, TOPIC, _config, _fill, _wait_dispatched
@@ -31,7 +33,6 @@ def _store_config(root: str):  # type: ignore[no-untyped-def]
 
 
 def fill(root: str) -> None:
-    shutil.rmtree(root, ignore_errors=True)
     with MessageStore(_store_config(root)) as store:
         _fill(store, MESSAGES, QUEUES, BODY_SIZE, keys=False)
         _wait_dispatched(store)
@@ -66,18 +67,21 @@ def collected(python: str, root: str, queues: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="interpreter to count")
-    ap.add_argument("--store", default="/tmp/rocketstore-cg-get")
-    ap.add_argument("--read", type=int, help=argparse.SUPPRESS)  # the run under callgrind
+    ap.add_argument("--dir", default=None, help="where to make the scratch store (default: temp)")
+    ap.add_argument("--store", help=argparse.SUPPRESS)  # the run under callgrind reads this store
+    ap.add_argument("--read", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.read is not None:
         read(args.store, args.read)
         return
-    fill(args.store)
+    scratch = tempfile.mkdtemp(prefix="rocketstore-cg-get-", dir=args.dir)
+    args.store = f"{scratch}/store"
     try:
+        fill(args.store)
         one = collected(args.python, args.store, 1)
         three = collected(args.python, args.store, 3)
     finally:
-        shutil.rmtree(args.store, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"get_message: {(three - one) // (2 * PER_QUEUE)} instructions a message")
 
 

@@ -1,16 +1,20 @@
 """Reads of rocketstore against the ceiling source, with the CPU they use.
 
-    python benchmarks/spark_ceiling.py [--rows N] [--rounds K] [--store DIR] [--writes]
+    python benchmarks/spark_ceiling.py [--rows N] [--rounds K] [--store DIR] [--scratch DIR]
+        [--writes]
 
 Writes N messages of 1 KiB (TAGS + KEYS, the bench's rows) with the writer outside Spark
-unless DIR already holds a store, then times ``count + sum(length(body)) +
+into ``--store`` unless it already holds a store (without ``--store``: into a temporary
+directory, removed afterwards; give one to reuse the input between runs), then times ``count + sum(length(body)) +
 countDistinct(queue_id)`` over rocketstore and ``rocketstore_ceiling`` (every column, and
 ``queue_id, body``) and Parquet in alternating rounds. For each run it prints the wall time
 and the CPU time the machine spent meanwhile (all processes, from /proc/stat: other load on
 the machine shows up here too) and the CPU time of this process and everything under it
 (the JVM, Spark's Python workers): CPU a row is far less disturbed by other load than wall
 time. ``--writes``: one-task writes of the bench's rows into rocketstore against the
-ceiling's writer, which discards its Arrow batches.
+ceiling's writer, which discards its Arrow batches. Everything else it writes (the Parquet
+copy, the written stores) goes into a new temporary directory under ``--scratch`` (the
+system's temporary directory by default), removed afterwards.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,17 @@ def cpu_seconds() -> float:
         fields = f.readline().split()[1:]
     ticks = sum(int(v) for v in fields[:3]) + int(fields[5]) + int(fields[6])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def input_store(given: str | None, rows: int, scratch: Path) -> Path:
+    """The store the reads run on: ``given`` (filled first when it holds no store) or a new
+    one in the scratch directory."""
+    store = Path(given) if given else scratch / "input"
+    if not (store / "commitlog").is_dir():
+        if store.exists() and any(store.iterdir()):
+            raise SystemExit(f"{store} holds files but no store: give an empty or new directory")
+        make_store(store, rows)
+    return store
 
 
 def make_store(path: Path, rows: int) -> None:
@@ -101,7 +117,6 @@ def writes(rows: int, rounds: int, target: Path, write_buffers: int | None = Non
                 )
     finally:
         spark.stop()
-        shutil.rmtree(target, ignore_errors=True)
     for name, rate in best.items():
         print(f"best write {name:12s} {rate:>10,.0f} rows/s   {per_row[name]:.2f} µs CPU a row")
     ratio = best["rocketstore"] / best["ceiling"]
@@ -115,19 +130,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--store", default="/tmp/rocketstore-ceiling/store")
+    ap.add_argument("--store", default=None, help="input store (default: a temporary one)")
+    ap.add_argument("--scratch", default=None, help="where temporary output goes")
     ap.add_argument("--only", default="", help="comma-separated sources to run")
     ap.add_argument("--writes", action="store_true", help="time writes instead of reads")
     ap.add_argument("--write-buffers", type=int, default=None, help="option writeBuffers")
     args = ap.parse_args()
-    if args.writes:
-        writes(args.rows, args.rounds, Path(args.store).parent / "written", args.write_buffers)
-        return
-    store = Path(args.store)
-    if not (store / "commitlog").is_dir():
-        shutil.rmtree(store, ignore_errors=True)
-        make_store(store, args.rows)
+    with tempfile.TemporaryDirectory(prefix="rocketstore-ceiling-", dir=args.scratch) as tmp:
+        scratch = Path(tmp)
+        if args.writes:
+            writes(args.rows, args.rounds, scratch / "written", args.write_buffers)
+            return
+        reads(args, input_store(args.store, args.rows, scratch), scratch)
 
+
+def reads(args: argparse.Namespace, store: Path, scratch: Path) -> None:
     from rocketstore.bench.spark import TWO_COLUMNS, _query, _session
     from rocketstore.spark._ceiling import NAME, CeilingDataSource
 
@@ -144,7 +161,7 @@ def main() -> None:
         "ceiling_two": reader(NAME, TWO_COLUMNS),
         "rocketstore_two": reader("rocketstore", TWO_COLUMNS),
     }
-    parquet = store.parent / "parquet"
+    parquet = scratch / "parquet"
     if not parquet.is_dir():
         frames["rocketstore_full"].write.option("compression", "none").parquet(str(parquet))
     frames["parquet"] = spark.read.parquet(str(parquet))

@@ -1,10 +1,10 @@
 """The Spark data source's work outside Spark: decoding a store into Arrow batches, and a write
 task's ``write_batches``, on one core.
 
-    python benchmarks/spark_decode.py [--rows N] [--rounds K] [--store DIR]
+    python benchmarks/spark_decode.py [--rows N] [--rounds K] [--store DIR] [--scratch DIR]
 
 Decodes every queue of the store (written first, as benchmarks/spark_ceiling.py writes it,
-when DIR holds none) with every column and, where the code has column pruning, with
+when DIR holds none; without ``--store`` a temporary one) with every column and, where the code has column pruning, with
 ``queue_id, body``; then writes the same rows with ``write_batches`` from 10k-row Arrow
 batches. Best of K rounds. It uses only what older versions have too, so an older tree can be
 measured the same way, alternately with this one::
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -79,13 +80,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--store", default="/tmp/rocketstore-ceiling/store")
+    ap.add_argument("--store", default=None, help="input store (default: a temporary one)")
+    ap.add_argument("--scratch", default=None, help="where temporary output goes")
     args = ap.parse_args()
-    store = Path(args.store)
-    if not (store / "commitlog").is_dir():
-        from spark_ceiling import make_store
+    from spark_ceiling import input_store
 
-        make_store(store, args.rows)
+    with tempfile.TemporaryDirectory(prefix="rocketstore-decode-", dir=args.scratch) as tmp:
+        run(args, input_store(args.store, args.rows, Path(tmp)), Path(tmp))
+
+
+def run(args: argparse.Namespace, store: Path, scratch: Path) -> None:
     import rocketstore
 
     print(f"code: {Path(rocketstore.__file__).parent}")
@@ -95,7 +99,7 @@ def main() -> None:
         print(f"decode, queue_id + body: {two:>12,.0f} rows/s")
     except TypeError:
         print("decode, queue_id + body: (no column pruning in this version)")
-    written = write(args.rows // 2, args.rounds, store.parent / "write-test")
+    written = write(args.rows // 2, args.rounds, scratch / "write-test")
     print(f"write_batches:           {written:>12,.0f} rows/s")
 
 

@@ -1,11 +1,13 @@
 """The Spark writer with and without write buffers (option writeBuffers), run alternately.
 
-    python benchmarks/write_buffers.py [--rows N] [--pairs K] [--spark]
+    python benchmarks/write_buffers.py [--rows N] [--pairs K] [--spark] [--dir DIR]
 
 Without ``--spark``: ``write_batches`` (a write task's work) on pre-built 10k-row Arrow
 batches of 1 KiB bodies with TAGS and KEYS, outside Spark. With ``--spark``: a ``coalesce(1)``
 write of the same rows, cached, in a local[2] session (the bench's). Each pair runs
 writeBuffers=0, then writeBuffers=2; the machine's speed drifts, so compare within pairs.
+The stores are made in a new temporary directory (or a new sub-directory of ``--dir``) and
+removed afterwards.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 import time
 
-ROOT = "/tmp/rocketstore-write-buffers"
 
-
-def outside_spark(rows: int, buffers: int) -> str:
+def outside_spark(root: str, rows: int, buffers: int) -> str:
     import pyarrow as pa
 
     from rocketstore.spark._writer import WriteSettings, write_batches
@@ -37,17 +38,17 @@ def outside_spark(rows: int, buffers: int) -> str:
                 }
             )
         )
-    shutil.rmtree(ROOT, ignore_errors=True)
+    store = f"{root}/store"
     columns = ("topic", "body", "tags", "keys")
-    s = WriteSettings(ROOT, None, None, {}, 4, 1000, columns, "ASYNC_FLUSH", buffers)
+    s = WriteSettings(store, None, None, {}, 4, 1000, columns, "ASYNC_FLUSH", buffers)
     start = time.perf_counter()
     report = write_batches(s, iter(batches))
     took = time.perf_counter() - start
-    shutil.rmtree(ROOT, ignore_errors=True)
+    shutil.rmtree(store, ignore_errors=True)
     return f"{rows / took:,.0f} rows/s (put {report.put_s:.2f} s, close {report.close_s:.2f} s)"
 
 
-def in_spark(rows: int, pairs: int) -> None:
+def in_spark(root: str, rows: int, pairs: int) -> None:
     from rocketstore.bench.spark import BODY_SIZE, TOPIC, _session
 
     spark = _session()
@@ -59,19 +60,18 @@ def in_spark(rows: int, pairs: int) -> None:
     )
     source.cache().count()
     warm = source.limit(1000).coalesce(1).write.format("rocketstore")
-    warm.option("path", f"{ROOT}/warm").mode("append").save()
+    warm.option("path", f"{root}/warm").mode("append").save()
     try:
         for _ in range(pairs):
             for buffers in ("0", "2"):
-                shutil.rmtree(f"{ROOT}/store", ignore_errors=True)
+                shutil.rmtree(f"{root}/store", ignore_errors=True)
                 start = time.perf_counter()
                 w = source.coalesce(1).write.format("rocketstore").option("writeBuffers", buffers)
-                w.option("path", f"{ROOT}/store").mode("append").save()
+                w.option("path", f"{root}/store").mode("append").save()
                 rate = rows / (time.perf_counter() - start)
                 print(f"spark, writeBuffers={buffers}: {rate:,.0f} rows/s", flush=True)
     finally:
         spark.stop()
-        shutil.rmtree(ROOT, ignore_errors=True)
 
 
 def main() -> None:
@@ -79,13 +79,19 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=None, help="200k outside Spark, 300k in Spark")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--spark", action="store_true")
+    ap.add_argument("--dir", default=None, help="where to make the scratch stores (default: temp)")
     args = ap.parse_args()
-    if args.spark:
-        in_spark(args.rows or 300_000, args.pairs)
-        return
-    for _ in range(args.pairs):
-        for buffers in (0, 2):
-            print(f"writeBuffers={buffers}: {outside_spark(args.rows or 200_000, buffers)}")
+    root = tempfile.mkdtemp(prefix="rocketstore-write-buffers-", dir=args.dir)
+    try:
+        if args.spark:
+            in_spark(root, args.rows or 300_000, args.pairs)
+            return
+        for _ in range(args.pairs):
+            for buffers in (0, 2):
+                rate = outside_spark(root, args.rows or 200_000, buffers)
+                print(f"writeBuffers={buffers}: {rate}", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

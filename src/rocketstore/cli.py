@@ -423,7 +423,10 @@ def _print_report(report: Any) -> None:
 
 @main.command()
 @click.option(
-    "--store", "store", default="store", show_default=True, help="scratch store directory"
+    "--store",
+    "store",
+    default=None,
+    help="directory for the scratch stores (default: a new temporary one, removed afterwards)",
 )
 @click.option("--scenario", "names", multiple=True, help="run only these scenarios (repeatable)")
 @click.option("--messages", "count", default=None, type=int, help="messages per scenario")
@@ -431,7 +434,7 @@ def _print_report(report: Any) -> None:
 @click.option("--list", "list_only", is_flag=True, help="list the scenarios and exit")
 @click.option("--all", "run_all", is_flag=True, help="every scenario but the Spark ones")
 def bench(
-    store: str,
+    store: str | None,
     names: tuple[str, ...],
     count: int | None,
     as_json: bool,
@@ -440,7 +443,7 @@ def bench(
 ) -> None:
     """Write and read back messages and print figures (msgs/s, MB/s, ratio to the floor)."""
     from .bench import load_all
-    from .bench._runner import run_scenarios
+    from .bench._runner import BenchDirectoryError, run_scenarios
 
     scenarios = load_all()
     if list_only:
@@ -452,7 +455,11 @@ def bench(
         raise click.BadParameter(
             f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario"
         )
-    sys.exit(run_scenarios(scenarios, names, store, count, as_json, run_all))
+    try:
+        status = run_scenarios(scenarios, names, store, count, as_json, run_all)
+    except BenchDirectoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(status)
 
 
 # ---- Spark jobs (need the spark extra; Spark runs locally, local[2]) -------------------------
