@@ -475,7 +475,19 @@ def inspect(
         )
         kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
         kw["max_index_num"] = entries or cfg.max_index_num
-    inspector = Inspector(directory, **kw)
+    with _store_errors(directory):
+        report = _run_inspector(Inspector(directory, **kw), progress)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+    elif not report.is_store:
+        click.echo(report.errors[0], err=True)  # nothing to summarise
+    else:
+        _print_report(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _run_inspector(inspector: Any, progress: bool | None) -> Any:
     total = inspector.work()
     show = progress if progress is not None else (total >= 256 << 20 and sys.stderr.isatty())
     if show:
@@ -492,14 +504,7 @@ def inspect(
             report = inspector.run(lambda n: bar.advance(task, n))
     else:
         report = inspector.run()
-    if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
-    elif not report.is_store:
-        click.echo(report.errors[0], err=True)  # nothing to summarise
-    else:
-        _print_report(report)
-    if not report.ok:
-        sys.exit(1)
+    return report
 
 
 def _print_report(report: Any) -> None:

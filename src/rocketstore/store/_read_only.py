@@ -86,8 +86,7 @@ def detect_commit_log_file_size(root: Path, configured: int | None = None) -> in
         if actual != size:
             raise CorruptFileError(
                 f"{root / COMMIT_LOG_DIR / name}: {actual} bytes, the commit-log files are "
-                f"{size} (cut short or half-created); `rocketstore inspect {root}` shows what "
-                "else is damaged"
+                f"{size} (cut short or half-created)"
             )
     if size == 0:
         raise CorruptFileError(f"{root / COMMIT_LOG_DIR}: the commit-log files are empty")
@@ -339,7 +338,11 @@ class ReadOnlyStore:
 
     # ---- by key and by id -------------------------------------------------------------------
 
-    def _record(self, phys: int, *, read_body: bool = True) -> MessageExt | None:
+    def _record(
+        self, phys: int, *, read_body: bool = True, report: bool = True
+    ) -> MessageExt | None:
+        """The record at ``phys`` (checked with its body), or None; a damaged record is
+        reported when ``report`` (a record is known to start there)."""
         mf = self.reader.commit_log.file_at(phys)
         if mf is None:
             return None
@@ -347,7 +350,7 @@ class ReadOnlyStore:
         try:
             msg = decode_message(mf.mm, pos, mf.file_size, check_crc=read_body, read_body=read_body)
         except (CorruptRecordError, ValueError, IndexError) as exc:
-            if read_body:
+            if read_body and report:
                 self._warn(f"{self._where(phys)}: damaged record ({exc}); skipped")
             return None
         return msg if msg.commitlog_offset == phys else None
@@ -400,7 +403,7 @@ class ReadOnlyStore:
         files = _store_files(self.root / COMMIT_LOG_DIR)
         if not files or phys < int(files[0].name):
             return None
-        msg = self._record(phys)
+        msg = self._record(phys, report=False)  # an id of another kind points anywhere
         if msg is None or msg.msg_id != msg_id.upper():
             return None
         return msg
