@@ -177,7 +177,7 @@ class ReadOnlyStore:
 
     def _index_end(self) -> int | None:
         """The commit-log offset of the last record the index holds (None: no usable index)."""
-        service = self.reader.index._open()
+        service = self.reader.index.service()
         if service is None or not service.files:
             return None
         return service.files[-1].end_phy_offset
@@ -374,7 +374,7 @@ class ReadOnlyStore:
             return True
 
         result = QueryMessageResult()
-        service = self.reader.index._open()
+        service = self.reader.index.service()
         if service is not None and service.files:
             offsets, ts, phy = service.query(topic, key, max_num, begin, end, accept)
             if offsets:
