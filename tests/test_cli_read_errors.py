@@ -5,6 +5,8 @@ commit-log file cut short; and ``query --id`` finds a message by either of its i
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
 
 FILE_SIZE = 16 * 1024
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 UNIQ = "0A0B0C0D00002A9F0000000000000ABC"
 
 
@@ -121,6 +124,39 @@ def test_a_store_a_broker_owns_is_read_but_not_written(tmp_path: Path) -> None:
         assert owner.get_max_offset_in_queue("T", 0) == 5  # nothing was added
 
 
+OWNER = r"""
+import sys
+from rocketstore import MessageStore, StoreConfig
+cfg = StoreConfig(store_path_root_dir=sys.argv[1], mapped_file_size_commit_log=16384,
+                  mapped_file_size_consume_queue=10000)
+with MessageStore(cfg):
+    print("ready", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_store_another_process_owns(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    make_store(root, 10)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        got = cli("get", "--store", str(root), "T", "1", "0")
+        assert got.exit_code == 0 and len(got.stdout.splitlines()) == 5, got.output
+        line = one_line_error(cli("put", "--store", str(root), "--topic", "T", "b"))
+        assert f"process {proc.pid}" in line and "rocketstore produce --namesrv" in line
+    finally:
+        proc.communicate("", timeout=30)
+    assert proc.returncode == 0
+
+
 # ---- damaged commit-log files ---------------------------------------------------------------
 
 
@@ -179,3 +215,14 @@ def test_query_by_either_id(tmp_path: Path) -> None:
     assert cli("query", "--store", str(root), "--key", "k1").exit_code == 2  # needs --topic
     both = cli("query", "--store", str(root), "--topic", "T", "--key", "k1", "--id", UNIQ)
     assert both.exit_code == 2
+
+
+def test_a_missing_or_bad_conf_is_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    make_store(root, 4)
+    bad = tmp_path / "bad.conf"
+    bad.write_text("flushDiskType=SOMETIMES\n")
+    for conf, says in ((tmp_path / "absent.conf", "absent.conf"), (bad, "flush_disk_type")):
+        for args in [*read_args(root), ["inspect", str(root)]]:
+            line = one_line_error(cli(*args, "--conf", str(conf)))
+            assert says in line, (args, line)

@@ -169,6 +169,10 @@ def test_damaged_store_shows_every_intact_message_and_the_damage(tmp_path: Path)
             assert warnings == [], result.stderr
     want = sorted(body_of(i).decode() for i in range(1200) if i != 600)
     assert sorted(seen) == want  # before and after the damage, in every queue
+    query = cli("query", "--store", str(root), "--topic", "T", "--key", "k600")
+    assert query.exit_code == 1 and "Traceback" not in query.output
+    assert f"{bad_phys - bad_phys % FILE_SIZE:020d} at {bad_phys}" in query.stderr
+    assert cli("query", "--store", str(root), "--topic", "T", "--key", "k601").exit_code == 0
     # the messages after the damaged one in its queue, read from there
     after = cli("get", "--store", str(root), "T", str(bad_q), str(bad_off + 1), "--count", "5")
     assert bodies(after) == [body_of(600 + QUEUES * k).decode() for k in range(1, 6)]

@@ -403,8 +403,8 @@ def _by_id(rs: Any, topic: str | None, msg_id: str, max_num: int, begin: int, en
 def stats(store: str, conf: str | None, as_json: bool) -> None:
     """Print a store's runtime info (RocketMQ's keys), what each topic holds and the progress
     of every delay level. Read-only: the store is not changed."""
-    levels_ms = _delay_levels(conf)
     with _store_errors(store), _open_read_only(store, conf) as rs:
+        levels_ms = _delay_levels(conf)
         info = rs.runtime_info(levels_ms)
         topics = rs.topic_totals()
         levels = [p._asdict() for p in rs.delay_progress(levels_ms)]
@@ -467,15 +467,15 @@ def inspect(
     from .store._inspect import Inspector
 
     kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
-    if conf:
-        cfg = StoreConfig.from_broker_conf(conf)
-        kw.update(
-            commit_log_file_size=cfg.mapped_file_size_commit_log,
-            consume_queue_file_size=cfg.consume_queue_file_size,
-        )
-        kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
-        kw["max_index_num"] = entries or cfg.max_index_num
     with _store_errors(directory):
+        if conf:
+            cfg = StoreConfig.from_broker_conf(conf)
+            kw.update(
+                commit_log_file_size=cfg.mapped_file_size_commit_log,
+                consume_queue_file_size=cfg.consume_queue_file_size,
+            )
+            kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
+            kw["max_index_num"] = entries or cfg.max_index_num
         report = _run_inspector(Inspector(directory, **kw), progress)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
