@@ -40,7 +40,7 @@ def test_put_body_argument(tmp_path: Path) -> None:
         "a=b=c",
         "hello cli",
     ]
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, [*args[:-1], "--create", args[-1]])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["status"] == "PUT_OK"
@@ -68,7 +68,16 @@ def test_put_body_from_stdin(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     result = CliRunner().invoke(
         main,
-        ["put", "--store", str(store_dir), "--conf", str(conf(tmp_path)), "--topic", "In"],
+        [
+            "put",
+            "--store",
+            str(store_dir),
+            "--conf",
+            str(conf(tmp_path)),
+            "--topic",
+            "In",
+            "--create",
+        ],
         input=b"\x00binary\xffbody",
     )
     assert result.exit_code == 0, result.output
@@ -90,6 +99,7 @@ def test_put_refused_message_exits_nonzero(tmp_path: Path) -> None:
             str(conf(tmp_path)),
             "--topic",
             "../x",
+            "--create",
             "body",
         ],
     )
@@ -112,7 +122,18 @@ def test_put_bad_conf_is_reported(tmp_path: Path) -> None:
     bad = tmp_path / "bad.conf"
     bad.write_text("flushDiskType=SOMETIMES\n")
     result = CliRunner().invoke(
-        main, ["put", "--store", str(tmp_path / "s"), "--conf", str(bad), "--topic", "T", "b"]
+        main,
+        [
+            "put",
+            "--store",
+            str(tmp_path / "s"),
+            "--conf",
+            str(bad),
+            "--topic",
+            "T",
+            "--create",
+            "b",
+        ],
     )
     assert result.exit_code != 0
     assert "flush_disk_type" in str(result.exception) + result.output

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -41,7 +43,18 @@ def main() -> None:
 @click.option("--tags", default=None)
 @click.option("--key", "keys", multiple=True, help="a message key (repeatable)")
 @click.option("--property", "props", multiple=True, help="name=value (repeatable)")
-@click.option("--delay", default=0, type=int, help="delay level (0: none)")
+@click.option(
+    "--delay",
+    default=0,
+    type=int,
+    help="delay level (0: none); the message reaches its topic only while a broker "
+    "(rocketstore serve) runs on this store",
+)
+@click.option(
+    "--create",
+    is_flag=True,
+    help="make a new store when --store does not exist or is an empty directory",
+)
 @click.argument("body", required=False)
 def put(
     store: str,
@@ -52,16 +65,20 @@ def put(
     keys: tuple[str, ...],
     props: tuple[str, ...],
     delay: int,
+    create: bool,
     body: str | None,
 ) -> None:
-    """Put one message (BODY, or standard input when BODY is omitted)."""
+    """Put one message (BODY, or standard input when BODY is omitted) into the store at
+    --store, which must exist unless --create is given. A store that a running broker owns is
+    refused: send through the broker instead (rocketstore produce)."""
     from ._cli_net import parse_properties
 
     properties = parse_properties(props)
     if delay:
         properties["DELAY"] = str(delay)
+    _check_put_target(store, create)
     data = body.encode() if body is not None else sys.stdin.buffer.read()
-    with MessageStore(store_config(store, conf)) as ms:
+    with _store_errors(store), MessageStore(store_config(store, conf)) as ms:
         r = ms.put_message(
             Message(
                 topic, data, queue_id, tags=tags, keys=list(keys) or None, properties=properties
@@ -82,37 +99,102 @@ def put(
         sys.exit(1)
 
 
-def _detected_sizes(store: str) -> dict[str, int]:
-    """File sizes of an existing store (commit log, consume queue) when no --conf says them."""
+def _is_store(path: str) -> bool:
     import os
 
-    sizes: dict[str, int] = {}
-    cl = os.path.join(store, "commitlog")
-    if os.path.isdir(cl):
-        names = sorted(n for n in os.listdir(cl) if n.isdigit())
-        if names:
-            sizes["mapped_file_size_commit_log"] = os.path.getsize(os.path.join(cl, names[0]))
-    cq = os.path.join(store, "consumequeue")
-    for root, _dirs, files in os.walk(cq) if os.path.isdir(cq) else ():
-        digits = sorted(f for f in files if f.isdigit())
-        if digits and os.path.getsize(os.path.join(root, digits[0])):
-            sizes["mapped_file_size_consume_queue"] = os.path.getsize(os.path.join(root, digits[0]))
-            break
-    return sizes
+    return any(os.path.isdir(os.path.join(path, d)) for d in ("commitlog", "consumequeue"))
 
 
-def _open_for_reading(
-    store: str, conf: str | None, index: bool, slots: int | None, entries: int | None
-) -> MessageStore:
-    overrides: dict[str, Any] = {} if conf else _detected_sizes(store)
-    if slots:
-        overrides["max_hash_slot_num"] = slots
-    if entries:
-        overrides["max_index_num"] = entries
-    if not index:
-        overrides["message_index_enable"] = False
-    # reading must not change the store: no delayed delivery, no retention cleaning
-    return MessageStore(store_config(store, conf, **overrides), maintenance=False)
+def _owned_message(store: str, pid: int) -> str:
+    who = f"process {pid}" if pid > 0 else "another process"
+    return (
+        f"{store} is owned by {who} (a running broker): stop it, or send through it with "
+        "`rocketstore produce --namesrv HOST:PORT --topic ...`"
+    )
+
+
+def _check_put_target(store: str, create: bool) -> None:
+    """Refuse to write where no store is (unless --create may make one) or into a store that
+    another process owns."""
+    import os
+
+    from .store._lock import lock_owner
+
+    if _is_store(store):
+        pid = lock_owner(store)
+        if pid is not None:
+            raise click.ClickException(_owned_message(store, pid))
+        return
+    if not os.path.exists(store):
+        if create:
+            return
+        raise click.ClickException(
+            f"no store at {store}: check --store, or give --create to make a new store there"
+        )
+    if not os.path.isdir(store):
+        raise click.ClickException(f"{store} is not a directory: check --store")
+    if os.listdir(store):
+        raise click.ClickException(
+            f"{store} holds no store (no commitlog/ or consumequeue/) and is not empty: "
+            "check --store (--create makes a store only in a new or empty directory)"
+        )
+    if not create:
+        raise click.ClickException(
+            f"no store at {store} (an empty directory): give --create to make a new store there"
+        )
+
+
+@contextlib.contextmanager
+def _store_errors(store: str) -> Iterator[None]:
+    """A store error as one line with a hint (exit status 1), never a traceback."""
+    from .store import _errors
+
+    try:
+        yield
+    except _errors.StoreLockedError:
+        from .store._lock import lock_owner
+
+        raise click.ClickException(_owned_message(store, lock_owner(store) or -1)) from None
+    except (_errors.CorruptFileError, _errors.StoreIOError) as exc:
+        raise click.ClickException(
+            f"{exc} (`rocketstore inspect {store}` checks the whole store)"
+        ) from None
+    except _errors.StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"{store}: {exc.strerror or exc}") from None
+
+
+def _open_read_only(
+    store: str, conf: str | None, slots: int | None = None, entries: int | None = None
+) -> Any:
+    """A ReadOnlyStore: nothing in the directory is changed, no lock is taken (a running
+    broker's store can be read). Sizes from --conf, else from the files."""
+    from .store._read_only import ReadOnlyStore
+
+    kw: dict[str, Any] = {"index_slots": slots, "index_entries": entries}
+    if conf:
+        cfg = StoreConfig.from_broker_conf(conf)
+        kw.update(
+            commit_log_file_size=cfg.mapped_file_size_commit_log,
+            consume_queue_file_size=cfg.consume_queue_file_size,
+            index_slots=slots or cfg.max_hash_slot_num,
+            index_entries=entries or cfg.max_index_num,
+        )
+    return ReadOnlyStore(store, **kw)
+
+
+def _delay_levels(conf: str | None) -> tuple[int, ...]:
+    cfg = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
+    return cfg.delay_levels_ms()
+
+
+def _report_damage(warnings: list[str]) -> None:
+    """Print what was found damaged (stderr, one line each); exit status 1 when anything was."""
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    if warnings:
+        sys.exit(1)
 
 
 def _message_dict(m: Any, body: str) -> dict[str, Any]:
@@ -192,17 +274,17 @@ def get(
     as_json: bool,
     body: str,
 ) -> None:
-    """Read COUNT messages of TOPIC / QUEUE from logical OFFSET."""
+    """Read COUNT messages of TOPIC / QUEUE from logical OFFSET. Read-only: the store is not
+    changed (a running broker's store can be read); damaged records are skipped and reported
+    on standard error (exit status 1), the others are all printed."""
     from .store._filter import TagFilter
 
     flt = TagFilter(tags) if tags else None
-    with _open_for_reading(store, conf, False, None, None) as ms:
+    with _store_errors(store), _open_read_only(store, conf) as rs:
         got = 0
         status = None
         while got < count:
-            r = ms.get_message(
-                "rocketstore-cli", topic, queue_id, offset, min(32, count - got), flt
-            )
+            r = rs.get_message(topic, queue_id, offset, min(32, count - got), flt)
             status = r.status
             for m in r.messages:
                 if as_json:
@@ -224,10 +306,12 @@ def get(
             "status": status.name if status else None,
             "messages": got,
             "next_offset": offset,
-            "min_offset": ms.get_min_offset_in_queue(topic, queue_id),
-            "max_offset": ms.get_max_offset_in_queue(topic, queue_id),
+            "min_offset": rs.min_offset(topic, queue_id),
+            "max_offset": rs.max_offset(topic, queue_id),
         }
+        warnings = list(rs.warnings)
     click.echo(json.dumps(summary), err=not as_json)
+    _report_damage(warnings)
     if (
         got == 0
         and status is not None
@@ -239,8 +323,15 @@ def get(
 @main.command()
 @store_option
 @conf_option
-@click.option("--topic", required=True)
-@click.option("--key", required=True, help="a KEYS token or the UNIQ_KEY")
+@click.option("--topic", default=None, help="the topic (needed with --key)")
+@click.option("--key", default=None, help="a KEYS token or the UNIQ_KEY")
+@click.option(
+    "--id",
+    "msg_id",
+    default=None,
+    help="a message id: the one a client prints (UNIQ_KEY) or the offset message id "
+    "(store address and commit-log offset)",
+)
 @click.option("--max", "max_num", default=32, show_default=True, type=click.IntRange(1, 64))
 @click.option("--begin", default=0, show_default=True, type=int, help="store time from (ms)")
 @click.option("--end", default=2**63 - 1, type=int, help="store time to (ms)")
@@ -251,8 +342,9 @@ def get(
 def query(
     store: str,
     conf: str | None,
-    topic: str,
-    key: str,
+    topic: str | None,
+    key: str | None,
+    msg_id: str | None,
     max_num: int,
     begin: int,
     end: int,
@@ -261,10 +353,21 @@ def query(
     slots: int | None,
     entries: int | None,
 ) -> None:
-    """Find messages of a topic by key (the index)."""
-    with _open_for_reading(store, conf, True, slots, entries) as ms:
-        r = ms.query_message(topic, key, max_num, begin, end)
-    for m in r.messages:
+    """Find messages by key (the index; --topic and --key) or by message id (--id). Read-only:
+    the store is not changed."""
+    if (key is None) == (msg_id is None):
+        raise click.UsageError("give either --key (with --topic) or --id")
+    if key is not None and topic is None:
+        raise click.UsageError("--key needs --topic")
+    with _store_errors(store), _open_read_only(store, conf, slots, entries) as rs:
+        if key is not None:
+            assert topic is not None
+            messages = rs.query_message(topic, key, max_num, begin, end).messages
+        else:
+            assert msg_id is not None
+            messages = _by_id(rs, topic, msg_id, max_num, begin, end)
+        warnings = list(rs.warnings)
+    for m in messages:
         if as_json:
             click.echo(json.dumps(_message_dict(m, body), ensure_ascii=False))
         else:
@@ -272,9 +375,25 @@ def query(
                 f"{m.commitlog_offset}\t{m.msg_id}\t{m.queue_id}\t{m.queue_offset}\t{' '.join(m.keys)}"
             )
     if not as_json:
-        click.echo(f"{len(r.messages)} message(s)", err=True)
-    if not r.messages:
+        click.echo(f"{len(messages)} message(s)", err=True)
+    _report_damage(warnings)
+    if not messages:
         sys.exit(1)
+
+
+def _by_id(rs: Any, topic: str | None, msg_id: str, max_num: int, begin: int, end: int) -> Any:
+    """Messages with UNIQ_KEY ``msg_id`` (through the index: of ``topic``, or of every topic),
+    and the message an offset message id ``msg_id`` names (read at its commit-log offset)."""
+    found: dict[int, Any] = {}
+    by_offset = rs.look_offset_msg_id(msg_id)
+    if by_offset is not None and (topic is None or by_offset.topic == topic):
+        found[by_offset.commitlog_offset] = by_offset
+    topics = [topic] if topic else sorted({t for t, _q in rs.queues()})
+    for t in topics:
+        for m in rs.query_message(t, msg_id, max_num, begin, end).messages:
+            if m.uniq_key == msg_id:
+                found[m.commitlog_offset] = m
+    return [found[o] for o in sorted(found)][-max_num:]
 
 
 @main.command()
@@ -283,14 +402,13 @@ def query(
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def stats(store: str, conf: str | None, as_json: bool) -> None:
     """Print a store's runtime info (RocketMQ's keys), what each topic holds and the progress
-    of every delay level. Opens the store without delivering or cleaning anything."""
-    from .store._stats import stored_topics
-
-    with _open_for_reading(store, conf, False, None, None) as ms:
-        info = ms.runtime_info()
-        snapshot = ms.statistics()
-        topics = stored_topics(ms.consume_queues)
-    levels = [p._asdict() for p in snapshot.schedule]
+    of every delay level. Read-only: the store is not changed."""
+    with _store_errors(store), _open_read_only(store, conf) as rs:
+        levels_ms = _delay_levels(conf)
+        info = rs.runtime_info(levels_ms)
+        topics = rs.topic_totals()
+        levels = [p._asdict() for p in rs.delay_progress(levels_ms)]
+        warnings = list(rs.warnings)
     if as_json:
         click.echo(
             json.dumps(
@@ -304,6 +422,7 @@ def stats(store: str, conf: str | None, as_json: bool) -> None:
                 ensure_ascii=False,
             )
         )
+        _report_damage(warnings)
         return
     width = max(map(len, info), default=0)
     for key in sorted(info):
@@ -321,6 +440,7 @@ def stats(store: str, conf: str | None, as_json: bool) -> None:
                 f"{lv['level']:<12} {delay:>10} {lv['offset']:>12} {lv['max_offset']:>12} "
                 f"{max(0, lv['max_offset'] - lv['offset']):>8}"
             )
+    _report_damage(warnings)
 
 
 @main.command()
@@ -347,15 +467,27 @@ def inspect(
     from .store._inspect import Inspector
 
     kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
-    if conf:
-        cfg = StoreConfig.from_broker_conf(conf)
-        kw.update(
-            commit_log_file_size=cfg.mapped_file_size_commit_log,
-            consume_queue_file_size=cfg.consume_queue_file_size,
-        )
-        kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
-        kw["max_index_num"] = entries or cfg.max_index_num
-    inspector = Inspector(directory, **kw)
+    with _store_errors(directory):
+        if conf:
+            cfg = StoreConfig.from_broker_conf(conf)
+            kw.update(
+                commit_log_file_size=cfg.mapped_file_size_commit_log,
+                consume_queue_file_size=cfg.consume_queue_file_size,
+            )
+            kw["max_hash_slot_num"] = slots or cfg.max_hash_slot_num
+            kw["max_index_num"] = entries or cfg.max_index_num
+        report = _run_inspector(Inspector(directory, **kw), progress)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+    elif not report.is_store:
+        click.echo(report.errors[0], err=True)  # nothing to summarise
+    else:
+        _print_report(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _run_inspector(inspector: Any, progress: bool | None) -> Any:
     total = inspector.work()
     show = progress if progress is not None else (total >= 256 << 20 and sys.stderr.isatty())
     if show:
@@ -372,14 +504,7 @@ def inspect(
             report = inspector.run(lambda n: bar.advance(task, n))
     else:
         report = inspector.run()
-    if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
-    elif not report.is_store:
-        click.echo(report.errors[0], err=True)  # nothing to summarise
-    else:
-        _print_report(report)
-    if not report.ok:
-        sys.exit(1)
+    return report
 
 
 def _print_report(report: Any) -> None:

@@ -149,7 +149,9 @@ class Inspector:
         self.slots = max_hash_slot_num
         self.entries = max_index_num
         self.report = InspectReport(str(self.root))
-        self._cl_files: list[Path] = []
+        self._cl_files: dict[int, Path] = {}  # commit-log files of the right size by offset
+        self._bad_files: set[int] = set()  # offsets of files of another size
+        self._in_bad_files = 0  # units and index entries pointing into those
         self._cl_end = 0
         self._cl_min = 0
         self._maps: dict[Path, mmap.mmap | bytes] = {}
@@ -193,6 +195,11 @@ class Inspector:
             self._consume_queues(per_queue, step)
             self._index()
             self._checkpoint()
+        if self._in_bad_files:
+            rep.warnings.append(
+                f"{self._in_bad_files} consume-queue units and index entries point into "
+                "commit-log files of the wrong size (not checked)"
+            )
         self._maps.clear()
         return rep
 
@@ -213,14 +220,22 @@ class Inspector:
         if not names:
             return per_queue
         sizes = [os.path.getsize(d / n) for n in names]
-        size = self.cl_size or sizes[0]
+        # a file cut short or half-created is smaller than the others, never larger
+        size = self.cl_size or max(sizes)
+        if not size:
+            rep.errors.append("commitlog: every file is empty (0 bytes)")
+            return per_queue
         info["file_size"] = size
         files = []
         for i, (n, s) in enumerate(zip(names, sizes, strict=True)):
             if len(n) != 20:
                 rep.errors.append(f"commitlog/{n}: a name must be 20 digits")
             if s != size:
-                rep.errors.append(f"commitlog/{n}: {s} bytes, the files are {size}")
+                rep.errors.append(
+                    f"commitlog/{n}: {s} bytes, the files are {size} (cut short or half-created: "
+                    "its records cannot be read; the other files are checked)"
+                )
+                self._bad_files.add(int(n))
                 continue
             if int(n) % size:
                 rep.errors.append(f"commitlog/{n}: not a multiple of the file size {size}")
@@ -229,7 +244,7 @@ class Inspector:
                     f"commitlog/{n}: does not follow {names[i - 1]} (a file is missing)"
                 )
             files.append(d / n)
-        self._cl_files = files
+        self._cl_files = {int(p.name): p for p in files}
         info["files"] = len(files)
         if not files:
             return per_queue
@@ -295,7 +310,9 @@ class Inspector:
         size = self.report.commit_log.get("file_size", 0)
         if not size or phys < self._cl_min or phys >= self._cl_end:
             return None
-        path = self._cl_files[(phys - self._cl_min) // size]
+        path = self._cl_files.get(phys - phys % size)
+        if path is None:
+            return None
         mm = self._maps.get(path)
         if mm is None:
             mm = self._maps[path] = self._stack.enter_context(_mapped(path))
@@ -395,8 +412,18 @@ class Inspector:
                 "the queue yet (dispatch will add them)"
             )
 
+    def _in_bad_file(self, phys: int) -> bool:
+        """Whether ``phys`` lies in a commit-log file of the wrong size (reported once)."""
+        size = self.report.commit_log.get("file_size", 0)
+        if size and phys - phys % size in self._bad_files:
+            self._in_bad_files += 1
+            return True
+        return False
+
     def _unit(self, where: str, q: QueueSummary, offset: int, phys: int, size: int) -> None:
         rep = self.report
+        if self._in_bad_file(phys):
+            return
         if phys < self._cl_min:
             q.min_offset = offset + 1  # its commit-log file was deleted
             return
@@ -475,6 +502,8 @@ class Inspector:
                             f"index/{n}: entry {k} points past the commit log's end"
                         )
                         break
+                    if self._in_bad_file(phy):
+                        continue
                     if phy >= self._cl_min and self._record(phy) is None:
                         rep.errors.append(
                             f"index/{n}: entry {k} points at {phy}, where no record starts"

@@ -237,6 +237,11 @@ class IndexView:
         self._service = service
         return service
 
+    def service(self) -> IndexService | None:
+        """The index files opened read-only; None when there are none, or none that fit a
+        layout."""
+        return self._open()
+
     def lookup(self, topic: str, key: str) -> list[int] | None:
         """Commit-log offsets of messages indexed under ``topic#key`` (hashes collide: callers
         re-check); None when the index cannot answer completely."""
