@@ -110,6 +110,18 @@ class BrokerController:
             return StaticAcl(admin_accounts(self.grpc_config.credentials))
         return None
 
+    def enable_acl(self, source: AclSource) -> None:
+        """Check every remoting request against ``source`` from now on (a gRPC front end
+        attached with its own keys after the start: the remoting port is no way around them).
+        Loop thread; once."""
+        from ..acl._remoting import RemotingAcl
+
+        if self.acl is not None:
+            raise RuntimeError("the broker's ACL is already on")
+        self.acl = source
+        handlers = self.server.handlers  # the connections' table too: guarded at once
+        handlers.update(RemotingAcl(source).guard_all(handlers))
+
     async def start(self) -> None:
         config = self.config
         ignored = ignored_keys(self.store_config)

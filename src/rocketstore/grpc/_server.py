@@ -170,13 +170,15 @@ class GrpcFrontEnd:
         )
 
     def _servicer(self) -> Any:
-        """The service, behind the broker's ACL when it has one (else the config's keys)."""
+        """The service, behind the broker's ACL when it has one (else the config's keys, which
+        then guard the broker's remoting port too)."""
         from ..acl import StaticAcl, admin_accounts
         from ._acl import AclChecker, AclServicer
 
         source = self.broker.acl
         if source is None and self.config.credentials is not None:
             source = StaticAcl(admin_accounts(self.config.credentials))
+            self.broker.enable_acl(source)  # the same keys on the remoting port
         if source is None:
             return self.service
         return AclServicer(self.service, AclChecker(source))
