@@ -6,6 +6,7 @@ alike, whether a request from an address, signed by an account, may act on its t
 groups. See docs/security.md.
 """
 
+from ..remoting._signing import RequestSigner as RequestSigner
 from ._addresses import AddressPattern as AddressPattern
 from ._errors import AccessDeniedError as AccessDeniedError
 from ._errors import AclConfigError as AclConfigError
@@ -34,6 +35,7 @@ __all__ = [
     "AclFile",
     "AddressPattern",
     "PlainAcl",
+    "RequestSigner",
     "StaticAcl",
     "admin_accounts",
     "default_acl_path",
