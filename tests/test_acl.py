@@ -587,3 +587,42 @@ def test_cli_admin_commands_take_credentials(
     )
     assert good.exit_code == 0, good.output
     assert b.broker.topics.select("CliAclTopic") is not None
+
+
+# ---- the server commands --------------------------------------------------------------------
+
+
+def test_acl_file_option_turns_the_acl_on(tmp_path: Path) -> None:
+    from rocketstore._cli_net import _make_broker
+
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(BROKER_ACL)
+    args = (str(tmp_path / "s"), None, "127.0.0.1:0", None, None, None, None, None, None)
+    broker = _make_broker(*args, acl_file=str(path))
+    assert broker.config.acl_enable and broker.config.acl_path == str(path)
+    assert _make_broker(*args).config.acl_path is None
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"plain_acl.yml": "accounts: [{accessKey: a}]\n"}, "longer than 6"),
+        ({"broker.conf": "aclEnable=true\n"}, "does not exist (set ROCKETMQ_HOME or give"),
+    ],
+)
+def test_server_commands_refuse_a_bad_acl_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], message: str
+) -> None:
+    monkeypatch.setenv("ROCKETMQ_HOME", str(tmp_path / "home"))
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    args = ["broker", "--store", str(tmp_path / "s"), "--listen", "127.0.0.1:0"]
+    if "plain_acl.yml" in files:
+        args += ["--acl-file", str(tmp_path / "plain_acl.yml")]
+    else:
+        args += ["-c", str(tmp_path / "broker.conf")]
+    result = CliRunner().invoke(cli_main, args)
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0]
