@@ -626,3 +626,23 @@ def test_server_commands_refuse_a_bad_acl_in_one_line(
     assert message in result.output and "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and message in errors[0]
+
+
+def test_broker_applies_a_changed_file_without_a_restart(tmp_path: Path) -> None:
+    import time
+
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(BROKER_ACL)
+    b = BrokerThread(tmp_path / "s", broker_overrides={"acl_enable": True, "acl_file": str(path)})
+    try:
+        b.start()
+        assert refused(call(b, 310, send_ext("topicA"), USER, b"x"), "topic:topicA")
+        path.write_text(BROKER_ACL.replace("topicA=DENY", "topicA=PUB"))
+        os.utime(path, ns=(10**9, 10**9))
+        deadline = time.monotonic() + 10
+        while (r := call(b, 310, send_ext("topicA"), USER, b"x")).code != RC.SUCCESS:
+            assert time.monotonic() < deadline, r.remark
+            time.sleep(0.2)
+        assert b.broker.store.get_max_offset_in_queue("topicA", 0) == 1
+    finally:
+        b.close()
