@@ -329,6 +329,22 @@ def test_signer_from_env() -> None:
         signer_from_env({"ROCKETSTORE_ACCESS_KEY": "akakakak"})
 
 
+def test_remoting_clients_sign_with_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every remoting client of a process (the CLI's, a broker's own: slave sync, name server
+    registration, gRPC cluster routes) signs with the environment's account."""
+    from rocketstore.remoting import AsyncRemotingClient
+
+    monkeypatch.setenv("ROCKETSTORE_ACCESS_KEY", "")
+    monkeypatch.setenv("ROCKETSTORE_SECRET_KEY", "")
+    assert RemotingClient().signer is None and AsyncRemotingClient().signer is None
+    monkeypatch.setenv("ROCKETSTORE_ACCESS_KEY", "envAK001")
+    monkeypatch.setenv("ROCKETSTORE_SECRET_KEY", "envSK001")
+    for client in (RemotingClient(), AsyncRemotingClient()):
+        assert isinstance(client.signer, RequestSigner)
+        assert client.signer.access_key == "envAK001"
+    assert RemotingClient(signer=None).signer is None
+
+
 def test_check_request_verifies_the_signature() -> None:
     import yaml
 
