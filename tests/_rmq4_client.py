@@ -11,6 +11,9 @@ received, and ends on its own (a count reached or a time limit):
             [--orderly] [--linger S] [--timeout S]
     flood   --namesrv NS --group G --topic T --count N    (send_sync of "G-<i>" until a send
             fails)
+
+Each takes ``--access-key AK --secret-key SK [--channel C]``: requests signed for an ACL
+broker (the client's set_session_credentials).
 """
 
 from __future__ import annotations
@@ -62,9 +65,15 @@ def describe(msg: RecvMessage, props: list[str]) -> dict:
     }
 
 
+def credentials(client: Producer | PullConsumer | PushConsumer, args: argparse.Namespace) -> None:
+    if args.access_key:
+        client.set_session_credentials(args.access_key, args.secret_key, args.channel)
+
+
 def producer(args: argparse.Namespace) -> Producer:
     p = Producer(args.group, timeout=args.send_timeout_ms)
     p.set_namesrv_addr(args.namesrv)
+    credentials(p, args)
     p.start()
     return p
 
@@ -130,6 +139,7 @@ def cmd_flood(args: argparse.Namespace) -> None:
 def cmd_pull(args: argparse.Namespace) -> None:
     c = PullConsumer(args.group)
     c.set_namesrv_addr(args.namesrv)
+    credentials(c, args)
     c.start()
     seen = 0
     deadline = time.monotonic() + args.timeout
@@ -148,6 +158,7 @@ def cmd_pull(args: argparse.Namespace) -> None:
 def cmd_push(args: argparse.Namespace) -> None:
     consumer = PushConsumer(args.group, orderly=args.orderly)
     consumer.set_namesrv_addr(args.namesrv)
+    credentials(consumer, args)
     consumer.set_thread_count(1)
     consumer.set_message_batch_max_size(1)
     failed_once: set[str] = set()
@@ -211,6 +222,9 @@ def main() -> None:
         p.add_argument("--fail-first", action="store_true")
         p.add_argument("--fail-always", action="store_true")
         p.add_argument("--orderly", action="store_true")
+        p.add_argument("--access-key", default="")
+        p.add_argument("--secret-key", default="")
+        p.add_argument("--channel", default="ALIYUN")
     args = parser.parse_args()
     {"send": cmd_send, "pull": cmd_pull, "push": cmd_push, "flood": cmd_flood}[args.command](args)
 

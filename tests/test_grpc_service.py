@@ -21,7 +21,7 @@ import pytest
 from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from rocketstore.broker._subscription_group import SubscriptionGroupConfig
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
-from rocketstore.grpc._acl import authorization_header, parse_credentials
+from rocketstore.grpc._acl import authorization_header, date_time_now, parse_credentials
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
@@ -1007,7 +1007,7 @@ def test_acl_checks_signatures(tmp_path: Path) -> None:
         b.start()
         with grpc.insecure_channel(b.grpc_address) as channel:
             stub = service_pb2_grpc.MessagingServiceStub(channel)
-            when = "20240102T030405Z"
+            when = date_time_now()
 
             def md(ak: str, sk: str) -> list[tuple[str, str]]:
                 return [

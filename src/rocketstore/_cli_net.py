@@ -73,6 +73,7 @@ def _make_broker(
     ha_listen: str | None = None,
     ha_master: str | None = None,
     grpc: Any = None,
+    acl_file: str | None = None,
 ) -> Any:
     from .broker._config import BrokerConfig
     from .broker._controller import BrokerController
@@ -105,6 +106,8 @@ def _make_broker(
         broker_name=broker_name,
         cluster_name=cluster,
         broker_id=broker_id,
+        acl_enable=True if acl_file else None,
+        acl_file=acl_file,
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
@@ -134,10 +137,17 @@ def grpc_options(default_listen: str | None) -> Callable[[F], F]:
                     help="serve RocketMQ 5.x gRPC clients on HOST:PORT ('' for none)",
                 ),
                 click.option(
+                    "--acl-file",
+                    default=None,
+                    type=file_type,
+                    help="ACL on every port: a plain_acl.yml (default with broker.conf's "
+                    "aclEnable=true: $ROCKETMQ_HOME/conf/plain_acl.yml)",
+                ),
+                click.option(
                     "--grpc-acl",
                     default=None,
                     type=file_type,
-                    help="gRPC ACL: access_key:secret_key lines or a JSON object (off without)",
+                    help="the same as --acl-file (an older name)",
                 ),
                 click.option(
                     "--grpc-tls-cert", default=None, type=file_type, help="TLS cert (PEM)"
@@ -215,6 +225,7 @@ def broker_cmd(
     ha_listen: str | None,
     ha_master: str | None,
     grpc_listen: str | None,
+    acl_file: str | None,
     grpc_acl: str | None,
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
@@ -236,7 +247,8 @@ def broker_cmd(
         flush,
         ha_listen,
         ha_master,
-        _grpc_config(grpc_listen, grpc_acl, grpc_tls_cert, grpc_tls_key),
+        _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key),
+        acl_file or grpc_acl,
     )
     _run(run_servers(None, [broker], announce=_announce))
 
@@ -256,6 +268,7 @@ def serve_cmd(
     listen: str | None,
     flush: str | None,
     grpc_listen: str | None,
+    acl_file: str | None,
     grpc_acl: str | None,
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
@@ -267,14 +280,24 @@ def serve_cmd(
 
     _logging(verbose)
     host, port = _split_listen(namesrv_listen, 9876)
-    grpc = _grpc_config(grpc_listen, grpc_acl, grpc_tls_cert, grpc_tls_key)
+    grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
     ns = NameServer(host, port)
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start
         await ns.start()
         broker = _make_broker(
-            store, conf, listen, ns.address, None, None, None, None, flush, grpc=grpc
+            store,
+            conf,
+            listen,
+            ns.address,
+            None,
+            None,
+            None,
+            None,
+            flush,
+            grpc=grpc,
+            acl_file=acl_file or grpc_acl,
         )
         _announce(f"name server listening on {ns.address}")
         try:

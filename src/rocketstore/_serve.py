@@ -58,6 +58,9 @@ async def run_servers(
             )
             if broker.grpc is not None:
                 announce(f"gRPC front end listening on {broker.grpc.address}")
+            if broker.acl is not None:
+                where = broker.config.acl_path or "the gRPC front end's keys"
+                announce(f"ACL on every port of {broker.config.broker_name}: {where}")
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")

@@ -31,8 +31,27 @@ conf_option = click.option(
 
 @click.group()
 @click.version_option(package_name="rocketstore")
-def main() -> None:
+@click.option(
+    "--access-key",
+    envvar="ROCKETSTORE_ACCESS_KEY",
+    default=None,
+    help="ACL: sign requests to brokers with this account (env ROCKETSTORE_ACCESS_KEY)",
+)
+@click.option(
+    "--secret-key",
+    envvar="ROCKETSTORE_SECRET_KEY",
+    default=None,
+    help="ACL: the account's secret key (env ROCKETSTORE_SECRET_KEY)",
+)
+def main(access_key: str | None, secret_key: str | None) -> None:
     """rocketstore: Apache RocketMQ's message store in Python."""
+    import os
+
+    if bool(access_key) != bool(secret_key):
+        raise click.UsageError("give both --access-key and --secret-key, or neither")
+    if access_key and secret_key:  # every remoting client of this process signs with them
+        os.environ["ROCKETSTORE_ACCESS_KEY"] = access_key
+        os.environ["ROCKETSTORE_SECRET_KEY"] = secret_key
 
 
 @main.command()

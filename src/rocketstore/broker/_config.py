@@ -37,6 +37,7 @@ _CONF_KEYS = {
     "transactionTimeOut": "transaction_timeout",
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval",
+    "aclEnable": "acl_enable",
 }
 
 
@@ -67,6 +68,9 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # ms between two rounds of transaction checks
     transaction_check_interval: int = 60_000
+    # ACL on every port: the accounts of acl_file ("" → $ROCKETMQ_HOME/conf/plain_acl.yml)
+    acl_enable: bool = False
+    acl_file: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -79,6 +83,17 @@ class BrokerConfig:
             raise StoreConfigError(
                 "transaction_check_interval must be positive and transaction_timeout not negative"
             )
+
+    @property
+    def acl_path(self) -> str | None:
+        """The ACL file in force (None: ACL off)."""
+        if not self.acl_enable:
+            return None
+        if self.acl_file:
+            return self.acl_file
+        from ..acl import default_acl_path
+
+        return str(default_acl_path())
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -108,6 +123,11 @@ class BrokerConfig:
             values.setdefault("broker_ip", store.store_host)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def ignored_keys(store: StoreConfig) -> list[str]:
+    """The keys of a broker.conf that neither the store nor the broker acts on."""
+    return [key for key, _ in store.extra if key not in _CONF_KEYS]
 
 
 def _parse(kind: Any, raw: str, key: str) -> Any:

@@ -26,7 +26,7 @@ from ..store._config import StoreConfig
 from ..store._store import MessageStore
 from ._admin import AdminProcessor
 from ._clients import ClientProcessor
-from ._config import BrokerConfig
+from ._config import BrokerConfig, ignored_keys
 from ._consumer_manager import ConsumerManager, ProducerManager
 from ._consumer_offset import ConsumerOffsetManager
 from ._end_transaction import EndTransactionProcessor
@@ -43,6 +43,7 @@ from ._topic_config import TopicConfig, TopicConfigManager
 from ._transaction import TransactionService
 
 if TYPE_CHECKING:
+    from ..acl._remoting import AclSource
     from ..grpc import GrpcConfig, GrpcFrontEnd
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class BrokerController:
         self.grpc: GrpcFrontEnd | None = None
         # "host:port" of the gRPC front end serving this broker (set by the front end)
         self.grpc_endpoint: str | None = None
+        # the ACL every port checks (None: off); see rocketstore.acl
+        self.acl: AclSource | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -89,8 +92,42 @@ class BrokerController:
         """The address clients reach the broker at (written into every stored record)."""
         return f"{self.config.advertised_host}:{self.config.listen_port}"
 
+    def _load_acl(self) -> AclSource | None:
+        """The ACL of broker.conf's aclEnable (or --acl-file), else the key list of the gRPC
+        front end's config: one set of accounts for every port. AclConfigError when the file
+        cannot be used."""
+        from ..acl import AclConfigError, AclFile, StaticAcl, admin_accounts
+
+        path = self.config.acl_path
+        if path is not None:
+            if not self.config.acl_file and not Path(path).exists():
+                raise AclConfigError(
+                    f"aclEnable=true but {path} does not exist (set ROCKETMQ_HOME or give "
+                    "--acl-file PATH)"
+                )
+            return AclFile(path)
+        if self.grpc_config is not None and self.grpc_config.credentials is not None:
+            return StaticAcl(admin_accounts(self.grpc_config.credentials))
+        return None
+
+    def enable_acl(self, source: AclSource) -> None:
+        """Check every remoting request against ``source`` from now on (a gRPC front end
+        attached with its own keys after the start: the remoting port is no way around them).
+        Loop thread; once."""
+        from ..acl._remoting import RemotingAcl
+
+        if self.acl is not None:
+            raise RuntimeError("the broker's ACL is already on")
+        self.acl = source
+        handlers = self.server.handlers  # the connections' table too: guarded at once
+        handlers.update(RemotingAcl(source).guard_all(handlers))
+
     async def start(self) -> None:
         config = self.config
+        ignored = ignored_keys(self.store_config)
+        if ignored:
+            log.warning("broker configuration keys ignored (not supported): %s", ", ".join(ignored))
+        self.acl = self._load_acl()
         ha_port = self.store_config.ha_listen_port
         if config.listen_port == 0:
             config = self.config = dataclasses.replace(
@@ -152,6 +189,10 @@ class BrokerController:
                 end_transaction,
             ):
                 handlers.update(processor.handlers())
+            if self.acl is not None:
+                from ..acl._remoting import RemotingAcl
+
+                handlers = RemotingAcl(self.acl).guard_all(handlers)
             self.server = RemotingServer(
                 handlers,
                 config.listen_host,
@@ -181,6 +222,8 @@ class BrokerController:
             raise
         self._started = True
         log.info("broker %s listening on %s", config.broker_name, self.address)
+        if self.acl is not None:
+            log.info("broker %s: ACL on (%s)", config.broker_name, config.acl_path or "key list")
 
     async def _start_registrar(self) -> None:
         from ._outer_api import NamesrvRegistrar

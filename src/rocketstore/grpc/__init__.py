@@ -5,7 +5,8 @@ client settings (Telemetry), sends, pop-style receives with invisibility and rec
 acks, dead letters, FIFO delivery for groups with ``consumeMessageOrderly`` (a message group
 hashes to one queue; such a queue is handed out in order, its next message only after the last
 one is acked or dead-lettered), and offset-based pulls, on the same topics, consumer offsets
-and DLQs as the remoting front end; optional ACL (``MQv2-HMAC-SHA1`` signatures) and TLS.
+and DLQs as the remoting front end; the broker's ACL (``MQv2-HMAC-SHA1`` signatures over a
+fresh date-time, the plain_acl.yml accounts' topic and group permissions) and TLS.
 ``attach_grpc`` builds one for a broker. Routes cover the whole cluster: every broker group's
 queues of a topic, each at the gRPC front end of its broker (``_routes.py``).
 
@@ -19,8 +20,7 @@ A push consumer's (auto-renewed) receive stays invisible while its client lives,
 client leaves unacked is visible to its group again a second after it terminates or expires.
 
 Not served (answered UNSUPPORTED or ignored): SQL92 filters, lite topics, namespaces
-(``resource_namespace`` is ignored), per-topic or per-group ACL permissions (the ACL
-authenticates; every known access key may do everything), and the 4.x ``%RETRY%<group>``
+(``resource_namespace`` is ignored), and the 4.x ``%RETRY%<group>``
 topic in receives (a pop consumer's retries stay in its own queue).
 
 ``proto/`` holds the protocol definitions; ``_pb`` the Python modules generated from them by

@@ -18,8 +18,9 @@ DEFAULT_GRPC_PORT = 8081
 class GrpcConfig:
     """Settings of one :class:`~rocketstore.grpc.GrpcFrontEnd`.
 
-    ``credentials`` (access key → secret key) turns the ACL on: every request must carry a
-    valid ``authorization`` header (None: off). ``tls_cert`` / ``tls_key`` (PEM files, both or
+    ``credentials`` (access key → secret key: accounts with every permission) turns the ACL on
+    when the broker has no ACL file of its own, on this front end and the broker's remoting port
+    alike (None: off). ``tls_cert`` / ``tls_key`` (PEM files, both or
     neither) serve TLS instead of plaintext. ``advertised_host`` is the host put into routes when
     a client's QueryRoute names no endpoints ("" → the broker's advertised host).
     """

@@ -140,7 +140,7 @@ class GrpcFrontEnd:
             *cfg.extra_options,
         ]
         server = grpc.aio.server(options=options)
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), server)  # type: ignore[no-untyped-call]
         bind = _bind_address(cfg.host, cfg.port)
         try:
             if cfg.tls_cert is not None and cfg.tls_key is not None:
@@ -166,8 +166,22 @@ class GrpcFrontEnd:
             broker.config.broker_name,
             self.address,
             " (TLS)" if cfg.tls_enabled else "",
-            " (ACL)" if cfg.acl_enabled else "",
+            " (ACL)" if cfg.acl_enabled or broker.acl is not None else "",
         )
+
+    def _servicer(self) -> Any:
+        """The service, behind the broker's ACL when it has one (else the config's keys, which
+        then guard the broker's remoting port too)."""
+        from ..acl import StaticAcl, admin_accounts
+        from ._acl import AclChecker, AclServicer
+
+        source = self.broker.acl
+        if source is None and self.config.credentials is not None:
+            source = StaticAcl(admin_accounts(self.config.credentials))
+            self.broker.enable_acl(source)  # the same keys on the remoting port
+        if source is None:
+            return self.service
+        return AclServicer(self.service, AclChecker(source))
 
     async def close(self) -> None:
         """Answer waiting receives, stop the server, commit offsets, persist the pop state.

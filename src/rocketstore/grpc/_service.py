@@ -1,5 +1,6 @@
-"""``apache.rocketmq.v2.MessagingService`` on grpc.aio: each RPC checks the caller (ACL), hands
-the request to its service (routes and clients here; sends, pop, pull in modules of their own)
+"""``apache.rocketmq.v2.MessagingService`` on grpc.aio: each RPC (checked by the ACL before it
+gets here, see ``_acl``) hands the request to its service (routes and clients here; sends,
+pop, pull in modules of their own)
 and answers refusals with the protocol's status codes in the response, never with a gRPC error,
 so a bad request leaves the stream and the server as they were.
 
@@ -18,7 +19,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..broker._topic_config import PERM_READ, PERM_WRITE
-from ._acl import AclChecker
 from ._checks import check_group, check_topic, topic_config
 from ._clients import ClientRegistry
 from ._config import GrpcConfig
@@ -140,24 +140,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._endpoint = endpoint
         self.transactions = transactions
         self.routes = routes
-        self._acl = AclChecker(config.credentials) if config.credentials is not None else None
-        self.auth_failures = 0
+        self.auth_failures = 0  # calls the ACL refused (counted by its AclServicer)
 
     # ---- plumbing ----------------------------------------------------------------------------
-
-    def _authorize(self, context: Any) -> None:
-        if self._acl is None:
-            return
-        why = self._acl.check(_metadata(context))
-        if why is not None:
-            self.auth_failures += 1
-            raise GrpcError(Code.UNAUTHORIZED, f"unauthorized: {why}")
 
     async def _unary(
         self, context: Any, response: Callable[[], R], handle: Callable[[], Awaitable[R] | R]
     ) -> R:
         try:
-            self._authorize(context)
             result = handle()
             if asyncio.iscoroutine(result):
                 result = await result
@@ -374,7 +364,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         """Status, then the messages, then the delivery timestamp. A message that cannot be
         written (the client went away) is made visible again soon."""
         try:
-            self._authorize(context)
             found = await self.pops.receive(request, _remaining(context), _client_id(context))
         except GrpcError as exc:
             yield spb.ReceiveMessageResponse(status=status(exc.code, exc.message))
@@ -418,7 +407,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> AsyncIterator[spb.PullMessageResponse]:
         """Status, then the messages, then the next offset."""
         try:
-            self._authorize(context)
             code, message, result, next_offset = await self.pulls.pull(request, _remaining(context))
         except GrpcError as exc:
             yield spb.PullMessageResponse(status=status(exc.code, exc.message))
@@ -443,11 +431,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         """Answer each Settings with the broker's settings; other commands (thread stack
         traces, verify results) are taken without an answer. The broker's own commands
         (orphaned-transaction checks) go down the same stream."""
-        try:
-            self._authorize(context)
-        except GrpcError as exc:
-            yield spb.TelemetryCommand(status=status(exc.code, exc.message))
-            return
         client_id = _client_id(context)
         out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
 

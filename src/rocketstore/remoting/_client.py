@@ -11,6 +11,7 @@ import socket
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ._codes import ResponseCode
@@ -23,6 +24,10 @@ from ._command import (
     frame_length,
 )
 from ._connection import _JOIN_LIMIT, _READ_SIZE, Connection, Handler, RemotingError
+from ._signing import signer_from_env
+
+Signer = Callable[[RemotingCommand], None]
+FROM_ENV: Any = object()  # sign with ROCKETSTORE_ACCESS_KEY / ROCKETSTORE_SECRET_KEY when set
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -43,10 +48,13 @@ class AsyncRemotingClient:
         *,
         connect_timeout: float = 3.0,
         max_frame: int = DEFAULT_MAX_FRAME,
+        signer: Signer | None = FROM_ENV,
     ) -> None:
         self.handlers = handlers if handlers is not None else {}
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
+        # signs each request before it is sent (ACL); see remoting._signing
+        self.signer: Signer | None = signer_from_env() if signer is FROM_ENV else signer
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
 
@@ -91,12 +99,16 @@ class AsyncRemotingClient:
     ) -> RemotingCommand:
         """Send ``cmd`` and wait for its response; RemotingError on close or timeout."""
         conn = await self.connection(address)
+        if self.signer is not None:
+            self.signer(cmd)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` with the one-way flag; RemotingError when the connection is closed."""
         cmd.flag |= ONEWAY_FLAG
         conn = await self.connection(address)
+        if self.signer is not None:
+            self.signer(cmd)
         if not conn.send(cmd):
             raise RemotingError(f"connection to {address} closed")
 
@@ -119,10 +131,13 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         timeout: float = 3.0,
         max_frame: int = DEFAULT_MAX_FRAME,
+        signer: Signer | None = FROM_ENV,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.max_frame = max_frame
+        # signs each request before it is sent (ACL); see remoting._signing
+        self.signer: Signer | None = signer_from_env() if signer is FROM_ENV else signer
         self._links: dict[str, _Link] = {}
         self._lock = threading.Lock()
 
@@ -146,6 +161,8 @@ class RemotingClient:
     ) -> RemotingCommand:
         """Send ``cmd`` and return its response; RemotingError when the call fails or no
         response arrives within ``timeout`` seconds (the client's ``timeout`` when None)."""
+        if self.signer is not None:
+            self.signer(cmd)
         with self._lock:
             link = self._link(address)
             try:
@@ -166,6 +183,8 @@ class RemotingClient:
     def invoke_oneway(self, address: str, cmd: RemotingCommand) -> None:
         """Send ``cmd`` with the one-way flag; no response is read."""
         cmd.flag |= ONEWAY_FLAG
+        if self.signer is not None:
+            self.signer(cmd)
         with self._lock:
             link = self._link(address)
             try:

@@ -250,7 +250,7 @@ class StoreConfig:
             # RocketMQ's broker listens for slaves on its own port + 1
             kwargs["ha_listen_port"] = kwargs["store_port"] + 1
         if extra:
-            log.warning(
+            log.debug(  # the broker warns of the keys nothing acts on
                 "broker configuration keys that are not store settings, kept in extra: %s",
                 ", ".join(k for k, _ in extra),
             )
