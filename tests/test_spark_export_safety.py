@@ -41,6 +41,7 @@ def _export(store: Path, to: Path | str, *extra: str) -> Result:
 
 def _one_line_error(r: Result, *needles: str) -> str:
     assert r.exit_code != 0, r.output
+    assert isinstance(r.exception, SystemExit), r.exception  # nothing escaped click
     assert "Traceback" not in r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1, r.output
@@ -96,7 +97,9 @@ def test_a_file_as_target_is_refused(store: Path, tmp_path: Path) -> None:
     f = tmp_path / "out.parquet"
     f.write_text("a file")
     _one_line_error(_export(store, f, "--overwrite"), "not a directory")
+    _one_line_error(_export(store, f"file://{f}", "--overwrite"), "not a directory")
     assert f.read_text() == "a file"
+    _one_line_error(_export(store, "s3a://bucket/out"), "local directory")
 
 
 def test_without_the_spark_extra_one_line_with_the_hint(

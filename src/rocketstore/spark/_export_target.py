@@ -47,6 +47,13 @@ def is_previous_export(directory: Path) -> bool:
 def check_target(to: str, overwrite: bool) -> Path:
     """The absolute target path, after checking that an export may write it: absent, an
     empty directory, or (with ``overwrite``) a previous export. ExportTargetError otherwise."""
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", to)
+    if scheme and scheme.group(1).lower() == "file":
+        to = re.sub(r"^file:(//)?", "", to, flags=re.I)
+    elif scheme and len(scheme.group(1)) > 1:  # (not a Windows drive letter)
+        raise ExportTargetError(
+            f"export writes a local directory; {to!r} is a {scheme.group(1)} URI"
+        )
     target = Path(os.path.abspath(os.path.expanduser(to)))
     if target == Path(os.getcwd()) or target == Path(target.anchor):
         raise ExportTargetError(
