@@ -117,6 +117,47 @@ def test_without_the_spark_extra_one_line_with_the_hint(
     assert not (tmp_path / "out").exists() and not (tmp_path / "s").exists()
 
 
+_BLOCK_PYSPARK = """
+import sys
+
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+from rocketstore.cli import main
+
+main()
+"""
+
+
+@pytest.mark.parametrize("command", ["export", "import"])
+def test_without_pyspark_the_command_line_prints_one_line(
+    store: Path, tmp_path: Path, command: str
+) -> None:
+    import subprocess
+
+    args = (
+        ["export", "--store", str(store), "--to", str(tmp_path / "out")]
+        if command == "export"
+        else ["import", "--store", str(tmp_path / "s"), "--from", str(store)]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _BLOCK_PYSPARK, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'rocketstore[spark]'" in lines[0], done.stderr
+
+
 # ---- with Spark ----------------------------------------------------------------------------
 
 
