@@ -610,12 +610,17 @@ def bench(
 
 
 def _spark_jobs() -> Any:
+    """The Spark jobs module, once pyspark and pyarrow import (the spark extra)."""
     try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+
         from .spark import _jobs
     except ImportError as exc:
+        missing = exc.name or str(exc)
         raise click.ClickException(
-            f"this command runs Spark: pip install 'rocketstore[spark]' ({exc})"
-        ) from exc
+            f"this command runs Spark, which needs {missing}: pip install 'rocketstore[spark]'"
+        ) from None
     return _jobs
 
 
@@ -645,6 +650,7 @@ def _store_or_namesrv(store: str | None, namesrv: str | None) -> None:
     "--starting-offsets", default=None, help='"earliest" or JSON {topic: {queue: offset}}'
 )
 @click.option("--ending-offsets", default=None, help='"latest" or JSON {topic: {queue: offset}}')
+@click.option("--overwrite", is_flag=True, help="replace a previous export at --to (nothing else)")
 def export_cmd(
     store: str | None,
     namesrv: str | None,
@@ -653,14 +659,27 @@ def export_cmd(
     fmt: str,
     starting_offsets: str | None,
     ending_offsets: str | None,
+    overwrite: bool,
 ) -> None:
-    """Export topics of a store (or of running brokers) to Parquet or JSON lines with Spark."""
+    """Export topics of a store (or of running brokers) to Parquet or JSON lines with Spark.
+    --to must be a new or empty directory, or with --overwrite a previous export."""
     _store_or_namesrv(store, namesrv)
     if namesrv and not topics:
         raise click.UsageError("--namesrv needs --topic")
-    n = _spark_jobs().export_topic(
-        store or "", list(topics), to, fmt, starting_offsets, ending_offsets, namesrv=namesrv
-    )
+    jobs = _spark_jobs()
+    try:
+        n = jobs.export_topic(
+            store or "",
+            list(topics),
+            to,
+            fmt,
+            starting_offsets,
+            ending_offsets,
+            namesrv=namesrv,
+            overwrite=overwrite,
+        )
+    except Exception as exc:
+        raise click.ClickException(f"export failed: {jobs.failure_line(exc)}") from None
     click.echo(json.dumps({"exported": n, "to": to}))
 
 
@@ -697,9 +716,11 @@ def import_cmd(
     """Import rows (body, optional topic/tags/keys/properties/queue_id) into a store, or send
     them through running brokers, with Spark."""
     _store_or_namesrv(store, namesrv)
-    n = _spark_jobs().import_file(
-        store or "", source, topic, fmt, commit_log_file_size, namesrv=namesrv
-    )
+    jobs = _spark_jobs()
+    try:
+        n = jobs.import_file(store or "", source, topic, fmt, commit_log_file_size, namesrv=namesrv)
+    except Exception as exc:
+        raise click.ClickException(f"import failed: {jobs.failure_line(exc)}") from None
     out: dict[str, Any] = {"imported": n}
     out.update({"namesrv": namesrv} if namesrv else {"store": store})
     click.echo(json.dumps(out))

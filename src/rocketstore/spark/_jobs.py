@@ -3,6 +3,8 @@ progress bar fed by Spark's status tracker)."""
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +12,31 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..store._errors import StoreError, StoreLockedError
+from ..store._lock import lock_owner
+from ._export_target import StagedOutput, check_target
+
+_ERROR_LINE = re.compile(r"^(?::\s*|Caused by:\s*)?((?:[\w$]+\.)*)(\w*(?:Error|Exception)): (.+)$")
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line saying why a job failed. Spark's errors carry the JVM's and the Python
+    worker's tracebacks in their text: the last of rocketstore's own exceptions there is the
+    cause, else the first exception line."""
+    if isinstance(exc, ImportError):
+        return f"{exc}: pip install 'rocketstore[spark]'"
+    if isinstance(exc, (StoreError, OSError)) and not hasattr(exc, "getErrorClass"):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [m for m in map(_ERROR_LINE.match, lines) if m is not None]
+    ours = [m for m in errors if m.group(1).startswith("rocketstore.")]
+    if ours or errors:
+        _, name, text = (ours[-1] if ours else errors[0]).groups()
+        line = f"{name}: {text}"
+    else:
+        line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= 400 else line[:397] + "..."
 
 
 def local_session(master: str = "local[2]") -> tuple[Any, bool]:
@@ -83,9 +110,13 @@ def export_topic(
     ending: str | None,
     *,
     namesrv: str | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Export ``topics`` of the store directory ``store``, or, with ``namesrv``, of the
-    brokers behind that name server (topics required)."""
+    brokers behind that name server (topics required), into the directory ``to``: a new or
+    empty one, or with ``overwrite`` a previous export (see ``_export_target``). Spark writes
+    beside it; the output replaces ``to`` only once the job has succeeded."""
+    target = check_target(to, overwrite)
     spark, created = local_session()
     try:
         reader = spark.read.format("rocketstore")
@@ -97,18 +128,31 @@ def export_topic(
         if ending:
             reader = reader.option("endingOffsets", ending)
         df = reader.load()
+        with StagedOutput(target, overwrite) as staged:
+            out = str(staged.path)
 
-        def job() -> None:
-            if fmt == "parquet":
-                df.write.mode("overwrite").parquet(to)
-            else:
-                body_as_text = df.selectExpr("*", "base64(body) AS body_base64").drop("body")
-                body_as_text.write.mode("overwrite").json(to)
+            def job() -> None:
+                if fmt == "parquet":
+                    df.write.mode("errorifexists").parquet(out)
+                else:
+                    body_as_text = df.selectExpr("*", "base64(body) AS body_base64").drop("body")
+                    body_as_text.write.mode("errorifexists").json(out)
 
-        run_with_progress(spark, f"export → {to}", job)
-        return int(
-            spark.read.parquet(to).count() if fmt == "parquet" else spark.read.json(to).count()
-        )
+            run_with_progress(spark, f"export → {to}", job)
+            rows = int(
+                spark.read.parquet(out).count()
+                if fmt == "parquet"
+                else spark.read.json(out).count()
+            )
+            staged.commit(
+                {
+                    "format": fmt,
+                    "rows": rows,
+                    "topics": topics,
+                    "source": namesrv or os.path.abspath(store),
+                }
+            )
+        return rows
     finally:
         if created:
             spark.stop()
@@ -126,6 +170,14 @@ def import_file(
     """Write the rows of a Parquet / JSON-lines source into ``store``; a new store gets
     commit-log files of ``commit_log_file_size`` bytes (RocketMQ's 1 GiB when None). With
     ``namesrv`` the rows are sent through the brokers instead, by every task."""
+    if "://" not in source and not any(c in source for c in "*?[") and not os.path.exists(source):
+        raise FileNotFoundError(f"{source} does not exist")
+    owner = None if namesrv else lock_owner(store)
+    if owner is not None:
+        raise StoreLockedError(
+            f"{store} is owned by process {owner} (a running broker?): stop it, or import "
+            "through it with --namesrv"
+        )
     spark, created = local_session()
     try:
         if fmt == "auto":

@@ -33,9 +33,9 @@ from pyspark.sql.types import StructType
 from ..client._producer import UNIQ_IDS, encode_batch, send_request, send_result
 from ..client._route import MessageQueue
 from ..remoting import RemotingError, ResponseCode
-from ._options import SourceOptionError, _get, _int
+from ._options import SourceOptionError, _bool, _get, _int
 from ._remote import Cluster, RemoteOptions, pooled
-from ._writer import _check_schema, _task_index
+from ._writer import _check_schema, _task_index, without_system_properties
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class RemoteWriteSettings:
     batch_bytes: int
     retries: int
     timeout_s: float
+    keep_system_properties: bool = False
 
 
 @dataclass
@@ -84,6 +85,7 @@ def remote_write_settings(options: Mapping[str, str], schema: StructType) -> Rem
         batch_bytes=_int(options, "sendBatchBytes", 1 << 20, 1024) or 1 << 20,
         retries=_int(options, "sendRetries", 3, 0) or 0,
         timeout_s=(_int(options, "sendTimeoutMs", 10_000, 1) or 10_000) / 1000.0,
+        keep_system_properties=_bool(options, "keepSystemProperties", False),
     )
 
 
@@ -184,6 +186,7 @@ def write_remote(s: RemoteWriteSettings, batches: Iterator[pa.RecordBatch]) -> R
         n = batch.num_rows
         if not n:
             continue
+        batch = without_system_properties(batch, s.keep_system_properties)
 
         def column(name: str, n: int = n, batch: pa.RecordBatch = batch) -> list[Any]:
             idx = batch.schema.get_field_index(name)

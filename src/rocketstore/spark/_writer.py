@@ -2,8 +2,11 @@
 
 Rows need ``topic`` and ``body`` (binary or string); ``tags`` (string), ``keys`` (array of
 strings, or one space-separated string), ``properties`` (map of strings) and ``queue_id`` (int;
-null or absent: the row's topic queues are used in turn) are optional. Other columns are
-refused at planning.
+null or absent: the row's topic queues are used in turn) are optional. The other columns of a
+rocketstore read (offsets, ids, times, hosts, flags) are ignored, so a frame read from a store
+is written as it is; any other column is refused at planning. System keys in ``properties``
+(UNIQ_KEY, WAIT, TAGS, KEYS, REAL_TOPIC, ...) are left out unless option
+``keepSystemProperties`` is true (see ``_system_props``).
 
 Each write task opens the store at ``path`` as its owner (an embedded MessageStore), appends its
 rows in batches per (topic, queue), and shuts the store down cleanly, which flushes everything.
@@ -60,7 +63,9 @@ from ..store._record import (
     PROPERTY_TAGS,
     tags_code,
 )
-from ._options import SourceOptionError, _get, _int
+from ._arrow import COLUMNS
+from ._options import SourceOptionError, _bool, _get, _int
+from ._system_props import strip_system_properties
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +102,27 @@ class WriteSettings:
     columns: tuple[str, ...]
     flush_disk_type: str
     write_buffers: int = WRITE_BUFFERS
+    keep_system_properties: bool = False
+
+
+WRITTEN_COLUMNS = ("topic", "body", "tags", "keys", "properties", "queue_id")
+READ_ONLY_COLUMNS = frozenset(c for c in COLUMNS if c not in WRITTEN_COLUMNS)
+"""Columns of a read that a write cannot set (offsets, ids, times, hosts, flags): a frame read
+from rocketstore is written as it is, and these are ignored."""
+
+
+def _of_strings(t: Any) -> bool:
+    """Whether a map or array column holds strings (any other column: True)."""
+    if isinstance(t, MapType):
+        return isinstance(t.keyType, StringType) and isinstance(t.valueType, StringType)
+    if isinstance(t, ArrayType):
+        return isinstance(t.elementType, StringType)
+    return True
 
 
 def _check_schema(schema: StructType) -> tuple[str, ...]:
+    """The columns a write takes (in the frame's order), after checking them; the read-only
+    columns of a rocketstore read are left out, any other column is refused."""
     allowed: dict[str, tuple[type, ...]] = {
         "topic": (StringType,),
         "body": (BinaryType, StringType),
@@ -115,16 +138,21 @@ def _check_schema(schema: StructType) -> tuple[str, ...]:
                 f"writing to rocketstore needs a {required!r} column; the DataFrame has "
                 f"{', '.join(names) or 'no columns'}"
             )
+    written = []
     for f in schema.fields:
+        if f.name in READ_ONLY_COLUMNS:
+            continue
         kinds = allowed.get(f.name)
         if kinds is None:
             raise SourceOptionError(
-                f"column {f.name!r} cannot be written to rocketstore (columns: topic, body, "
-                "tags, keys, properties, queue_id); drop or rename it"
+                f"column {f.name!r} cannot be written to rocketstore (columns: "
+                f"{', '.join(WRITTEN_COLUMNS)}; the other columns of a rocketstore read are "
+                "ignored); drop or rename it"
             )
-        if not isinstance(f.dataType, kinds):
+        if not isinstance(f.dataType, kinds) or not _of_strings(f.dataType):
             raise SourceOptionError(f"column {f.name!r} has type {f.dataType.simpleString()}")
-    return names
+        written.append(f.name)
+    return tuple(written)
 
 
 def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
@@ -164,6 +192,7 @@ def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
         columns=columns,
         flush_disk_type=(_get(options, "flushDiskType") or "ASYNC_FLUSH").upper(),
         write_buffers=_int(options, "writeBuffers", WRITE_BUFFERS, 0) or 0,
+        keep_system_properties=_bool(options, "keepSystemProperties", False),
     )
 
 
@@ -310,6 +339,16 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     return batch.column(idx) if idx >= 0 else None
 
 
+def without_system_properties(batch: pa.RecordBatch, keep: bool) -> pa.RecordBatch:
+    """``batch`` with its properties column stripped of system keys (``_system_props``)."""
+    idx = batch.schema.get_field_index("properties")
+    if idx < 0:
+        return batch
+    columns = list(batch.columns)
+    columns[idx] = strip_system_properties(columns[idx], keep)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
 def _first_null(col: pa.Array) -> int:
     return int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
 
@@ -450,6 +489,7 @@ def _put_batch(
     n = batch.num_rows
     if not n:
         return
+    batch = without_system_properties(batch, s.keep_system_properties)
     topic_col = _column(batch, "topic")
     body_col = _column(batch, "body")
     assert topic_col is not None and body_col is not None
