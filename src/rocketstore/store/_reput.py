@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._consume_queue import ConsumeQueueTable
-from ._errors import CorruptRecordError
+from ._durable import is_disk_full
+from ._errors import CorruptRecordError, StoreError
 from ._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
@@ -78,6 +79,10 @@ class ReputMessageService(ServiceThread):
         # the checkpoint's physic time, which no commit-log flush of a slave would
         self.checkpoint: StoreCheckpoint | None = None
         self.physic_at_dispatch = False
+        # told when dispatch starts failing (the error) and when it works again (None): the
+        # store stops taking writes meanwhile; reads of what was dispatched go on
+        self.on_error: Callable[[BaseException | None], None] | None = None
+        self.failing: BaseException | None = None
 
     # ---- progress ---------------------------------------------------------------------------
 
@@ -193,7 +198,11 @@ class ReputMessageService(ServiceThread):
         index = self.index
         if phys == self.reput_from_offset and self.inline and (index is None or index.files):
             cq = self.consume_queues.find(topic, queue_id)
-            if cq is not None and cq.put_unit(phys, size, tags_code, queue_offset):
+            try:
+                done = cq is not None and cq.put_unit(phys, size, tags_code, queue_offset)
+            except StoreError:
+                done = False  # the general path below reports it and hands over to the thread
+            if done:
                 self.consume_queues.last_store_timestamp = store_ts
                 if self.physic_at_dispatch and self.checkpoint is not None:
                     self.checkpoint.physic_msg_timestamp = store_ts
@@ -323,6 +332,30 @@ class ReputMessageService(ServiceThread):
         self.reput_from_offset = end
         return True
 
+    def queue_ends_ahead(self) -> dict[tuple[str, int], int]:
+        """The next logical offset of every queue with records in the commit log past the
+        dispatched end (not in its consume queue yet): what the topic-queue table must hold
+        while dispatch is paused. Reads those records; start-up only (caller's thread)."""
+        cl = self.commit_log
+        ends: dict[tuple[str, int], int] = {}
+        offset = self.reput_from_offset
+        end = cl.max_offset
+        while offset < end:
+            try:
+                r = cl.check_at(offset, check_crc=False)
+            except CorruptRecordError:
+                break
+            if isinstance(r, int):
+                if r > 0:  # BLANK: the next file
+                    offset = cl.roll_next_file(offset)
+                    continue
+                break
+            tran = r.sys_flag & SYSFLAG_TRANSACTION_MASK
+            if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
+                ends[(r.topic, r.queue_id)] = r.queue_offset + 1
+            offset += r.msg_size
+        return ends
+
     def catch_up(self) -> int:
         """Dispatch everything that is ready (start-up, tests). Caller's thread."""
         total = 0
@@ -332,15 +365,34 @@ class ReputMessageService(ServiceThread):
 
     # ---- the thread -------------------------------------------------------------------------
 
+    def _failed(self, exc: BaseException | None) -> None:
+        """Dispatch failed with ``exc`` (retried until it works: a full disk pauses it, it
+        never crashes), or works again (None). The first failure is logged with its
+        traceback, the rest of a run of failures not at all."""
+        before = self.failing
+        self.failing = exc
+        if exc is not None and before is None:
+            if is_disk_full(exc):
+                log.error("dispatch paused at %d: %s; retrying", self.reput_from_offset, exc)
+            else:
+                log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
+        elif exc is None and before is not None:
+            log.info("dispatch works again at %d", self.reput_from_offset)
+        if (exc is None) != (before is None) and self.on_error is not None:
+            self.on_error(exc)
+
     def run(self) -> None:
         idle_rounds = 0
         while not self.stopped:
             try:
                 n = self.do_reput()
-            except Exception:
-                log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
+            except Exception as exc:
+                self._failed(exc)
                 n = 0
                 self.wait_for_running(IDLE_WAIT_S)
+                continue
+            if self.failing is not None:
+                self._failed(None)
             if n >= MAX_BATCH:
                 continue
             if n:

@@ -25,9 +25,9 @@ from ._commit_log import CommitLog
 from ._config import StoreConfig
 from ._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from ._delay_offset import DelayOffsetFile
-from ._disk import DiskUsageProbe, RunningFlags, disk_used_ratio
-from ._durable import fsync_dir
-from ._errors import StoreClosedError, translate_os_errors
+from ._disk import WRITE_LOGICS_QUEUE_ERROR_BIT, DiskUsageProbe, RunningFlags, disk_used_ratio
+from ._durable import fsync_dir, is_disk_full
+from ._errors import StoreClosedError, StoreIOError, translate_os_errors
 from ._filter import MessageFilter
 from ._index import IndexService
 from ._loader import LoadResult, StoreLoader
@@ -91,6 +91,9 @@ class MessageStore:
                 warm_min_size=self.config.mapped_file_size_commit_log,
                 fast_fail_if_no_buffer=self.config.fast_fail_if_no_buffer_in_store_pool,
                 clock=clock,
+                allocate_ahead=self.config.mapped_file_allocate_ahead,
+                sync_flush=self.config.flush_disk_type == "SYNC_FLUSH",
+                flush_least_pages_when_warm=self.config.flush_least_pages_when_warm_mapped_file,
             )
         self.commit_log = CommitLog(
             self.config,
@@ -101,7 +104,7 @@ class MessageStore:
                 allocator=self.allocator,
                 pool=self.pool,
                 clock=clock,
-                preallocate=True,
+                allocate_ahead=self.config.mapped_file_allocate_ahead,
             ),
             on_flushed=self._on_commit_log_flushed,
         )
@@ -128,6 +131,7 @@ class MessageStore:
             limit=self._dispatch_limit,
             request_flush=self._request_flush if sync_flush else None,
         )
+        self.reput.on_error = self._on_dispatch_error
         self.flush_consume_queue = FlushConsumeQueueService(
             self.consume_queues,
             clock,
@@ -214,6 +218,23 @@ class MessageStore:
 
     def _request_flush(self, end: int) -> None:
         self.commit_log.flush_service.request_flush(end)  # type: ignore[union-attr]
+
+    def _on_dispatch_error(self, exc: BaseException | None) -> None:
+        """Dispatch thread: dispatch into the consume queues and index failed (a full disk
+        gives their files no blocks) or works again (None). Meanwhile the store is not
+        writable (RunningFlags WRITE_LOGICS_QUEUE_ERROR, puts answered SERVICE_NOT_AVAILABLE);
+        reads of what was dispatched go on."""
+        self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, exc is not None)
+        self.commit_log.set_refusal(
+            "dispatch",
+            None
+            if exc is None
+            else (
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                f"the store is not writable: dispatch into the consume queues failed ({exc}); "
+                "writes resume when it works again",
+            ),
+        )
 
     # ---- checkpoint updates (flush and dispatch threads) -----------------------------------
 
@@ -354,10 +375,21 @@ class MessageStore:
 
     def _catch_up_dispatch(self) -> None:
         """Dispatch whatever the loader left behind (nothing, unless something was written
-        between load and start), so start returns only when dispatch has caught up."""
+        between load and start, or a full disk stopped recovery's dispatch), so start returns
+        only when dispatch has caught up. On a full disk the store starts not writable and the
+        dispatch service goes on when there is space."""
         if self.reput.dispatch_behind_bytes():
-            self.reput.catch_up()
-            self.commit_log.rebuild_topic_queue_table(self.consume_queues.offset_table())
+            try:
+                self.reput.catch_up()
+            except StoreIOError as exc:
+                if not is_disk_full(exc):
+                    raise
+                self.reput._failed(exc)
+            # the queues' ends, and beyond them what the commit log holds (not dispatched yet)
+            table = self.consume_queues.offset_table()
+            if self.reput.failing is not None:
+                table.update(self.reput.queue_ends_ahead())
+            self.commit_log.rebuild_topic_queue_table(table)
 
     @property
     def _abort_path(self) -> Path:
