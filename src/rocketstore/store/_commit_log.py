@@ -226,6 +226,7 @@ class CommitLog:
                 least_pages=config.flush_commit_log_least_pages,
                 thorough_interval_ms=config.flush_commit_log_thorough_interval,
                 on_flushed=flushed,
+                timed=config.flush_commit_log_timed,
             )
         # what a put waits for, None for nothing. One attribute on purpose: with 30 instance
         # attributes or more, CPython 3.11 stops specialising their lookups and every put

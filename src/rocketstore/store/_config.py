@@ -54,7 +54,7 @@ class StoreConfig:
     flush_interval_commit_log: int = 500
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval: int = 10_000
-    flush_commit_log_timed: bool = False
+    flush_commit_log_timed: bool = True
     commit_interval_commit_log: int = 200
     commit_commit_log_least_pages: int = 4
     commit_commit_log_thorough_interval: int = 200

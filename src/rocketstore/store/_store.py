@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
@@ -305,13 +305,23 @@ class MessageStore:
         self._create_abort_file()
         if self.allocator is not None:
             self.allocator.start()
+        wake = self._flush_wakeup()
         if self._dispatch_inline():
             self.reput.inline = True
             self.commit_log.inline_dispatch = self.reput.dispatch_inline
             self.commit_log.inline_plain = self.reput.dispatch_plain
+            self.commit_log.on_append = wake
         else:
             self.commit_log.dispatch_handoff = collections.deque()
-            self.commit_log.on_append = self.reput.on_append
+            on_append = self.reput.on_append
+            if wake is not None:
+                dispatch_wake = on_append
+
+                def on_append() -> None:
+                    dispatch_wake()
+                    wake()
+
+            self.commit_log.on_append = on_append
         self.commit_log.start()
         self.reput.start()
         self.flush_consume_queue.start()
@@ -328,6 +338,16 @@ class MessageStore:
         self._running = True
         if self.maintenance:
             self._start_replication()
+
+    def _flush_wakeup(self) -> Callable[[], None] | None:
+        """What a put wakes under ASYNC_FLUSH when ``flush_commit_log_timed`` is off (as
+        RocketMQ's puts wake it): the commit service with write buffers, else the flusher."""
+        if self.config.flush_disk_type != "ASYNC_FLUSH" or self.config.flush_commit_log_timed:
+            return None
+        cl = self.commit_log
+        return (
+            cl.commit_service.wakeup if cl.commit_service is not None else cl.flush_service.wakeup
+        )
 
     def _start_replication(self) -> None:
         """Start HA; a SYNC_MASTER's puts wait for a slave from now on. Shuts the store down
