@@ -86,3 +86,94 @@ def test_full_disk_refuses_puts_and_restarts_without_losing_acknowledged_message
     assert resume["by_phys"] == len(acked)
     assert resume["by_queue"] == len(acked)
     assert resume["put"] == "PUT_OK" and resume["flags"] == 0
+
+
+# ---- without a real full disk: the reservation of blocks made to fail --------------------
+
+
+def _fail_reserve_under(monkeypatch: pytest.MonkeyPatch, part: str) -> list[bool]:
+    """Make every reservation of blocks in a file whose path contains ``part`` fail with
+    ENOSPC while the returned flag is on."""
+    import errno
+
+    from rocketstore.store import _mapped_file
+
+    real = _mapped_file.reserve
+    on = [True]
+
+    def reserve(fd: int, start: int, end: int) -> bool:
+        if on[0] and part in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, start, end)
+
+    monkeypatch.setattr(_mapped_file, "reserve", reserve)
+    return on
+
+
+def _wait(cond: object, timeout: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_no_blocks_for_the_commit_log_refuses_puts_with_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: str
+) -> None:
+    from rocketstore.store import Message, MessageStore, PutMessageStatus, StoreConfig
+
+    cfg = StoreConfig(
+        store_path_root_dir=str(tmp_path / "s"),
+        mapped_file_size_commit_log=256 * 1024,
+        mapped_file_allocate_ahead=4096,
+        flush_disk_type=flush,  # type: ignore[arg-type]
+    )
+    with MessageStore(cfg) as store:
+        first = store.put_message(Message("Full", b"x" * 100, 0))
+        assert first.status is PutMessageStatus.PUT_OK
+        on = _fail_reserve_under(monkeypatch, "commitlog")
+        statuses = [store.put_message(Message("Full", b"y" * 1000, 0)).status for _ in range(20)]
+        ok = statuses.count(PutMessageStatus.PUT_OK)
+        # puts go on into the blocks reserved already (one page), then are refused
+        assert 0 < ok < 4 and statuses[:ok] == [PutMessageStatus.PUT_OK] * ok
+        assert set(statuses[ok:]) == {PutMessageStatus.SERVICE_NOT_AVAILABLE}
+        end = store.max_phy_offset
+        assert end <= 4096
+        refused = store.put_message(Message("Full", b"y" * 1000, 0))
+        assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert store.max_phy_offset == end  # nothing written
+        m = store.look_message_by_offset(first.wrote_offset)
+        assert m is not None and m.body == b"x" * 100  # reads go on
+        on[0] = False  # space again
+        r = store.put_message(Message("Full", b"z", 0))
+        assert r.status is PutMessageStatus.PUT_OK and r.queue_offset == ok + 1
+
+
+def test_no_blocks_for_a_consume_queue_pauses_dispatch_and_the_store_is_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rocketstore.store import Message, MessageStore, PutMessageStatus, StoreConfig
+    from rocketstore.store._disk import WRITE_LOGICS_QUEUE_ERROR_BIT
+
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "s"), mapped_file_size_consume_queue=600)
+    with MessageStore(cfg) as store:
+        for i in range(30):  # a queue file holds 30 units: the next one needs a new file
+            assert store.put_message(Message("Q", b"m%d" % i, 0)).status is PutMessageStatus.PUT_OK
+        on = _fail_reserve_under(monkeypatch, "consumequeue")
+        r = store.put_message(Message("Q", b"m30", 0))
+        assert r.status is PutMessageStatus.PUT_OK  # in the commit log; its unit waits
+        _wait(lambda: store.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR_BIT)
+        assert not store.running_flags.is_writeable()
+        refused = store.put_message(Message("Q", b"refused", 0))
+        assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        g = store.get_message("g", "Q", 0, 0, 32)  # what was dispatched reads on
+        assert [m.body for m in g.messages] == [b"m%d" % i for i in range(30)]
+        on[0] = False  # space again: dispatch goes on, writes are accepted
+        _wait(lambda: store.running_flags.bits == 0)
+        assert store.put_message(Message("Q", b"m31", 0)).queue_offset == 31
+        _wait(lambda: store.get_max_offset_in_queue("Q", 0) == 32)
+        g = store.get_message("g", "Q", 0, 30, 32)
+        assert [m.body for m in g.messages] == [b"m30", b"m31"]

@@ -86,6 +86,48 @@ def test_puts_racing_shutdown_are_ok_before_it_and_refused_after(
         assert store.put_message(Message("Race", b"late")).status is REFUSED
 
 
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_put_that_reaches_the_lock_after_shutdown_began_is_refused(
+    tmp_path: Path, flush: str
+) -> None:
+    """The refusal is checked again under the put lock: a put that passed the first check
+    before shutdown began and takes the lock after it appends nothing."""
+    store = MessageStore(small(tmp_path / "s", flush_disk_type=flush))
+    store.load()
+    store.start()
+    assert store.put_message(Message("Late", b"before", 0)).status is OK
+    end_before = store.max_phy_offset
+    cl = store.commit_log
+    real_prepare = cl._prepare
+    checked = threading.Event()
+
+    def prepare_then_wait(msg: Message) -> object:
+        p = real_prepare(msg)
+        checked.set()  # past the first refusal check
+        deadline = time.monotonic() + 10
+        while cl.refusal() is None and time.monotonic() < deadline:
+            time.sleep(0.001)  # until shutdown has begun
+        return p
+
+    cl._prepare = prepare_then_wait  # type: ignore[method-assign,assignment]
+    out: list[object] = []
+
+    def put() -> None:
+        try:
+            out.append(store.put_message(Message("Late", b"after", 0)).status)
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=put)
+    t.start()
+    assert checked.wait(10)
+    store.shutdown()
+    t.join(10)
+    assert out == [REFUSED]
+    with MessageStore(small(tmp_path / "s", flush_disk_type=flush)) as again:
+        assert again.max_phy_offset == end_before  # nothing appended after shutdown began
+
+
 def test_new_files_and_directories_are_fsynced_into_their_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
