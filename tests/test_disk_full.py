@@ -177,3 +177,220 @@ def test_no_blocks_for_a_consume_queue_pauses_dispatch_and_the_store_is_not_writ
         _wait(lambda: store.get_max_offset_in_queue("Q", 0) == 32)
         g = store.get_message("g", "Q", 0, 30, 32)
         assert [m.body for m in g.messages] == [b"m30", b"m31"]
+
+
+# ---- `rocketstore serve`: the name server and the broker in one process -------------------
+
+CLI = [sys.executable, "-m", "rocketstore.cli"]
+BROKER_CONF = """\
+mappedFileSizeCommitLog=1048576
+mappedFileSizeConsumeQueue=6000
+maxHashSlotNum=64
+maxIndexNum=400
+flushDiskType=SYNC_FLUSH
+mappedFileAllocateAhead=65536
+# the file system itself says when it is full (not a usage ratio), and nothing is deleted
+diskSpaceWarningLevelRatio=1.0
+cleanFileForciblyEnable=false
+diskMaxUsedSpaceRatio=95
+cleanResourceInterval=3600000
+"""
+
+
+class Server:
+    """`rocketstore serve` on loopback ports; every wait bounded, killed on exit."""
+
+    def __init__(self, store: Path, conf: Path) -> None:
+        args = ["serve", "--store", str(store), "-c", str(conf), "--namesrv-listen"]
+        args += ["127.0.0.1:0", "--listen", "127.0.0.1:0", "--grpc-listen", ""]
+        self.proc = subprocess.Popen(
+            [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+        )
+        self.address = self._broker_address()
+
+    def _broker_address(self, timeout: float = 60.0) -> str:
+        import re
+        import select
+        import time
+
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.1)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+                m = re.search(rb"broker broker-a .* listening on (127\.0\.0\.1:\d+)", buf)
+                if m:
+                    return m.group(1).decode()
+        self.proc.kill()
+        _out, err = self.proc.communicate(timeout=30)
+        raise AssertionError(
+            f"serve did not come up (exit {self.proc.returncode}): {buf!r}\n{err[-3000:]!r}"
+        )
+
+    def stop(self, sig: int) -> int:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _send(client: object, address: str, topic: str, qid: int, body: bytes) -> object:
+    import time
+
+    from rocketstore.remoting import RemotingCommand
+
+    fields = {
+        "producerGroup": "PG",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": str(qid),
+        "sysFlag": "0",
+        "bornTimestamp": str(int(time.time() * 1000)),
+        "flag": "0",
+        "properties": "",
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+    }
+    return client.invoke(address, RemotingCommand.request(10, fields, body))  # type: ignore[attr-defined]
+
+
+def _pull_bodies(client: object, address: str, topic: str, qid: int, offset: int) -> list[bytes]:
+    from rocketstore.remoting import RemotingCommand
+    from rocketstore.store._record import decode_message
+
+    req = RemotingCommand.request(
+        11,
+        {
+            "consumerGroup": "CG",
+            "topic": topic,
+            "queueId": str(qid),
+            "queueOffset": str(offset),
+            "maxMsgNums": "32",
+            "sysFlag": "4",
+            "commitOffset": "0",
+            "suspendTimeoutMillis": "0",
+            "subscription": "*",
+            "subVersion": "0",
+        },
+    )
+    r = client.invoke(address, req)  # type: ignore[attr-defined]
+    if r.code != 0 or not r.body:
+        return []
+    out: list[bytes] = []
+    pos = 0
+    body = bytes(r.body)
+    while pos < len(body):
+        m = decode_message(body, pos, len(body), check_crc=False)
+        out.append(m.body)
+        pos += m.store_size
+    return out
+
+
+def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
+    small_fs: Path, tmp_path: Path
+) -> None:
+    from rocketstore.remoting import RemotingClient
+
+    ballast = small_fs / "ballast"
+    ballast.write_bytes(bytes(1 << 20))
+    conf = tmp_path / "broker.conf"
+    conf.write_text(BROKER_CONF)
+    store = small_fs / "store"
+    topic = "DiskServe"
+    acked: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+    remarks: set[str] = set()
+    server = Server(store, conf)
+    try:
+        with RemotingClient(timeout=10.0) as client:
+            # the consumer group is created (and its config file written) while there is space
+            assert _send(client, server.address, topic, 0, b"first").code == 0  # type: ignore[attr-defined]
+            acked[0].append((0, b"first"))
+            _pull_bodies(client, server.address, topic, 0, 0)
+            refused = 0
+            for i in range(60_000):
+                qid = i % 2
+                body = (b"serve-%06d-" % i) * 30
+                r = _send(client, server.address, topic, qid, body)
+                if r.code == 0:  # type: ignore[attr-defined]
+                    qoff = int(r.ext_fields["queueOffset"])  # type: ignore[attr-defined]
+                    acked[qid].append((qoff, body))
+                else:
+                    assert r.code == 14, (r.code, r.remark)  # type: ignore[attr-defined]
+                    remarks.add(r.remark)  # type: ignore[attr-defined]
+                    refused += 1
+                    if refused >= 10:
+                        break
+            assert refused >= 10
+        assert server.proc.poll() is None  # alive: no SIGBUS
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL  # a crash on the full disk
+    finally:
+        server.close()
+    assert all(r.startswith("service not available now") for r in remarks), remarks
+    assert sum(map(len, acked.values())) > 3000
+    st = os.statvfs(small_fs)
+    assert st.f_bfree * st.f_frsize < 256 * 1024
+
+    # a restart on the still-full disk comes up (recovery may free a little: files past the
+    # end, index files newer than the checkpoint), refuses sends once that is used, and
+    # serves what it dispatched
+    server = Server(store, conf)
+    try:
+        with RemotingClient(timeout=10.0) as client:
+            for i in range(5000):
+                body = (b"again-%06d-" % i) * 30
+                r = _send(client, server.address, topic, 0, body)
+                if r.code != 0:  # type: ignore[attr-defined]
+                    break
+                acked[0].append((int(r.ext_fields["queueOffset"]), body))  # type: ignore[attr-defined]
+            assert r.code == 14  # type: ignore[attr-defined]
+            assert server.proc.poll() is None
+            first = _pull_bodies(client, server.address, topic, 0, 0)
+            assert first and first[0] == acked[0][0][1]
+        rc = server.stop(signal.SIGTERM)
+        assert rc != -signal.SIGBUS and rc != 128 + signal.SIGBUS
+    finally:
+        server.close()
+
+    # space again: every acknowledged message is found by its queue offset
+    ballast.unlink()
+    server = Server(store, conf)
+    try:
+        with RemotingClient(timeout=10.0) as client:
+            import time
+
+            for qid, sent in acked.items():
+                want = dict(sent)
+                got: dict[int, bytes] = {}
+                offset = 0
+                deadline = time.monotonic() + 60
+                while offset < len(want) and time.monotonic() < deadline:
+                    bodies = _pull_bodies(client, server.address, topic, qid, offset)
+                    if not bodies:
+                        time.sleep(0.05)  # dispatch catching up
+                        continue
+                    for b in bodies:
+                        got[offset] = b
+                        offset += 1
+                assert all(got.get(q) == b for q, b in want.items()), qid
+            r = _send(client, server.address, topic, 0, b"space again")
+            assert r.code == 0  # type: ignore[attr-defined]
+        assert server.stop(signal.SIGTERM) == 0
+    finally:
+        server.close()
