@@ -178,7 +178,7 @@ def test_put_lock_held_too_long_answers_os_page_cache_busy(tmp_path: Path) -> No
         assert entered.wait(10)
         assert not store.commit_log.is_os_page_cache_busy()
         clock.advance(1.5)  # the put has held the lock for 1.5 s
-        assert store.commit_log.is_os_page_cache_busy()
+        assert store.is_os_page_cache_busy()
         r = store.put_message(Message("Busy", b"refused"))
         assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY
         release.set()

@@ -412,5 +412,8 @@ class ReputMessageService(ServiceThread):
         # let what was written before shutdown reach the queues
         try:
             self.catch_up()
-        except Exception:
-            log.exception("dispatch at shutdown failed")
+        except Exception as exc:
+            if is_disk_full(exc):  # the next start goes on from here
+                log.error("dispatch at shutdown stopped at %d: %s", self.reput_from_offset, exc)
+            else:
+                log.exception("dispatch at shutdown failed")

@@ -630,6 +630,11 @@ class MessageStore:
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
         return self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset)
 
+    def is_os_page_cache_busy(self) -> bool:
+        """RocketMQ's isOSPageCacheBusy: a put has held the put lock longer than
+        ``os_page_cache_busy_timeout_mills`` (puts meanwhile get OS_PAGECACHE_BUSY)."""
+        return self.commit_log.is_os_page_cache_busy()
+
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes()
 
