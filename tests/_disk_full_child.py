@@ -9,6 +9,8 @@ fill    puts with SYNC_FLUSH until the disk refuses them, then ends without a sh
         statuses of the refused ones
 check   opens the store on the still-full disk: reports whether it came up, what a put gets,
         and which acknowledged messages reads find (by commit-log offset and by queue)
+        (with a 4th argument, a file to delete: then frees that space while the store runs,
+        and reports a put and the reads once dispatch has caught up)
 resume  as check, after space was freed: waits for dispatch to catch up, reads by queue, puts
 """
 
@@ -78,7 +80,9 @@ def _reads(store: MessageStore, acked: list[list[object]]) -> tuple[int, int]:
     return by_phys, by_queue
 
 
-def check(root: str, acked: list[list[object]], wait_dispatch: bool) -> dict[str, object]:
+def check(
+    root: str, acked: list[list[object]], wait_dispatch: bool, ballast: str = ""
+) -> dict[str, object]:
     store = open_store(root)
     try:
         if wait_dispatch:
@@ -89,7 +93,7 @@ def check(root: str, acked: list[list[object]], wait_dispatch: bool) -> dict[str
                 time.sleep(0.05)
         by_phys, by_queue = _reads(store, acked)
         r = store.put_message(Message(TOPICS[0], b"after", 0))
-        return {
+        out: dict[str, object] = {
             "up": True,
             "by_phys": by_phys,
             "by_queue": by_queue,
@@ -98,6 +102,18 @@ def check(root: str, acked: list[list[object]], wait_dispatch: bool) -> dict[str
             "flags": store.running_flags.bits,
             "behind": store.dispatch_behind_bytes(),
         }
+        if ballast:  # space again while the store runs: dispatch goes on, puts are taken
+            os.unlink(ballast)
+            deadline = time.monotonic() + 30
+            while (store.running_flags.bits or store.dispatch_behind_bytes()) and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            r = store.put_message(Message(TOPICS[0], b"after space", 0))
+            out["space_put"] = r.status.value
+            out["space_put_queue_offset"] = r.queue_offset
+            out["space_by_queue"] = _reads(store, acked)[1]
+        return out
     finally:
         store.shutdown()
 
@@ -111,7 +127,7 @@ def main() -> None:
         os._exit(0)  # no shutdown: a crash on the full disk
     with open(report + ".fill") as f:
         acked = json.load(f)["acked"]
-    out = check(root, acked, wait_dispatch=mode == "resume")
+    out = check(root, acked, mode == "resume", *sys.argv[4:5])
     with open(report, "w") as f:
         json.dump(out, f)
 

@@ -40,10 +40,10 @@ def small_fs() -> Iterator[Path]:
         mnt.rmdir()
 
 
-def run_child(mode: str, root: Path, report: Path) -> dict[str, object]:
+def run_child(mode: str, root: Path, report: Path, *extra: str) -> dict[str, object]:
     env = dict(os.environ)
     r = subprocess.run(
-        [sys.executable, str(CHILD), mode, str(root), str(report)],
+        [sys.executable, str(CHILD), mode, str(root), str(report), *extra],
         capture_output=True,
         text=True,
         timeout=240,
@@ -73,14 +73,19 @@ def test_full_disk_refuses_puts_and_restarts_without_losing_acknowledged_message
     # a restart on the still-full disk (after a crash: abnormal recovery) comes up, refuses
     # puts, and every acknowledged message is there to read
     (tmp_path / "r.check.fill").write_text(json.dumps(fill))
-    check = run_child("check", root, tmp_path / "r.check")
+    check = run_child("check", root, tmp_path / "r.check", str(ballast))
     assert check["up"] is True
     assert check["by_phys"] == len(acked)
     assert check["put"] == "SERVICE_NOT_AVAILABLE"
     assert 0 < int(check["by_queue"]) <= len(acked)  # type: ignore[call-overload]
+    # then space again while it runs: dispatch goes on, and a put takes the queue offset
+    # after the last acknowledged one (not one that a record not dispatched yet holds)
+    last = max(int(q) for _i, t, qid, q, _p in acked if t == "DiskA" and qid == 0)  # type: ignore[misc,call-overload]
+    assert check["space_put"] == "PUT_OK"
+    assert check["space_put_queue_offset"] == last + 1
+    assert check["space_by_queue"] == len(acked)
 
-    # space again: dispatch catches up, every message is found through its queue, puts work
-    ballast.unlink()
+    # a restart with space: every message is found through its queue, puts work
     (tmp_path / "r.resume.fill").write_text(json.dumps(fill))
     resume = run_child("resume", root, tmp_path / "r.resume")
     assert resume["by_phys"] == len(acked)

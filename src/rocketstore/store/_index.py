@@ -332,7 +332,11 @@ class IndexFile:
         for n in range(count - 1, keep - 1, -1):
             key_hash, _phy, _diff, prev = self.entry(n)
             at = slots + (key_hash % self.slot_num) * SLOT_SIZE if key_hash >= 0 else -1
-            if at >= 0 and SLOT.unpack_from(mm, at)[0] == n:
+            if (
+                at >= 0
+                and self._slot_pages[at // OS_PAGE_SIZE]  # a page never written: no slot to undo
+                and SLOT.unpack_from(mm, at)[0] == n
+            ):
                 fallback = prev if 0 < prev < n else INVALID_INDEX
                 SLOT.pack_into(mm, at, fallback)
                 if fallback == INVALID_INDEX:
