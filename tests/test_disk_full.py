@@ -157,31 +157,42 @@ def test_no_blocks_for_the_commit_log_refuses_puts_with_nothing_written(
         assert r.status is PutMessageStatus.PUT_OK and r.queue_offset == ok + 1
 
 
-def test_no_blocks_for_a_consume_queue_pauses_dispatch_and_the_store_is_not_writable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("part", ["consumequeue", "index"])
+def test_no_blocks_for_a_consume_queue_or_index_pauses_dispatch_and_the_store_is_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: str
 ) -> None:
     from rocketstore.store import Message, MessageStore, PutMessageStatus, StoreConfig
-    from rocketstore.store._disk import WRITE_LOGICS_QUEUE_ERROR_BIT
+    from rocketstore.store._disk import WRITE_INDEX_FILE_ERROR_BIT, WRITE_LOGICS_QUEUE_ERROR_BIT
 
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "s"), mapped_file_size_consume_queue=600)
+    bit = WRITE_LOGICS_QUEUE_ERROR_BIT if part == "consumequeue" else WRITE_INDEX_FILE_ERROR_BIT
+    cfg = StoreConfig(
+        store_path_root_dir=str(tmp_path / "s"),
+        mapped_file_size_consume_queue=600,  # 30 units a file
+        max_hash_slot_num=64,
+        max_index_num=31,  # 30 entries a file
+    )
     with MessageStore(cfg) as store:
-        for i in range(30):  # a queue file holds 30 units: the next one needs a new file
-            assert store.put_message(Message("Q", b"m%d" % i, 0)).status is PutMessageStatus.PUT_OK
-        on = _fail_reserve_under(monkeypatch, "consumequeue")
-        r = store.put_message(Message("Q", b"m30", 0))
-        assert r.status is PutMessageStatus.PUT_OK  # in the commit log; its unit waits
-        _wait(lambda: store.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR_BIT)
+        for i in range(30):  # the 31st unit and the 31st key need new files
+            m = Message("Q", b"m%d" % i, 0, keys=[f"k{i}"])
+            assert store.put_message(m).status is PutMessageStatus.PUT_OK
+        on = _fail_reserve_under(monkeypatch, part)
+        r = store.put_message(Message("Q", b"m30", 0, keys=["k30"]))
+        assert r.status is PutMessageStatus.PUT_OK  # in the commit log; dispatch waits
+        _wait(lambda: store.running_flags.bits & bit)
         assert not store.running_flags.is_writeable()
         refused = store.put_message(Message("Q", b"refused", 0))
         assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         g = store.get_message("g", "Q", 0, 0, 32)  # what was dispatched reads on
-        assert [m.body for m in g.messages] == [b"m%d" % i for i in range(30)]
+        assert [m.body for m in g.messages][:30] == [b"m%d" % i for i in range(30)]
+        assert [m.body for m in store.query_message("Q", "k3").messages] == [b"m3"]
         on[0] = False  # space again: dispatch goes on, writes are accepted
         _wait(lambda: store.running_flags.bits == 0)
         assert store.put_message(Message("Q", b"m31", 0)).queue_offset == 31
         _wait(lambda: store.get_max_offset_in_queue("Q", 0) == 32)
         g = store.get_message("g", "Q", 0, 30, 32)
         assert [m.body for m in g.messages] == [b"m30", b"m31"]
+        _wait(lambda: store.query_message("Q", "k30").messages)
+        assert [m.body for m in store.query_message("Q", "k30").messages] == [b"m30"]
 
 
 # ---- `rocketstore serve`: the name server and the broker in one process -------------------

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ._consume_queue import ConsumeQueueTable
 from ._durable import is_disk_full
-from ._errors import CorruptRecordError, StoreError
+from ._errors import CorruptRecordError, StoreError, StoreIOError
 from ._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
@@ -48,6 +48,11 @@ BUSY_WAIT_S = 0.001
 IDLE_WAIT_S = 0.1
 IDLE_ROUNDS = 50
 MAX_BATCH = 4096
+
+
+class IndexWriteError(StoreIOError):
+    """Dispatch could not write the index (the StoreIOError it got, errno kept): the store
+    reports WRITE_INDEX_FILE_ERROR rather than WRITE_LOGICS_QUEUE_ERROR."""
 
 
 class ReputMessageService(ServiceThread):
@@ -132,7 +137,10 @@ class ReputMessageService(ServiceThread):
                 self.checkpoint.physic_msg_timestamp = store_ts
         index = self.index
         if index is not None and (keys or uniq or not index.files):
-            index.build_index(req)
+            try:
+                index.build_index(req)
+            except StoreIOError as exc:
+                raise IndexWriteError(exc.errno, exc.strerror) from exc
         listener = self.listener
         if listener is not None and in_queue:
             try:
@@ -159,24 +167,31 @@ class ReputMessageService(ServiceThread):
             self.checkpoint.physic_msg_timestamp = store_ts
         index = self.index
         if index is not None:
-            if not b.indexed and not b.key_values and not index.files:  # makes the first file
-                first = DispatchRequest(
-                    topic, queue_id, b.offsets[0], b.sizes[0], b.tags_codes[0], store_ts,
-                    first_qoff, None, None, 0, 0,
-                )  # fmt: skip
-                index.build_index(first)
-            for r in b.indexed:
-                index.build_index(r, write_header=False)
-            if b.key_values:
-                index.build_index_many(topic, b.key_offsets, b.key_values, store_ts)
-            elif b.indexed:
-                index.write_last_header()
+            try:
+                self._index_batch(index, b)
+            except StoreIOError as exc:
+                raise IndexWriteError(exc.errno, exc.strerror) from exc
         listener = self.listener
         if listener is not None:
             try:
                 listener(topic, queue_id, first_qoff + len(b.offsets), b.tags_codes[-1], store_ts)
             except Exception:
                 log.exception("message arriving listener failed")
+
+    @staticmethod
+    def _index_batch(index: IndexService, b: BatchDispatch) -> None:
+        if not b.indexed and not b.key_values and not index.files:  # makes the first file
+            first = DispatchRequest(
+                b.topic, b.queue_id, b.offsets[0], b.sizes[0], b.tags_codes[0],
+                b.store_timestamp, b.first_queue_offset, None, None, 0, 0,
+            )  # fmt: skip
+            index.build_index(first)
+        for r in b.indexed:
+            index.build_index(r, write_header=False)
+        if b.key_values:
+            index.build_index_many(b.topic, b.key_offsets, b.key_values, b.store_timestamp)
+        elif b.indexed:
+            index.write_last_header()
 
     def dispatch_plain(
         self,
@@ -378,7 +393,7 @@ class ReputMessageService(ServiceThread):
                 log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
         elif exc is None and before is not None:
             log.info("dispatch works again at %d", self.reput_from_offset)
-        if (exc is None) != (before is None) and self.on_error is not None:
+        if type(exc) is not type(before) and self.on_error is not None:
             self.on_error(exc)
 
     def run(self) -> None:

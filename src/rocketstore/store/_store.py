@@ -25,7 +25,13 @@ from ._commit_log import CommitLog
 from ._config import StoreConfig
 from ._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from ._delay_offset import DelayOffsetFile
-from ._disk import WRITE_LOGICS_QUEUE_ERROR_BIT, DiskUsageProbe, RunningFlags, disk_used_ratio
+from ._disk import (
+    WRITE_INDEX_FILE_ERROR_BIT,
+    WRITE_LOGICS_QUEUE_ERROR_BIT,
+    DiskUsageProbe,
+    RunningFlags,
+    disk_used_ratio,
+)
 from ._durable import fsync_dir, is_disk_full
 from ._errors import StoreClosedError, StoreIOError, translate_os_errors
 from ._filter import MessageFilter
@@ -42,7 +48,7 @@ from ._message import (
 )
 from ._read_api import ReadApi
 from ._record import MessageExt
-from ._reput import MessageArrivingListener, ReputMessageService
+from ._reput import IndexWriteError, MessageArrivingListener, ReputMessageService
 from ._schedule import ScheduleMessageService
 from ._stats import StoreStatistics, StoreStatsService
 from ._transient_pool import TransientStorePool
@@ -222,16 +228,23 @@ class MessageStore:
     def _on_dispatch_error(self, exc: BaseException | None) -> None:
         """Dispatch thread: dispatch into the consume queues and index failed (a full disk
         gives their files no blocks) or works again (None). Meanwhile the store is not
-        writable (RunningFlags WRITE_LOGICS_QUEUE_ERROR, puts answered SERVICE_NOT_AVAILABLE);
-        reads of what was dispatched go on."""
-        self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, exc is not None)
+        writable (RunningFlags WRITE_LOGICS_QUEUE_ERROR, or WRITE_INDEX_FILE_ERROR when the
+        index failed; puts answered SERVICE_NOT_AVAILABLE); reads of what was dispatched go on."""
+        if exc is None:
+            self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, False)
+            self.running_flags.set_bit(WRITE_INDEX_FILE_ERROR_BIT, False)
+        elif isinstance(exc, IndexWriteError):
+            self.running_flags.set_bit(WRITE_INDEX_FILE_ERROR_BIT, True)
+        else:
+            self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, True)
         self.commit_log.set_refusal(
             "dispatch",
             None
             if exc is None
             else (
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                f"the store is not writable: dispatch into the consume queues failed ({exc}); "
+                f"the store is not writable: dispatch into the consume queues and index failed "
+                f"({exc}); "
                 "writes resume when it works again",
             ),
         )
