@@ -281,41 +281,36 @@ def put_encoded(log: CommitLog, batch: EncodedBatch) -> PutMessageResult:
     if log._watch.begin_ns and (busy := log._busy_refusal()) is not None:
         return busy
     with log.put_lock:
-        refusal = log._refusal  # again under the lock: shutdown may have begun
-        if refusal is not None:
-            return _refused(*refusal)
-        watch = log._watch
-        watch.begin_ns = now_ns = log._now_ns()
+        if log._refusal is not None:  # again under the lock: shutdown may have begun
+            return _refused(*log._refusal)
+        begin = log._monotonic()
+        log._watch.begin_ns = now_ns = log._now_ns()  # see CommitLog.is_os_page_cache_busy
+        now = now_ns // 1_000_000
+        mf = log._writable_file(total, now)
+        if isinstance(mf, PutMessageResult):
+            log._watch.begin_ns = 0
+            return mf
+        wpos = mf.wrote_position
+        first_phys = mf.from_offset + wpos
+        first_qoff = log.topic_queue_table.get(key, 0)
+        target = mf.write_target
+        # numpy copies without the interpreter lock: the task's other threads (Spark's
+        # input, commit, dispatch) run meanwhile
+        dst = np.frombuffer(target, dtype=np.uint8, count=total, offset=wpos)
         try:
-            begin = log._monotonic()
-            now = now_ns // 1_000_000
-            mf = log._writable_file(total, now)
-            if isinstance(mf, PutMessageResult):
-                return mf
-            wpos = mf.wrote_position
-            first_phys = mf.from_offset + wpos
-            first_qoff = log.topic_queue_table.get(key, 0)
-            target = mf.write_target
-            # numpy copies without the interpreter lock: the task's other threads (Spark's
-            # input, commit, dispatch) run meanwhile
-            dst = np.frombuffer(target, dtype=np.uint8, count=total, offset=wpos)
-            try:
-                np.copyto(dst, np.frombuffer(batch.data, dtype=np.uint8))
-            finally:
-                del dst
-            offsets = stamp(target, wpos, batch, first_phys, first_qoff, now)
-            key_offsets: tuple[int, ...] = ()
-            key_values: tuple[str, ...] = ()
-            if batch.keys:
-                key_values = tuple(filter(None, batch.keys))  # type: ignore[arg-type]
-                key_offsets = (
-                    offsets if len(key_values) == n else tuple(compress(offsets, batch.keys))
-                )
-            log._publish_batch(
-                mf, batch.topic, batch.queue_id, wpos, total, first_qoff, now,
-                offsets, batch.sizes, batch.tags_codes, (), key_offsets, key_values,
-            )  # fmt: skip
-            log._note_latency(log._monotonic() - begin)
+            np.copyto(dst, np.frombuffer(batch.data, dtype=np.uint8))
         finally:
-            watch.begin_ns = 0
+            del dst
+        offsets = stamp(target, wpos, batch, first_phys, first_qoff, now)
+        key_offsets: tuple[int, ...] = ()
+        key_values: tuple[str, ...] = ()
+        if batch.keys:
+            key_values = tuple(filter(None, batch.keys))  # type: ignore[arg-type]
+            key_offsets = offsets if len(key_values) == n else tuple(compress(offsets, batch.keys))
+        log._publish_batch(
+            mf, batch.topic, batch.queue_id, wpos, total, first_qoff, now,
+            offsets, batch.sizes, batch.tags_codes, (), key_offsets, key_values,
+        )  # fmt: skip
+        log._note_latency(log._monotonic() - begin)
+        log._watch.begin_ns = 0
     return log._batch_result(first_phys, total, first_qoff, now, offsets, True)

@@ -293,7 +293,7 @@ class CommitLog:
         """RocketMQ's isOSPageCacheBusy: a put has held the put lock for longer than
         ``os_page_cache_busy_timeout_mills`` (writing into the page cache stalls). Any thread."""
         begin = self._watch.begin_ns
-        if not begin:
+        if not begin or not self.put_lock.locked():  # (a put that raised left its time)
             return False
         held_ms = (self._now_ns() - begin) // 1_000_000
         return self._watch.busy_timeout_ms < held_ms < _BUSY_LIMIT_MS
