@@ -19,7 +19,7 @@ ROCKETMQ_DEFAULTS = {
     "flush_interval_commit_log": 500,
     "flush_commit_log_least_pages": 4,
     "flush_commit_log_thorough_interval": 1000 * 10,
-    "flush_commit_log_timed": False,
+    "flush_commit_log_timed": True,
     "commit_interval_commit_log": 200,
     "commit_commit_log_least_pages": 4,
     "commit_commit_log_thorough_interval": 200,

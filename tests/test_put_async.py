@@ -132,10 +132,27 @@ def test_wait_false_completes_at_once_under_sync_flush(
     fut = store.put_message_async(m)
     assert fut.done() and fut.result().status is OK
     assert store.flushed_phy_offset() < end_of(fut.result())  # not durable, as asked
+    batch = [Message("W", b"b", 0, properties={PROPERTY_WAIT: "false"}) for _ in range(3)]
+    bf = store.put_messages_async(batch)
+    assert bf.done() and bf.result().status is OK and bf.result().msg_count == 3
+
+
+def test_batch_waits_unless_every_message_says_wait_false(
+    open_store: OpenStore, flush_control: Callable[[MessageStore], FlushControl]
+) -> None:
+    """One message's WAIT=false does not drop the durability the others of its batch asked
+    for: the batch waits for the group commit."""
+    store = sync_store(open_store)
+    control = flush_control(store)
+    control.gate.clear()
     batch = [Message("W", b"b", 0) for _ in range(3)]
     batch[1].properties[PROPERTY_WAIT] = "false"
     bf = store.put_messages_async(batch)
-    assert bf.done() and bf.result().status is OK and bf.result().msg_count == 3
+    assert not bf.done()  # held by the gated flush
+    control.gate.set()
+    r = bf.result(timeout=10)
+    assert r.status is OK and r.msg_count == 3
+    assert store.flushed_phy_offset() >= end_of(r)
 
 
 @pytest.mark.parametrize("flush_disk_type", ["SYNC_FLUSH", "ASYNC_FLUSH"])

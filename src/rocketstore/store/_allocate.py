@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._errors import StoreError
-from ._mapped_file import MappedFile
+from ._durable import fsync_dir, make_dirs_synced
+from ._errors import StoreError, translate_os_errors
+from ._mapped_file import DEFAULT_ALLOCATE_AHEAD, MappedFile
 from ._service import ServiceThread
 
 if TYPE_CHECKING:
@@ -46,7 +47,14 @@ class AllocateMappedFileService(ServiceThread):
         fast_fail_if_no_buffer: bool = False,
         wait_timeout: float = 5.0,
         clock: Clock = SYSTEM_CLOCK,
+        allocate_ahead: int = DEFAULT_ALLOCATE_AHEAD,
+        sync_flush: bool = False,
+        flush_least_pages_when_warm: int = 4096,
     ) -> None:
+        """Files are made sparse (their disk blocks are reserved ``allocate_ahead`` bytes
+        ahead of the writes, see MappedFile); with ``warm`` a file of at least
+        ``warm_min_size`` is touched throughout (all its blocks), flushed every
+        ``flush_least_pages_when_warm`` pages under SYNC_FLUSH (``sync_flush``)."""
         super().__init__("AllocateMappedFileService")
         self.pool = pool
         self.warm = warm
@@ -55,6 +63,9 @@ class AllocateMappedFileService(ServiceThread):
         self.fast_fail_if_no_buffer = fast_fail_if_no_buffer
         self.wait_timeout = wait_timeout
         self.clock = clock
+        self.allocate_ahead = allocate_ahead
+        self.sync_flush = sync_flush
+        self.flush_least_pages_when_warm = flush_least_pages_when_warm
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._table: dict[Path, _Request] = {}
@@ -85,9 +96,11 @@ class AllocateMappedFileService(ServiceThread):
         """
         if not self.running:
             # not started (or stopped): create in the caller's thread
-            path.parent.mkdir(parents=True, exist_ok=True)
-            mf = self._make(path, size)
-            return mf
+            try:
+                return self._make(path, size)
+            except (OSError, StoreError) as exc:
+                log.error("creating %s failed: %s", path, exc)
+                return None
         with self._lock:
             req = self._submit(path, size)
             if req is None:
@@ -116,10 +129,26 @@ class AllocateMappedFileService(ServiceThread):
         return req
 
     def _make(self, path: Path, size: int) -> MappedFile:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mf = MappedFile(path, size, pool=self.pool, clock=self.clock, preallocate=True)
-        if self.warm and size >= self.warm_min_size and mf.created:
-            mf.warm(lock_memory=self.lock_memory)
+        """Create (or map) the file; a new file's directory entry is made durable. Raises
+        StoreError (StoreIOError on a full disk) with no file left behind."""
+        with translate_os_errors(f"create {path.parent}"):
+            make_dirs_synced(path.parent)
+        mf = MappedFile(
+            path, size, pool=self.pool, clock=self.clock, allocate_ahead=self.allocate_ahead
+        )
+        if mf.created:
+            try:
+                if self.warm and size >= self.warm_min_size:
+                    mf.warm(
+                        lock_memory=self.lock_memory,
+                        sync_flush=self.sync_flush,
+                        flush_least_pages=self.flush_least_pages_when_warm,
+                    )
+                with translate_os_errors(f"sync {path.parent}"):
+                    fsync_dir(path.parent)
+            except BaseException:
+                mf.destroy(0)
+                raise
         self.created += 1
         return mf
 

@@ -36,6 +36,7 @@ import struct
 import zlib
 from pathlib import Path
 
+from ._durable import reserve
 from ._errors import CorruptFileError, translate_os_errors
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,10 @@ class StoreCheckpoint:
                 if size != CHECKPOINT_FILE_SIZE and not read_only:
                     os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
                     size = CHECKPOINT_FILE_SIZE
+                if not read_only:
+                    # disk blocks before the first write through the mapping: on a full disk
+                    # an error here, not SIGBUS at the first flush (none needed when it has them)
+                    reserve(fd, 0, size)
                 access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
                 self._mm = mmap.mmap(fd, size, access=access)
             finally:

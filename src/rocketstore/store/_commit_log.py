@@ -30,7 +30,8 @@ from ._clock import Clock, ns_reader
 if TYPE_CHECKING:
     from ._batch_encode import EncodedBatch
 from ._config import StoreConfig
-from ._errors import CorruptRecordError, translate_os_errors
+from ._durable import is_disk_full
+from ._errors import CorruptRecordError, StoreIOError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
@@ -149,6 +150,11 @@ def _refused(status: PutMessageStatus, error: str) -> PutMessageResult:
     return PutMessageResult(status, error=error)
 
 
+_CREATE_FAILED = _refused(
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
+)
+
+
 def _settle_error(fut: Future[PutMessageResult], exc: Exception) -> None:
     """A non-blocking put that raised: the error goes to its future (unless a service
     completed it already)."""
@@ -156,6 +162,22 @@ def _settle_error(fut: Future[PutMessageResult], exc: Exception) -> None:
         fut.set_exception(exc)
     except InvalidStateError:
         log.exception("a put failed after its result was settled")
+
+
+class _LockWatch:
+    """The put lock seen from other threads: since when a put holds it (RocketMQ's
+    beginTimeInLock, 0 while nobody does), and whether a full disk was reported already.
+    Written under the put lock, read by any thread."""
+
+    __slots__ = ("begin_ns", "busy_timeout_ms", "disk_full_logged")
+
+    def __init__(self, busy_timeout_ms: int) -> None:
+        self.begin_ns = 0
+        self.busy_timeout_ms = busy_timeout_ms
+        self.disk_full_logged = False
+
+
+_BUSY_LIMIT_MS = 10_000_000  # RocketMQ's bound: a begin time further back is not a put's
 
 
 class CommitLog:
@@ -204,6 +226,7 @@ class CommitLog:
                 least_pages=config.flush_commit_log_least_pages,
                 thorough_interval_ms=config.flush_commit_log_thorough_interval,
                 on_flushed=flushed,
+                timed=config.flush_commit_log_timed,
             )
         # what a put waits for, None for nothing. One attribute on purpose: with 30 instance
         # attributes or more, CPython 3.11 stops specialising their lookups and every put
@@ -232,6 +255,7 @@ class CommitLog:
             "the store is not running",
         )
         self._extra_refusals: dict[str, tuple[PutMessageStatus, str]] = {}
+        self._watch = _LockWatch(config.os_page_cache_busy_timeout_mills)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -264,6 +288,26 @@ class CommitLog:
     def stats_put_bytes(self) -> int:
         """Bytes of records stored since start (all topics)."""
         return sum(self.topic_put_bytes.values())
+
+    def is_os_page_cache_busy(self) -> bool:
+        """RocketMQ's isOSPageCacheBusy: a put has held the put lock for longer than
+        ``os_page_cache_busy_timeout_mills`` (writing into the page cache stalls). Any thread."""
+        begin = self._watch.begin_ns
+        if not begin or not self.put_lock.locked():  # (a put that raised left its time)
+            return False
+        held_ms = (self._now_ns() - begin) // 1_000_000
+        return self._watch.busy_timeout_ms < held_ms < _BUSY_LIMIT_MS
+
+    def _busy_refusal(self) -> PutMessageResult | None:
+        """OS_PAGECACHE_BUSY when the put lock has been held too long (checked, as RocketMQ
+        checks it, before a put waits for the lock), else None."""
+        if self.is_os_page_cache_busy():
+            return _refused(
+                PutMessageStatus.OS_PAGECACHE_BUSY,
+                f"a put has held the put lock for more than "
+                f"{self._watch.busy_timeout_ms} ms (os_page_cache_busy_timeout_mills)",
+            )
+        return None
 
     def refusal(self) -> tuple[PutMessageStatus, str] | None:
         """Why writes are refused now (the first reason), or None."""
@@ -447,22 +491,56 @@ class CommitLog:
         if ms > self.put_latency_max_ms:
             self.put_latency_max_ms = ms
 
-    def _writable_file(self, size: int, now: int) -> MappedFile | None:
-        """The file the next ``size`` bytes go to; ends a file that cannot take them with a BLANK
-        record and rolls to a new one. Put lock held."""
+    def _writable_file(self, size: int, now: int) -> MappedFile | PutMessageResult:
+        """The file the next ``size`` bytes go to, with disk blocks for them; ends a file that
+        cannot take them with a BLANK record and rolls to a new one. Put lock held.
+
+        A refusal instead when no file could be created (CREATE_MAPPED_FILE_FAILED) or the
+        disk has no blocks for the bytes (SERVICE_NOT_AVAILABLE, as RocketMQ answers when its
+        disk is full); nothing is written then, except a BLANK ending a full file."""
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or mf.wrote_position >= self.file_size:
             mf = self.queue.get_last_mapped_file(0)
             if mf is None:
-                return None
+                return _CREATE_FAILED
         pos = mf.wrote_position
         if pos + size + 8 > self.file_size:
+            if pos + 8 > mf.allocated:
+                refused = self._allocate(mf, pos + 8)
+                if refused is not None:
+                    return refused
             BLANK.pack_into(mf.write_target, pos, self.file_size - pos, BLANK_MAGIC)
             mf.wrote_position = self.file_size
             mf.store_timestamp = now
             mf = self.queue.get_last_mapped_file(0)
+            if mf is None:
+                return _CREATE_FAILED
+            pos = mf.wrote_position
+        end = min(pos + size + 8, self.file_size)
+        if end > mf.allocated:
+            refused = self._allocate(mf, end)
+            if refused is not None:
+                return refused
         return mf
+
+    def _allocate(self, mf: MappedFile, end: int) -> PutMessageResult | None:
+        """Disk blocks for ``mf`` up to ``end``; the refusal when there are none. Put lock held."""
+        try:
+            mf.ensure_allocated(end)
+        except StoreIOError as exc:
+            if is_disk_full(exc):
+                if not self._watch.disk_full_logged:
+                    self._watch.disk_full_logged = True
+                    log.error("the disk is full: %s; puts are refused", exc)
+                return _refused(
+                    PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                    f"the disk is full: no space for the commit log ({exc})",
+                )
+            log.error("cannot allocate commit-log space: %s", exc)
+            return _refused(PutMessageStatus.UNKNOWN_ERROR, str(exc))
+        self._watch.disk_full_logged = False
+        return None
 
     def put_message(
         self, msg: Message, deferred: Future[PutMessageResult] | None = None
@@ -480,6 +558,8 @@ class CommitLog:
         refusal = self._refusal
         if refusal is not None:
             return _refused(*refusal)
+        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
+            return busy
         p = self._prepare(msg)
         if p.__class__ is PutMessageResult:
             return p  # type: ignore[return-value]
@@ -506,104 +586,112 @@ class CommitLog:
         in_queue = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         key = (topic, queue_id)
         with self.put_lock:
-            now = self._now_ns() // 1_000_000
-            files = self.queue.files
-            mf = files[-1] if files else None
-            if mf is None or mf.wrote_position + total + 8 > self.file_size:
-                # a roll: the only part of an append that can take long, so the one timed
-                begin = self._monotonic()
-                mf = self._writable_file(total, now)
-                self._note_latency(self._monotonic() - begin)
-                if mf is None:
-                    return _refused(
-                        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
-                        "could not create a commit-log file",
-                    )
-            pos = mf.wrote_position
-            target = mf.write_target
-            phys = mf.from_offset + pos
-            table = self.topic_queue_table
-            qoff = table.get(key, 0) if in_queue else 0
-            if len(born_host) == 8 and not self._store_host_extra:
-                blen = len(body)
-                _HEAD.pack_into(
-                    target,
-                    pos,
-                    total,
-                    MAGIC_V1,
-                    crc,
-                    queue_id,
-                    flag,
-                    qoff,
-                    phys,
-                    sys_flag,
-                    born_ts or now,
-                    born_host,
-                    now,
-                    self.store_host,
-                    reconsume,
-                    prepared,
-                    blen,
-                )
-                q = pos + HEAD_V4_SIZE + blen
-                target[pos + HEAD_V4_SIZE : q] = body
-                target[q : pos + total] = tail
-            else:
-                target[pos : pos + total] = encode_record(
-                    topic=topic,
-                    body=bytes(body),
-                    queue_id=queue_id,
-                    flag=flag,
-                    queue_offset=qoff,
-                    phys_offset=phys,
-                    sys_flag=sys_flag,
-                    born_timestamp=born_ts or now,
-                    born_host=born_host,
-                    store_timestamp=now,
-                    store_host=self.store_host,
-                    reconsume_times=reconsume,
-                    prepared_transaction_offset=prepared,
-                    properties=props.decode(),
-                )
-            mf.wrote_position = pos + total
-            mf.store_timestamp = now
-            if in_queue:
-                table[key] = qoff + 1
-            inline = self.inline_dispatch
-            handoff = self.dispatch_handoff
-            if inline is not None or handoff is not None:
-                if code == DELAY_TAGS_CODE:
-                    code = self.delivery_time(queue_id + 1, now)
-                plain = self.inline_plain
-                if plain is not None and not tran and not keys and not uniq:
-                    plain(topic, queue_id, phys, total, code, now, qoff)
-                else:
-                    req = _new_result(
-                        DispatchRequest,
-                        (
-                            topic,
-                            queue_id,
-                            phys,
-                            total,
-                            code,
-                            now,
-                            qoff,
-                            keys,
-                            uniq,
-                            sys_flag,
-                            prepared,
-                        ),
-                    )
-                    if inline is not None:
-                        inline(req)  # the record is readable already (wrote_position moved)
-                    else:
-                        handoff.append(req)  # type: ignore[union-attr]
+            refusal = self._refusal  # again under the lock: shutdown may have begun
+            if refusal is not None:
+                return _refused(*refusal)
+            watch = self._watch
+            watch.begin_ns = now_ns = self._now_ns()
             try:
-                self.topic_put_counts[topic] += 1
-                self.topic_put_bytes[topic] += total
-            except KeyError:
-                self.topic_put_counts[topic] = 1
-                self.topic_put_bytes[topic] = total
+                now = now_ns // 1_000_000
+                files = self.queue.files
+                mf = files[-1] if files else None
+                if mf is None or mf.wrote_position + total + 8 > mf.allocated:
+                    # a roll or a step of disk blocks (allocated never passes the file size): the
+                    # only parts of an append that can take long, so the ones timed
+                    begin = self._monotonic()
+                    got = self._writable_file(total, now)
+                    self._note_latency(self._monotonic() - begin)
+                    if got.__class__ is PutMessageResult:
+                        return got  # type: ignore[return-value]
+                    mf = got  # type: ignore[assignment]
+                assert mf is not None  # for mypy; costs nothing under -O, little otherwise
+                pos = mf.wrote_position
+                target = mf.write_target
+                phys = mf.from_offset + pos
+                table = self.topic_queue_table
+                qoff = table.get(key, 0) if in_queue else 0
+                if len(born_host) == 8 and not self._store_host_extra:
+                    blen = len(body)
+                    _HEAD.pack_into(
+                        target,
+                        pos,
+                        total,
+                        MAGIC_V1,
+                        crc,
+                        queue_id,
+                        flag,
+                        qoff,
+                        phys,
+                        sys_flag,
+                        born_ts or now,
+                        born_host,
+                        now,
+                        self.store_host,
+                        reconsume,
+                        prepared,
+                        blen,
+                    )
+                    q = pos + HEAD_V4_SIZE + blen
+                    target[pos + HEAD_V4_SIZE : q] = body
+                    target[q : pos + total] = tail
+                else:
+                    target[pos : pos + total] = encode_record(
+                        topic=topic,
+                        body=bytes(body),
+                        queue_id=queue_id,
+                        flag=flag,
+                        queue_offset=qoff,
+                        phys_offset=phys,
+                        sys_flag=sys_flag,
+                        born_timestamp=born_ts or now,
+                        born_host=born_host,
+                        store_timestamp=now,
+                        store_host=self.store_host,
+                        reconsume_times=reconsume,
+                        prepared_transaction_offset=prepared,
+                        properties=props.decode(),
+                    )
+                mf.wrote_position = pos + total
+                mf.store_timestamp = now
+                if in_queue:
+                    table[key] = qoff + 1
+                inline = self.inline_dispatch
+                handoff = self.dispatch_handoff
+                if inline is not None or handoff is not None:
+                    if code == DELAY_TAGS_CODE:
+                        code = self.delivery_time(queue_id + 1, now)
+                    plain = self.inline_plain
+                    if plain is not None and not tran and not keys and not uniq:
+                        plain(topic, queue_id, phys, total, code, now, qoff)
+                    else:
+                        req = _new_result(
+                            DispatchRequest,
+                            (
+                                topic,
+                                queue_id,
+                                phys,
+                                total,
+                                code,
+                                now,
+                                qoff,
+                                keys,
+                                uniq,
+                                sys_flag,
+                                prepared,
+                            ),
+                        )
+                        if inline is not None:
+                            inline(req)  # the record is readable already (wrote_position moved)
+                        else:
+                            handoff.append(req)  # type: ignore[union-attr]
+                try:
+                    self.topic_put_counts[topic] += 1
+                    self.topic_put_bytes[topic] += total
+                except KeyError:
+                    self.topic_put_counts[topic] = 1
+                    self.topic_put_bytes[topic] = total
+            finally:
+                watch.begin_ns = 0
         on_append = self.on_append
         if on_append is not None:
             on_append()
@@ -669,11 +757,18 @@ class CommitLog:
         Every message is checked first; the records are then packed straight into the file
         under the put lock and become visible together. (Under the interpreter lock, encoding
         outside the put lock would buy no parallelism, only a second copy.) The batch waits
-        as one put (``deferred`` as in ``put_message``); WAIT=false on any message skips it.
+        as one put (``deferred`` as in ``put_message``).
+
+        The batch skips the waits only when every message in it says WAIT=false: one
+        message's WAIT=false never drops the durability the others asked for. (RocketMQ's
+        client refuses to build a batch whose messages disagree on WAIT and the broker goes by
+        the batch's flag, the first message's; for a batch that agrees this is the same.)
         """
         refusal = self._refusal
         if refusal is not None:
             return _refused(*refusal)
+        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
+            return busy
         if not msgs:
             return _refused(_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
@@ -681,7 +776,7 @@ class CommitLog:
         prepared: list[tuple[Any, ...]] = []
         total = 0
         fast = not self._store_host_extra
-        wait = True
+        wait = False
         for msg in msgs:
             if msg.topic != topic or msg.queue_id != queue_id:
                 return _refused(_ILLEGAL, "a batch must have one topic and queue")
@@ -697,8 +792,8 @@ class CommitLog:
             total += p[12]
             if len(p[8]) != 8:
                 fast = False
-            if not p[16]:
-                wait = False
+            if p[16]:
+                wait = True  # one message that waits makes the batch wait
         if total + 8 > self.file_size:
             return _refused(_ILLEGAL, f"a batch of {total} bytes cannot fit in a commit-log file")
         store_host = self.store_host
@@ -708,68 +803,74 @@ class CommitLog:
         codes: list[int] = []
         indexed: list[DispatchRequest] = []  # records with keys, for the index
         with self.put_lock:
-            begin = self._monotonic()
-            now = self._now_ns() // 1_000_000
-            mf = self._writable_file(total, now)
-            if mf is None:
-                return _refused(
-                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
-                )
-            target = mf.write_target
-            base = mf.from_offset
-            first_pos = pos = mf.wrote_position
-            first_qoff = qoff = self.topic_queue_table.get(key, 0)
-            collect = self.dispatch_handoff is not None or self.inline_dispatch is not None
-            for (
-                _t, tail, _q, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
-                prepared_offset, props, size, code, keys, uniq, _w,
-            ) in prepared:  # fmt: skip
-                phys = base + pos
-                if fast:
-                    blen = len(body)
-                    _HEAD.pack_into(
-                        target, pos, size, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
-                        born_ts or now, born_host, now, store_host, reconsume, prepared_offset,
-                        blen,
-                    )  # fmt: skip
-                    q = pos + HEAD_V4_SIZE + blen
-                    target[pos + HEAD_V4_SIZE : q] = body
-                    target[q : pos + size] = tail
-                else:
-                    target[pos : pos + size] = encode_record(
-                        topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
-                        queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
-                        born_timestamp=born_ts or now, born_host=born_host, store_timestamp=now,
-                        store_host=store_host, reconsume_times=reconsume,
-                        prepared_transaction_offset=prepared_offset, properties=props.decode(),
-                    )  # fmt: skip
-                offsets.append(phys)
-                if collect:
-                    sizes.append(size)
-                    codes.append(code)
-                    if keys or uniq:
-                        indexed.append(
-                            DispatchRequest(
-                                topic,
-                                queue_id,
-                                phys,
-                                size,
-                                code,
-                                now,
-                                qoff,
-                                keys,
-                                uniq,
-                                sys_flag,
-                                prepared_offset,
+            refusal = self._refusal  # again under the lock: shutdown may have begun
+            if refusal is not None:
+                return _refused(*refusal)
+            watch = self._watch
+            watch.begin_ns = now_ns = self._now_ns()
+            try:
+                begin = self._monotonic()
+                now = now_ns // 1_000_000
+                mf = self._writable_file(total, now)  # type: ignore[assignment]
+                if isinstance(mf, PutMessageResult):
+                    return mf
+                target = mf.write_target
+                base = mf.from_offset
+                first_pos = pos = mf.wrote_position
+                first_qoff = qoff = self.topic_queue_table.get(key, 0)
+                collect = self.dispatch_handoff is not None or self.inline_dispatch is not None
+                for (
+                    _t, tail, _q, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
+                    prepared_offset, props, size, code, keys, uniq, _w,
+                ) in prepared:  # fmt: skip
+                    phys = base + pos
+                    if fast:
+                        blen = len(body)
+                        _HEAD.pack_into(
+                            target, pos, size, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
+                            born_ts or now, born_host, now, store_host, reconsume, prepared_offset,
+                            blen,
+                        )  # fmt: skip
+                        q = pos + HEAD_V4_SIZE + blen
+                        target[pos + HEAD_V4_SIZE : q] = body
+                        target[q : pos + size] = tail
+                    else:
+                        target[pos : pos + size] = encode_record(
+                            topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
+                            queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
+                            born_timestamp=born_ts or now, born_host=born_host, store_timestamp=now,
+                            store_host=store_host, reconsume_times=reconsume,
+                            prepared_transaction_offset=prepared_offset, properties=props.decode(),
+                        )  # fmt: skip
+                    offsets.append(phys)
+                    if collect:
+                        sizes.append(size)
+                        codes.append(code)
+                        if keys or uniq:
+                            indexed.append(
+                                DispatchRequest(
+                                    topic,
+                                    queue_id,
+                                    phys,
+                                    size,
+                                    code,
+                                    now,
+                                    qoff,
+                                    keys,
+                                    uniq,
+                                    sys_flag,
+                                    prepared_offset,
+                                )
                             )
-                        )
-                pos += size
-                qoff += 1
-            self._publish_batch(
-                mf, topic, queue_id, first_pos, total, first_qoff, now,
-                tuple(offsets), tuple(sizes), tuple(codes), tuple(indexed),
-            )  # fmt: skip
-            self._note_latency(self._monotonic() - begin)
+                    pos += size
+                    qoff += 1
+                self._publish_batch(
+                    mf, topic, queue_id, first_pos, total, first_qoff, now,
+                    tuple(offsets), tuple(sizes), tuple(codes), tuple(indexed),
+                )  # fmt: skip
+                self._note_latency(self._monotonic() - begin)
+            finally:
+                watch.begin_ns = 0
         return self._batch_result(
             base + first_pos, total, first_qoff, now, tuple(offsets), wait, deferred
         )
@@ -884,6 +985,8 @@ class CommitLog:
         refusal = self._refusal
         if refusal is not None:
             return _refused(*refusal)
+        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
+            return busy
         n = len(bodies)
         if not n or len(properties) != n or len(tags) != n or len(keys) != n:
             return _refused(_ILLEGAL, "empty batch or columns of different lengths")
@@ -936,44 +1039,50 @@ class CommitLog:
         codes = [codes_of[t] for t in tags]
         key = (topic, queue_id)
         with self.put_lock:
-            begin = self._monotonic()
-            now = self._now_ns() // 1_000_000
-            mf = self._writable_file(total, now)
-            if mf is None:
-                return _refused(
-                    PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "could not create a commit-log file"
-                )
-            wpos = mf.wrote_position
-            first_phys = mf.from_offset + wpos
-            first_qoff = self.topic_queue_table.get(key, 0)
-            qoffs = np.arange(first_qoff, first_qoff + n, dtype=np.int64)
-            phys = starts + first_phys
-            heads["queue_offset"] = qoffs
-            heads["phys_offset"] = phys
-            heads["born_timestamp"] = now
-            heads["store_timestamp"] = now
-            raw = heads.tobytes()
-            parts: list[bytes] = [b""] * (4 * n)
-            parts[0::4] = [
-                raw[i : i + HEAD_V4_SIZE] for i in range(0, n * HEAD_V4_SIZE, HEAD_V4_SIZE)
-            ]
-            parts[1::4] = bodies
-            parts[2::4] = [mids[length] for length in plen_list]
-            parts[3::4] = properties
-            mf.write_target[wpos : wpos + total] = b"".join(parts)
-            del parts
-            offsets = tuple(phys.tolist())
-            size_list = sizes.tolist()
-            # the rows with keys, column-wise: the index hashes and chains them in bulk
-            key_offsets: tuple[int, ...] = offsets
-            key_values: tuple[str, ...] = tuple(filter(None, keys))
-            if len(key_values) != n:
-                key_offsets = tuple(compress(offsets, keys))
-            self._publish_batch(
-                mf, topic, queue_id, wpos, total, first_qoff, now,
-                offsets, tuple(size_list), tuple(codes), (), key_offsets, key_values,
-            )  # fmt: skip
-            self._note_latency(self._monotonic() - begin)
+            refusal = self._refusal  # again under the lock: shutdown may have begun
+            if refusal is not None:
+                return _refused(*refusal)
+            watch = self._watch
+            watch.begin_ns = now_ns = self._now_ns()
+            try:
+                begin = self._monotonic()
+                now = now_ns // 1_000_000
+                mf = self._writable_file(total, now)  # type: ignore[assignment]
+                if isinstance(mf, PutMessageResult):
+                    return mf
+                wpos = mf.wrote_position
+                first_phys = mf.from_offset + wpos
+                first_qoff = self.topic_queue_table.get(key, 0)
+                qoffs = np.arange(first_qoff, first_qoff + n, dtype=np.int64)
+                phys = starts + first_phys
+                heads["queue_offset"] = qoffs
+                heads["phys_offset"] = phys
+                heads["born_timestamp"] = now
+                heads["store_timestamp"] = now
+                raw = heads.tobytes()
+                parts: list[bytes] = [b""] * (4 * n)
+                parts[0::4] = [
+                    raw[i : i + HEAD_V4_SIZE] for i in range(0, n * HEAD_V4_SIZE, HEAD_V4_SIZE)
+                ]
+                parts[1::4] = bodies
+                parts[2::4] = [mids[length] for length in plen_list]
+                parts[3::4] = properties
+                mf.write_target[wpos : wpos + total] = b"".join(parts)
+                del parts
+                offsets = tuple(phys.tolist())
+                size_list = sizes.tolist()
+                # the rows with keys, column-wise: the index hashes and chains them in bulk
+                key_offsets: tuple[int, ...] = offsets
+                key_values: tuple[str, ...] = tuple(filter(None, keys))
+                if len(key_values) != n:
+                    key_offsets = tuple(compress(offsets, keys))
+                self._publish_batch(
+                    mf, topic, queue_id, wpos, total, first_qoff, now,
+                    offsets, tuple(size_list), tuple(codes), (), key_offsets, key_values,
+                )  # fmt: skip
+                self._note_latency(self._monotonic() - begin)
+            finally:
+                watch.begin_ns = 0
         return self._batch_result(first_phys, total, first_qoff, now, offsets, True)
 
     def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
@@ -999,6 +1108,8 @@ class CommitLog:
             pos = mf.wrote_position
             if pos + n > self.file_size:
                 return False
+            if pos + n > mf.allocated:  # raises StoreIOError (ENOSPC) with nothing written
+                mf.ensure_allocated(pos + n)
             if mf.write_buffer is not None:
                 mf.append(data)
             else:
@@ -1028,7 +1139,7 @@ class CommitLog:
             return False
         try:
             pos = phys_offset - mf.from_offset
-            readable = mf.read_position
+            readable = min(mf.read_position, mf.allocated)
             if pos + 8 > readable:
                 return pos < self.file_size
             total, magic = BLANK.unpack_from(mf.mm, pos)
@@ -1057,7 +1168,7 @@ class CommitLog:
             return None
         try:
             pos = phys_offset - mf.from_offset
-            limit = mf.read_position
+            limit = min(mf.read_position, mf.allocated)  # nothing past a loaded file's data
             if size is not None:
                 limit = min(limit, pos + size)
             try:
@@ -1076,7 +1187,7 @@ class CommitLog:
             return check_record(
                 mf.mm,
                 phys_offset - mf.from_offset,
-                mf.read_position,
+                min(mf.read_position, mf.allocated),
                 check_crc=check_crc,
                 delay_time=self.delivery_time,
             )

@@ -54,7 +54,7 @@ class StoreConfig:
     flush_interval_commit_log: int = 500
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval: int = 10_000
-    flush_commit_log_timed: bool = False
+    flush_commit_log_timed: bool = True
     commit_interval_commit_log: int = 200
     commit_commit_log_least_pages: int = 4
     commit_commit_log_thorough_interval: int = 200
@@ -70,6 +70,9 @@ class StoreConfig:
     fast_fail_if_no_buffer_in_store_pool: bool = False
     mlock_write_buffers: bool = True
     allocate_mapped_file_enable: bool = True
+    # not a RocketMQ setting: store files are sparse and get their disk blocks this many bytes
+    # ahead of the writes (a full disk then refuses puts instead of killing the process)
+    mapped_file_allocate_ahead: int = 4 * 1024 * 1024
     # messages
     max_message_size: int = 4 * 1024 * 1024
     max_properties_size: int = 32767
@@ -147,6 +150,7 @@ class StoreConfig:
             "ha_transfer_batch_size",
             "ha_slave_fallbehind_max",
             "ha_reconnect_interval",
+            "mapped_file_allocate_ahead",
         ):
             positive(name)
         if self.flush_disk_type not in ("SYNC_FLUSH", "ASYNC_FLUSH"):

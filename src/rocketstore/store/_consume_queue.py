@@ -12,6 +12,10 @@ Unit ``n`` (logical offset n) sits at byte ``n * 20``. A unit is valid when offs
 size > 0. When a queue's first file is created for a logical offset past the start of that file,
 the file is filled up to it with BLANK_UNIT (0, 0x7FFFFFFF, 0).
 
+Files are sparse and get their disk blocks ahead of the units written (``ensure_allocated``): a
+full disk makes a write raise StoreIOError (ENOSPC) before anything is written, so dispatch can
+pause and retry, and never a write into a hole (SIGBUS).
+
 Threads: units are written by the dispatcher only (ReputMessageService); flushes by
 FlushConsumeQueueService; readers from any thread (files are held while read).
 """
@@ -42,6 +46,7 @@ OFFSET_TAGS_CODE = 12
 BLANK_SIZE = 0x7FFFFFFF
 BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
 RECOVER_FROM_LAST_FILES = 3
+ALLOCATE_AHEAD = 64 * 1024  # disk blocks reserved ahead of the units written (3,276 units)
 _DELETE_INTERVAL_FORCIBLY_MS = 60_000
 
 
@@ -78,7 +83,9 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.path = Path(root_dir) / topic / str(queue_id)
-        self.queue = MappedFileQueue(self.path, file_size, clock=clock, read_only=read_only)
+        self.queue = MappedFileQueue(
+            self.path, file_size, clock=clock, read_only=read_only, allocate_ahead=ALLOCATE_AHEAD
+        )
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
         self.last_store_timestamp = 0
@@ -177,7 +184,7 @@ class ConsumeQueue:
                 self.queue.delete_last_mapped_file()
                 continue
             if keep < wrote:
-                mf.mm[keep:wrote] = bytes(wrote - keep)
+                mf.zero_range(keep, wrote)
                 mf.sync_range(keep, wrote)  # below the flushed position: flushes skip it
             mf.set_positions(keep)
             self.queue.set_flushed_where(mf.from_offset + keep)
@@ -204,7 +211,7 @@ class ConsumeQueue:
         pos = where - mf.from_offset
         wrote = mf.wrote_position
         if pos < wrote:
-            mf.mm[pos:wrote] = bytes(wrote - pos)
+            mf.zero_range(pos, wrote)
             mf.sync_range(pos, wrote)  # below the flushed position: flushes skip it
         mf.set_positions(pos)
         self.queue.set_flushed_where(where)
@@ -268,6 +275,8 @@ class ConsumeQueue:
             pos = mf.wrote_position
             end = pos + n * UNIT_SIZE
             if pos and end <= self.file_size and mf.from_offset + pos == first_offset * UNIT_SIZE:
+                if end > mf.allocated:
+                    mf.ensure_allocated(end)
                 fmt = _units_struct(n)
                 fields = [
                     v for unit in zip(phys_offsets, sizes, tags_codes, strict=True) for v in unit
@@ -295,6 +304,8 @@ class ConsumeQueue:
             pos = mf.wrote_position
             if pos < self.file_size and mf.from_offset + pos == expect and pos:
                 # the usual case: the next unit of a file already in use
+                if pos + UNIT_SIZE > mf.allocated:
+                    mf.ensure_allocated(pos + UNIT_SIZE)
                 UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
                 mf.wrote_position = pos + UNIT_SIZE
                 self.max_physic_offset = phys_offset + size
@@ -330,6 +341,8 @@ class ConsumeQueue:
                 if mf is None:
                     return False
         pos = mf.wrote_position
+        if pos + UNIT_SIZE > mf.allocated:
+            mf.ensure_allocated(pos + UNIT_SIZE)
         UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
         mf.wrote_position = pos + UNIT_SIZE
         self.max_physic_offset = phys_offset + size
@@ -339,6 +352,7 @@ class ConsumeQueue:
         pos = mf.wrote_position
         count = (until - pos) // UNIT_SIZE
         if count > 0:
+            mf.ensure_allocated(pos + count * UNIT_SIZE)
             mf.mm[pos : pos + count * UNIT_SIZE] = BLANK_UNIT * count
             mf.wrote_position = pos + count * UNIT_SIZE
 
@@ -491,13 +505,15 @@ def _scan_units(mf: MappedFile, file_size: int) -> tuple[int, int | None]:
     """(end of the valid units, commit-log end of the last real one) of one file."""
     buf = mf.mm
     last: int | None = None
-    for pos in range(0, file_size, UNIT_SIZE):
+    # past the file's data only holes: no unit there, and no read through the mapping either
+    limit = min(file_size, mf.allocated - mf.allocated % UNIT_SIZE)
+    for pos in range(0, limit, UNIT_SIZE):
         off, size, _ = UNIT.unpack_from(buf, pos)
         if not is_valid_unit(off, size):
             return pos, last
         if size != BLANK_SIZE:
             last = off + size
-    return file_size, last
+    return limit, last
 
 
 class ConsumeQueueTable:

@@ -1,11 +1,18 @@
-"""Small files written so that a crash leaves either the old or the new content: write and
-fsync, rename over the old file, fsync the directory (the store's and the broker's config files).
+"""Durability helpers of the store's files.
+
+- Small files written so that a crash leaves either the old or the new content: write and
+  fsync, rename over the old file, fsync the directory (the store's and the broker's config
+  files).
+- New directories and files whose entries are made durable in their parent (``fsync_dir``
+  after each creation: a power cut must not lose a whole new commit-log or queue file).
+- Disk blocks behind mapped files (``reserve``, ``zero_range``; see below).
 
 Functions only; the caller serialises writers of one file. Raise OSError.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -17,6 +24,26 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs_synced(directory: str | os.PathLike[str]) -> None:
+    """``mkdir -p``, with every directory it creates made durable in its parent (a topic's
+    or queue's new directory survives a power cut along with the files put in it)."""
+    path = Path(directory)
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for new in reversed(missing):
+        try:
+            new.mkdir()
+        except FileExistsError:
+            if not new.is_dir():
+                raise
+            continue  # made meanwhile by another thread: its maker syncs it
+        fsync_dir(new.parent)
 
 
 def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
@@ -37,3 +64,113 @@ def replace_synced(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     write_synced(tmp, data)
     os.replace(tmp, path)
+
+
+# ---- disk blocks behind mapped files ---------------------------------------------------------
+#
+# Store files are created sparse (their full size, no blocks), as RocketMQ creates them. A write
+# through a mapping into a hole needs a block at that moment; on a full file system the kernel
+# can only answer with SIGBUS, which kills the process. So every range of a mapped file is given
+# its blocks (``reserve``) before the first write into it; a full disk then surfaces as an
+# OSError (ENOSPC) of that call, which the store turns into a refused put or a paused dispatch.
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for an OSError saying there is no space (or quota) left."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def first_hole(fd: int, start: int, end: int) -> int:
+    """Offset of the first hole at or after ``start`` (``end`` when [start, end) has blocks
+    throughout, or when the file system cannot tell: then it is taken to be allocated)."""
+    if start >= end:
+        return end
+    try:
+        return min(end, os.lseek(fd, start, os.SEEK_HOLE))
+    except (OSError, AttributeError):
+        return end
+
+
+def data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The ranges of [start, end) that have blocks (``SEEK_DATA`` / ``SEEK_HOLE``); all of it
+    when the file system cannot tell."""
+    out: list[tuple[int, int]] = []
+    pos = start
+    while pos < end:
+        try:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                break
+            return [(start, end)]
+        except AttributeError:
+            return [(start, end)]
+        if lo >= end:
+            break
+        hi = first_hole(fd, lo, end)
+        if hi <= lo:
+            return [(start, end)]
+        out.append((lo, hi))
+        pos = hi
+    return out
+
+
+def reserve(fd: int, start: int, end: int) -> bool:
+    """Give bytes [start, end) of the file disk blocks (``posix_fallocate``; the file's size
+    does not change when the range lies inside it). Blocks already there cost nothing.
+
+    Raises OSError: ENOSPC/EDQUOT when the file system is full and the range has a hole, or
+    another error of the call. Returns False where the platform or file system cannot
+    reserve blocks at all (nothing to do about it then; writes go ahead unprotected)."""
+    if start >= end:
+        return True
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None:
+        return False
+    try:
+        fallocate(fd, start, end - start)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
+            return False
+        if exc.errno in DISK_FULL_ERRNOS and first_hole(fd, start, end) >= end:
+            return True  # the range had its blocks already
+        raise
+    return True
+
+
+def zero_range(fd: int, start: int, end: int) -> None:
+    """Zero bytes [start, end) of the file through the descriptor, skipping holes (which read
+    as zeroes already): no block is allocated, so a full disk cannot fail it for want of
+    space, and no write goes through a mapping into a hole. Raises OSError."""
+    pos = start
+    while pos < end:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return  # only holes from pos on
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                data = pos  # cannot tell: zero everything
+            else:
+                raise
+        except AttributeError:
+            data = pos
+        if data >= end:
+            return
+        hole = first_hole(fd, data, end)
+        if hole <= data:
+            hole = end
+        _pwrite_zeroes(fd, data, hole)
+        pos = hole
+
+
+_ZEROES = bytes(1 << 20)
+
+
+def _pwrite_zeroes(fd: int, start: int, end: int) -> None:
+    pos = start
+    while pos < end:
+        n = min(len(_ZEROES), end - pos)
+        pos += os.pwrite(fd, memoryview(_ZEROES)[:n], pos)

@@ -408,9 +408,14 @@ class PeriodicPageService(ServiceThread):
             return 0
         return self.least_pages
 
+    timed = False  # sleep the whole interval, deaf to wakeups (flush_commit_log_timed)
+
     def run(self) -> None:
         while not self.stopped:
-            self.wait_for_running(self.interval)
+            if self.timed:
+                self._stopped.wait(self.interval)
+            else:
+                self.wait_for_running(self.interval)
             try:
                 self.step(self._least_pages_now())
             except OSError:
@@ -437,7 +442,10 @@ class FlushRealTimeService(PeriodicPageService):
         least_pages: int,
         thorough_interval_ms: int,
         on_flushed: FlushedCallback = _noop,
+        timed: bool = True,
     ) -> None:
+        """``timed`` (flush_commit_log_timed): each round sleeps the whole interval; otherwise
+        it waits for a wakeup (every put wakes it, as RocketMQ's puts do) or the interval."""
         super().__init__(
             "FlushRealTimeService",
             clock,
@@ -448,6 +456,7 @@ class FlushRealTimeService(PeriodicPageService):
         self.queue = queue
         self.on_flushed = on_flushed
         self.flush_count = 0
+        self.timed = timed
 
     def step(self, least_pages: int) -> bool:
         before = self.queue.flushed_where

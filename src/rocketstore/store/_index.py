@@ -21,6 +21,10 @@ previous file's end offset and time. Keys of a message: ``topic#UNIQ_KEY`` and `
 for every KEYS token. A query walks files newest to oldest and each chain newest to oldest;
 hashes collide, so callers re-check the messages.
 
+Files are sparse: the header page, each slot page and the entries (in steps of
+ENTRY_ALLOCATE_AHEAD) get their disk blocks before they are first written, so a full disk raises
+StoreIOError (ENOSPC) with nothing written instead of a write into a hole (SIGBUS).
+
 Threads: keys are added by the dispatcher only; queries from any thread.
 """
 
@@ -32,12 +36,13 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._errors import CorruptFileError, translate_os_errors
+from ._durable import fsync_dir, make_dirs_synced
+from ._errors import CorruptFileError, StoreError, StoreIOError, translate_os_errors
 from ._java_hash import (
     index_key_hash,
     java_hash_unsigned,
@@ -46,7 +51,7 @@ from ._java_hash import (
     to_signed,
     utf16_length,
 )
-from ._mapped_file import MappedFile
+from ._mapped_file import OS_PAGE_SIZE, MappedFile
 from ._record import (
     KEY_SEPARATOR,
     SYSFLAG_TRANSACTION_MASK,
@@ -71,6 +76,7 @@ INT32_MAX = 0x7FFFFFFF
 MAX_QUERY_NUM = 64  # RocketMQ's maxMsgsNumBatch
 BULK_MIN_RECORDS = 16  # smaller batches cost less through build_index than numpy's set-up
 _MASK32 = 0xFFFFFFFF
+ENTRY_ALLOCATE_AHEAD = 64 * 1024  # disk blocks reserved ahead of the entries written
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -127,6 +133,17 @@ class IndexFile:
         self.file_size = index_file_size(slot_num, index_num)
         self.mf = MappedFile(path, self.file_size, clock=clock, read_only=read_only, create=create)
         self.mf.set_positions(self.file_size)
+        # disk blocks (the file is sparse): the header page, the slot pages written so far
+        # (slots are written anywhere in their table), the entries up to _entries_allocated
+        # (a slot page with no blocks holds empty slots only and is not read: on tmpfs even a
+        # read fault on a hole needs a page, SIGBUS when the disk is full)
+        entries_at = HEADER_SIZE + slot_num * SLOT_SIZE
+        self._slot_pages = bytearray(entries_at // OS_PAGE_SIZE + 1)
+        self._entries_allocated = max(entries_at, self.mf.allocated)
+        if not self.mf.created:
+            for lo, hi in self.mf.data_ranges(0, entries_at):
+                first, last = lo // OS_PAGE_SIZE, -(-hi // OS_PAGE_SIZE)
+                self._slot_pages[first:last] = b"\x01" * (last - first)
         self.path = self.mf.path
         self.begin_timestamp = 0
         self.end_timestamp = 0
@@ -141,7 +158,11 @@ class IndexFile:
             if begin_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = begin_timestamp
             if not read_only:
-                self.write_header()
+                try:
+                    self.write_header()
+                except BaseException:
+                    self.mf.destroy(0)
+                    raise
         else:
             self.load_header()
 
@@ -150,6 +171,8 @@ class IndexFile:
         return self.path.name
 
     def load_header(self) -> None:
+        if not self._slot_pages[0]:  # no blocks: a file created and never written
+            return
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -162,6 +185,9 @@ class IndexFile:
             self.index_count = 1
 
     def write_header(self) -> None:
+        """Raises StoreIOError when the header's page has no disk blocks and gets none."""
+        if not self._slot_pages[0]:
+            self.allocate_slot_pages((0,))
         HEADER.pack_into(
             self.mf.mm,
             0,
@@ -183,11 +209,15 @@ class IndexFile:
             return False
         mm = self.mf.mm
         slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
+        entry_pos = HEADER_SIZE + self.slot_num * SLOT_SIZE + count * ENTRY_SIZE
+        if not self._slot_pages[slot_pos // OS_PAGE_SIZE]:
+            self.allocate_slot_pages((slot_pos // OS_PAGE_SIZE,))
+        if entry_pos + ENTRY_SIZE > self._entries_allocated:
+            self.allocate_entries(entry_pos + ENTRY_SIZE)
         slot_value = SLOT.unpack_from(mm, slot_pos)[0]
         if slot_value <= INVALID_INDEX or slot_value > count:
             slot_value = INVALID_INDEX
         diff = _time_diff(self.begin_timestamp, store_timestamp)
-        entry_pos = HEADER_SIZE + self.slot_num * SLOT_SIZE + count * ENTRY_SIZE
         ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, diff, slot_value)
         SLOT.pack_into(mm, slot_pos, count)
         if count <= 1:
@@ -199,6 +229,32 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True
+
+    def allocate_slot_pages(self, pages: Iterable[int]) -> None:
+        """Disk blocks for the slot table's pages ``pages`` (page numbers in the file) before
+        slots in them are written. Raises StoreIOError (ENOSPC) with nothing written."""
+        flags = self._slot_pages
+        for page in pages:
+            if not flags[page]:
+                self.mf.allocate_range(page * OS_PAGE_SIZE, (page + 1) * OS_PAGE_SIZE)
+                flags[page] = 1
+
+    def allocate_entries(self, end: int) -> None:
+        """Disk blocks for the entries up to byte ``end`` of the file, reserved up to
+        ENTRY_ALLOCATE_AHEAD bytes ahead (only what ``end`` needs when the disk has no room for
+        more). Raises StoreIOError (ENOSPC) with nothing written."""
+        have = self._entries_allocated
+        if end <= have:
+            return
+        ahead = min(self.file_size, max(end, have + ENTRY_ALLOCATE_AHEAD))
+        try:
+            self.mf.allocate_range(have, ahead)
+        except StoreIOError:
+            if ahead <= end:
+                raise
+            self.mf.allocate_range(have, end)
+            ahead = end
+        self._entries_allocated = ahead
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.begin_timestamp, self.end_timestamp
@@ -220,9 +276,10 @@ class IndexFile:
         try:
             mm = self.mf.mm
             count = self.index_count
-            slot_value = SLOT.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE)[
-                0
-            ]
+            slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
+            if not self._slot_pages[slot_pos // OS_PAGE_SIZE]:
+                return  # a page never written: every slot in it is empty
+            slot_value = SLOT.unpack_from(mm, slot_pos)[0]
             if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
                 return
             entries = HEADER_SIZE + self.slot_num * SLOT_SIZE
@@ -275,13 +332,18 @@ class IndexFile:
         for n in range(count - 1, keep - 1, -1):
             key_hash, _phy, _diff, prev = self.entry(n)
             at = slots + (key_hash % self.slot_num) * SLOT_SIZE if key_hash >= 0 else -1
-            if at >= 0 and SLOT.unpack_from(mm, at)[0] == n:
+            if (
+                at >= 0
+                and self._slot_pages[at // OS_PAGE_SIZE]  # a page never written: no slot to undo
+                and SLOT.unpack_from(mm, at)[0] == n
+            ):
                 fallback = prev if 0 < prev < n else INVALID_INDEX
                 SLOT.pack_into(mm, at, fallback)
                 if fallback == INVALID_INDEX:
                     self.hash_slot_count = max(0, self.hash_slot_count - 1)
-            e_at = HEADER_SIZE + self.slot_num * SLOT_SIZE + n * ENTRY_SIZE
-            mm[e_at : e_at + ENTRY_SIZE] = bytes(ENTRY_SIZE)
+        # the dropped entries, through the file descriptor: holes among them stay holes
+        entries = HEADER_SIZE + self.slot_num * SLOT_SIZE
+        self.mf.zero_range(entries + keep * ENTRY_SIZE, entries + count * ENTRY_SIZE)
         self.index_count = keep
         if keep > 1:
             _h, phy, diff, _p = self.entry(keep - 1)
@@ -446,6 +508,9 @@ def _put_block(
     diffs[0] = first_diff
     mm = f.mf.mm
     entry_at = HEADER_SIZE + f.slot_num * SLOT_SIZE + count * ENTRY_SIZE
+    # disk blocks first (the file is sparse): the pages of the slots written, the entries
+    f.allocate_slot_pages(np.unique((HEADER_SIZE + slots * SLOT_SIZE) // OS_PAGE_SIZE).tolist())
+    f.allocate_entries(entry_at + m * ENTRY_SIZE)
     table = np.frombuffer(mm, dtype=">i4", count=f.slot_num, offset=HEADER_SIZE)
     entries = np.frombuffer(mm, dtype=_entry_dtype(), count=m, offset=entry_at)
     try:
@@ -573,7 +638,7 @@ class IndexService:
         if last is not None and int(name) <= int(last.name):
             name = str(int(last.name) + 1)  # never two files with one name
         with translate_os_errors(f"create {self.dir}"):
-            self.dir.mkdir(parents=True, exist_ok=True)
+            make_dirs_synced(self.dir)
         new = IndexFile(
             self.dir / name,
             self.slot_num,
@@ -582,6 +647,12 @@ class IndexService:
             begin_phy_offset=last.end_phy_offset if last is not None else 0,
             begin_timestamp=last.end_timestamp if last is not None else 0,
         )
+        try:
+            with translate_os_errors(f"sync {self.dir}"):
+                fsync_dir(self.dir)
+        except StoreError:
+            new.destroy(0)
+            raise
         with self._lock:
             self.files = [*files, new]
         if last is not None:
@@ -764,7 +835,10 @@ class IndexService:
         """Write every header and make the files durable (shutdown, tests)."""
         for f in self.files:
             if not self.read_only:
-                f.flush()
+                try:
+                    f.flush()
+                except StoreError as exc:  # a header page with no blocks on a full disk
+                    log.error("%s: flush failed: %s", f.path, exc)
         files = self.files
         if files and self.on_flushed is not None and files[-1].end_timestamp > 0:
             self.on_flushed(files[-1].end_timestamp)

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._checkpoint import StoreCheckpoint
 from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
-from ._errors import CorruptFileError, CorruptRecordError, translate_os_errors
+from ._durable import is_disk_full
+from ._errors import CorruptFileError, CorruptRecordError, StoreIOError, translate_os_errors
 from ._mapped_file import MappedFile
 from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
 from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, first_store_timestamp, scan_records
@@ -155,6 +156,7 @@ class StoreLoader:
         self._dropped_units = 0
         self._dispatched = 0
         self._redispatch_from: int | None = None
+        self._dispatch_paused_at: int | None = None  # a full disk stopped recovery's dispatch
         self._destroyed_index: list[str] = []
         self._log_next: dict[tuple[str, int], int] = {}  # per queue: next offset seen in the scan
         self._dropped_index_entries = 0
@@ -324,7 +326,7 @@ class StoreLoader:
     def _abnormal_start(self, min_ts: int) -> int:
         files = self.cl.queue.files
         for mf in reversed(files):
-            ts = first_store_timestamp(mf.mm, mf.file_size)
+            ts = first_store_timestamp(mf.mm, mf.allocated) if mf.allocated else 0
             if ts and ts <= min_ts:
                 return mf.from_offset
         return files[0].from_offset
@@ -349,7 +351,7 @@ class StoreLoader:
             r = scan_records(
                 mf.mm,
                 pos,
-                mf.file_size,
+                mf.allocated,  # past the file's data only holes: not read through the mapping
                 mf.from_offset,
                 check_crc=check_crc,
                 collect=batch if reconcile else track,
@@ -523,10 +525,16 @@ class StoreLoader:
                     need = phys > f.end_phy_offset or (
                         phys == f.end_phy_offset and f.index_count <= 1
                     )
-            if need:
+            if need and self._dispatch_paused_at is None:
                 req = check_record(mm, phys - base, limit, check_crc=False, delay_time=delay_time)
                 assert not isinstance(req, int)
-                dispatch(req)
+                try:
+                    dispatch(req)
+                except StoreIOError as exc:
+                    if not is_disk_full(exc):
+                        raise
+                    self._pause_dispatch(phys, exc)
+                    continue
                 self._dispatched += 1
                 self.reput.parsed += 1
 
@@ -668,9 +676,27 @@ class StoreLoader:
             start = max(min(start, self._redispatch_from), cl.min_offset, 0)
         self.reput.reput_from_offset = start
         behind = self.reput.dispatch_behind_bytes()
+        if self._dispatch_paused_at is not None:
+            self.reput.reput_from_offset = start = min(start, self._dispatch_paused_at)
+            return
         if behind:
             log.info("dispatching %d bytes of the commit log from %d", behind, start)
-        self._dispatched += self.reput.catch_up()
+        try:
+            self._dispatched += self.reput.catch_up()
+        except StoreIOError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._pause_dispatch(self.reput.reput_from_offset, exc)
+
+    def _pause_dispatch(self, phys: int, exc: StoreIOError) -> None:
+        """The disk is full: the queues and index get no new blocks. Recovery ends with
+        dispatch at ``phys`` (nothing acknowledged is lost: the records are in the commit log);
+        the dispatch service goes on from there once there is space, and the store takes no
+        writes meanwhile."""
+        self._dispatch_paused_at = phys
+        self._note(f"dispatch paused at {phys}, the disk is full: {exc}")
+        if self._redispatch_from is None or phys < self._redispatch_from:
+            self._redispatch_from = phys
 
     def _make_durable(self, mode: str, last_ts: int) -> None:
         """Flush what recovery touched, then move the checkpoint to it."""
@@ -725,24 +751,33 @@ def _first_unit_at_or_after(cq: ConsumeQueue, target: int) -> int | None:
 
 def _zero_dirty(mf: MappedFile, pos: int) -> int:
     """Zero whatever is not zero from ``pos`` to the end of the file; returns how far the
-    non-zero bytes reached past ``pos`` (0: the tail was clean)."""
+    non-zero bytes reached past ``pos`` (0: the tail was clean).
+
+    Only the parts with disk blocks are read (holes read as zeroes, and a read fault on one
+    may need a page: on tmpfs SIGBUS when the disk is full); zeroes are written through the
+    file descriptor, so holes stay holes."""
     mm = mf.mm
-    size = mf.file_size
     reach = 0
-    at = pos
-    while at < size:
-        n = min(_ZERO_CHUNK, size - at)
-        chunk = memoryview(mm)[at : at + n]
-        try:
-            clean = zlib.crc32(chunk) == (_ZERO_CRC if n == _ZERO_CHUNK else zlib.crc32(bytes(n)))
-            if not clean:
-                data = chunk.tobytes()
-                if data.count(0) != n:
-                    reach = at + len(data.rstrip(b"\0")) - pos
-                    chunk[:] = bytes(n)
-        finally:
-            chunk.release()
-        at += n
+    for lo, hi in mf.data_ranges(pos, mf.file_size):
+        at = max(lo, pos)
+        while at < hi:
+            n = min(_ZERO_CHUNK, hi - at)
+            chunk = memoryview(mm)[at : at + n]
+            dirty = False
+            try:
+                clean = zlib.crc32(chunk) == (
+                    _ZERO_CRC if n == _ZERO_CHUNK else zlib.crc32(bytes(n))
+                )
+                if not clean:
+                    data = chunk.tobytes()
+                    if data.count(0) != n:
+                        reach = at + len(data.rstrip(b"\0")) - pos
+                        dirty = True
+            finally:
+                chunk.release()
+            if dirty:
+                mf.zero_range(at, at + n)
+            at += n
     return reach
 
 

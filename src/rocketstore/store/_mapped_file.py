@@ -9,6 +9,13 @@ Without a write buffer (no TransientStorePool) committed is unused and data goes
 the mapped file, so the read position is ``wrote``; with a write buffer readers see only what has
 been committed into the file.
 
+Disk blocks: a file is created at its full size but sparse, as RocketMQ creates it, and gets
+its blocks in steps as writes reach them (``ensure_allocated``: ``allocated`` bytes from the start
+have blocks, ``allocate_ahead`` more are reserved at each step). A write through the mapping into
+a hole on a full file system would kill the process with SIGBUS; a reservation that fails raises
+StoreIOError (ENOSPC) instead, before anything is written. Writers call ``ensure_allocated``
+before writing past ``allocated``; zeroing goes through the file descriptor (``zero_range``).
+
 Reference counting: the file starts with one reference held by its queue. Readers ``hold()``
 before touching the mapping and ``release()`` after; ``shutdown()`` drops the queue's reference
 and makes ``hold()`` fail, and the mapping is closed when the last reference goes (or forcibly
@@ -22,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import logging
 import mmap
 import os
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
+from ._durable import data_ranges, reserve, zero_range
 from ._errors import CorruptFileError, StoreError, translate_os_errors
 from ._memory import MS_SYNC, mapping_address, mlock, msync_function
 
@@ -42,6 +49,7 @@ log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096
 _ZERO_CHUNK = bytes(1 << 20)
+DEFAULT_ALLOCATE_AHEAD = 4 << 20
 
 _counter_lock = threading.Lock()
 _total_mapped_files = 0
@@ -104,10 +112,11 @@ class MappedFile:
         read_only: bool = False,
         create: bool = True,
         preallocate: bool = False,
+        allocate_ahead: int = DEFAULT_ALLOCATE_AHEAD,
     ) -> None:
-        """``preallocate``: reserve the file's disk blocks when creating it (commit-log files:
-        a full disk then fails the creation instead of a write through the mapping, which
-        would kill the process with SIGBUS). Sparse otherwise, as RocketMQ creates files."""
+        """``preallocate``: reserve all of the file's disk blocks when creating it (a full disk
+        then fails the creation). Otherwise the file is sparse and ``ensure_allocated``
+        reserves blocks ``allocate_ahead`` bytes at a time (at least a page)."""
         self.path = Path(path)
         self.file_size = file_size
         self.clock = clock
@@ -133,19 +142,27 @@ class MappedFile:
                 if not exists:
                     os.ftruncate(self._fd, file_size)
                 if not exists and preallocate:
-                    with contextlib.suppress(AttributeError):
-                        try:
-                            os.posix_fallocate(self._fd, 0, file_size)
-                        except OSError as exc:
-                            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                                os.unlink(self.path)
-                                raise
+                    try:
+                        reserve(self._fd, 0, file_size)
+                    except OSError:
+                        os.unlink(self.path)
+                        raise
                 access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
                 self.mm = mmap.mmap(self._fd, file_size, access=access)
             except BaseException:
                 os.close(self._fd)
                 raise
         self.created = not exists
+        self.allocate_ahead = max(OS_PAGE_SIZE, allocate_ahead)
+        # bytes from the start known to have disk blocks (writes below it cannot fault)
+        self.allocated = file_size
+        if not (self.created and preallocate):
+            # a loaded file: up to the end of its last data (what it holds is written there,
+            # from the start, by appends); past it only holes, which are never read through
+            # the mapping (on tmpfs even a read fault there needs a page, SIGBUS when full)
+            ranges = [] if self.created else data_ranges(self._fd, 0, file_size)
+            end = ranges[-1][1] if ranges else 0
+            self.allocated = min(file_size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
         _count(1, file_size)
         # positions
         self.wrote_position = 0
@@ -213,16 +230,68 @@ class MappedFile:
 
     # ---- writing ----------------------------------------------------------------------------
 
+    def ensure_allocated(self, end: int) -> None:
+        """Make sure bytes [0, end) have disk blocks before they are written: when ``end`` is
+        past ``allocated``, reserve up to ``allocate_ahead`` bytes beyond it (only what ``end``
+        needs when the disk has no room for more). Raises StoreIOError (errno ENOSPC when the
+        disk is full), with nothing written. The file's writer only."""
+        have = self.allocated
+        if end <= have:
+            return
+        size = self.file_size
+        need = min(size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+        ahead = min(size, max(need, have + self.allocate_ahead))
+        ahead = min(size, -(-ahead // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+        with translate_os_errors(f"allocate disk blocks for {self.path}"):
+            try:
+                ok = reserve(self._fd, have, ahead)
+            except OSError:
+                if ahead <= need:
+                    raise
+                ok = reserve(self._fd, have, need)
+                ahead = need
+        self.allocated = ahead if ok else size
+
+    def allocate_range(self, start: int, end: int) -> None:
+        """Give bytes [start, end) disk blocks (pages written out of order: index slots).
+        Raises StoreIOError as ``ensure_allocated``."""
+        lo = start - start % OS_PAGE_SIZE
+        hi = min(self.file_size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+        if hi <= self.allocated:
+            return
+        with translate_os_errors(f"allocate disk blocks for {self.path}"):
+            ok = reserve(self._fd, lo, hi)
+        if not ok:
+            self.allocated = self.file_size
+        elif lo <= self.allocated:
+            self.allocated = hi
+
+    def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The ranges of bytes [start, end) with disk blocks (see ``_durable.data_ranges``)."""
+        return data_ranges(self._fd, start, end)
+
+    def zero_range(self, start: int, end: int) -> None:
+        """Zero bytes [start, end) of the file (and of the write buffer) through the file
+        descriptor, skipping holes: nothing is allocated, nothing can fault. Raises
+        StoreIOError."""
+        if self.write_buffer is not None:
+            self.write_buffer[start:end] = bytes(end - start)
+        with translate_os_errors(f"zero {self.path}"):
+            zero_range(self._fd, start, end)
+
     def append(
         self, data: bytes | bytearray | memoryview, offset: int = 0, length: int = -1
     ) -> bool:
-        """Append raw bytes (replication, tests); False when they do not fit."""
+        """Append raw bytes (replication, tests); False when they do not fit. Raises
+        StoreIOError when the disk has no room for them."""
         view = memoryview(data)
         if length < 0:
             length = len(view) - offset
         pos = self.wrote_position
         if pos + length > self.file_size:
             return False
+        if pos + length > self.allocated:
+            self.ensure_allocated(pos + length)
         self.write_target[pos : pos + length] = view[offset : offset + length]
         self.wrote_position = pos + length
         return True
@@ -313,6 +382,8 @@ class MappedFile:
     ) -> SelectMappedBufferResult | None:
         """A held view from ``pos`` (to the read position, or ``size`` bytes); None if unreadable."""
         readable = self.read_position
+        if readable > self.allocated:  # a loaded file: nothing past its data is read
+            readable = self.allocated
         if pos < 0 or pos > readable:
             return None
         end = readable if size is None else pos + size
@@ -326,17 +397,38 @@ class MappedFile:
 
     # ---- warm-up ----------------------------------------------------------------------------
 
-    def warm(self, *, lock_memory: bool = False) -> None:
-        """Bring every page into the page cache before the first write.
+    def warm(
+        self, *, lock_memory: bool = False, sync_flush: bool = False, flush_least_pages: int = 0
+    ) -> None:
+        """Bring every page into the page cache before the first write (RocketMQ's
+        warmMappedFile, the explicit opt-in to touch every page: the whole file gets its disk
+        blocks).
 
-        Zeroes are written through the file descriptor (the interpreter lock is released during
-        each write, so producers keep running), then the kernel is told the pages will be
-        needed; optionally they are locked in memory.
+        The blocks are reserved first (StoreIOError, ENOSPC, on a full disk), then zeroes are
+        written through the file descriptor (the interpreter lock is released during each
+        write, so producers keep running). Under SYNC_FLUSH (``sync_flush``) what was touched is
+        made durable every ``flush_least_pages`` pages and at the end, as RocketMQ forces the
+        mapping while it warms it. Then the kernel is told the pages will be needed;
+        optionally they are locked in memory.
         """
+        size = self.file_size
+        step = len(_ZERO_CHUNK)
+        every = max(1, flush_least_pages) * OS_PAGE_SIZE if sync_flush else 0
+        if every:
+            step = min(step, every)
         with translate_os_errors(f"warm {self.path}"):
-            for off in range(0, self.file_size, len(_ZERO_CHUNK)):
-                n = min(len(_ZERO_CHUNK), self.file_size - off)
-                os.pwrite(self._fd, _ZERO_CHUNK[:n] if n != len(_ZERO_CHUNK) else _ZERO_CHUNK, off)
+            if reserve(self._fd, 0, size):
+                self.allocated = size
+            flushed = 0
+            for off in range(0, size, step):
+                n = min(step, size - off)
+                os.pwrite(self._fd, memoryview(_ZERO_CHUNK)[:n], off)
+                if every and off + n - flushed >= every:
+                    self._sync(flushed, off + n)
+                    flushed = off + n
+            if sync_flush and flushed < size:
+                self._sync(flushed, size)
+            self.allocated = size
         with contextlib.suppress(OSError, AttributeError):
             self.mm.madvise(mmap.MADV_WILLNEED)
         if lock_memory:
@@ -412,9 +504,7 @@ class MappedFile:
         """Zero everything from ``position`` to the end and move the positions back there."""
         if self.read_only:
             raise StoreError(f"{self.path}: read-only")
-        self.mm[position:] = bytes(self.file_size - position)
-        if self.write_buffer is not None:
-            self.write_buffer[position:] = bytes(self.file_size - position)
+        self.zero_range(position, self.file_size)
         self.set_positions(position)
         # flushes sync only what they add: the zeroes must not wait for them, or a crash
         # could bring the cut records back behind newer ones

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._errors import CorruptFileError, translate_os_errors
-from ._mapped_file import MappedFile, file_name_for
+from ._durable import fsync_dir, make_dirs_synced
+from ._errors import CorruptFileError, StoreError, translate_os_errors
+from ._mapped_file import DEFAULT_ALLOCATE_AHEAD, MappedFile, file_name_for
 
 if TYPE_CHECKING:
     from ._allocate import AllocateMappedFileService
@@ -41,9 +42,14 @@ class MappedFileQueue:
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
         preallocate: bool = False,
+        allocate_ahead: int = DEFAULT_ALLOCATE_AHEAD,
     ) -> None:
+        """``preallocate``: new files get all their disk blocks at once; otherwise they are
+        sparse and get blocks ``allocate_ahead`` bytes ahead of the writes (see MappedFile).
+        New files and directories are made durable in their parent directory."""
         self.store_path = Path(store_path)
         self.preallocate = preallocate
+        self.allocate_ahead = allocate_ahead
         self.file_size = file_size
         self.allocator = allocator
         self.pool = pool
@@ -90,6 +96,7 @@ class MappedFileQueue:
                 clock=self.clock,
                 read_only=self.read_only,
                 create=False,
+                allocate_ahead=self.allocate_ahead,
             )
             mf.set_positions(self.file_size)
             files.append(mf)
@@ -122,10 +129,22 @@ class MappedFileQueue:
                 return None
         else:
             with translate_os_errors(f"create {self.store_path}"):
-                self.store_path.mkdir(parents=True, exist_ok=True)
+                make_dirs_synced(self.store_path)
             mf = MappedFile(
-                path, self.file_size, pool=self.pool, clock=self.clock, preallocate=self.preallocate
+                path,
+                self.file_size,
+                pool=self.pool,
+                clock=self.clock,
+                preallocate=self.preallocate,
+                allocate_ahead=self.allocate_ahead,
             )
+            if mf.created:
+                try:
+                    with translate_os_errors(f"sync {self.store_path}"):
+                        fsync_dir(self.store_path)
+                except StoreError:
+                    mf.destroy(0)
+                    raise
         mf.first_create_in_queue = first
         with self._lock:
             self.files = [*self.files, mf]

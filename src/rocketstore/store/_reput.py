@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._consume_queue import ConsumeQueueTable
-from ._errors import CorruptRecordError
+from ._durable import is_disk_full
+from ._errors import CorruptRecordError, StoreError, StoreIOError
 from ._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
@@ -47,6 +48,11 @@ BUSY_WAIT_S = 0.001
 IDLE_WAIT_S = 0.1
 IDLE_ROUNDS = 50
 MAX_BATCH = 4096
+
+
+class IndexWriteError(StoreIOError):
+    """Dispatch could not write the index (the StoreIOError it got, errno kept): the store
+    reports WRITE_INDEX_FILE_ERROR rather than WRITE_LOGICS_QUEUE_ERROR."""
 
 
 class ReputMessageService(ServiceThread):
@@ -78,6 +84,10 @@ class ReputMessageService(ServiceThread):
         # the checkpoint's physic time, which no commit-log flush of a slave would
         self.checkpoint: StoreCheckpoint | None = None
         self.physic_at_dispatch = False
+        # told when dispatch starts failing (the error) and when it works again (None): the
+        # store stops taking writes meanwhile; reads of what was dispatched go on
+        self.on_error: Callable[[BaseException | None], None] | None = None
+        self.failing: BaseException | None = None
 
     # ---- progress ---------------------------------------------------------------------------
 
@@ -127,7 +137,10 @@ class ReputMessageService(ServiceThread):
                 self.checkpoint.physic_msg_timestamp = store_ts
         index = self.index
         if index is not None and (keys or uniq or not index.files):
-            index.build_index(req)
+            try:
+                index.build_index(req)
+            except StoreIOError as exc:
+                raise IndexWriteError(exc.errno, exc.strerror) from exc
         listener = self.listener
         if listener is not None and in_queue:
             try:
@@ -154,24 +167,31 @@ class ReputMessageService(ServiceThread):
             self.checkpoint.physic_msg_timestamp = store_ts
         index = self.index
         if index is not None:
-            if not b.indexed and not b.key_values and not index.files:  # makes the first file
-                first = DispatchRequest(
-                    topic, queue_id, b.offsets[0], b.sizes[0], b.tags_codes[0], store_ts,
-                    first_qoff, None, None, 0, 0,
-                )  # fmt: skip
-                index.build_index(first)
-            for r in b.indexed:
-                index.build_index(r, write_header=False)
-            if b.key_values:
-                index.build_index_many(topic, b.key_offsets, b.key_values, store_ts)
-            elif b.indexed:
-                index.write_last_header()
+            try:
+                self._index_batch(index, b)
+            except StoreIOError as exc:
+                raise IndexWriteError(exc.errno, exc.strerror) from exc
         listener = self.listener
         if listener is not None:
             try:
                 listener(topic, queue_id, first_qoff + len(b.offsets), b.tags_codes[-1], store_ts)
             except Exception:
                 log.exception("message arriving listener failed")
+
+    @staticmethod
+    def _index_batch(index: IndexService, b: BatchDispatch) -> None:
+        if not b.indexed and not b.key_values and not index.files:  # makes the first file
+            first = DispatchRequest(
+                b.topic, b.queue_id, b.offsets[0], b.sizes[0], b.tags_codes[0],
+                b.store_timestamp, b.first_queue_offset, None, None, 0, 0,
+            )  # fmt: skip
+            index.build_index(first)
+        for r in b.indexed:
+            index.build_index(r, write_header=False)
+        if b.key_values:
+            index.build_index_many(b.topic, b.key_offsets, b.key_values, b.store_timestamp)
+        elif b.indexed:
+            index.write_last_header()
 
     def dispatch_plain(
         self,
@@ -193,7 +213,11 @@ class ReputMessageService(ServiceThread):
         index = self.index
         if phys == self.reput_from_offset and self.inline and (index is None or index.files):
             cq = self.consume_queues.find(topic, queue_id)
-            if cq is not None and cq.put_unit(phys, size, tags_code, queue_offset):
+            try:
+                done = cq is not None and cq.put_unit(phys, size, tags_code, queue_offset)
+            except StoreError:
+                done = False  # the general path below reports it and hands over to the thread
+            if done:
                 self.consume_queues.last_store_timestamp = store_ts
                 if self.physic_at_dispatch and self.checkpoint is not None:
                     self.checkpoint.physic_msg_timestamp = store_ts
@@ -323,6 +347,30 @@ class ReputMessageService(ServiceThread):
         self.reput_from_offset = end
         return True
 
+    def queue_ends_ahead(self) -> dict[tuple[str, int], int]:
+        """The next logical offset of every queue with records in the commit log past the
+        dispatched end (not in its consume queue yet): what the topic-queue table must hold
+        while dispatch is paused. Reads those records; start-up only (caller's thread)."""
+        cl = self.commit_log
+        ends: dict[tuple[str, int], int] = {}
+        offset = self.reput_from_offset
+        end = cl.max_offset
+        while offset < end:
+            try:
+                r = cl.check_at(offset, check_crc=False)
+            except CorruptRecordError:
+                break
+            if isinstance(r, int):
+                if r > 0:  # BLANK: the next file
+                    offset = cl.roll_next_file(offset)
+                    continue
+                break
+            tran = r.sys_flag & SYSFLAG_TRANSACTION_MASK
+            if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
+                ends[(r.topic, r.queue_id)] = r.queue_offset + 1
+            offset += r.msg_size
+        return ends
+
     def catch_up(self) -> int:
         """Dispatch everything that is ready (start-up, tests). Caller's thread."""
         total = 0
@@ -332,15 +380,34 @@ class ReputMessageService(ServiceThread):
 
     # ---- the thread -------------------------------------------------------------------------
 
+    def _failed(self, exc: BaseException | None) -> None:
+        """Dispatch failed with ``exc`` (retried until it works: a full disk pauses it, it
+        never crashes), or works again (None). The first failure is logged with its
+        traceback, the rest of a run of failures not at all."""
+        before = self.failing
+        self.failing = exc
+        if exc is not None and before is None:
+            if is_disk_full(exc):
+                log.error("dispatch paused at %d: %s; retrying", self.reput_from_offset, exc)
+            else:
+                log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
+        elif exc is None and before is not None:
+            log.info("dispatch works again at %d", self.reput_from_offset)
+        if type(exc) is not type(before) and self.on_error is not None:
+            self.on_error(exc)
+
     def run(self) -> None:
         idle_rounds = 0
         while not self.stopped:
             try:
                 n = self.do_reput()
-            except Exception:
-                log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
+            except Exception as exc:
+                self._failed(exc)
                 n = 0
                 self.wait_for_running(IDLE_WAIT_S)
+                continue
+            if self.failing is not None:
+                self._failed(None)
             if n >= MAX_BATCH:
                 continue
             if n:
@@ -360,5 +427,8 @@ class ReputMessageService(ServiceThread):
         # let what was written before shutdown reach the queues
         try:
             self.catch_up()
-        except Exception:
-            log.exception("dispatch at shutdown failed")
+        except Exception as exc:
+            if is_disk_full(exc):  # the next start goes on from here
+                log.error("dispatch at shutdown stopped at %d: %s", self.reput_from_offset, exc)
+            else:
+                log.exception("dispatch at shutdown failed")

@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
@@ -25,9 +25,15 @@ from ._commit_log import CommitLog
 from ._config import StoreConfig
 from ._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from ._delay_offset import DelayOffsetFile
-from ._disk import DiskUsageProbe, RunningFlags, disk_used_ratio
-from ._durable import fsync_dir
-from ._errors import StoreClosedError, translate_os_errors
+from ._disk import (
+    WRITE_INDEX_FILE_ERROR_BIT,
+    WRITE_LOGICS_QUEUE_ERROR_BIT,
+    DiskUsageProbe,
+    RunningFlags,
+    disk_used_ratio,
+)
+from ._durable import fsync_dir, is_disk_full
+from ._errors import StoreClosedError, StoreIOError, translate_os_errors
 from ._filter import MessageFilter
 from ._index import IndexService
 from ._loader import LoadResult, StoreLoader
@@ -42,7 +48,7 @@ from ._message import (
 )
 from ._read_api import ReadApi
 from ._record import MessageExt
-from ._reput import MessageArrivingListener, ReputMessageService
+from ._reput import IndexWriteError, MessageArrivingListener, ReputMessageService
 from ._schedule import ScheduleMessageService
 from ._stats import StoreStatistics, StoreStatsService
 from ._transient_pool import TransientStorePool
@@ -91,6 +97,9 @@ class MessageStore:
                 warm_min_size=self.config.mapped_file_size_commit_log,
                 fast_fail_if_no_buffer=self.config.fast_fail_if_no_buffer_in_store_pool,
                 clock=clock,
+                allocate_ahead=self.config.mapped_file_allocate_ahead,
+                sync_flush=self.config.flush_disk_type == "SYNC_FLUSH",
+                flush_least_pages_when_warm=self.config.flush_least_pages_when_warm_mapped_file,
             )
         self.commit_log = CommitLog(
             self.config,
@@ -101,7 +110,7 @@ class MessageStore:
                 allocator=self.allocator,
                 pool=self.pool,
                 clock=clock,
-                preallocate=True,
+                allocate_ahead=self.config.mapped_file_allocate_ahead,
             ),
             on_flushed=self._on_commit_log_flushed,
         )
@@ -128,6 +137,7 @@ class MessageStore:
             limit=self._dispatch_limit,
             request_flush=self._request_flush if sync_flush else None,
         )
+        self.reput.on_error = self._on_dispatch_error
         self.flush_consume_queue = FlushConsumeQueueService(
             self.consume_queues,
             clock,
@@ -215,6 +225,30 @@ class MessageStore:
     def _request_flush(self, end: int) -> None:
         self.commit_log.flush_service.request_flush(end)  # type: ignore[union-attr]
 
+    def _on_dispatch_error(self, exc: BaseException | None) -> None:
+        """Dispatch thread: dispatch into the consume queues and index failed (a full disk
+        gives their files no blocks) or works again (None). Meanwhile the store is not
+        writable (RunningFlags WRITE_LOGICS_QUEUE_ERROR, or WRITE_INDEX_FILE_ERROR when the
+        index failed; puts answered SERVICE_NOT_AVAILABLE); reads of what was dispatched go on."""
+        if exc is None:
+            self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, False)
+            self.running_flags.set_bit(WRITE_INDEX_FILE_ERROR_BIT, False)
+        elif isinstance(exc, IndexWriteError):
+            self.running_flags.set_bit(WRITE_INDEX_FILE_ERROR_BIT, True)
+        else:
+            self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, True)
+        self.commit_log.set_refusal(
+            "dispatch",
+            None
+            if exc is None
+            else (
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                f"the store is not writable: dispatch into the consume queues and index failed "
+                f"({exc}); "
+                "writes resume when it works again",
+            ),
+        )
+
     # ---- checkpoint updates (flush and dispatch threads) -----------------------------------
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:
@@ -284,13 +318,23 @@ class MessageStore:
         self._create_abort_file()
         if self.allocator is not None:
             self.allocator.start()
+        wake = self._flush_wakeup()
         if self._dispatch_inline():
             self.reput.inline = True
             self.commit_log.inline_dispatch = self.reput.dispatch_inline
             self.commit_log.inline_plain = self.reput.dispatch_plain
+            self.commit_log.on_append = wake
         else:
             self.commit_log.dispatch_handoff = collections.deque()
-            self.commit_log.on_append = self.reput.on_append
+            on_append = self.reput.on_append
+            if wake is not None:
+                dispatch_wake = on_append
+
+                def on_append() -> None:
+                    dispatch_wake()
+                    wake()
+
+            self.commit_log.on_append = on_append
         self.commit_log.start()
         self.reput.start()
         self.flush_consume_queue.start()
@@ -307,6 +351,16 @@ class MessageStore:
         self._running = True
         if self.maintenance:
             self._start_replication()
+
+    def _flush_wakeup(self) -> Callable[[], None] | None:
+        """What a put wakes under ASYNC_FLUSH when ``flush_commit_log_timed`` is off (as
+        RocketMQ's puts wake it): the commit service with write buffers, else the flusher."""
+        if self.config.flush_disk_type != "ASYNC_FLUSH" or self.config.flush_commit_log_timed:
+            return None
+        cl = self.commit_log
+        return (
+            cl.commit_service.wakeup if cl.commit_service is not None else cl.flush_service.wakeup
+        )
 
     def _start_replication(self) -> None:
         """Start HA; a SYNC_MASTER's puts wait for a slave from now on. Shuts the store down
@@ -354,10 +408,21 @@ class MessageStore:
 
     def _catch_up_dispatch(self) -> None:
         """Dispatch whatever the loader left behind (nothing, unless something was written
-        between load and start), so start returns only when dispatch has caught up."""
+        between load and start, or a full disk stopped recovery's dispatch), so start returns
+        only when dispatch has caught up. On a full disk the store starts not writable and the
+        dispatch service goes on when there is space."""
         if self.reput.dispatch_behind_bytes():
-            self.reput.catch_up()
-            self.commit_log.rebuild_topic_queue_table(self.consume_queues.offset_table())
+            try:
+                self.reput.catch_up()
+            except StoreIOError as exc:
+                if not is_disk_full(exc):
+                    raise
+                self.reput._failed(exc)
+            # the queues' ends, and beyond them what the commit log holds (not dispatched yet)
+            table = self.consume_queues.offset_table()
+            if self.reput.failing is not None:
+                table.update(self.reput.queue_ends_ahead())
+            self.commit_log.rebuild_topic_queue_table(table)
 
     @property
     def _abort_path(self) -> Path:
@@ -577,6 +642,11 @@ class MessageStore:
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
         return self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset)
+
+    def is_os_page_cache_busy(self) -> bool:
+        """RocketMQ's isOSPageCacheBusy: a put has held the put lock longer than
+        ``os_page_cache_busy_timeout_mills`` (puts meanwhile get OS_PAGECACHE_BUSY)."""
+        return self.commit_log.is_os_page_cache_busy()
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes()
