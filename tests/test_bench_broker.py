@@ -5,6 +5,7 @@ scenarios at a tiny size (a broker subprocess each)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import contextlib
 import gc
 import os
@@ -45,14 +46,20 @@ async def cluster(root: Path, flush: str) -> AsyncIterator[tuple[NameServer, Bro
         await ns.close()
 
 
-async def pull_all(address: str, topic: str, queue_id: int) -> list[bytes]:
+async def pull_all(address: str, topic: str, queue_id: int, want: int = 0) -> list[bytes]:
+    """Every message of the queue; waits (up to 10 s) for ``want`` of them: dispatch into the
+    consume queue follows the acknowledgement of a send, it does not precede it."""
     client = AsyncRemotingClient()
     bodies: list[bytes] = []
+    deadline = time.monotonic() + 10.0
     try:
         while True:
             ext = bench.pull_header(topic, queue_id, len(bodies))
             r = await client.invoke(address, RemotingCommand.request(bench.PULL_MESSAGE, ext))
             if r.code == ResponseCode.PULL_NOT_FOUND:
+                if len(bodies) < want and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                    continue
                 return bodies
             assert r.code == ResponseCode.SUCCESS, r.remark
             bodies += [m.body for m in decode_records(r.body)]
@@ -89,7 +96,7 @@ def test_async_producer_sends_single_messages_and_batches(tmp_path: Path, flush:
             if flush == "SYNC_FLUSH":
                 flushed = broker.store.commit_log.queue.flushed_where  # type: ignore[attr-defined]
                 assert flushed >= broker.store.commit_log.max_offset  # type: ignore[attr-defined]
-            bodies = await pull_all(broker.address, "TAsync", mq.queue_id)
+            bodies = await pull_all(broker.address, "TAsync", mq.queue_id, want=54)
             assert bodies[:4] == [b"first", b"b1", b"b2", b"b3"]
             rest = [b for b in bodies[4:] if b != b"rr"]
             assert sorted(rest) == sorted(f"m{i}".encode() for i in range(50))
