@@ -5,10 +5,10 @@ scenarios at a tiny size (a broker subprocess each)."""
 from __future__ import annotations
 
 import asyncio
-import time
 import contextlib
 import gc
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
