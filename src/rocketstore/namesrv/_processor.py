@@ -44,6 +44,7 @@ from ..remoting import (
     ext_str,
 )
 from ._bodies import (
+    MAX_REGISTER_BODY,
     BodyError,
     DataVersion,
     RegisterBrokerBody,
@@ -92,10 +93,14 @@ def _success(ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> Rem
 
 
 class NamesrvProcessor:
-    """Serves the name server's request codes from a :class:`RouteInfoManager`."""
+    """Serves the name server's request codes from a :class:`RouteInfoManager`.
+    ``max_register_body``: what a compressed REGISTER_BROKER body may inflate to."""
 
-    def __init__(self, routes: RouteInfoManager) -> None:
+    def __init__(
+        self, routes: RouteInfoManager, *, max_register_body: int = MAX_REGISTER_BODY
+    ) -> None:
         self.routes = routes
+        self.max_register_body = max_register_body
 
     def handlers(self) -> dict[int, Handler]:
         """Request code → handler, for a RemotingServer."""
@@ -128,7 +133,11 @@ class NamesrvProcessor:
 
         filter_servers: list[str] | None
         if cmd.version >= V3_0_11:
-            parsed = RegisterBrokerBody.decode(body, compressed) if body else RegisterBrokerBody()
+            parsed = (
+                RegisterBrokerBody.decode(body, compressed, self.max_register_body)
+                if body
+                else RegisterBrokerBody()
+            )
             wrapper = parsed.topic_config_wrapper
             filter_servers = list(parsed.filter_server_list)
         else:

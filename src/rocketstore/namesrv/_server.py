@@ -14,6 +14,7 @@ import logging
 
 from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer
 from ..store._clock import SYSTEM_CLOCK, Clock
+from ._bodies import MAX_REGISTER_BODY
 from ._processor import NamesrvProcessor
 from ._route_table import BROKER_CHANNEL_EXPIRED_SECONDS, RouteInfoManager
 
@@ -25,7 +26,8 @@ SCAN_INTERVAL_SECONDS = 10.0
 
 class NameServer:
     """A name server on ``host:port`` (port 0: any free port; ``address`` tells which after
-    ``start``). ``routes`` is its route table."""
+    ``start``). ``routes`` is its route table. ``max_register_body``: what a compressed
+    REGISTER_BROKER body may inflate to (larger ones are answered with SYSTEM_ERROR)."""
 
     def __init__(
         self,
@@ -37,12 +39,13 @@ class NameServer:
         scan_interval_s: float = SCAN_INTERVAL_SECONDS,
         scan_initial_delay_s: float = SCAN_INITIAL_DELAY_SECONDS,
         max_frame: int = DEFAULT_MAX_FRAME,
+        max_register_body: int = MAX_REGISTER_BODY,
     ) -> None:
         self.clock = clock
         self.scan_interval_s = scan_interval_s
         self.scan_initial_delay_s = scan_initial_delay_s
         self.routes = RouteInfoManager(clock, expiry_s=broker_expiry_s)
-        self.processor = NamesrvProcessor(self.routes)
+        self.processor = NamesrvProcessor(self.routes, max_register_body=max_register_body)
         self.server = RemotingServer(
             self.processor.handlers(), host, port, max_frame=max_frame, name="namesrv"
         )
