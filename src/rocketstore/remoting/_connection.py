@@ -7,8 +7,12 @@ broker's NOTIFY_CONSUMER_IDS_CHANGED.
 
 Bad input: a frame longer than the maximum or shorter than a header closes the connection; a
 header that is not JSON closes it; a header of the wrong shape is answered with SYSTEM_ERROR;
-an unknown code with REQUEST_CODE_NOT_SUPPORTED; a handler that raises with SYSTEM_ERROR. None
-of it reaches any other connection.
+an unknown code with REQUEST_CODE_NOT_SUPPORTED. A handler that raises a ValueError (bad input:
+a field missing or not a number, a body that does not decode) is answered with SYSTEM_ERROR, or
+the code of a RequestError, and the error as the remark, and logged as one line; any other
+exception is an internal error, answered with SYSTEM_ERROR and logged with its traceback. Both
+logs are rate-limited (``LogLimiter``): a peer that sends nothing but bad requests writes a few
+lines a minute. None of it reaches any other connection.
 
 Reading: the connection is a BufferedProtocol, so the transport receives straight into its
 buffer; a frame larger than the buffer gets a buffer of its own, sized for it, and its body is
@@ -41,8 +45,11 @@ from ._command import (
     decode_frame,
     next_opaque,
 )
+from ._limits import LogLimiter, RequestError
 
 log = logging.getLogger(__name__)
+_bad_input_log = LogLimiter(log)  # requests and frames refused as the peer's mistake
+_failure_log = LogLimiter(log)  # handlers that failed: internal errors, with tracebacks
 
 HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
@@ -186,7 +193,9 @@ class Connection(asyncio.BufferedProtocol):
                 if self.closed or self._held:
                     break
         except FrameError as exc:
-            log.warning("remoting: closing %s: %s", self.peer or "connection", exc)
+            _bad_input_log.log(
+                logging.WARNING, "remoting: closing %s: %s", self.peer or "connection", exc
+            )
             self.close()
             return
         finally:
@@ -251,7 +260,9 @@ class Connection(asyncio.BufferedProtocol):
             if exc.opaque is None:
                 raise
             if exc.flag & (RESPONSE_FLAG | ONEWAY_FLAG):  # nobody waits for an answer
-                log.warning("remoting: dropped a frame from %s: %s", self.peer, exc)
+                _bad_input_log.log(
+                    logging.WARNING, "remoting: dropped a frame from %s: %s", self.peer, exc
+                )
             else:
                 error = RemotingCommand.response(ResponseCode.SYSTEM_ERROR, str(exc))
                 self._answer(exc.opaque, error, 0)
@@ -319,10 +330,30 @@ class Connection(asyncio.BufferedProtocol):
                 self._failed(cmd, TypeError(f"handler answered {type(response).__name__}"))
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> None:
-        log.error("remoting: request code %s from %s failed", cmd.code, self.peer, exc_info=exc)
-        if not cmd.is_oneway:
+        """Answer a request whose handler raised: a ValueError is bad input (one log line), any
+        other exception an internal error (a traceback); both logs rate-limited."""
+        if isinstance(exc, ValueError):
+            code = exc.code if isinstance(exc, RequestError) else ResponseCode.SYSTEM_ERROR
+            remark = str(exc) or type(exc).__name__
+            _bad_input_log.log(
+                logging.WARNING,
+                "remoting: refused request code %s from %s: %s",
+                cmd.code,
+                self.peer,
+                remark,
+            )
+        else:
+            code = ResponseCode.SYSTEM_ERROR
             remark = f"{type(exc).__name__}: {exc}"
-            self._reply(cmd, RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark))
+            _failure_log.log(
+                logging.ERROR,
+                "remoting: request code %s from %s failed",
+                cmd.code,
+                self.peer,
+                exc_info=exc,
+            )
+        if not cmd.is_oneway:
+            self._reply(cmd, RemotingCommand.response(code, remark))
 
     def _reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
         self._answer(request.opaque, response, request.serialize_type)
@@ -339,7 +370,13 @@ class Connection(asyncio.BufferedProtocol):
             self._unencodable(opaque, response, exc)
 
     def _unencodable(self, opaque: int, response: RemotingCommand, exc: Exception) -> None:
-        log.error("remoting: response code %s to %s cannot be encoded", response.code, self.peer)
+        _failure_log.log(
+            logging.ERROR,
+            "remoting: response code %s to %s cannot be encoded: %s",
+            response.code,
+            self.peer,
+            exc,
+        )
         error = RemotingCommand.response(
             ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
         )
