@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..remoting import ServerLimits
+from ..remoting._limits import DEFAULT_LIMITS
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
@@ -37,6 +39,8 @@ _CONF_KEYS = {
     "transactionTimeOut": "transaction_timeout",
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval",
+    "serverMaxConnections": "max_connections",
+    "serverMaxBufferedBytes": "max_buffered_bytes",
 }
 
 
@@ -67,6 +71,10 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # ms between two rounds of transaction checks
     transaction_check_interval: int = 60_000
+    # connections the remoting server accepts; beyond them, new ones are closed at once
+    max_connections: int = 10_000
+    # unsent answers and large frames all connections may hold (see remoting.ServerLimits)
+    max_buffered_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -79,6 +87,19 @@ class BrokerConfig:
             raise StoreConfigError(
                 "transaction_check_interval must be positive and transaction_timeout not negative"
             )
+        if self.max_connections < 1 or self.max_buffered_bytes < 1024 * 1024:
+            raise StoreConfigError(
+                "max_connections must be positive and max_buffered_bytes at least 1 MiB"
+            )
+
+    def server_limits(self) -> ServerLimits:
+        """The remoting server's limits from these settings."""
+        total = self.max_buffered_bytes
+        return ServerLimits(
+            max_connections=self.max_connections,
+            max_buffered_total=total,
+            max_buffered_per_connection=min(DEFAULT_LIMITS.max_buffered_per_connection, total),
+        )
 
     @property
     def namesrv_addrs(self) -> list[str]:

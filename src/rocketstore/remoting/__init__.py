@@ -19,6 +19,8 @@ from ._connection import Connection as Connection
 from ._connection import Handler as Handler
 from ._connection import RemotingError as RemotingError
 from ._limits import RequestError as RequestError
+from ._limits import ServerLimits as ServerLimits
+from ._limits import ServerStatistics as ServerStatistics
 from ._loop import new_event_loop as new_event_loop
 from ._loop import use_uvloop as use_uvloop
 from ._server import RemotingServer as RemotingServer
@@ -37,6 +39,8 @@ __all__ = [
     "RequestCode",
     "RequestError",
     "ResponseCode",
+    "ServerLimits",
+    "ServerStatistics",
     "ext_bool",
     "ext_int",
     "ext_int32",

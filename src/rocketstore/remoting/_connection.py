@@ -45,7 +45,7 @@ from ._command import (
     decode_frame,
     next_opaque,
 )
-from ._limits import LogLimiter, RequestError
+from ._limits import BufferBudget, LogLimiter, RequestError
 
 log = logging.getLogger(__name__)
 _bad_input_log = LogLimiter(log)  # requests and frames refused as the peer's mistake
@@ -79,7 +79,10 @@ class Connection(asyncio.BufferedProtocol):
     """``backpressure``: stop reading from the peer while the transport's write buffer is above
     its high-water mark (a peer that sends requests but does not read the answers cannot make
     this side buffer without bound). Servers turn it on; clients leave it off, so two
-    connections of this kind never both wait for the other to read."""
+    connections of this kind never both wait for the other to read.
+
+    ``budget``: the server's count of what its connections hold (unsent answers, large read
+    buffers), with the water marks and limits it enforces (see ``_limits``)."""
 
     def __init__(
         self,
@@ -88,6 +91,7 @@ class Connection(asyncio.BufferedProtocol):
         max_frame: int = DEFAULT_MAX_FRAME,
         on_close: Callable[[Connection], None] | None = None,
         backpressure: bool = False,
+        budget: BufferBudget | None = None,
     ) -> None:
         self.handlers = handlers
         self.max_frame = max_frame
@@ -111,6 +115,9 @@ class Connection(asyncio.BufferedProtocol):
         self._tasks: set[asyncio.Future[Any]] = set()
         self._write_ok: asyncio.Event | None = None
         self._held = False  # backpressure: frames are left unparsed until resume_writing
+        self.held_since = 0.0  # loop time reading stopped for unread answers (when _held)
+        self._budget = budget
+        self._buffered = 0  # what this connection holds, as last counted into the budget
         self.closed = False
 
     # ---- asyncio.BufferedProtocol -----------------------------------------------------------
@@ -133,7 +140,11 @@ class Connection(asyncio.BufferedProtocol):
         if self._backpressure:
             set_limits = getattr(transport, "set_write_buffer_limits", None)
             if set_limits is not None:
-                set_limits(high=1024 * 1024, low=256 * 1024)
+                if self._budget is not None:
+                    limits = self._budget.limits
+                    set_limits(high=limits.write_high_water, low=limits.write_low_water)
+                else:
+                    set_limits(high=1024 * 1024, low=256 * 1024)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         end = self._rend
@@ -153,6 +164,9 @@ class Connection(asyncio.BufferedProtocol):
         start, end = self._rstart, self._rend
         pending = end - start
         need = min(self._need, max(_TRUST_SIZE, 16 * pending))
+        budget = self._budget
+        if budget is not None and need > _READ_SIZE and need > budget.room():
+            need = min(need, 2 * pending)  # no trust beyond the budget: grow with the bytes
         buf = bytearray(max(self._rsize, need, pending + _MIN_FREE))
         if pending:
             buf[:pending] = self._rview[start:end]
@@ -160,6 +174,9 @@ class Connection(asyncio.BufferedProtocol):
         self._rview = memoryview(buf)
         self._rstart = 0
         self._rend = pending
+        if budget is not None and len(buf) > _READ_SIZE:
+            self._recount()
+            budget.changed(self, defer=True)
 
     def buffer_updated(self, nbytes: int) -> None:
         self._rend += nbytes
@@ -205,9 +222,11 @@ class Connection(asyncio.BufferedProtocol):
             if pos == end:
                 pos = end = 0
                 self._rend = 0
-                if len(buf) > self._rsize:  # the buffer of one large frame: let it go
+                if len(buf) > self._rsize and not self.closed:  # one large frame's: let it go
                     self._rbuf = bytearray(self._rsize)
                     self._rview = memoryview(self._rbuf)
+                    if self._budget is not None:
+                        self._recount()
             self._rstart = pos
         if self._loop is not None:
             self.last_active = self._loop.time()
@@ -217,6 +236,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release()
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -235,6 +255,8 @@ class Connection(asyncio.BufferedProtocol):
         self._write_ok.clear()
         if self._backpressure and self.transport is not None and not self.closed:
             self._held = True
+            if self._loop is not None:
+                self.held_since = self._loop.time()
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
@@ -250,6 +272,46 @@ class Connection(asyncio.BufferedProtocol):
     def _parse_held(self) -> None:
         if not self.closed and not self._held:
             self._parse()
+
+    @property
+    def reading(self) -> bool:
+        """False while reading is stopped because the peer does not take its answers."""
+        return not self._held
+
+    # ---- what this connection holds ---------------------------------------------------------
+
+    def _recount(self) -> int:
+        """Count what this connection holds (its unsent answers and the part of its read
+        buffer beyond the standard size) into the budget; returns it."""
+        transport = self.transport
+        if self.closed or transport is None:
+            held = 0
+        else:
+            held = transport.get_write_buffer_size() + max(0, len(self._rbuf) - _READ_SIZE)
+        budget = self._budget
+        if budget is not None:
+            budget.total += held - self._buffered
+        self._buffered = held
+        return held
+
+    def _count(self) -> None:
+        """Recount after a write; over a limit, the budget acts at once (this connection may
+        be aborted)."""
+        budget = self._budget
+        if budget is not None:
+            self._recount()
+            budget.changed(self)
+
+    def _release(self) -> None:
+        """Closed: let the read buffer go and take this connection out of the budget."""
+        freed = len(self._rbuf) + self._buffered
+        self._rbuf = bytearray(0)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = self._rend = self._need = 0
+        self._cork = None
+        self._recount()
+        if self._budget is not None:
+            self._budget.released += freed
 
     # ---- frames -----------------------------------------------------------------------------
 
@@ -402,12 +464,18 @@ class Connection(asyncio.BufferedProtocol):
                     self._flush(cork)
             else:
                 transport.write(data)
+                if self._budget is not None and (
+                    self._buffered or transport.get_write_buffer_size()
+                ):  # (nothing held before or now: the count is still 0)
+                    self._count()
         else:
             head, body = cmd.encode_parts()
             if self._cork:
                 self._flush(self._cork)
             transport.write(head)
             transport.write(body)
+            if self._budget is not None:
+                self._count()
         return True
 
     def _flush(self, cork: list[bytes]) -> None:
@@ -418,6 +486,8 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+            if self._budget is not None and (self._buffered or transport.get_write_buffer_size()):
+                self._count()
 
     async def drained(self) -> None:
         """Wait until the peer has taken what was written (flow control for large responses)."""
@@ -459,6 +529,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.closed = True
             self.transport.abort()
+            self._release()
 
 
 def _expire(fut: asyncio.Future[RemotingCommand], peer: str, code: int, timeout: float) -> None:

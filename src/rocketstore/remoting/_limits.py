@@ -1,18 +1,62 @@
-"""What one peer may cost a server: the log lines its bad requests write (``LogLimiter``) and
-the connections and unsent answers it may hold (``ServerLimits``).
+"""What one peer may cost a server: the log lines its bad requests write (``LogLimiter``), the
+connections it may open and the bytes they may hold (``ServerLimits``, kept by ``BufferBudget``).
 
-Loop thread only (a limiter shared by several loops is safe too: the worst a race does is let
-a line more through).
+What a connection holds, as counted here: its unsent answers (the transport's write buffer)
+and the part of its read buffer beyond the standard 64 KiB (the buffer of a large frame being
+received). Each connection's figure is recounted after every write and every new read
+buffer; the total is the sum (an estimate between recounts: what went out since is still
+counted, so it errs high, and is recounted exactly before anything is closed for it). A
+connection over its own share, or the largest ones while the total is over the server's, are
+aborted and their buffers dropped: at once after a write, on the next turn of the loop after a
+read::
+
+    answers written ─┐                                  ┌─ over max_buffered_per_connection:
+    read buffer  ────┼─ Connection._count ─ total ──────┤   abort that connection
+    grown / freed ───┘      (O(1))                      └─ total over max_buffered_total:
+                                                            recount all, abort the largest
+                                                            (those not reading first)
+
+A frame's announced length buys it a buffer of that size only within the room left in the
+budget; beyond it, the buffer grows with the bytes that actually arrive.
+
+Apart from that, a connection that does not read its answers stops being read from above the
+high-water mark (backpressure), and one that stays that way ``write_stall_timeout`` seconds is
+closed by the server's sweep. Once closed connections have let go of ``TRIM_AFTER`` bytes, the
+sweep hands the freed memory back to the system (glibc's ``malloc_trim``; the allocator keeps
+it otherwise, and the process stays as large as at its worst).
+
+Loop thread only (a LogLimiter shared by several loops is safe too: the worst a race does is
+let a line more through).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ._codes import ResponseCode
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+
+MiB = 1024 * 1024
+TRIM_AFTER = 64 * MiB
+
+
+def _malloc_trim() -> Callable[[], object] | None:
+    """glibc's malloc_trim(0), or None where there is none."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return lambda: trim(0)
+
+
+MALLOC_TRIM = _malloc_trim()
 
 
 class RequestError(ValueError):
@@ -71,3 +115,154 @@ class LogLimiter:
         self._written += 1
         self.logger.log(level, msg, *args, exc_info=exc_info)
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What the connections of one server may hold.
+
+    ``max_connections``: connections beyond it are closed as soon as they are accepted (one
+    log line a few times a minute). An idle connection costs some 80 KiB with its 64 KiB read
+    buffer, so 10,000 of them are some 800 MB at most; RocketMQ clients keep one connection per
+    broker and name server, so that is thousands of clients.
+
+    ``write_high_water`` / ``write_low_water``: reading from a connection stops while more than
+    the high-water mark of its answers is unsent, and resumes below the low-water mark.
+
+    ``max_buffered_per_connection``: a connection holding more (unsent answers and a large
+    frame's read buffer) is aborted; room for the high-water mark and a few answers of a
+    4 MiB message each.
+
+    ``max_buffered_total``: what all connections together may hold; over it, the connections
+    holding the most are aborted, those that stopped reading their answers first.
+
+    ``write_stall_timeout``: a connection whose answers stay above the high-water mark this
+    many seconds is closed."""
+
+    max_connections: int = 10_000
+    write_high_water: int = 1 * MiB
+    write_low_water: int = 256 * 1024
+    max_buffered_per_connection: int = 16 * MiB
+    max_buffered_total: int = 256 * MiB
+    write_stall_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be positive, not {self.max_connections}")
+        if not 0 <= self.write_low_water <= self.write_high_water:
+            raise ValueError("write_low_water must be between 0 and write_high_water")
+        if self.max_buffered_per_connection < self.write_high_water:
+            raise ValueError("max_buffered_per_connection must be at least write_high_water")
+        if self.max_buffered_total < self.max_buffered_per_connection:
+            raise ValueError("max_buffered_total must be at least max_buffered_per_connection")
+        if self.write_stall_timeout <= 0:
+            raise ValueError("write_stall_timeout must be positive")
+
+
+DEFAULT_LIMITS = ServerLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatistics:
+    """A snapshot of a server's connections and what they hold."""
+
+    connections: int
+    buffered_bytes: int  # unsent answers and large read buffers, counted now
+    unsent_bytes: int  # the unsent answers alone
+    refused_connections: int  # beyond max_connections
+    closed_over_budget: int  # aborted for holding too much
+    closed_stalled: int  # closed for not reading their answers for write_stall_timeout
+
+
+class BufferBudget:
+    """The running total of what a server's connections hold, and its enforcement (see the
+    module docstring). ``members`` is the server's live set of connections."""
+
+    def __init__(
+        self,
+        limits: ServerLimits,
+        members: Iterable[Connection],
+        name: str,
+        *,
+        trim: Callable[[], object] | None = MALLOC_TRIM,
+    ) -> None:
+        self.limits = limits
+        self.members = members
+        self.name = name
+        self.total = 0
+        self.closed_over_budget = 0
+        self.released = 0  # what closed connections let go of since the last trim
+        self._trim = trim
+        self._scheduled = False
+        self._log = LogLimiter(logging.getLogger("rocketstore.remoting._server"))
+
+    def changed(self, conn: Connection, *, defer: bool = False) -> None:
+        """``conn``'s figure was recounted: when it or the total is over its limit, enforce
+        the limits now (after a write), or on the next turn of the loop with ``defer`` (after
+        a new read buffer: the transport is in the middle of a read)."""
+        limits = self.limits
+        if (
+            conn._buffered <= limits.max_buffered_per_connection
+            and self.total <= limits.max_buffered_total
+        ):
+            return
+        if not defer:
+            self.enforce()
+        elif not self._scheduled and conn._loop is not None:
+            self._scheduled = True
+            conn._loop.call_soon(self._deferred)
+
+    def maybe_trim(self) -> bool:
+        """Hand freed memory back to the system once closed connections have let go of
+        ``TRIM_AFTER`` bytes; True when it did."""
+        if self.released < TRIM_AFTER or self._trim is None:
+            return False
+        self.released = 0
+        self._trim()
+        return True
+
+    def room(self) -> int:
+        """What the connections may still take before the total is over its limit."""
+        return self.limits.max_buffered_total - self.total
+
+    def recount(self) -> int:
+        """Count every connection again (what was written since may have gone out)."""
+        total = 0
+        for conn in self.members:
+            total += conn._recount()
+        self.total = total
+        return total
+
+    def _deferred(self) -> None:
+        self._scheduled = False
+        self.enforce()
+
+    def enforce(self) -> None:
+        """Recount, abort every connection over its own limit, then, while the total is over
+        the server's, the connections holding the most, those not reading their answers
+        first."""
+        limits = self.limits
+        self.recount()
+        for conn in [c for c in self.members if c._buffered > limits.max_buffered_per_connection]:
+            self._abort(conn, f"holds {conn._buffered:,} bytes")
+        if self.total <= limits.max_buffered_total:
+            return
+        # the connections that stopped reading their answers first, then the largest
+        ranked = sorted(self.members, key=lambda c: (c.reading, -c._buffered))
+        for conn in ranked:
+            if self.total <= limits.max_buffered_total:
+                break
+            self._abort(conn, f"holds {conn._buffered:,} bytes of {self.total:,} in all")
+
+    def _abort(self, conn: Connection, why: str) -> None:
+        self._log.log(
+            logging.WARNING,
+            "%s: closing %s: %s (max %s a connection, %s in all)",
+            self.name,
+            conn.peer,
+            why,
+            f"{self.limits.max_buffered_per_connection:,}",
+            f"{self.limits.max_buffered_total:,}",
+        )
+        self.closed_over_budget += 1
+        conn.abort()
