@@ -86,6 +86,17 @@ def test_inflate_up_to_the_limit_and_not_a_byte_more() -> None:
     assert inflate(zlib.compress(b""), 0) == b""
 
 
+@pytest.mark.parametrize("size", [MiB - 1, MiB, MiB + 1, 3 * MiB, 3 * MiB + 7])
+def test_inflate_in_pieces_at_every_boundary(size: int) -> None:
+    data = bytes(range(251)) * (size // 251) + bytes(size % 251)
+    for wbits, packed in ((ZLIB_OR_GZIP, zlib.compress(data)), (GZIP, gzip.compress(data))):
+        assert inflate(packed, size, wbits=wbits) == data
+        with pytest.raises(InflateLimitError):
+            inflate(packed, size - 1, wbits=wbits)
+        with pytest.raises(InflateError, match="cut short"):
+            inflate(packed[: len(packed) // 2], size, wbits=wbits)
+
+
 def test_inflate_refuses_what_is_not_deflate_or_cut_short() -> None:
     packed = zlib.compress(b"hello world" * 100)
     with pytest.raises(InflateError, match="does not inflate"):

@@ -25,6 +25,7 @@ ZLIB = zlib.MAX_WBITS
 GZIP = zlib.MAX_WBITS | 16
 ZLIB_OR_GZIP = zlib.MAX_WBITS | 32  # told apart by their headers
 _GZIP_MAGIC = b"\x1f\x8b"
+_PIECE = 1024 * 1024  # inflated at a time
 
 
 class InflateError(ValueError):
@@ -53,17 +54,25 @@ def inflate(
     rest: bytes | bytearray | memoryview = data
     while True:
         inflater = zlib.decompressobj(wbits)
-        try:
-            out = inflater.decompress(rest, limit - size + 1)
-        except zlib.error as exc:
-            raise InflateError(f"{what} does not inflate: {exc}") from None
-        size += len(out)
-        if size > limit:
-            raise InflateLimitError(what, limit)
-        parts.append(out)
+        while True:  # in pieces: a bomb costs the limit in memory, not twice the limit
+            room = min(_PIECE, limit - size + 1)
+            try:
+                out = inflater.decompress(rest, room)
+            except zlib.error as exc:
+                raise InflateError(f"{what} does not inflate: {exc}") from None
+            size += len(out)
+            if size > limit:
+                raise InflateLimitError(what, limit)
+            if out:
+                parts.append(out)
+            rest = inflater.unconsumed_tail
+            if inflater.eof or (not rest and len(out) < room):
+                break
         if not inflater.eof:
             raise InflateError(f"{what} does not inflate: the compressed data is cut short")
         rest = inflater.unused_data
         if wbits == ZLIB or not rest.startswith(_GZIP_MAGIC):
             break  # trailing bytes after the stream are ignored, as zlib.decompress does
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
