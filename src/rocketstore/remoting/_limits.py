@@ -83,7 +83,7 @@ class LogLimiter:
         self,
         logger: logging.Logger,
         *,
-        burst: int = 10,
+        burst: int = 5,
         interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
