@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from _remoting import raw_connect, read_command, serve
+from rocketstore.broker import _consumer_offset
 from rocketstore.remoting import (
     RemotingClient,
     RemotingCommand,
@@ -130,6 +131,24 @@ def test_a_flood_of_malformed_requests_gets_answers_and_a_few_log_lines(
     assert not [r for r in lines if r.exc_info], "a traceback for a bad request"
     assert "Traceback" not in caplog.text
     assert any("refused request code" in r.getMessage() for r in lines)
+
+
+def test_offsets_moved_back_again_and_again_are_logged_a_few_times(
+    running: RunningBroker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = LogLimiter(_consumer_offset.log)
+    monkeypatch.setattr(_consumer_offset, "_moved_back_log", limiter, raising=False)
+    ext = {"topic": "T", "queueId": "0", "consumerGroup": "G"}
+    commits = [
+        RemotingCommand.request(15, {**ext, "commitOffset": str(10 if i % 2 else 5)})
+        for i in range(PER_KIND)
+    ]
+    with caplog.at_level(logging.INFO):
+        answers = pipeline(running.addr, commits)
+    assert all(a is not None and a.code == RC.SUCCESS for a in answers)
+    moved = [r for r in caplog.records if "moved back" in r.getMessage()]
+    assert 1 <= len(moved) <= 5
+    assert len(rocketstore_lines(caplog)) < 20
 
 
 def test_an_internal_error_keeps_its_traceback_a_few_times_a_minute(
