@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _remoting import WAIT, Served, closed_by_peer, raw_connect, serve
+from _remoting import WAIT, Served, closed_by_peer, raw_connect, read_command, serve
 from rocketstore import StoreConfig
 from rocketstore._inflate import (
     DEFAULT_MAX_BODY,
@@ -442,6 +442,29 @@ def test_an_announced_frame_gets_no_buffer_beyond_the_budget() -> None:
             with RemotingClient(timeout=5) as good:  # a whole large frame still goes through
                 big = RemotingCommand.request(SMALL, {}, bytes(3 * MiB))
                 assert good.invoke(s.address, big).ext_fields["got"] == str(3 * MiB)
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def test_idle_connections_let_their_large_read_buffers_go() -> None:
+    limits = ServerLimits(write_stall_timeout=0.4)  # the sweep runs every 0.1 s
+    with serve({SMALL: small_answer}, idle_timeout=None, limits=limits) as s:
+        socks = [raw_connect(s.address) for _ in range(20)]
+        try:
+            frame = RemotingCommand.request(SMALL, {}, bytes(70_000)).encode()
+            for sock in socks:
+                sock.sendall(frame)
+                answer = read_command(sock)
+                assert answer is not None and answer.ext_fields["got"] == "70000"
+            deadline = time.monotonic() + WAIT
+            while stats(s).read_buffer_bytes > 20 * 8 * 1024:
+                assert time.monotonic() < deadline, stats(s)
+                time.sleep(0.02)
+            for sock in socks:  # and they still read what comes
+                sock.sendall(frame)
+                answer = read_command(sock)
+                assert answer is not None and answer.ext_fields["got"] == "70000"
         finally:
             for sock in socks:
                 sock.close()

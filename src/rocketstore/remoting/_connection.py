@@ -302,6 +302,22 @@ class Connection(asyncio.BufferedProtocol):
             self._recount()
             budget.changed(self)
 
+    def maybe_shrink(self) -> bool:
+        """Let a read buffer larger than the first go while nothing is pending in it (the
+        server's sweep does this for idle connections: one holds 8 KiB then, not 64)."""
+        if self.closed or self._rend or len(self._rbuf) <= _FIRST_READ_SIZE:
+            return False
+        self._rsize = _FIRST_READ_SIZE
+        self._rbuf = bytearray(_FIRST_READ_SIZE)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = 0
+        self._recount()
+        return True
+
+    @property
+    def read_buffer_size(self) -> int:
+        return len(self._rbuf)
+
     def _release(self) -> None:
         """Closed: let the read buffer go and take this connection out of the budget."""
         freed = len(self._rbuf) + self._buffered

@@ -122,9 +122,10 @@ class ServerLimits:
     """What the connections of one server may hold.
 
     ``max_connections``: connections beyond it are closed as soon as they are accepted (one
-    log line a few times a minute). An idle connection costs some 80 KiB with its 64 KiB read
-    buffer, so 10,000 of them are some 800 MB at most; RocketMQ clients keep one connection per
-    broker and name server, so that is thousands of clients.
+    log line a few times a minute). A connection costs some 11 KiB idle and 70 KiB busy (its
+    64 KiB read buffer; the server's sweep shrinks it again once the connection is idle), so
+    10,000 of them are some 110 MB idle, 700 MB all busy; RocketMQ clients keep one connection
+    per broker and name server, so that is thousands of clients.
 
     ``write_high_water`` / ``write_low_water``: reading from a connection stops while more than
     the high-water mark of its answers is unsent, and resumes below the low-water mark.
@@ -169,6 +170,7 @@ class ServerStatistics:
     connections: int
     buffered_bytes: int  # unsent answers and large read buffers, counted now
     unsent_bytes: int  # the unsent answers alone
+    read_buffer_bytes: int  # every read buffer, whole (the budget counts large ones' excess)
     refused_connections: int  # beyond max_connections
     closed_over_budget: int  # aborted for holding too much
     closed_stalled: int  # closed for not reading their answers for write_stall_timeout

@@ -107,8 +107,9 @@ class RemotingServer:
     def statistics(self) -> ServerStatistics:
         """Where the connections stand, counted now (loop thread)."""
         buffered = self.budget.recount()
-        unsent = 0
+        unsent = read_buffers = 0
         for conn in self.connections:
+            read_buffers += conn.read_buffer_size
             transport = conn.transport
             if transport is not None and not conn.closed:
                 unsent += transport.get_write_buffer_size()
@@ -116,6 +117,7 @@ class RemotingServer:
             connections=len(self.connections),
             buffered_bytes=buffered,
             unsent_bytes=unsent,
+            read_buffer_bytes=read_buffers,
             refused_connections=self.refused_connections,
             closed_over_budget=self.budget.closed_over_budget,
             closed_stalled=self.closed_stalled,
@@ -131,13 +133,15 @@ class RemotingServer:
 
     async def _sweep(self) -> None:
         """Close the connections idle for ``idle_timeout`` seconds, abort those that have not
-        taken their answers for ``write_stall_timeout`` seconds, and recount the budget."""
+        taken their answers for ``write_stall_timeout`` seconds, shrink the read buffers of
+        those that have sent nothing since the last sweep, and recount the budget."""
         loop = asyncio.get_running_loop()
         idle_timeout = self.idle_timeout
         stall_timeout = self.limits.write_stall_timeout
         shortest = stall_timeout if idle_timeout is None else min(idle_timeout, stall_timeout)
+        period = min(max(shortest / 4, 0.01), 10.0)
         while True:
-            await asyncio.sleep(min(max(shortest / 4, 0.01), 10.0))
+            await asyncio.sleep(period)
             now = loop.time()
             for conn in list(self.connections):
                 if conn.closed:
@@ -155,6 +159,8 @@ class RemotingServer:
                 elif idle_timeout is not None and conn.last_active < now - idle_timeout:
                     log.info("%s: closing %s, idle for %g s", self.name, conn.peer, idle_timeout)
                     conn.close()
+                elif conn.last_active < now - period:
+                    conn.maybe_shrink()
             self.budget.recount()
             self.budget.maybe_trim()
 
