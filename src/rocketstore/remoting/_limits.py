@@ -51,7 +51,7 @@ def _malloc_trim() -> Callable[[], object] | None:
     """glibc's malloc_trim(0), or None where there is none."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+    except (OSError, AttributeError, TypeError):  # not glibc (TypeError: Windows)
         return None
     return lambda: trim(0)
 
