@@ -600,3 +600,77 @@ def test_the_brokers_limits_come_from_its_config() -> None:
         BrokerConfig(max_connections=0)
     with pytest.raises(StoreConfigError, match="max_buffered_bytes"):
         BrokerConfig(max_buffered_bytes=1000)
+
+
+def test_a_connection_stops_being_read_at_its_limit_of_requests_in_flight() -> None:
+    waiting: list[asyncio.Future[RemotingCommand]] = []
+
+    def later(cmd: RemotingCommand, conn: Connection) -> asyncio.Future[RemotingCommand]:
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        waiting.append(fut)
+        return fut
+
+    def answer(n: int) -> None:
+        for fut in [f for f in waiting if not f.done()][:n]:
+            fut.set_result(RemotingCommand.response(ResponseCode.SUCCESS))
+
+    def count() -> int:
+        return s.call(lambda: len(waiting))
+
+    def settle(expected: int) -> None:
+        deadline = time.monotonic() + WAIT
+        while count() != expected:
+            assert time.monotonic() < deadline, count()
+            time.sleep(0.01)
+        time.sleep(0.1)  # and no more arrive
+        assert count() == expected
+
+    with serve({LATER: later, SMALL: small_answer}, limits=ServerLimits(max_in_flight=10)) as s:
+        sock = raw_connect(s.address)
+        try:
+            sock.sendall(requests(LATER, 50) + RemotingCommand.request(SMALL, {}).encode())
+            settle(10)  # ten in flight, the rest not read
+            with RemotingClient(timeout=5) as other:  # other connections are served
+                round_trip(other, s.address)
+            s.call(lambda: answer(2))
+            settle(10)  # 8 in flight: still more than three quarters
+            s.call(lambda: answer(1))
+            settle(13)  # 7: read again, up to 10 in flight
+            for _ in range(20):
+                s.call(lambda: answer(10))
+            settle(50)
+            s.call(lambda: answer(50))
+            codes = [read_command(sock) for _ in range(51)]
+            assert all(c is not None and c.code == ResponseCode.SUCCESS for c in codes)
+            assert [c.ext_fields for c in codes if c is not None].count({"got": "0"}) == 1
+        finally:
+            sock.close()
+
+
+def test_held_pulls_go_with_their_connection(tmp_path: Path) -> None:
+    broker = RunningBroker(tmp_path / "b", store={}, broker={})
+    try:
+        assert broker.controller is not None
+        holds = broker.controller.holds
+        with RemotingClient(timeout=5) as client:
+            assert client.invoke(broker.addr, send_request("T")).code == ResponseCode.SUCCESS
+        sock = raw_connect(broker.addr)
+        burst = heartbeat("c", "G", "T").encode() + b"".join(
+            pull_request("T", 0, 1, group="G", suspend_ms=60_000).encode() for _ in range(100)
+        )
+        sock.sendall(burst)
+
+        def held() -> int:
+            return broker.run(_call(lambda: holds.statistics().held))
+
+        deadline = time.monotonic() + WAIT
+        while held() < 100:
+            assert time.monotonic() < deadline, held()
+            time.sleep(0.01)
+        sock.close()
+        while held():  # not the 60 s of their suspend
+            assert time.monotonic() < deadline, held()
+            time.sleep(0.01)
+        assert broker.run(_call(lambda: holds.statistics().cancelled)) == 100
+    finally:
+        broker.stop()

@@ -115,6 +115,7 @@ class Connection(asyncio.BufferedProtocol):
         self._tasks: set[asyncio.Future[Any]] = set()
         self._write_ok: asyncio.Event | None = None
         self._held = False  # backpressure: frames are left unparsed until resume_writing
+        self._busy = False  # too many requests in flight: frames are left unparsed until fewer
         self.held_since = 0.0  # loop time reading stopped for unread answers (when _held)
         self._budget = budget
         self._buffered = 0  # what this connection holds, as last counted into the budget
@@ -182,7 +183,7 @@ class Connection(asyncio.BufferedProtocol):
         self._rend += nbytes
         if nbytes >= self._offered:  # the peer had more to send: read in larger pieces
             self._rsize = _READ_SIZE
-        if not self.closed and not self._held:
+        if not self.closed and not self._held and not self._busy:
             self._parse()
 
     def _parse(self) -> None:
@@ -207,7 +208,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._need = 0
                 self._frame(view[pos + 4 : stop])
                 pos = stop
-                if self.closed or self._held:
+                if self.closed or self._held or self._busy:
                     break
         except FrameError as exc:
             _bad_input_log.log(
@@ -237,6 +238,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._release()
+        for waiting in [t for t in self._tasks if not isinstance(t, asyncio.Task)]:
+            waiting.cancel()  # nobody to answer: a held request lets go of what it holds
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -254,23 +257,29 @@ class Connection(asyncio.BufferedProtocol):
             self._write_ok = asyncio.Event()
         self._write_ok.clear()
         if self._backpressure and self.transport is not None and not self.closed:
+            if not self._held and not self._busy:
+                self.transport.pause_reading()
             self._held = True
             if self._loop is not None:
                 self.held_since = self._loop.time()
-            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         if self._write_ok is not None:
             self._write_ok.set()
         if self._held:
             self._held = False
-            if self.transport is not None and not self.closed:
-                self.transport.resume_reading()
-                if self._loop is not None:  # frames read before the pause, outside this call
-                    self._loop.call_soon(self._parse_held)
+            self._maybe_resume()
+
+    def _maybe_resume(self) -> None:
+        """Read again once neither unread answers nor requests in flight hold reading."""
+        if self._held or self._busy or self.transport is None or self.closed:
+            return
+        self.transport.resume_reading()
+        if self._loop is not None:  # frames read before the pause, outside this call
+            self._loop.call_soon(self._parse_held)
 
     def _parse_held(self) -> None:
-        if not self.closed and not self._held:
+        if not self.closed and not self._held and not self._busy:
             self._parse()
 
     @property
@@ -373,7 +382,9 @@ class Connection(asyncio.BufferedProtocol):
             if result.done():
                 self._finished(cmd, result)
             else:
+                self._tasks.add(result)  # cancelled if the connection goes first
                 result.add_done_callback(lambda f: self._finished(cmd, f))
+                self._maybe_busy()
             return
         try:
             if _EAGER and asyncio.iscoroutine(result):  # runs to its first wait right here
@@ -388,9 +399,29 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._finished(cmd, t))
+        self._maybe_busy()
+
+    def _maybe_busy(self) -> None:
+        """Stop reading while the server's limit of requests in flight is reached."""
+        budget = self._budget
+        if (
+            budget is None
+            or self._busy
+            or len(self._tasks) < budget.limits.max_in_flight
+            or self.transport is None
+            or self.closed
+        ):
+            return
+        if not self._held:
+            self.transport.pause_reading()
+        self._busy = True
 
     def _finished(self, cmd: RemotingCommand, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
+        if self._busy and self._budget is not None:
+            if len(self._tasks) <= self._budget.limits.max_in_flight * 3 // 4:
+                self._busy = False
+                self._maybe_resume()
         if task.cancelled():  # the caller is told rather than left to its timeout
             if not cmd.is_oneway and not self.closed:
                 remark = f"request code {cmd.code} was cancelled"

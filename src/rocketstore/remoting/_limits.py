@@ -138,7 +138,13 @@ class ServerLimits:
     holding the most are aborted, those that stopped reading their answers first.
 
     ``write_stall_timeout``: a connection whose answers stay above the high-water mark this
-    many seconds is closed."""
+    many seconds is closed.
+
+    ``max_in_flight``: a connection with this many requests waiting for their answers (held
+    pulls, sends waiting for their flush) is not read from until a quarter of them are
+    answered; a request in flight holds some 3 KiB, so one connection holds some 25 MiB of
+    them at most. RocketMQ's Java client allows itself 65,535 asynchronous requests; one
+    client with more than 8,192 queues held on one broker is rare."""
 
     max_connections: int = 10_000
     write_high_water: int = 1 * MiB
@@ -146,6 +152,7 @@ class ServerLimits:
     max_buffered_per_connection: int = 16 * MiB
     max_buffered_total: int = 256 * MiB
     write_stall_timeout: float = 60.0
+    max_in_flight: int = 8192
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
@@ -158,6 +165,8 @@ class ServerLimits:
             raise ValueError("max_buffered_total must be at least max_buffered_per_connection")
         if self.write_stall_timeout <= 0:
             raise ValueError("write_stall_timeout must be positive")
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be positive, not {self.max_in_flight}")
 
 
 DEFAULT_LIMITS = ServerLimits()
