@@ -142,7 +142,7 @@ class ServerLimits:
 
     ``max_in_flight``: a connection with this many requests waiting for their answers (held
     pulls, sends waiting for their flush) is not read from until a quarter of them are
-    answered; a request in flight holds some 3 KiB, so one connection holds some 25 MiB of
+    answered; a held pull holds some 3.3 KiB, so one connection holds some 27 MiB of
     them at most. RocketMQ's Java client allows itself 65,535 asynchronous requests; one
     client with more than 8,192 queues held on one broker is rare."""
 
