@@ -355,7 +355,7 @@ def test_non_readers_hold_no_more_than_the_budget_and_a_good_client_is_served(lo
                     assert time.monotonic() < deadline, stats(s)
                     slowest = max(slowest, round_trip(good, s.address))
                     time.sleep(0.01)
-                assert slowest < 1.0
+                assert slowest < 2.0
                 assert stats(s).buffered_bytes <= limits.max_buffered_total
         finally:
             for sock in bad:
