@@ -54,6 +54,7 @@ from ..remoting import (
     ext_int,
     ext_str,
 )
+from ..remoting._limits import LogLimiter
 from ..store._record import SCHEDULE_TOPIC
 from ._admin_bodies import (
     ConsumeStats,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from ._controller import BrokerController
 
 log = logging.getLogger(__name__)
+_refusals_log = LogLimiter(log)  # a few lines a minute, however many requests are refused
 
 RC = ResponseCode
 GET_BROKER_CONFIG = 26
@@ -472,7 +474,9 @@ def _guarded(fn: Callable[[RemotingCommand, Connection], Any]) -> Handler:
     """A handler that answers a refused request with its code and remark, not a stack trace."""
 
     def refuse(cmd: RemotingCommand, conn: Connection, exc: RequestError) -> RemotingCommand:
-        log.warning("request code %s from %s refused: %s", cmd.code, conn.peer, exc)
+        _refusals_log.log(
+            logging.WARNING, "request code %s from %s refused: %s", cmd.code, conn.peer, exc
+        )
         return RemotingCommand.response(exc.code, str(exc))
 
     async def finish(cmd: RemotingCommand, conn: Connection, pending: Any) -> RemotingCommand:

@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..remoting import ServerLimits
+from ..remoting._limits import DEFAULT_LIMITS
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
@@ -38,6 +40,8 @@ _CONF_KEYS = {
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval",
     "aclEnable": "acl_enable",
+    "serverMaxConnections": "max_connections",
+    "serverMaxBufferedBytes": "max_buffered_bytes",
 }
 
 
@@ -71,6 +75,10 @@ class BrokerConfig:
     # ACL on every port: the accounts of acl_file ("" → $ROCKETMQ_HOME/conf/plain_acl.yml)
     acl_enable: bool = False
     acl_file: str = ""
+    # connections the remoting server accepts; beyond them, new ones are closed at once
+    max_connections: int = 10_000
+    # unsent answers and large frames all connections may hold (see remoting.ServerLimits)
+    max_buffered_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -83,6 +91,19 @@ class BrokerConfig:
             raise StoreConfigError(
                 "transaction_check_interval must be positive and transaction_timeout not negative"
             )
+        if self.max_connections < 1 or self.max_buffered_bytes < 1024 * 1024:
+            raise StoreConfigError(
+                "max_connections must be positive and max_buffered_bytes at least 1 MiB"
+            )
+
+    def server_limits(self) -> ServerLimits:
+        """The remoting server's limits from these settings."""
+        total = self.max_buffered_bytes
+        return ServerLimits(
+            max_connections=self.max_connections,
+            max_buffered_total=total,
+            max_buffered_per_connection=min(DEFAULT_LIMITS.max_buffered_per_connection, total),
+        )
 
     @property
     def acl_path(self) -> str | None:

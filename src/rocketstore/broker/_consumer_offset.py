@@ -32,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from ..remoting import _fastjson
+from ..remoting._limits import LogLimiter
 from ._json_file import ConfigFile, as_int
 
 log = logging.getLogger(__name__)
+_moved_back_log = LogLimiter(log)  # each commit a client sends may move back: a few a minute
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 TOPIC_GROUP_SEPARATOR = "@"
@@ -100,7 +102,8 @@ class ConsumerOffsetManager:
             queues[queue_id] = offset
             self._dirty = True
         if old is not None and offset < old:
-            log.warning(
+            _moved_back_log.log(
+                logging.WARNING,
                 "consumer offset moved back: client %s %s queue %d: %d -> %d",
                 client_host,
                 key,

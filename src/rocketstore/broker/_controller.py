@@ -199,6 +199,7 @@ class BrokerController:
                 config.listen_port,
                 max_frame=config.max_frame_size,
                 name=f"broker {config.broker_name}",
+                limits=config.server_limits(),
             )
             self.server.close_listeners.append(self.clients.on_connection_closed)
             await self.server.start()

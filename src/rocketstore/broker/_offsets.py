@@ -2,6 +2,9 @@
 SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32).
 
+A request without its topic, queue id or group, or with a number that does not parse, is
+answered with SYSTEM_ERROR and the reason (RequestError).
+
 Loop thread only (the store calls made here are short and non-blocking).
 """
 
@@ -9,7 +12,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..remoting import (
+    Connection,
+    RemotingCommand,
+    RequestError,
+    ResponseCode,
+    ext_int,
+    ext_int32,
+    ext_str,
+)
 
 if TYPE_CHECKING:
     from ._controller import BrokerController
@@ -19,6 +30,13 @@ RC = ResponseCode
 
 def _ok(**ext: Any) -> RemotingCommand:
     return RemotingCommand.response(RC.SUCCESS, None, {k: str(v) for k, v in ext.items()})
+
+
+def _group(ext: dict[str, Any]) -> str:
+    group = ext_str(ext, "consumerGroup")
+    if not group:
+        raise RequestError("the custom field <consumerGroup> is null")
+    return group
 
 
 class OffsetProcessor:
@@ -39,15 +57,17 @@ class OffsetProcessor:
     @staticmethod
     def _queue(ext: dict[str, Any]) -> tuple[str, int]:
         topic = ext_str(ext, "topic") or ""
-        queue_id = ext_int(ext, "queueId")
+        queue_id = ext_int32(ext, "queueId")
         if not topic or queue_id is None:
-            raise ValueError("topic and queueId are required")
+            raise RequestError("topic and queueId are required")
+        if queue_id < 0:
+            raise RequestError(f"queueId[{queue_id}] is illegal")
         return topic, queue_id
 
     def query_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         topic, queue_id = self._queue(ext)
-        group = ext_str(ext, "consumerGroup") or ""
+        group = _group(ext)
         offset = self.broker.offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
             return _ok(offset=offset)
@@ -70,10 +90,10 @@ class OffsetProcessor:
     def update_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         topic, queue_id = self._queue(ext)
-        group = ext_str(ext, "consumerGroup") or ""
+        group = _group(ext)
         offset = ext_int(ext, "commitOffset")
         if offset is None:
-            raise ValueError("commitOffset is required")
+            raise RequestError("commitOffset is required")
         self.broker.offsets.commit_offset(conn.peer, group, topic, queue_id, offset)
         return RemotingCommand.response(RC.SUCCESS)
 
@@ -82,7 +102,7 @@ class OffsetProcessor:
         topic, queue_id = self._queue(ext)
         timestamp = ext_int(ext, "timestamp")
         if timestamp is None:
-            raise ValueError("timestamp is required")
+            raise RequestError("timestamp is required")
         return _ok(offset=self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp))
 
     def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -209,5 +209,7 @@ class PullProcessor:
             except Exception as exc:  # answered with SYSTEM_ERROR by the connection
                 fut.set_exception(exc)
 
-        self.broker.holds.hold(topic, queue_id, offset, timeout_s, wake)
+        hold = self.broker.holds.hold(topic, queue_id, offset, timeout_s, wake)
+        # the connection cancels its waiting requests when it closes: the hold goes with it
+        fut.add_done_callback(lambda f: hold.cancel() if f.cancelled() else None)
         return fut

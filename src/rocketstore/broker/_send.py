@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_int32, ext_str
 from ..store._message import Message, PutMessageResult, PutMessageStatus
 from ..store._record import (
     PROPERTY_DELAY,
@@ -174,8 +174,10 @@ class SendProcessor:
         topic, queue_id = checked
         props = string_to_properties(ext_str(ext, "properties") or "")
         props[PROPERTY_CLUSTER] = self.cluster
-        sys_flag = ext_int(ext, "sysFlag", 0) or 0
-        reconsume = ext_int(ext, "reconsumeTimes", 0) or 0
+        sys_flag = ext_int32(ext, "sysFlag", 0) or 0
+        reconsume = ext_int32(ext, "reconsumeTimes", 0) or 0
+        flag = ext_int32(ext, "flag", 0) or 0
+        born_timestamp = ext_int(ext, "bornTimestamp", 0) or 0
         # a half message, unless it is a retry of one (clients before 4.6.1 send those back
         # with TRAN_MSG kept and a delay level), as RocketMQ decides
         delay = props.get(PROPERTY_DELAY, "")
@@ -194,7 +196,7 @@ class SendProcessor:
                 return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"timer message: {exc}")
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             redirected = retry_or_dlq(
-                self.broker, topic, queue_id, reconsume, ext_int(ext, "maxReconsumeTimes"), props
+                self.broker, topic, queue_id, reconsume, ext_int32(ext, "maxReconsumeTimes"), props
             )
             if isinstance(redirected, RemotingCommand):
                 return redirected
@@ -204,9 +206,9 @@ class SendProcessor:
             bytes(cmd.body),
             queue_id,
             properties=props,
-            flag=ext_int(ext, "flag", 0) or 0,
+            flag=flag,
             sys_flag=sys_flag,
-            born_timestamp=ext_int(ext, "bornTimestamp", 0) or 0,
+            born_timestamp=born_timestamp,
             born_host=conn.peer or None,
             reconsume_times=reconsume,
         )
@@ -221,7 +223,8 @@ class SendProcessor:
             return checked
         topic, queue_id = checked
         try:
-            batch_flag = ext_int(ext, "sysFlag", 0) or 0
+            batch_flag = ext_int32(ext, "sysFlag", 0) or 0
+            born = ext_int(ext, "bornTimestamp", 0) or 0
         except ValueError as exc:
             return RemotingCommand.response(RC.MESSAGE_ILLEGAL, str(exc))
         if batch_flag & SYSFLAG_TRANSACTION_MASK:
@@ -238,7 +241,6 @@ class SendProcessor:
             return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
         if not items:
             return RemotingCommand.response(RC.MESSAGE_ILLEGAL, "empty batch")
-        born = ext_int(ext, "bornTimestamp", 0) or 0
         host = conn.peer or None
         msgs = []
         for flag, body, props in items:
@@ -283,7 +285,7 @@ class SendProcessor:
                 RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
             )
         try:
-            queue_id = ext_int(ext, "queueId", 0)
+            queue_id = ext_int32(ext, "queueId", 0)
         except ValueError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
         assert queue_id is not None

@@ -12,7 +12,15 @@ import asyncio
 import random
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..remoting import (
+    Connection,
+    RemotingCommand,
+    RequestError,
+    ResponseCode,
+    ext_int,
+    ext_int32,
+    ext_str,
+)
 from ..store._message import Message
 from ..store._record import PROPERTY_DELAY, PROPERTY_WAIT
 from ._topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
@@ -65,10 +73,12 @@ class SendBackProcessor:
         ext = cmd.ext_fields
         broker = self.broker
         group = ext_str(ext, "group") or ""
+        if not group:
+            raise RequestError("the custom field <group> is null")
         phys = ext_int(ext, "offset")
         if phys is None:
-            raise ValueError("offset is required")
-        delay_level = ext_int(ext, "delayLevel", 0) or 0
+            raise RequestError("the custom field <offset> is null")
+        delay_level = ext_int32(ext, "delayLevel", 0) or 0
         group_config = broker.groups.find_or_create(group)
         if group_config is None:
             return RemotingCommand.response(
@@ -92,7 +102,7 @@ class SendBackProcessor:
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props[PROPERTY_WAIT] = "false"
-        max_reconsume = ext_int(ext, "maxReconsumeTimes")
+        max_reconsume = ext_int32(ext, "maxReconsumeTimes")
         if max_reconsume is None:
             max_reconsume = group_config.retry_max_times
         if msg.reconsume_times >= max_reconsume or delay_level < 0:

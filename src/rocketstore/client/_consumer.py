@@ -4,9 +4,9 @@ Any thread (calls are serialised)."""
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 
+from .._inflate import DEFAULT_MAX_BODY
 from ..remoting import RemotingClient, RemotingCommand, ResponseCode
 from ..store._record import INT32, MessageExt, decode_stored
 from ._route import ClientError, MessageQueue, RouteCache
@@ -54,13 +54,14 @@ def decode_records(data: bytes | bytearray | memoryview) -> list[MessageExt]:
     return out
 
 
-def plain_body(msg: MessageExt) -> MessageExt:
+def plain_body(msg: MessageExt, max_size: int = DEFAULT_MAX_BODY) -> MessageExt:
     """The message with its body as sent: a body the producer compressed (the C++ client
     deflates bodies over 4 KiB and sets the compressed system flag) is inflated and the flag
-    cleared, as RocketMQ's consumers hand it to their applications."""
+    cleared, as RocketMQ's consumers hand it to their applications. A body that would inflate
+    past ``max_size`` bytes raises InflateLimitError (a ValueError)."""
     if not msg.sys_flag & SYSFLAG_COMPRESSED:
         return msg
-    body = zlib.decompress(msg.body)
+    body = msg.decompressed_body(max_size)
     return msg._replace(
         body=body, body_length=len(body), sys_flag=msg.sys_flag & ~SYSFLAG_COMPRESSED
     )

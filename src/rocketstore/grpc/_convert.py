@@ -12,12 +12,12 @@ Pure functions; any thread.
 
 from __future__ import annotations
 
-import gzip
 import ipaddress
 import zlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from .._inflate import DEFAULT_MAX_BODY, ZLIB_OR_GZIP, InflateError, InflateLimitError, inflate
 from ..store._message import Message
 from ..store._record import (
     KEY_SEPARATOR,
@@ -160,17 +160,20 @@ def born_host_of(text: str, peer: str | None) -> str | None:
     return None
 
 
-def decoded_body(message: pb.Message) -> bytes:
+def decoded_body(message: pb.Message, max_size: int = DEFAULT_MAX_BODY) -> bytes:
     """The body of a sent message as the application wrote it (GZIP bodies are inflated: the
-    store keeps plain bodies, which 4.x consumers read too)."""
+    store keeps plain bodies, which 4.x consumers read too). A body that would inflate past
+    ``max_size`` bytes is refused with MESSAGE_BODY_TOO_LARGE as soon as it gets there."""
     body = bytes(message.body)
     encoding = message.system_properties.body_encoding
     if encoding == pb.GZIP:
         try:
-            if body[:2] == b"\x1f\x8b":
-                return gzip.decompress(body)
-            return zlib.decompress(body)
-        except (OSError, zlib.error, EOFError) as exc:
+            return inflate(body, max_size, wbits=ZLIB_OR_GZIP)
+        except InflateLimitError:
+            raise GrpcError(
+                Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed {max_size}"
+            ) from None
+        except InflateError as exc:
             raise GrpcError(Code.MESSAGE_CORRUPTED, f"body is not GZIP data: {exc}") from None
     if encoding not in (pb.IDENTITY, pb.ENCODING_UNSPECIFIED):
         raise GrpcError(Code.MESSAGE_CORRUPTED, f"unknown body encoding {encoding}")

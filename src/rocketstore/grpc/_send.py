@@ -116,10 +116,10 @@ class SendService:
     ) -> Message:
         cfg = self.config
         sp = m.system_properties
-        body = decoded_body(m)
+        max_size = self.broker.store_config.max_message_size
+        body = decoded_body(m, max_size)
         if not body:
             raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body cannot be empty")
-        max_size = self.broker.store_config.max_message_size
         if len(body) > max_size:
             raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed {max_size}")
         transactional = sp.message_type == pb.TRANSACTION

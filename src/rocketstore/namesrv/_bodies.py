@@ -30,7 +30,9 @@ RegisterBrokerBody, compressed (the broker's ``compressedRegister``): zlib (defl
     | repeated (int32 n + "topic readQueueNums writeQueueNums perm topicFilterType")
     | int32 n + filter server list JSON
 
-(the compressed form drops ``topicSysFlag`` and ``order``, as RocketMQ's does).
+(the compressed form drops ``topicSysFlag`` and ``order``, as RocketMQ's does). It inflates to at
+most ``max_size`` bytes (``MAX_REGISTER_BODY`` unless the name server is told otherwise): a
+larger one is refused before it takes more memory than that.
 
 Pure functions and immutable values; any thread.
 """
@@ -44,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._inflate import inflate
 from ..remoting import _fastjson
 
 MASTER_ID = 0
@@ -57,6 +60,10 @@ DEFAULT_PERM = PERM_READ | PERM_WRITE
 DEFAULT_FILTER_TYPE = "SINGLE_TAG"
 
 _INT32 = struct.Struct(">i")
+
+MAX_REGISTER_BODY = 64 * 1024 * 1024
+"""What a compressed RegisterBrokerBody may inflate to: some 800,000 topic lines, four times
+the largest frame (16 MiB) a broker could send the same body in uncompressed."""
 
 
 class BodyError(ValueError):
@@ -264,7 +271,10 @@ class RegisterBrokerBody:
 
     @classmethod
     def decode(
-        cls, data: bytes | bytearray | memoryview, compressed: bool = False
+        cls,
+        data: bytes | bytearray | memoryview,
+        compressed: bool = False,
+        max_size: int = MAX_REGISTER_BODY,
     ) -> RegisterBrokerBody:
         if not compressed:
             obj = _object(data, "RegisterBrokerBody")
@@ -277,9 +287,9 @@ class RegisterBrokerBody:
             filters = obj.get("filterServerList")
             return cls(wrapper, [str(f) for f in filters] if filters is not None else [])
         try:
-            raw = zlib.decompress(bytes(data))
-        except zlib.error as exc:
-            raise BodyError(f"compressed RegisterBrokerBody: {exc}") from exc
+            raw = inflate(data, max_size, what="compressed RegisterBrokerBody")
+        except ValueError as exc:
+            raise BodyError(str(exc)) from None
         pos = 0
         chunk, pos = _take_chunk(raw, pos)
         version = DataVersion.decode(chunk)
@@ -287,7 +297,10 @@ class RegisterBrokerBody:
         configs: dict[str, Mapping[str, Any]] = {}
         for _ in range(count):
             chunk, pos = _take_chunk(raw, pos)
-            parts = chunk.decode("utf-8").split(" ")
+            try:
+                parts = chunk.decode("utf-8").split(" ")
+            except UnicodeDecodeError as exc:
+                raise BodyError(f"compressed topic config {chunk[:64]!r}: {exc}") from None
             if len(parts) != 5:
                 continue  # RocketMQ's TopicConfig.decode skips such a line too
             try:

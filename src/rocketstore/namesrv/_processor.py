@@ -20,8 +20,10 @@ code   request                             ext fields → answer
 A route goes out in fastjson's own form (bare integer keys) to clients older than 4.9.4, such as
 the C++ client (version 63), and in the standard form to 4.9.4 and later (version >= 401) or
 when the request asks for it. A required header field that is missing, a bad number or a body
-that does not decode is answered with SYSTEM_ERROR. REGISTER_BROKER's answer carries no body:
-RocketMQ sends the order-topic KV table there, and this name server keeps no KV config.
+that does not decode (or inflates past ``max_register_body``) is answered with SYSTEM_ERROR and
+the reason (the handlers raise ValueErrors; the connection answers them and logs one line, at
+most a few a minute). REGISTER_BROKER's answer carries no body: RocketMQ sends the order-topic
+KV table there, and this name server keeps no KV config.
 
 Handlers run on the name server's event loop thread and never block.
 """
@@ -38,13 +40,14 @@ from ..remoting import (
     Handler,
     RemotingCommand,
     RequestCode,
+    RequestError,
     ResponseCode,
     ext_bool,
     ext_int,
     ext_str,
 )
 from ._bodies import (
-    BodyError,
+    MAX_REGISTER_BODY,
     DataVersion,
     RegisterBrokerBody,
     TopicConfigWrapper,
@@ -61,7 +64,7 @@ TOPIC_NOT_EXIST_REMARK = "No topic route info in name server for the topic: {top
 APPLY_TOPIC_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
-class HeaderFieldError(ValueError):
+class HeaderFieldError(RequestError):
     """A request header field that is required and missing, or not a number."""
 
 
@@ -92,10 +95,14 @@ def _success(ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> Rem
 
 
 class NamesrvProcessor:
-    """Serves the name server's request codes from a :class:`RouteInfoManager`."""
+    """Serves the name server's request codes from a :class:`RouteInfoManager`.
+    ``max_register_body``: what a compressed REGISTER_BROKER body may inflate to."""
 
-    def __init__(self, routes: RouteInfoManager) -> None:
+    def __init__(
+        self, routes: RouteInfoManager, *, max_register_body: int = MAX_REGISTER_BODY
+    ) -> None:
         self.routes = routes
+        self.max_register_body = max_register_body
 
     def handlers(self) -> dict[int, Handler]:
         """Request code → handler, for a RemotingServer."""
@@ -108,7 +115,7 @@ class NamesrvProcessor:
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
         }
-        return {int(code): _guarded(fn) for code, fn in table.items()}
+        return {int(code): fn for code, fn in table.items()}
 
     def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         broker_name = _required_str(cmd, "brokerName")
@@ -123,12 +130,15 @@ class NamesrvProcessor:
             raise HeaderFieldError(str(exc)) from None
         body = bytes(cmd.body)
         if crc != 0 and body_crc32(body) != crc:
-            log.warning("REGISTER_BROKER from %s: body crc32 does not match", conn.peer)
-            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+            raise RequestError("crc32 not match")
 
         filter_servers: list[str] | None
         if cmd.version >= V3_0_11:
-            parsed = RegisterBrokerBody.decode(body, compressed) if body else RegisterBrokerBody()
+            parsed = (
+                RegisterBrokerBody.decode(body, compressed, self.max_register_body)
+                if body
+                else RegisterBrokerBody()
+            )
             wrapper = parsed.topic_config_wrapper
             filter_servers = list(parsed.filter_server_list)
         else:
@@ -191,18 +201,3 @@ class NamesrvProcessor:
             {"changed": "true" if changed else "false"},
             known.encode() if known is not None else b"",
         )
-
-
-def _guarded(
-    fn: Callable[[RemotingCommand, Connection], RemotingCommand],
-) -> Handler:
-    """A handler that answers a bad header or body with SYSTEM_ERROR and its reason."""
-
-    def handle(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        try:
-            return fn(cmd, conn)
-        except (HeaderFieldError, BodyError) as exc:
-            log.warning("request code %s from %s: %s", cmd.code, conn.peer, exc)
-            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, str(exc))
-
-    return handle

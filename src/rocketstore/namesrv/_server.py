@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import logging
 
-from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer
+from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer, ServerLimits
+from ..remoting._limits import DEFAULT_LIMITS
 from ..store._clock import SYSTEM_CLOCK, Clock
+from ._bodies import MAX_REGISTER_BODY
 from ._processor import NamesrvProcessor
 from ._route_table import BROKER_CHANNEL_EXPIRED_SECONDS, RouteInfoManager
 
@@ -25,7 +27,9 @@ SCAN_INTERVAL_SECONDS = 10.0
 
 class NameServer:
     """A name server on ``host:port`` (port 0: any free port; ``address`` tells which after
-    ``start``). ``routes`` is its route table."""
+    ``start``). ``routes`` is its route table. ``max_register_body``: what a compressed
+    REGISTER_BROKER body may inflate to (larger ones are answered with SYSTEM_ERROR).
+    ``limits``: the connections and buffered bytes its clients may hold."""
 
     def __init__(
         self,
@@ -37,14 +41,21 @@ class NameServer:
         scan_interval_s: float = SCAN_INTERVAL_SECONDS,
         scan_initial_delay_s: float = SCAN_INITIAL_DELAY_SECONDS,
         max_frame: int = DEFAULT_MAX_FRAME,
+        max_register_body: int = MAX_REGISTER_BODY,
+        limits: ServerLimits = DEFAULT_LIMITS,
     ) -> None:
         self.clock = clock
         self.scan_interval_s = scan_interval_s
         self.scan_initial_delay_s = scan_initial_delay_s
         self.routes = RouteInfoManager(clock, expiry_s=broker_expiry_s)
-        self.processor = NamesrvProcessor(self.routes)
+        self.processor = NamesrvProcessor(self.routes, max_register_body=max_register_body)
         self.server = RemotingServer(
-            self.processor.handlers(), host, port, max_frame=max_frame, name="namesrv"
+            self.processor.handlers(),
+            host,
+            port,
+            max_frame=max_frame,
+            name="namesrv",
+            limits=limits,
         )
         self.server.close_listeners.append(self._connection_closed)
         self._scan_task: asyncio.Task[None] | None = None

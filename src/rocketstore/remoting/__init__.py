@@ -13,10 +13,14 @@ from ._command import FrameError as FrameError
 from ._command import RemotingCommand as RemotingCommand
 from ._command import ext_bool as ext_bool
 from ._command import ext_int as ext_int
+from ._command import ext_int32 as ext_int32
 from ._command import ext_str as ext_str
 from ._connection import Connection as Connection
 from ._connection import Handler as Handler
 from ._connection import RemotingError as RemotingError
+from ._limits import RequestError as RequestError
+from ._limits import ServerLimits as ServerLimits
+from ._limits import ServerStatistics as ServerStatistics
 from ._loop import new_event_loop as new_event_loop
 from ._loop import use_uvloop as use_uvloop
 from ._server import RemotingServer as RemotingServer
@@ -33,9 +37,13 @@ __all__ = [
     "RemotingError",
     "RemotingServer",
     "RequestCode",
+    "RequestError",
     "ResponseCode",
+    "ServerLimits",
+    "ServerStatistics",
     "ext_bool",
     "ext_int",
+    "ext_int32",
     "ext_str",
     "new_event_loop",
     "split_address",

@@ -33,6 +33,7 @@ from json.encoder import encode_basestring as _json_str  # ensure_ascii=False, t
 from typing import Any
 
 from ._codes import LanguageCode
+from ._limits import RequestError
 
 RESPONSE_FLAG = 1
 ONEWAY_FLAG = 2
@@ -200,27 +201,49 @@ def ext_str(ext: dict[str, Any], name: str, default: str | None = None) -> str |
     return value if type(value) is str else _text(value)
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def ext_int(ext: dict[str, Any], name: str, default: int | None = None) -> int | None:
     """An integer ext field sent as text or as a JSON number; ``default`` when absent or empty.
-    Raises ValueError for a value that is not an integer (``"1.5"``, ``"1_000"``, ``true``)."""
+    Raises RequestError (a ValueError) for a value that is not an integer (``"1.5"``,
+    ``"1_000"``, ``true``) or does not fit a Java long, as the Java side parses it."""
     value = ext.get(name)
     if type(value) is str:
         if not value:
             return default
         if "_" not in value:
             try:
-                return int(value)
+                number = int(value)
             except ValueError:
                 pass
+            else:
+                if _INT64_MIN <= number <= _INT64_MAX:
+                    return number
+                raise RequestError(f"{name}: out of range: {value!r}")
     elif type(value) is int:
-        return value
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return value
+        raise RequestError(f"{name}: out of range: {value!r}")
     elif value is None:
         return default
     elif (isinstance(value, float) and value.is_integer()) or (
         isinstance(value, int) and not isinstance(value, bool)
     ):
-        return int(value)
-    raise ValueError(f"{name}: not an integer: {value!r}")
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return int(value)
+        raise RequestError(f"{name}: out of range: {value!r}")
+    raise RequestError(f"{name}: not an integer: {value!r}")
+
+
+def ext_int32(ext: dict[str, Any], name: str, default: int | None = None) -> int | None:
+    """:func:`ext_int` for a field the Java side reads as an ``int`` (queue ids, flags,
+    counts): RequestError for a value outside 32 bits."""
+    number = ext_int(ext, name, default)
+    if number is not None and not _INT32_MIN <= number <= _INT32_MAX:
+        raise RequestError(f"{name}: out of range: {ext.get(name)!r}")
+    return number
 
 
 def ext_bool(ext: dict[str, Any], name: str, default: bool = False) -> bool:

@@ -7,8 +7,12 @@ broker's NOTIFY_CONSUMER_IDS_CHANGED.
 
 Bad input: a frame longer than the maximum or shorter than a header closes the connection; a
 header that is not JSON closes it; a header of the wrong shape is answered with SYSTEM_ERROR;
-an unknown code with REQUEST_CODE_NOT_SUPPORTED; a handler that raises with SYSTEM_ERROR. None
-of it reaches any other connection.
+an unknown code with REQUEST_CODE_NOT_SUPPORTED. A handler that raises a ValueError (bad input:
+a field missing or not a number, a body that does not decode) is answered with SYSTEM_ERROR, or
+the code of a RequestError, and the error as the remark, and logged as one line; any other
+exception is an internal error, answered with SYSTEM_ERROR and logged with its traceback. Both
+logs are rate-limited (``LogLimiter``): a peer that sends nothing but bad requests writes a few
+lines a minute. None of it reaches any other connection.
 
 Reading: the connection is a BufferedProtocol, so the transport receives straight into its
 buffer; a frame larger than the buffer gets a buffer of its own, sized for it, and its body is
@@ -41,8 +45,11 @@ from ._command import (
     decode_frame,
     next_opaque,
 )
+from ._limits import BufferBudget, LogLimiter, RequestError
 
 log = logging.getLogger(__name__)
+_bad_input_log = LogLimiter(log)  # requests and frames refused as the peer's mistake
+_failure_log = LogLimiter(log)  # handlers that failed: internal errors, with tracebacks
 
 HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
@@ -72,7 +79,10 @@ class Connection(asyncio.BufferedProtocol):
     """``backpressure``: stop reading from the peer while the transport's write buffer is above
     its high-water mark (a peer that sends requests but does not read the answers cannot make
     this side buffer without bound). Servers turn it on; clients leave it off, so two
-    connections of this kind never both wait for the other to read."""
+    connections of this kind never both wait for the other to read.
+
+    ``budget``: the server's count of what its connections hold (unsent answers, large read
+    buffers), with the water marks and limits it enforces (see ``_limits``)."""
 
     def __init__(
         self,
@@ -81,6 +91,7 @@ class Connection(asyncio.BufferedProtocol):
         max_frame: int = DEFAULT_MAX_FRAME,
         on_close: Callable[[Connection], None] | None = None,
         backpressure: bool = False,
+        budget: BufferBudget | None = None,
     ) -> None:
         self.handlers = handlers
         self.max_frame = max_frame
@@ -104,6 +115,10 @@ class Connection(asyncio.BufferedProtocol):
         self._tasks: set[asyncio.Future[Any]] = set()
         self._write_ok: asyncio.Event | None = None
         self._held = False  # backpressure: frames are left unparsed until resume_writing
+        self._busy = False  # too many requests in flight: frames are left unparsed until fewer
+        self.held_since = 0.0  # loop time reading stopped for unread answers (when _held)
+        self._budget = budget
+        self._buffered = 0  # what this connection holds, as last counted into the budget
         self.closed = False
 
     # ---- asyncio.BufferedProtocol -----------------------------------------------------------
@@ -126,7 +141,11 @@ class Connection(asyncio.BufferedProtocol):
         if self._backpressure:
             set_limits = getattr(transport, "set_write_buffer_limits", None)
             if set_limits is not None:
-                set_limits(high=1024 * 1024, low=256 * 1024)
+                if self._budget is not None:
+                    limits = self._budget.limits
+                    set_limits(high=limits.write_high_water, low=limits.write_low_water)
+                else:
+                    set_limits(high=1024 * 1024, low=256 * 1024)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         end = self._rend
@@ -146,6 +165,9 @@ class Connection(asyncio.BufferedProtocol):
         start, end = self._rstart, self._rend
         pending = end - start
         need = min(self._need, max(_TRUST_SIZE, 16 * pending))
+        budget = self._budget
+        if budget is not None and need > _READ_SIZE and need > budget.room():
+            need = min(need, 2 * pending)  # no trust beyond the budget: grow with the bytes
         buf = bytearray(max(self._rsize, need, pending + _MIN_FREE))
         if pending:
             buf[:pending] = self._rview[start:end]
@@ -153,12 +175,15 @@ class Connection(asyncio.BufferedProtocol):
         self._rview = memoryview(buf)
         self._rstart = 0
         self._rend = pending
+        if budget is not None and len(buf) > _READ_SIZE:
+            self._recount()
+            budget.changed(self, defer=True)
 
     def buffer_updated(self, nbytes: int) -> None:
         self._rend += nbytes
         if nbytes >= self._offered:  # the peer had more to send: read in larger pieces
             self._rsize = _READ_SIZE
-        if not self.closed and not self._held:
+        if not self.closed and not self._held and not self._busy:
             self._parse()
 
     def _parse(self) -> None:
@@ -183,10 +208,12 @@ class Connection(asyncio.BufferedProtocol):
                 self._need = 0
                 self._frame(view[pos + 4 : stop])
                 pos = stop
-                if self.closed or self._held:
+                if self.closed or self._held or self._busy:
                     break
         except FrameError as exc:
-            log.warning("remoting: closing %s: %s", self.peer or "connection", exc)
+            _bad_input_log.log(
+                logging.WARNING, "remoting: closing %s: %s", self.peer or "connection", exc
+            )
             self.close()
             return
         finally:
@@ -196,9 +223,11 @@ class Connection(asyncio.BufferedProtocol):
             if pos == end:
                 pos = end = 0
                 self._rend = 0
-                if len(buf) > self._rsize:  # the buffer of one large frame: let it go
+                if len(buf) > self._rsize and not self.closed:  # one large frame's: let it go
                     self._rbuf = bytearray(self._rsize)
                     self._rview = memoryview(self._rbuf)
+                    if self._budget is not None:
+                        self._recount()
             self._rstart = pos
         if self._loop is not None:
             self.last_active = self._loop.time()
@@ -208,6 +237,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release()
+        for waiting in [t for t in self._tasks if not isinstance(t, asyncio.Task)]:
+            waiting.cancel()  # nobody to answer: a held request lets go of what it holds
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -225,22 +257,86 @@ class Connection(asyncio.BufferedProtocol):
             self._write_ok = asyncio.Event()
         self._write_ok.clear()
         if self._backpressure and self.transport is not None and not self.closed:
+            if not self._held and not self._busy:
+                self.transport.pause_reading()
             self._held = True
-            self.transport.pause_reading()
+            if self._loop is not None:
+                self.held_since = self._loop.time()
 
     def resume_writing(self) -> None:
         if self._write_ok is not None:
             self._write_ok.set()
         if self._held:
             self._held = False
-            if self.transport is not None and not self.closed:
-                self.transport.resume_reading()
-                if self._loop is not None:  # frames read before the pause, outside this call
-                    self._loop.call_soon(self._parse_held)
+            self._maybe_resume()
+
+    def _maybe_resume(self) -> None:
+        """Read again once neither unread answers nor requests in flight hold reading."""
+        if self._held or self._busy or self.transport is None or self.closed:
+            return
+        self.transport.resume_reading()
+        if self._loop is not None:  # frames read before the pause, outside this call
+            self._loop.call_soon(self._parse_held)
 
     def _parse_held(self) -> None:
-        if not self.closed and not self._held:
+        if not self.closed and not self._held and not self._busy:
             self._parse()
+
+    @property
+    def reading(self) -> bool:
+        """False while reading is stopped because the peer does not take its answers."""
+        return not self._held
+
+    # ---- what this connection holds ---------------------------------------------------------
+
+    def _recount(self) -> int:
+        """Count what this connection holds (its unsent answers and the part of its read
+        buffer beyond the standard size) into the budget; returns it."""
+        transport = self.transport
+        if self.closed or transport is None:
+            held = 0
+        else:
+            held = transport.get_write_buffer_size() + max(0, len(self._rbuf) - _READ_SIZE)
+        budget = self._budget
+        if budget is not None:
+            budget.total += held - self._buffered
+        self._buffered = held
+        return held
+
+    def _count(self) -> None:
+        """Recount after a write; over a limit, the budget acts at once (this connection may
+        be aborted)."""
+        budget = self._budget
+        if budget is not None:
+            self._recount()
+            budget.changed(self)
+
+    def maybe_shrink(self) -> bool:
+        """Let a read buffer larger than the first go while nothing is pending in it (the
+        server's sweep does this for idle connections: one holds 8 KiB then, not 64)."""
+        if self.closed or self._rend or len(self._rbuf) <= _FIRST_READ_SIZE:
+            return False
+        self._rsize = _FIRST_READ_SIZE
+        self._rbuf = bytearray(_FIRST_READ_SIZE)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = 0
+        self._recount()
+        return True
+
+    @property
+    def read_buffer_size(self) -> int:
+        return len(self._rbuf)
+
+    def _release(self) -> None:
+        """Closed: let the read buffer go and take this connection out of the budget."""
+        freed = len(self._rbuf) + self._buffered
+        self._rbuf = bytearray(0)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = self._rend = self._need = 0
+        self._cork = None
+        self._recount()
+        if self._budget is not None:
+            self._budget.released += freed
 
     # ---- frames -----------------------------------------------------------------------------
 
@@ -251,7 +347,9 @@ class Connection(asyncio.BufferedProtocol):
             if exc.opaque is None:
                 raise
             if exc.flag & (RESPONSE_FLAG | ONEWAY_FLAG):  # nobody waits for an answer
-                log.warning("remoting: dropped a frame from %s: %s", self.peer, exc)
+                _bad_input_log.log(
+                    logging.WARNING, "remoting: dropped a frame from %s: %s", self.peer, exc
+                )
             else:
                 error = RemotingCommand.response(ResponseCode.SYSTEM_ERROR, str(exc))
                 self._answer(exc.opaque, error, 0)
@@ -284,7 +382,9 @@ class Connection(asyncio.BufferedProtocol):
             if result.done():
                 self._finished(cmd, result)
             else:
+                self._tasks.add(result)  # cancelled if the connection goes first
                 result.add_done_callback(lambda f: self._finished(cmd, f))
+                self._maybe_busy()
             return
         try:
             if _EAGER and asyncio.iscoroutine(result):  # runs to its first wait right here
@@ -299,9 +399,29 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._finished(cmd, t))
+        self._maybe_busy()
+
+    def _maybe_busy(self) -> None:
+        """Stop reading while the server's limit of requests in flight is reached."""
+        budget = self._budget
+        if (
+            budget is None
+            or self._busy
+            or len(self._tasks) < budget.limits.max_in_flight
+            or self.transport is None
+            or self.closed
+        ):
+            return
+        if not self._held:
+            self.transport.pause_reading()
+        self._busy = True
 
     def _finished(self, cmd: RemotingCommand, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
+        if self._busy and self._budget is not None:
+            if len(self._tasks) <= self._budget.limits.max_in_flight * 3 // 4:
+                self._busy = False
+                self._maybe_resume()
         if task.cancelled():  # the caller is told rather than left to its timeout
             if not cmd.is_oneway and not self.closed:
                 remark = f"request code {cmd.code} was cancelled"
@@ -319,10 +439,30 @@ class Connection(asyncio.BufferedProtocol):
                 self._failed(cmd, TypeError(f"handler answered {type(response).__name__}"))
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> None:
-        log.error("remoting: request code %s from %s failed", cmd.code, self.peer, exc_info=exc)
-        if not cmd.is_oneway:
+        """Answer a request whose handler raised: a ValueError is bad input (one log line), any
+        other exception an internal error (a traceback); both logs rate-limited."""
+        if isinstance(exc, ValueError):
+            code = exc.code if isinstance(exc, RequestError) else ResponseCode.SYSTEM_ERROR
+            remark = str(exc) or type(exc).__name__
+            _bad_input_log.log(
+                logging.WARNING,
+                "remoting: refused request code %s from %s: %s",
+                cmd.code,
+                self.peer,
+                remark,
+            )
+        else:
+            code = ResponseCode.SYSTEM_ERROR
             remark = f"{type(exc).__name__}: {exc}"
-            self._reply(cmd, RemotingCommand.response(ResponseCode.SYSTEM_ERROR, remark))
+            _failure_log.log(
+                logging.ERROR,
+                "remoting: request code %s from %s failed",
+                cmd.code,
+                self.peer,
+                exc_info=exc,
+            )
+        if not cmd.is_oneway:
+            self._reply(cmd, RemotingCommand.response(code, remark))
 
     def _reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
         self._answer(request.opaque, response, request.serialize_type)
@@ -339,7 +479,13 @@ class Connection(asyncio.BufferedProtocol):
             self._unencodable(opaque, response, exc)
 
     def _unencodable(self, opaque: int, response: RemotingCommand, exc: Exception) -> None:
-        log.error("remoting: response code %s to %s cannot be encoded", response.code, self.peer)
+        _failure_log.log(
+            logging.ERROR,
+            "remoting: response code %s to %s cannot be encoded: %s",
+            response.code,
+            self.peer,
+            exc,
+        )
         error = RemotingCommand.response(
             ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {type(exc).__name__}: {exc}"
         )
@@ -365,12 +511,18 @@ class Connection(asyncio.BufferedProtocol):
                     self._flush(cork)
             else:
                 transport.write(data)
+                if self._budget is not None and (
+                    self._buffered or transport.get_write_buffer_size()
+                ):  # (nothing held before or now: the count is still 0)
+                    self._count()
         else:
             head, body = cmd.encode_parts()
             if self._cork:
                 self._flush(self._cork)
             transport.write(head)
             transport.write(body)
+            if self._budget is not None:
+                self._count()
         return True
 
     def _flush(self, cork: list[bytes]) -> None:
@@ -381,6 +533,8 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+            if self._budget is not None and (self._buffered or transport.get_write_buffer_size()):
+                self._count()
 
     async def drained(self) -> None:
         """Wait until the peer has taken what was written (flow control for large responses)."""
@@ -422,6 +576,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.closed = True
             self.transport.abort()
+            self._release()
 
 
 def _expire(fut: asyncio.Future[RemotingCommand], peer: str, code: int, timeout: float) -> None:

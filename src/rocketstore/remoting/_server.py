@@ -12,8 +12,23 @@ from collections.abc import Callable
 
 from ._command import DEFAULT_MAX_FRAME
 from ._connection import Connection, Handler
+from ._limits import (
+    DEFAULT_LIMITS,
+    BufferBudget,
+    LogLimiter,
+    ServerLimits,
+    ServerStatistics,
+)
 
 log = logging.getLogger(__name__)
+_refusals_log = LogLimiter(log)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the server's limit: closed as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 class RemotingServer:
@@ -22,7 +37,9 @@ class RemotingServer:
     ``idle_timeout``: a connection that has sent nothing for this many seconds is closed (as
     RocketMQ's server does after 120 s; clients heart-beat every 30 s and reconnect on their
     own); None keeps idle connections open. Server connections stop reading from a peer that
-    does not read its answers (see Connection's ``backpressure``)."""
+    does not read its answers (see Connection's ``backpressure``). ``limits``: how many
+    connections, and how many bytes of unsent answers and large frames they may hold (see
+    ``ServerLimits``); ``statistics()`` tells where they stand."""
 
     def __init__(
         self,
@@ -33,6 +50,7 @@ class RemotingServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "remoting",
         idle_timeout: float | None = 120.0,
+        limits: ServerLimits = DEFAULT_LIMITS,
     ) -> None:
         self.handlers = handlers
         self.host = host
@@ -40,7 +58,11 @@ class RemotingServer:
         self.max_frame = max_frame
         self.name = name
         self.idle_timeout = idle_timeout
+        self.limits = limits
         self.connections: set[Connection] = set()
+        self.budget = BufferBudget(limits, self.connections, name)
+        self.refused_connections = 0
+        self.closed_stalled = 0
         self.close_listeners: list[Callable[[Connection], None]] = []
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -59,16 +81,47 @@ class RemotingServer:
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
-        if self.idle_timeout is not None:
-            self._sweeper = asyncio.create_task(self._sweep(self.idle_timeout))
+        self._sweeper = asyncio.create_task(self._sweep())
         log.info("%s: listening on %s", self.name, self.address)
 
-    def _new_connection(self) -> Connection:
+    def _new_connection(self) -> asyncio.BaseProtocol:
+        if len(self.connections) >= self.limits.max_connections:
+            self.refused_connections += 1
+            _refusals_log.log(
+                logging.WARNING,
+                "%s: refusing a connection: %s connections open (max_connections)",
+                self.name,
+                f"{len(self.connections):,}",
+            )
+            return _Refused()
         conn = Connection(
-            self.handlers, max_frame=self.max_frame, on_close=self._closed, backpressure=True
+            self.handlers,
+            max_frame=self.max_frame,
+            on_close=self._closed,
+            backpressure=True,
+            budget=self.budget,
         )
         self.connections.add(conn)
         return conn
+
+    def statistics(self) -> ServerStatistics:
+        """Where the connections stand, counted now (loop thread)."""
+        buffered = self.budget.recount()
+        unsent = read_buffers = 0
+        for conn in self.connections:
+            read_buffers += conn.read_buffer_size
+            transport = conn.transport
+            if transport is not None and not conn.closed:
+                unsent += transport.get_write_buffer_size()
+        return ServerStatistics(
+            connections=len(self.connections),
+            buffered_bytes=buffered,
+            unsent_bytes=unsent,
+            read_buffer_bytes=read_buffers,
+            refused_connections=self.refused_connections,
+            closed_over_budget=self.budget.closed_over_budget,
+            closed_stalled=self.closed_stalled,
+        )
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -78,16 +131,38 @@ class RemotingServer:
             except Exception:
                 log.exception("%s: connection close listener failed", self.name)
 
-    async def _sweep(self, idle_timeout: float) -> None:
-        """Close the connections that have been idle for ``idle_timeout`` seconds."""
+    async def _sweep(self) -> None:
+        """Close the connections idle for ``idle_timeout`` seconds, abort those that have not
+        taken their answers for ``write_stall_timeout`` seconds, shrink the read buffers of
+        those that have sent nothing since the last sweep, and recount the budget."""
         loop = asyncio.get_running_loop()
+        idle_timeout = self.idle_timeout
+        stall_timeout = self.limits.write_stall_timeout
+        shortest = stall_timeout if idle_timeout is None else min(idle_timeout, stall_timeout)
+        period = min(max(shortest / 4, 0.01), 10.0)
         while True:
-            await asyncio.sleep(min(max(idle_timeout / 4, 0.01), 10.0))
-            deadline = loop.time() - idle_timeout
+            await asyncio.sleep(period)
+            now = loop.time()
             for conn in list(self.connections):
-                if conn.last_active < deadline and not conn.closed:
+                if conn.closed:
+                    continue
+                if not conn.reading and conn.held_since < now - stall_timeout:
+                    self.closed_stalled += 1
+                    _refusals_log.log(
+                        logging.WARNING,
+                        "%s: closing %s: its answers unread for %g s",
+                        self.name,
+                        conn.peer,
+                        stall_timeout,
+                    )
+                    conn.abort()
+                elif idle_timeout is not None and conn.last_active < now - idle_timeout:
                     log.info("%s: closing %s, idle for %g s", self.name, conn.peer, idle_timeout)
                     conn.close()
+                elif conn.last_active < now - period:
+                    conn.maybe_shrink()
+            self.budget.recount()
+            self.budget.maybe_trim()
 
     async def close(self, timeout: float = 5.0) -> None:
         """Stop accepting and close every connection: what is written goes out first, for up

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from .._inflate import DEFAULT_MAX_BODY, inflate
 from ._errors import CorruptRecordError
 
 
@@ -416,8 +417,13 @@ class MessageExt(StoredFields):
     def transaction_type(self) -> int:
         return self.sys_flag & SYSFLAG_TRANSACTION_MASK
 
-    def decompressed_body(self) -> bytes:
-        return zlib.decompress(self.body) if self.sys_flag & SYSFLAG_COMPRESSED else self.body
+    def decompressed_body(self, max_size: int = DEFAULT_MAX_BODY) -> bytes:
+        """The body as the producer wrote it: inflated when the compressed system flag is set.
+        InflateLimitError (a ValueError) when it would inflate to more than ``max_size``
+        bytes, InflateError when it does not inflate."""
+        if not self.sys_flag & SYSFLAG_COMPRESSED:
+            return self.body
+        return inflate(self.body, max_size, what=f"body of message {self.msg_id}")
 
     def __repr__(self) -> str:
         return (
