@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..broker._topic_config import PERM_READ, PERM_WRITE
+from ..remoting._limits import LogLimiter
 from ._checks import check_group, check_topic, topic_config
 from ._clients import ClientRegistry
 from ._config import GrpcConfig
@@ -37,6 +38,21 @@ if TYPE_CHECKING:
     from ..broker._controller import BrokerController
 
 log = logging.getLogger(__name__)
+
+# a client's bad request is one line, an internal failure a traceback: a few a minute each
+_bad_requests = LogLimiter(log)
+_failures = LogLimiter(log)
+
+
+def _failed(call: str, exc: Exception) -> pb.Status:
+    """The status answering a call that raised, logged within the limits: a ValueError is the
+    request's fault (BAD_REQUEST, one line), anything else an internal error (a traceback)."""
+    if isinstance(exc, ValueError):
+        _bad_requests.log(logging.WARNING, "%s: bad request: %s", call, exc)
+        return status(Code.BAD_REQUEST, str(exc))
+    _failures.log(logging.ERROR, "%s failed", call, exc_info=exc)
+    return status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 # message types a topic takes
@@ -159,9 +175,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("gRPC request failed")
             out = response()
-            out.status.CopyFrom(status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))  # type: ignore[attr-defined]
+            out.status.CopyFrom(_failed("gRPC request", exc))  # type: ignore[attr-defined]
             return out
 
     # ---- routes ------------------------------------------------------------------------------
@@ -372,10 +387,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("ReceiveMessage failed")
-            yield spb.ReceiveMessageResponse(
-                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
-            )
+            yield spb.ReceiveMessageResponse(status=_failed("ReceiveMessage", exc))
             return
         sent = 0
         try:
@@ -414,10 +426,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("PullMessage failed")
-            yield spb.PullMessageResponse(
-                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
-            )
+            yield spb.PullMessageResponse(status=_failed("PullMessage", exc))
             return
         yield spb.PullMessageResponse(status=status(code, message))
         if result is not None:
