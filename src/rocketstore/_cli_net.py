@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ._cli_errors import ClientCommand
 from .store._config import StoreConfig
 
 
@@ -285,7 +286,7 @@ def serve_cmd(
     _run(main())
 
 
-@click.command("produce")
+@click.command("produce", cls=ClientCommand)
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
 @click.option("--topic", required=True)
 @click.option("--tags", default=None)
@@ -339,7 +340,7 @@ def produce_cmd(
         sys.exit(1)
 
 
-@click.command("consume")
+@click.command("consume", cls=ClientCommand)
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
 @click.option("--topic", required=True)
 @click.option("--group", default="rocketstore-console", show_default=True)

@@ -26,7 +26,14 @@ from ..remoting import (
 )
 from ..store._record import MessageExt, decode_msg_id
 from ._consumer import decode_records
-from ._route import ClientError, RouteCache, TopicRoute
+from ._names import check_group, check_topic
+from ._route import (
+    ClientError,
+    NameServerUnreachableError,
+    RouteCache,
+    TopicRoute,
+    not_a_name_server,
+)
 
 DEFAULT_TOPIC = "TBW102"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
@@ -76,10 +83,12 @@ class AdminClient:
             except RemotingError as exc:
                 last = exc
                 continue
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise not_a_name_server(self.client, addr)
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
             return r
-        raise RemotingError(f"no name server answered: {last}")
+        raise NameServerUnreachableError(self.namesrv_addrs, last)
 
     def call(
         self, addr: str, code: int, ext: dict[str, str] | None = None, *, ok: Iterable[int] = ()
@@ -156,6 +165,7 @@ class AdminClient:
         topic_filter_type: str = "SINGLE_TAG",
     ) -> None:
         """UPDATE_AND_CREATE_TOPIC on the broker at ``addr``."""
+        check_topic(topic)
         self.call(
             addr,
             RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -210,6 +220,7 @@ class AdminClient:
         settings are read first (defaults when it has none) and only ``changes`` differ; fields
         this client does not know (a RocketMQ 5 broker's) are sent back as they were."""
         kept: dict[str, Any] = {}
+        check_group(group.group_name if isinstance(group, SubscriptionGroupConfig) else group)
         if isinstance(group, SubscriptionGroupConfig):
             config = group.replace(**changes) if changes else group
         else:
