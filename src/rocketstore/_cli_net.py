@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -362,47 +361,23 @@ def consume_cmd(
     no_commit: bool,
 ) -> None:
     """Print a topic's messages as they arrive (every queue, long polling), keeping the group's
-    offsets on the brokers."""
+    offsets on the brokers. A broker that restarts is waited for; the consumer goes on from its
+    offsets."""
+    from ._cli_consume import TopicTail
     from .client import PullConsumer
 
-    seen = 0
     with PullConsumer(namesrv, group) as consumer:
-        queues = consumer.queues(topic)
-        offsets = {}
-        for mq in queues:
-            committed = -1 if from_beginning else consumer.fetch_consumer_offset(mq)
-            offsets[mq] = committed if committed >= 0 else consumer.min_offset(mq)
-        idle_since = time.monotonic()
-        # one queue: wait in a long poll; several: poll them in turn, pausing when all are idle
-        suspend_ms = 15000 if len(queues) == 1 else 0
-        committed_at = dict(offsets)
-        while True:
-            got = 0
-            for mq in queues:
-                r = consumer.pull(mq, offsets[mq], 32, expression, suspend_ms=suspend_ms)
-                if r.status == "OFFSET_ILLEGAL":
-                    offsets[mq] = r.next_begin_offset
-                    continue
-                for m in r.messages:
-                    _print_message(m, as_json)
-                    seen += 1
-                    got += 1
-                    if max_messages is not None and seen >= max_messages:
-                        offsets[mq] = m.queue_offset + 1
-                        break
-                else:
-                    offsets[mq] = r.next_begin_offset
-                if not no_commit and offsets[mq] != committed_at[mq]:
-                    consumer.commit_offset(mq, offsets[mq])
-                    committed_at[mq] = offsets[mq]
-                if max_messages is not None and seen >= max_messages:
-                    return
-            if got:
-                idle_since = time.monotonic()
-            elif timeout is not None and time.monotonic() - idle_since >= timeout:
-                return
-            elif len(queues) > 1:
-                time.sleep(0.05)
+        tail = TopicTail(
+            consumer,
+            topic,
+            expression=expression,
+            from_beginning=from_beginning,
+            commit=not no_commit,
+            emit=lambda m: _print_message(m, as_json),
+            warn=lambda line: click.echo(line, err=True),
+            flush=sys.stdout.flush,
+        )
+        tail.run(max_messages=max_messages, idle_timeout=timeout)
 
 
 def _print_message(m: Any, as_json: bool) -> None:
