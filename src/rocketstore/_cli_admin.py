@@ -611,17 +611,34 @@ def message_query(
 
 
 @message_group.command("view")
+@namesrv_option
 @click.option(
-    "--broker", "-b", default=None, help="broker HOST:PORT (default: the store address in the id)"
+    "--broker",
+    "-b",
+    default=None,
+    help="broker HOST:PORT (default: the one the id names, if the name server knows it)",
 )
-@click.option("--offset-msg-id", "-i", required=True, help="the offset message id")
+@click.option(
+    "--topic", "-t", default=None, help="the topic, to look the id up as the client's (UNIQ_KEY)"
+)
+@click.option(
+    "--msg-id",
+    "--offset-msg-id",
+    "-i",
+    "msg_id",
+    required=True,
+    help="the offset message id, or the client's message id (UNIQ_KEY) with --topic",
+)
 @json_option
-def message_view(broker: str | None, offset_msg_id: str, as_json: bool) -> None:
-    """One message by its offset message id (store address + commit-log offset)."""
-    from .client._admin import AdminClient
-
-    with AdminClient() as admin:
-        msg = admin.view_message(offset_msg_id, broker)
+def message_view(
+    namesrv: str, broker: str | None, topic: str | None, msg_id: str, as_json: bool
+) -> None:
+    """One message by its id (mqadmin queryMsgById / queryMsgByUniqueKey): an offset message id
+    (store address + commit-log offset) is read from that broker when the name server knows it
+    (or it is --broker); any other id is looked up as the client's message id in --topic's index
+    on the topic's brokers. No connection is made to an address the name server did not name."""
+    with _admin("" if broker else namesrv) as admin:
+        msg = admin.find_message(msg_id, topic=topic, broker=broker)
     doc = _message_doc(msg)
     if as_json:
         _dump(doc)

@@ -31,6 +31,7 @@ from ._route import (
     ClientError,
     NameServerUnreachableError,
     RouteCache,
+    TopicNotFoundError,
     TopicRoute,
     not_a_name_server,
 )
@@ -310,12 +311,17 @@ class AdminClient:
         begin: int = 0,
         end: int = MAX_TIMESTAMP,
         unique_key: bool = False,
+        brokers: list[str] | None = None,
     ) -> list[MessageExt]:
         """Messages of ``topic`` whose KEYS (or, with ``unique_key``, client message id) is
-        ``key``, from every broker of the topic's route (by name), ordered by store time."""
-        route = self.route(topic)
-        if route is None:
-            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        ``key``, from every broker of the topic's route (by name) or from the ``brokers``
+        given, ordered by store time."""
+        if brokers is None:
+            route = self.route(topic)
+            if route is None:
+                raise TopicNotFoundError(topic, f"no route for topic {topic}")
+            named = [route.address(name) for name in sorted(route.brokers)]
+            brokers = [a for a in named if a is not None]
         ext = {
             "topic": topic,
             "key": key,
@@ -325,10 +331,7 @@ class AdminClient:
             UNIQUE_MSG_QUERY_FLAG: "true" if unique_key else "false",
         }
         found: list[MessageExt] = []
-        for broker_name in sorted(route.brokers):
-            addr = route.address(broker_name)
-            if addr is None:
-                continue
+        for addr in brokers:
             r = self.call(addr, RequestCode.QUERY_MESSAGE, ext, ok=(ResponseCode.QUERY_NOT_FOUND,))
             if r.code != ResponseCode.SUCCESS:
                 continue
@@ -343,6 +346,52 @@ class AdminClient:
                     found.append(msg)
         # stable: within one store time, brokers by name and each broker's own order
         return sorted(found, key=lambda m: m.store_timestamp)
+
+    def broker_addresses(self) -> set[str]:
+        """The address of every broker the name servers know (their cluster info)."""
+        info = self.cluster_info()
+        return {a for data in info.broker_addr_table.values() for a in data.broker_addrs.values()}
+
+    def find_message(
+        self, msg_id: str, *, topic: str | None = None, broker: str | None = None
+    ) -> MessageExt:
+        """The message with id ``msg_id``, as RocketMQ's clients look one up: an offset message
+        id whose address is a known broker (``broker`` when given, else one the name servers
+        know) is read there by offset; any other id is taken for the client's id (UNIQ_KEY) and
+        looked up in ``topic``'s index on its brokers (on ``broker`` only, when given), the
+        earliest stored copy. No connection is made to an address nobody named.
+
+        ValueError when the id is neither an offset id of a known broker nor, without
+        ``topic``, something that can be looked up; ClientError (QUERY_NOT_FOUND) when no broker
+        has it."""
+        try:
+            host: str | None = decode_msg_id(msg_id)[0]
+        except ValueError:
+            host = None
+        if host is not None and host in ({broker} if broker else self.broker_addresses()):
+            try:
+                return self.view_message(msg_id, broker)
+            except ClientError:
+                if topic is None:
+                    raise
+        if topic is None:
+            what = (
+                f"it names {host}, which no name server knows"
+                if host
+                else "not an address and an offset"
+            )
+            raise ValueError(
+                f"{msg_id} is not a message id of a known broker ({what}); give the topic to "
+                "look it up as the client's message id (UNIQ_KEY)"
+            )
+        found = self.query_message(
+            topic, msg_id, unique_key=True, brokers=[broker] if broker else None
+        )
+        if not found:
+            raise ClientError(
+                ResponseCode.QUERY_NOT_FOUND, f"no message of topic {topic} with id {msg_id}"
+            )
+        return found[0]
 
     def view_message(self, offset_msg_id: str, addr: str | None = None) -> MessageExt:
         """The message with that offset message id, from ``addr`` or the store address the id
