@@ -60,8 +60,36 @@ def _announce(text: str) -> None:
     sys.stdout.flush()
 
 
+def _store_dir(store: str | None, conf: str | None, default: str | None) -> str | None:
+    """The store directory a command runs on: ``--store`` when given on the command line, else
+    the broker.conf's storePathRootDir when it names one (None: keep the conf's), else
+    ``default``. UsageError when there is none."""
+    from .store._errors import StoreConfigError
+
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("store") not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+        None,
+    )
+    named = False
+    if conf:
+        try:
+            conf_root = StoreConfig.from_broker_conf(conf).store_path_root_dir
+        except StoreConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--conf") from None
+        # a conf naming RocketMQ's default (~/store) is taken for one naming none
+        named = conf_root != StoreConfig().store_path_root_dir
+    if not given and named:
+        return None  # the conf's storePathRootDir
+    chosen = store if given else default
+    if chosen is None:
+        raise click.UsageError("give --store, or a broker.conf (-c) with storePathRootDir")
+    return chosen
+
+
 def _make_broker(
-    store: str,
+    store: str | None,
     conf: str | None,
     listen: str | None,
     namesrv: str | None,
@@ -78,7 +106,9 @@ def _make_broker(
     from .broker._controller import BrokerController
 
     base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
-    store_over: dict[str, Any] = {"store_path_root_dir": store}
+    store_over: dict[str, Any] = {}
+    if store is not None:
+        store_over["store_path_root_dir"] = store
     if role:
         store_over["broker_role"] = role
     if flush:
@@ -189,7 +219,9 @@ flush_option = click.option(
 
 
 @click.command("broker")
-@click.option("--store", required=True, help="store directory")
+@click.option(
+    "--store", default=None, help="store directory (default: the conf's storePathRootDir)"
+)
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
 @click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
@@ -203,7 +235,7 @@ flush_option = click.option(
 @grpc_options(None)
 @verbose_option
 def broker_cmd(
-    store: str,
+    store: str | None,
     conf: str | None,
     listen: str | None,
     namesrv: str | None,
@@ -225,7 +257,7 @@ def broker_cmd(
 
     _logging(verbose)
     broker = _make_broker(
-        store,
+        _store_dir(store, conf, None),
         conf,
         listen,
         namesrv,
@@ -242,7 +274,12 @@ def broker_cmd(
 
 
 @click.command("serve")
-@click.option("--store", default="store", show_default=True, help="store directory")
+@click.option(
+    "--store",
+    default="store",
+    show_default=True,
+    help="store directory (without it, a conf's storePathRootDir when it has one)",
+)
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option("--listen", default=None, help=broker_listen_help)
@@ -268,13 +305,14 @@ def serve_cmd(
     _logging(verbose)
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, grpc_acl, grpc_tls_cert, grpc_tls_key)
+    store_dir = _store_dir(store, conf, "store")
     ns = NameServer(host, port)
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start
         await ns.start()
         broker = _make_broker(
-            store, conf, listen, ns.address, None, None, None, None, flush, grpc=grpc
+            store_dir, conf, listen, ns.address, None, None, None, None, flush, grpc=grpc
         )
         _announce(f"name server listening on {ns.address}")
         try:

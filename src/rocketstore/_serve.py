@@ -58,6 +58,12 @@ async def run_servers(
             )
             if broker.grpc is not None:
                 announce(f"gRPC front end listening on {broker.grpc.address}")
+            if broker.store_config.broker_role == "SYNC_MASTER":
+                log.warning(
+                    "broker %s is a SYNC_MASTER: until a slave connects, every send is stored "
+                    "and answered SLAVE_NOT_AVAILABLE (clients may send it again)",
+                    broker.config.broker_name,
+                )
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")
