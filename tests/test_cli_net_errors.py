@@ -79,6 +79,16 @@ def test_no_name_server_there() -> None:
         assert "rocketstore serve" in line and HINT in line
 
 
+def test_broker_out_of_reach(server: ServerProcess) -> None:
+    assert server.namesrv is not None
+    broker = refused_address()
+    failed_with(
+        run("topic", "create", "-n", server.namesrv, "-t", "T", "-b", broker),
+        f"cannot connect to {broker}",
+        "a broker out of reach",
+    )
+
+
 def test_silent_name_server_times_out() -> None:
     with socket.socket() as silent:  # accepts (the kernel's backlog) but never answers
         silent.bind(("127.0.0.1", 0))

@@ -59,7 +59,8 @@ def test_conf_places_the_store(
         assert not root.exists()
 
 
-def test_sync_master_without_a_slave(tmp_path: Path) -> None:
+def test_sync_master_without_a_slave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     conf = tmp_path / "broker.conf"
     conf.write_text(f"storePathRootDir={tmp_path / 'store'}\nbrokerRole=SYNC_MASTER\n")
     server = serve(tmp_path / "serve.log", conf)

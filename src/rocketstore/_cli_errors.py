@@ -36,6 +36,7 @@ def describe(exc: Exception) -> str:
         NotANameServerError,
         TopicNotFoundError,
     )
+    from .remoting import RemotingError
 
     if isinstance(exc, NotANameServerError):
         if exc.is_broker:
@@ -55,6 +56,8 @@ def describe(exc: Exception) -> str:
         return exc.remark or str(exc)
     if isinstance(exc, ClientError):
         return str(exc)
+    if isinstance(exc, RemotingError):
+        return f"{exc} (a broker out of reach: is it running, and is the address right?)"
     return str(exc).replace("\n", " ")
 
 
