@@ -10,8 +10,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from _interop import ServerProcess, servers, stop_process
+from rocketstore._cli_consume import TopicTail
+from rocketstore.client import MessageQueue, PullResult
+from rocketstore.remoting import RemotingError
+from rocketstore.store._clock import ManualClock
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 TOPIC = "ReconnectTopic"
@@ -89,3 +97,114 @@ def test_consume_goes_on_after_a_broker_restart(tmp_path: Path) -> None:
     assert "Traceback" not in errors
     printed = [line.rstrip("\n") for line in lines]
     assert sorted(printed) == sorted(before + after)  # each once: none skipped, none twice
+
+
+# ---- the loop itself, against a broker that fails on cue (a fake clock, no sleeping) --------
+
+
+class _FlakyBroker:
+    """A PullConsumer's calls on one queue of ``count`` messages; ``fail_pulls`` /
+    ``fail_commits`` calls fail (RemotingError) before the broker answers again; a pull that
+    finds nothing takes a second of ``clock``."""
+
+    def __init__(self, count: int, clock: ManualClock) -> None:
+        self.clock = clock
+        self.mq = MessageQueue("T", "broker-a", 0)
+        self.count = count
+        self.committed = -1
+        self.fail_pulls = 0
+        self.fail_commits = 0
+        self.resolves = 0
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        self.resolves += 1
+        return [self.mq]
+
+    def fetch_consumer_offset(self, mq: MessageQueue) -> int:
+        return self.committed
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return 0
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int, *_: Any, **__: Any) -> Any:
+        if self.fail_pulls:
+            self.fail_pulls -= 1
+            raise RemotingError("connection reset")
+        end = min(offset + 2, self.count)
+        msgs = [SimpleNamespace(queue_offset=i) for i in range(offset, end)]
+        if not msgs:
+            self.clock.advance(1.0)  # a long poll that nothing ended
+        status = "FOUND" if msgs else "NO_NEW_MSG"
+        return PullResult(status, end, 0, self.count, messages=msgs)  # type: ignore[arg-type]
+
+    def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        if self.fail_commits:
+            self.fail_commits -= 1
+            raise RemotingError("broker gone")
+        self.committed = offset
+
+
+def test_tail_waits_out_failures_without_repeating() -> None:
+    clock = ManualClock()
+    broker = _FlakyBroker(6, clock)
+    printed: list[int] = []
+    lines: list[str] = []
+    pauses: list[float] = []
+
+    def emit(m: Any) -> None:
+        printed.append(m.queue_offset)
+        if m.queue_offset == 1:  # the broker goes away after the first round was printed
+            broker.fail_commits = 1
+            broker.fail_pulls = 3
+
+    def sleep(s: float) -> None:
+        pauses.append(s)
+        clock.advance(s)
+
+    tail = TopicTail(
+        broker,  # type: ignore[arg-type]
+        "T",
+        emit=emit,
+        warn=lines.append,
+        clock=clock.monotonic,
+        sleep=sleep,
+    )
+    assert tail.run(idle_timeout=30) == 6
+    assert printed == [0, 1, 2, 3, 4, 5]  # none twice, none skipped
+    assert broker.committed == 6
+    assert pauses[:4] == [0.2, 0.4, 0.8, 1.6]  # growing while the broker is away
+    assert broker.resolves >= 4  # the route asked for again after each failure
+    assert len(lines) == 2
+    assert lines[0].startswith("warning: broker gone; retrying")
+    assert lines[1] == "reconnected: consuming T again"
+
+
+def test_tail_outage_counts_as_idle() -> None:
+    clock = ManualClock()
+    broker = _FlakyBroker(0, clock)
+    broker.fail_pulls = 10**6
+    lines: list[str] = []
+    tail = TopicTail(
+        broker,  # type: ignore[arg-type]
+        "T",
+        emit=lambda m: None,
+        warn=lines.append,
+        clock=clock.monotonic,
+        sleep=clock.advance,
+    )
+    start = clock.monotonic()
+    assert tail.run(idle_timeout=10) == 0
+    assert 10 <= clock.monotonic() - start < 10 + 5  # ended by the timeout, not before
+    assert len(lines) == 1 and lines[0].startswith("warning: connection reset")
+
+
+def test_tail_first_lookup_fails_at_once() -> None:
+    broker = _FlakyBroker(0, ManualClock())
+
+    def no_route(topic: str) -> list[MessageQueue]:
+        raise RemotingError("no name server answered")
+
+    broker.queues = no_route  # type: ignore[method-assign]
+    tail = TopicTail(broker, "T", emit=lambda m: None, warn=lambda s: None)  # type: ignore[arg-type]
+    with pytest.raises(RemotingError):
+        tail.run(idle_timeout=10)
