@@ -95,6 +95,7 @@ def test_consume_goes_on_after_a_broker_restart(tmp_path: Path) -> None:
             reader.join(10)
     assert status == 0, errors
     assert "Traceback" not in errors
+    assert "reconnected: consuming ReconnectTopic again" in errors, errors
     printed = [line.rstrip("\n") for line in lines]
     assert sorted(printed) == sorted(before + after)  # each once: none skipped, none twice
 
