@@ -10,8 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from _interop import ServerProcess
+from rocketstore.cli import main as cli_main
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.client._producer import message_properties, send_request
 from rocketstore.client._route import MessageQueue
@@ -118,3 +120,15 @@ def test_not_available_warning_is_rate_limited(caplog: pytest.LogCaptureFixture)
     counts = [int(n) for n in NOT_AVAILABLE_LINE.findall(caplog.text)]
     assert counts == [1, 4]
     assert service.not_available == 5
+
+
+def test_broker_needs_a_store_from_somewhere(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-x\n")
+    r = CliRunner().invoke(cli_main, ["broker", "-c", str(conf)], catch_exceptions=False)
+    assert r.exit_code == 2 and "give --store, or a broker.conf (-c) with storePathRootDir" in (
+        r.output
+    )
+    conf.write_text("storePathRootDir\n")  # not key=value
+    r = CliRunner().invoke(cli_main, ["broker", "-c", str(conf)], catch_exceptions=False)
+    assert r.exit_code == 2 and "expected key=value" in r.output and "Traceback" not in r.output
