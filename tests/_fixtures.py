@@ -18,10 +18,6 @@ def _locate() -> Path:
     if env:
         return Path(env)
     repo = Path(__file__).resolve().parents[1]
-    for base in (repo.parent / "shared", Path("/work/shared")):
-        candidate = base / "fixtures" / "rocketmq-4.9.8"
-        if candidate.is_dir():
-            return candidate
     return repo.parent / "shared" / "fixtures" / "rocketmq-4.9.8"
 
 

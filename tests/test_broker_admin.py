@@ -639,7 +639,9 @@ def test_cli_message_query_and_view(cluster: Cluster, admin: AdminClient) -> Non
     nothing = invoke("message", "query", "-n", cluster.namesrv, "-t", topic, "-k", "nope")
     assert nothing.exit_code == 1
 
-    v = invoke("message", "view", "--offset-msg-id", sent.offset_msg_id, "--json")
+    v = invoke(
+        "message", "view", "-n", cluster.namesrv, "--offset-msg-id", sent.offset_msg_id, "--json"
+    )
     assert v.exit_code == 0, v.output
     assert json.loads(v.output)["body"] == "hello"
     v2 = invoke("message", "view", "-b", cluster.addr("broker-b"), "-i", sent.offset_msg_id)

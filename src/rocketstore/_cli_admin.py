@@ -2,20 +2,21 @@
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
 ``group update|delete|list``, ``consumer progress``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
-standard error.
+standard error (``_cli_errors``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import json
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+
+from ._cli_errors import ClientGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,23 +34,6 @@ def _admin(namesrv: str) -> Any:
     from .client._admin import AdminClient
 
     return AdminClient(namesrv)
-
-
-def _failures(fn: F) -> F:
-    """Turn the client's errors into a message on standard error and exit status 1."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        from .client import ClientError
-        from .remoting import RemotingError
-
-        try:
-            return fn(*args, **kwargs)
-        except (ClientError, RemotingError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
-
-    return run  # type: ignore[return-value]
 
 
 def _console() -> Any:
@@ -82,7 +66,7 @@ def _dump(doc: Any) -> None:
 # ---- topic ----------------------------------------------------------------------------------
 
 
-@click.group("topic")
+@click.group("topic", cls=ClientGroup)
 def topic_group() -> None:
     """Create, list and delete topics (mqadmin updateTopic / topicList / deleteTopic)."""
 
@@ -105,7 +89,6 @@ def topic_group() -> None:
 @click.option("--order", is_flag=True, help="an ordered topic")
 @click.option("--cluster", "-c", default=None, help="create on every master of this cluster")
 @click.option("--broker", "-b", default=None, help="create on this broker HOST:PORT only")
-@_failures
 def topic_create(
     namesrv: str,
     topic: str,
@@ -140,7 +123,6 @@ def topic_create(
 @topic_group.command("list")
 @namesrv_option
 @json_option
-@_failures
 def topic_list(namesrv: str, as_json: bool) -> None:
     """Every topic the name server has a route for."""
     with _admin(namesrv) as admin:
@@ -156,13 +138,14 @@ def topic_list(namesrv: str, as_json: bool) -> None:
 @namesrv_option
 @click.option("--topic", "-t", required=True)
 @json_option
-@_failures
 def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
     """A topic's route: its queues on each broker group and the groups' addresses."""
     with _admin(namesrv) as admin:
         route = admin.route(topic)
     if route is None:
-        raise click.ClickException(f"no route for topic {topic}")
+        from .client._route import TopicNotFoundError
+
+        raise TopicNotFoundError(topic)
     rows = []
     for qd in sorted(route.queue_data, key=lambda q: q["brokerName"]):
         name = qd["brokerName"]
@@ -209,7 +192,6 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
     default=None,
     help="delete from this cluster (default: every broker of the topic's route)",
 )
-@_failures
 def topic_delete(namesrv: str, topic: str, cluster: str | None) -> None:
     """Delete a topic from the masters of a cluster, then from the name servers."""
     with _admin(namesrv) as admin:
@@ -230,7 +212,7 @@ def topic_delete(namesrv: str, topic: str, cluster: str | None) -> None:
 # ---- cluster --------------------------------------------------------------------------------
 
 
-@click.group("cluster")
+@click.group("cluster", cls=ClientGroup)
 def cluster_group() -> None:
     """The brokers the name servers know (mqadmin clusterList)."""
 
@@ -240,7 +222,6 @@ def cluster_group() -> None:
 @click.option("--cluster", "-c", default=None, help="only this cluster")
 @click.option("--no-stats", is_flag=True, help="do not ask each broker for its runtime info")
 @json_option
-@_failures
 def cluster_list(namesrv: str, cluster: str | None, no_stats: bool, as_json: bool) -> None:
     """Every broker: cluster, broker name, id, address, and (from the broker) version and
     put / get TPS."""
@@ -299,7 +280,7 @@ def _first_float(text: str) -> float:
 # ---- group (subscription groups) ------------------------------------------------------------
 
 
-@click.group("group")
+@click.group("group", cls=ClientGroup)
 def subscription_group() -> None:
     """Consumer groups' settings on brokers (mqadmin updateSubGroup / deleteSubGroup)."""
 
@@ -348,7 +329,6 @@ group_option = click.option("--group", "-g", required=True, help="consumer group
     default=None,
     help="whichBrokerWhenConsumeSlowly",
 )
-@_failures
 def group_update(
     namesrv: str,
     cluster: str | None,
@@ -386,7 +366,6 @@ _GROUP_FIELDS = {
 @broker_option
 @group_option
 @click.option("--clean-offset", is_flag=True, help="remove the group's consumer offsets too")
-@_failures
 def group_delete(
     namesrv: str, cluster: str | None, broker: str | None, group: str, clean_offset: bool
 ) -> None:
@@ -406,7 +385,6 @@ def group_delete(
 @cluster_option
 @broker_option
 @json_option
-@_failures
 def group_list(namesrv: str, cluster: str | None, broker: str | None, as_json: bool) -> None:
     """Every group's settings on each master (or on the broker given)."""
     from .client import ClientError
@@ -473,7 +451,7 @@ def _yes(flag: bool) -> str:
 # ---- consumer -------------------------------------------------------------------------------
 
 
-@click.group("consumer")
+@click.group("consumer", cls=ClientGroup)
 def consumer_group() -> None:
     """Consumer groups (mqadmin consumerProgress)."""
 
@@ -483,7 +461,6 @@ def consumer_group() -> None:
 @click.option("--group", "-g", required=True, help="consumer group")
 @click.option("--topic", "-t", default=None, help="only this topic")
 @json_option
-@_failures
 def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool) -> None:
     """A group's progress on each queue: broker offset, consumer offset, lag, last time."""
     with _admin(namesrv) as admin:
@@ -546,7 +523,7 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
 # ---- message --------------------------------------------------------------------------------
 
 
-@click.group("message")
+@click.group("message", cls=ClientGroup)
 def message_group() -> None:
     """Find messages by key or by id (mqadmin queryMsgByKey / queryMsgById)."""
 
@@ -587,7 +564,6 @@ def _host(raw: Any) -> str:
 @click.option("--begin", type=int, default=0, help="store time from (ms)")
 @click.option("--end", type=int, default=2**63 - 1, help="store time to (ms)")
 @json_option
-@_failures
 def message_query(
     namesrv: str,
     topic: str,
@@ -635,18 +611,34 @@ def message_query(
 
 
 @message_group.command("view")
+@namesrv_option
 @click.option(
-    "--broker", "-b", default=None, help="broker HOST:PORT (default: the store address in the id)"
+    "--broker",
+    "-b",
+    default=None,
+    help="broker HOST:PORT (default: the one the id names, if the name server knows it)",
 )
-@click.option("--offset-msg-id", "-i", required=True, help="the offset message id")
+@click.option(
+    "--topic", "-t", default=None, help="the topic, to look the id up as the client's (UNIQ_KEY)"
+)
+@click.option(
+    "--msg-id",
+    "--offset-msg-id",
+    "-i",
+    "msg_id",
+    required=True,
+    help="the offset message id, or the client's message id (UNIQ_KEY) with --topic",
+)
 @json_option
-@_failures
-def message_view(broker: str | None, offset_msg_id: str, as_json: bool) -> None:
-    """One message by its offset message id (store address + commit-log offset)."""
-    from .client._admin import AdminClient
-
-    with AdminClient() as admin:
-        msg = admin.view_message(offset_msg_id, broker)
+def message_view(
+    namesrv: str, broker: str | None, topic: str | None, msg_id: str, as_json: bool
+) -> None:
+    """One message by its id (mqadmin queryMsgById / queryMsgByUniqueKey): an offset message id
+    (store address + commit-log offset) is read from that broker when the name server knows it
+    (or it is --broker); any other id is looked up as the client's message id in --topic's index
+    on the topic's brokers. No connection is made to an address the name server did not name."""
+    with _admin("" if broker else namesrv) as admin:
+        msg = admin.find_message(msg_id, topic=topic, broker=broker)
     doc = _message_doc(msg)
     if as_json:
         _dump(doc)

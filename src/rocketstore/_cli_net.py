@@ -7,12 +7,12 @@ import dataclasses
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
 
+from ._cli_errors import ClientCommand
 from .store._config import StoreConfig
 
 
@@ -60,8 +60,36 @@ def _announce(text: str) -> None:
     sys.stdout.flush()
 
 
+def _store_dir(store: str | None, conf: str | None, default: str | None) -> str | None:
+    """The store directory a command runs on: ``--store`` when given on the command line, else
+    the broker.conf's storePathRootDir when it names one (None: keep the conf's), else
+    ``default``. UsageError when there is none."""
+    from .store._errors import StoreConfigError
+
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("store") not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+        None,
+    )
+    named = False
+    if conf:
+        try:
+            conf_root = StoreConfig.from_broker_conf(conf).store_path_root_dir
+        except StoreConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--conf") from None
+        # a conf naming RocketMQ's default (~/store) is taken for one naming none
+        named = conf_root != StoreConfig().store_path_root_dir
+    if not given and named:
+        return None  # the conf's storePathRootDir
+    chosen = store if given else default
+    if chosen is None:
+        raise click.UsageError("give --store, or a broker.conf (-c) with storePathRootDir")
+    return chosen
+
+
 def _make_broker(
-    store: str,
+    store: str | None,
     conf: str | None,
     listen: str | None,
     namesrv: str | None,
@@ -79,7 +107,9 @@ def _make_broker(
     from .broker._controller import BrokerController
 
     base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
-    store_over: dict[str, Any] = {"store_path_root_dir": store}
+    store_over: dict[str, Any] = {}
+    if store is not None:
+        store_over["store_path_root_dir"] = store
     if role:
         store_over["broker_role"] = role
     if flush:
@@ -199,7 +229,9 @@ flush_option = click.option(
 
 
 @click.command("broker")
-@click.option("--store", required=True, help="store directory")
+@click.option(
+    "--store", default=None, help="store directory (default: the conf's storePathRootDir)"
+)
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
 @click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
@@ -213,7 +245,7 @@ flush_option = click.option(
 @grpc_options(None)
 @verbose_option
 def broker_cmd(
-    store: str,
+    store: str | None,
     conf: str | None,
     listen: str | None,
     namesrv: str | None,
@@ -236,7 +268,7 @@ def broker_cmd(
 
     _logging(verbose)
     broker = _make_broker(
-        store,
+        _store_dir(store, conf, None),
         conf,
         listen,
         namesrv,
@@ -254,7 +286,12 @@ def broker_cmd(
 
 
 @click.command("serve")
-@click.option("--store", default="store", show_default=True, help="store directory")
+@click.option(
+    "--store",
+    default="store",
+    show_default=True,
+    help="store directory (without it, a conf's storePathRootDir when it has one)",
+)
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option("--listen", default=None, help=broker_listen_help)
@@ -281,13 +318,14 @@ def serve_cmd(
     _logging(verbose)
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
+    store_dir = _store_dir(store, conf, "store")
     ns = NameServer(host, port)
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start
         await ns.start()
         broker = _make_broker(
-            store,
+            store_dir,
             conf,
             listen,
             ns.address,
@@ -308,7 +346,7 @@ def serve_cmd(
     _run(main())
 
 
-@click.command("produce")
+@click.command("produce", cls=ClientCommand)
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
 @click.option("--topic", required=True)
 @click.option("--tags", default=None)
@@ -362,7 +400,7 @@ def produce_cmd(
         sys.exit(1)
 
 
-@click.command("consume")
+@click.command("consume", cls=ClientCommand)
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
 @click.option("--topic", required=True)
 @click.option("--group", default="rocketstore-console", show_default=True)
@@ -384,47 +422,23 @@ def consume_cmd(
     no_commit: bool,
 ) -> None:
     """Print a topic's messages as they arrive (every queue, long polling), keeping the group's
-    offsets on the brokers."""
+    offsets on the brokers. A broker that restarts is waited for; the consumer goes on from its
+    offsets."""
+    from ._cli_consume import TopicTail
     from .client import PullConsumer
 
-    seen = 0
     with PullConsumer(namesrv, group) as consumer:
-        queues = consumer.queues(topic)
-        offsets = {}
-        for mq in queues:
-            committed = -1 if from_beginning else consumer.fetch_consumer_offset(mq)
-            offsets[mq] = committed if committed >= 0 else consumer.min_offset(mq)
-        idle_since = time.monotonic()
-        # one queue: wait in a long poll; several: poll them in turn, pausing when all are idle
-        suspend_ms = 15000 if len(queues) == 1 else 0
-        committed_at = dict(offsets)
-        while True:
-            got = 0
-            for mq in queues:
-                r = consumer.pull(mq, offsets[mq], 32, expression, suspend_ms=suspend_ms)
-                if r.status == "OFFSET_ILLEGAL":
-                    offsets[mq] = r.next_begin_offset
-                    continue
-                for m in r.messages:
-                    _print_message(m, as_json)
-                    seen += 1
-                    got += 1
-                    if max_messages is not None and seen >= max_messages:
-                        offsets[mq] = m.queue_offset + 1
-                        break
-                else:
-                    offsets[mq] = r.next_begin_offset
-                if not no_commit and offsets[mq] != committed_at[mq]:
-                    consumer.commit_offset(mq, offsets[mq])
-                    committed_at[mq] = offsets[mq]
-                if max_messages is not None and seen >= max_messages:
-                    return
-            if got:
-                idle_since = time.monotonic()
-            elif timeout is not None and time.monotonic() - idle_since >= timeout:
-                return
-            elif len(queues) > 1:
-                time.sleep(0.05)
+        tail = TopicTail(
+            consumer,
+            topic,
+            expression=expression,
+            from_beginning=from_beginning,
+            commit=not no_commit,
+            emit=lambda m: _print_message(m, as_json),
+            warn=lambda line: click.echo(line, err=True),
+            flush=sys.stdout.flush,
+        )
+        tail.run(max_messages=max_messages, idle_timeout=timeout)
 
 
 def _print_message(m: Any, as_json: bool) -> None:

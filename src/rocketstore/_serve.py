@@ -61,6 +61,12 @@ async def run_servers(
             if broker.acl is not None:
                 where = broker.config.acl_path or "the gRPC front end's keys"
                 announce(f"ACL on every port of {broker.config.broker_name}: {where}")
+            if broker.store_config.broker_role == "SYNC_MASTER":
+                log.warning(
+                    "broker %s is a SYNC_MASTER: until a slave connects, every send is stored "
+                    "and answered SLAVE_NOT_AVAILABLE (clients may send it again)",
+                    broker.config.broker_name,
+                )
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")

@@ -317,9 +317,10 @@ class SendProcessor:
         if not r.ok:
             return RemotingCommand.response(code, remark)
         msg_id = ",".join(r.msg_ids) if batch else r.msg_id
+        # stored (also FLUSH_*_TIMEOUT, SLAVE_NOT_AVAILABLE): no remark, as RocketMQ answers
         return RemotingCommand.response(
             code,
-            remark,
+            None,
             {
                 "msgId": msg_id,
                 "queueId": str(queue_id),

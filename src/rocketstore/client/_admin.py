@@ -26,7 +26,15 @@ from ..remoting import (
 )
 from ..store._record import MessageExt, decode_msg_id
 from ._consumer import decode_records
-from ._route import ClientError, RouteCache, TopicRoute
+from ._names import check_group, check_topic
+from ._route import (
+    ClientError,
+    NameServerUnreachableError,
+    RouteCache,
+    TopicNotFoundError,
+    TopicRoute,
+    not_a_name_server,
+)
 
 DEFAULT_TOPIC = "TBW102"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
@@ -76,10 +84,12 @@ class AdminClient:
             except RemotingError as exc:
                 last = exc
                 continue
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise not_a_name_server(self.client, addr)
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
             return r
-        raise RemotingError(f"no name server answered: {last}")
+        raise NameServerUnreachableError(self.namesrv_addrs, last)
 
     def call(
         self, addr: str, code: int, ext: dict[str, str] | None = None, *, ok: Iterable[int] = ()
@@ -156,6 +166,7 @@ class AdminClient:
         topic_filter_type: str = "SINGLE_TAG",
     ) -> None:
         """UPDATE_AND_CREATE_TOPIC on the broker at ``addr``."""
+        check_topic(topic)
         self.call(
             addr,
             RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -210,6 +221,7 @@ class AdminClient:
         settings are read first (defaults when it has none) and only ``changes`` differ; fields
         this client does not know (a RocketMQ 5 broker's) are sent back as they were."""
         kept: dict[str, Any] = {}
+        check_group(group.group_name if isinstance(group, SubscriptionGroupConfig) else group)
         if isinstance(group, SubscriptionGroupConfig):
             config = group.replace(**changes) if changes else group
         else:
@@ -299,12 +311,17 @@ class AdminClient:
         begin: int = 0,
         end: int = MAX_TIMESTAMP,
         unique_key: bool = False,
+        brokers: list[str] | None = None,
     ) -> list[MessageExt]:
         """Messages of ``topic`` whose KEYS (or, with ``unique_key``, client message id) is
-        ``key``, from every broker of the topic's route (by name), ordered by store time."""
-        route = self.route(topic)
-        if route is None:
-            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        ``key``, from every broker of the topic's route (by name) or from the ``brokers``
+        given, ordered by store time."""
+        if brokers is None:
+            route = self.route(topic)
+            if route is None:
+                raise TopicNotFoundError(topic, f"no route for topic {topic}")
+            named = [route.address(name) for name in sorted(route.brokers)]
+            brokers = [a for a in named if a is not None]
         ext = {
             "topic": topic,
             "key": key,
@@ -314,10 +331,7 @@ class AdminClient:
             UNIQUE_MSG_QUERY_FLAG: "true" if unique_key else "false",
         }
         found: list[MessageExt] = []
-        for broker_name in sorted(route.brokers):
-            addr = route.address(broker_name)
-            if addr is None:
-                continue
+        for addr in brokers:
             r = self.call(addr, RequestCode.QUERY_MESSAGE, ext, ok=(ResponseCode.QUERY_NOT_FOUND,))
             if r.code != ResponseCode.SUCCESS:
                 continue
@@ -332,6 +346,52 @@ class AdminClient:
                     found.append(msg)
         # stable: within one store time, brokers by name and each broker's own order
         return sorted(found, key=lambda m: m.store_timestamp)
+
+    def broker_addresses(self) -> set[str]:
+        """The address of every broker the name servers know (their cluster info)."""
+        info = self.cluster_info()
+        return {a for data in info.broker_addr_table.values() for a in data.broker_addrs.values()}
+
+    def find_message(
+        self, msg_id: str, *, topic: str | None = None, broker: str | None = None
+    ) -> MessageExt:
+        """The message with id ``msg_id``, as RocketMQ's clients look one up: an offset message
+        id whose address is a known broker (``broker`` when given, else one the name servers
+        know) is read there by offset; any other id is taken for the client's id (UNIQ_KEY) and
+        looked up in ``topic``'s index on its brokers (on ``broker`` only, when given), the
+        earliest stored copy. No connection is made to an address nobody named.
+
+        ValueError when the id is neither an offset id of a known broker nor, without
+        ``topic``, something that can be looked up; ClientError (QUERY_NOT_FOUND) when no broker
+        has it."""
+        try:
+            host: str | None = decode_msg_id(msg_id)[0]
+        except ValueError:
+            host = None
+        if host is not None and host in ({broker} if broker else self.broker_addresses()):
+            try:
+                return self.view_message(msg_id, broker)
+            except ClientError:
+                if topic is None:
+                    raise
+        if topic is None:
+            what = (
+                f"it names {host}, which no name server knows"
+                if host
+                else "not an address and an offset"
+            )
+            raise ValueError(
+                f"{msg_id} is not a message id of a known broker ({what}); give the topic to "
+                "look it up as the client's message id (UNIQ_KEY)"
+            )
+        found = self.query_message(
+            topic, msg_id, unique_key=True, brokers=[broker] if broker else None
+        )
+        if not found:
+            raise ClientError(
+                ResponseCode.QUERY_NOT_FOUND, f"no message of topic {topic} with id {msg_id}"
+            )
+        return found[0]
 
     def view_message(self, offset_msg_id: str, addr: str | None = None) -> MessageExt:
         """The message with that offset message id, from ``addr`` or the store address the id

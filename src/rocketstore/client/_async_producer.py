@@ -26,7 +26,15 @@ from ._producer import (
     send_request,
     send_result,
 )
-from ._route import ClientError, MessageQueue, TopicRoute, parse_route
+from ._route import (
+    ClientError,
+    MessageQueue,
+    NameServerUnreachableError,
+    NotANameServerError,
+    TopicNotFoundError,
+    TopicRoute,
+    parse_route,
+)
 
 GET_ROUTEINFO_BY_TOPIC = 105
 
@@ -78,13 +86,15 @@ class AsyncProducer:
             if r.code == ResponseCode.TOPIC_NOT_EXIST:
                 self._writes.pop(topic, None)
                 return None
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise NotANameServerError(addr, False)
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
             route = parse_route(topic, r.body)
             self._routes[topic] = (now, route)
             self._writes.pop(topic, None)  # the write queues follow the new route
             return route
-        raise RemotingError(f"no name server answered: {last}")
+        raise NameServerUnreachableError(self.namesrv_addrs, last)
 
     async def _write_route(self, topic: str) -> tuple[TopicRoute, list[MessageQueue], bool]:
         """The topic's route and write queues, or the default topic's for a topic not created
@@ -99,7 +109,7 @@ class AsyncProducer:
         if via_default:
             default = await self.route(DEFAULT_TOPIC)
             if default is None:
-                raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic}")
+                raise TopicNotFoundError(topic, f"no route for {topic}")
             route = TopicRoute(topic, default.brokers, default.queue_data)
             queues = route.queues(write=True)
         assert route is not None

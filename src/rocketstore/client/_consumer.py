@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .._inflate import DEFAULT_MAX_BODY
 from ..remoting import RemotingClient, RemotingCommand, ResponseCode
 from ..store._record import INT32, MessageExt, decode_stored
+from ._names import check_group, check_topic
 from ._route import ClientError, MessageQueue, RouteCache
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -71,13 +72,14 @@ class PullConsumer:
     def __init__(
         self, namesrv: str, group: str, *, timeout: float = 3.0, decode: bool = True
     ) -> None:
-        self.group = group
+        self.group = check_group(group)
         self.decode = decode
         self.client = RemotingClient(timeout=timeout)
         self.routes = RouteCache(self.client, [a for a in namesrv.split(";") if a])
 
     def queues(self, topic: str) -> list[MessageQueue]:
-        route = self.routes.get(topic)
+        """The topic's read queues; TopicNotFoundError when the name servers have no route."""
+        route = self.routes.get(check_topic(topic), refresh=True)
         assert route is not None
         return route.queues(write=False)
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 from ..store._record import body_crc
-from ._route import ClientError, MessageQueue, RouteCache, TopicRoute
+from ._names import check_group, check_topic
+from ._route import ClientError, MessageQueue, RouteCache, TopicNotFoundError, TopicRoute
 
 DEFAULT_TOPIC = "TBW102"
 _RETRYABLE: set[int] = {
@@ -131,7 +132,7 @@ def choose_queue(
         if queues is None:
             queues = route.queues(write=True)
         if not queues:
-            raise ClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for {route.topic}")
+            raise TopicNotFoundError(route.topic, f"no route for {route.topic}")
         queue = queues[next(turn) % len(queues)]
     addr = route.master(queue.broker_name)
     if addr is None:
@@ -189,7 +190,7 @@ class Producer:
         timeout: float = 3.0,
         retries: int = 2,
     ) -> None:
-        self.group = group
+        self.group = check_group(group)
         self.client = RemotingClient(timeout=timeout)
         self.routes = RouteCache(self.client, [a for a in namesrv.split(";") if a])
         self.retries = retries
@@ -197,12 +198,19 @@ class Producer:
         self._lock = threading.Lock()
 
     def _route(self, topic: str) -> tuple[TopicRoute, bool]:
-        """The topic's route, or the default topic's for a topic not created yet."""
+        """The topic's route, or the default topic's for a topic not created yet (the brokers
+        create it on the first send when they allow it); TopicNotFoundError when none does."""
+        check_topic(topic)
         route = self.routes.get(topic, allow_missing=True)
         if route is not None and route.queues(write=True):
             return route, False
-        default = self.routes.get(DEFAULT_TOPIC)
-        assert default is not None
+        default = self.routes.get(DEFAULT_TOPIC, allow_missing=True)
+        if default is None or not default.queues(write=True):
+            raise TopicNotFoundError(
+                topic,
+                f"topic {topic} does not exist and no broker creates topics on a send "
+                "(autoCreateTopicEnable=false)",
+            )
         return TopicRoute(topic, default.brokers, default.queue_data), True
 
     def send(
@@ -252,7 +260,11 @@ class Producer:
                 continue
             result = send_result(r, topic, mq, uniq)
             if result is None:
-                last = ClientError(r.code, r.remark)
+                last = (
+                    TopicNotFoundError(topic, r.remark)
+                    if r.code == ResponseCode.TOPIC_NOT_EXIST
+                    else ClientError(r.code, r.remark)
+                )
                 if r.code in _RETRYABLE and attempt < self.retries:
                     self.routes.get(topic, refresh=True, allow_missing=True)
                     continue

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..remoting import RemotingClient, RemotingCommand, RemotingError, ResponseCode, _fastjson
+from ..remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+    _fastjson,
+)
 
 MASTER_ID = 0
 PERM_WRITE = 2
@@ -19,6 +26,45 @@ class ClientError(Exception):
         super().__init__(f"code {code}: {remark or ''}".rstrip(": "))
         self.code = code
         self.remark = remark
+
+
+class TopicNotFoundError(ClientError):
+    """The name servers have no route for the topic (TOPIC_NOT_EXIST), or no broker would create
+    it on a send."""
+
+    def __init__(self, topic: str, remark: str | None = None) -> None:
+        super().__init__(ResponseCode.TOPIC_NOT_EXIST, remark or f"topic {topic} does not exist")
+        self.topic = topic
+
+
+class NotANameServerError(ClientError):
+    """The peer given as a name server does not serve name-server requests; ``is_broker`` when
+    it answered as a broker does."""
+
+    def __init__(self, address: str, is_broker: bool) -> None:
+        what = "a broker" if is_broker else "not answering as a name server"
+        super().__init__(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"{address} is {what}")
+        self.address = address
+        self.is_broker = is_broker
+
+
+class NameServerUnreachableError(RemotingError):
+    """None of the name servers answered (refused, timed out, closed the connection)."""
+
+    def __init__(self, addresses: list[str], cause: Exception | None) -> None:
+        super().__init__(f"no name server answered at {';'.join(addresses)}: {cause}")
+        self.addresses = addresses
+        self.cause = cause
+
+
+def not_a_name_server(client: RemotingClient, address: str) -> NotANameServerError:
+    """The error for a peer that refused a name-server request as not supported: asks it for a
+    broker's runtime information to tell a broker from anything else."""
+    try:
+        r = client.invoke(address, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
+    except RemotingError:
+        return NotANameServerError(address, False)
+    return NotANameServerError(address, r.code == ResponseCode.SUCCESS)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -96,10 +142,12 @@ class RouteCache:
             if r.code == ResponseCode.TOPIC_NOT_EXIST:
                 if allow_missing:
                     return None
-                raise ClientError(r.code, r.remark)
+                raise TopicNotFoundError(topic)
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise not_a_name_server(self.client, addr)
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
             route = parse_route(topic, r.body)
             self._routes[topic] = (now, route)
             return route
-        raise RemotingError(f"no name server answered: {last}")
+        raise NameServerUnreachableError(self.namesrv_addrs, last)

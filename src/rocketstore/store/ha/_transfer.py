@@ -36,6 +36,8 @@ from .._service import ServiceThread
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 1.0
+# while puts are answered SLAVE_NOT_AVAILABLE, a warning at most this often (seconds)
+NOT_AVAILABLE_WARN_INTERVAL_S = 60.0
 _PUT_OK = PutMessageStatus.PUT_OK
 
 # a waiting put: [end offset, arrival number, deadline, wake, result, done]; wake is the
@@ -71,6 +73,8 @@ class GroupTransferService(ServiceThread):
         self.waits = 0
         self.timeouts = 0
         self.not_available = 0
+        self._not_available_warned_at: float | None = None
+        self._not_available_unwarned = 0
 
     # ---- the put stage ----------------------------------------------------------------------
 
@@ -93,8 +97,29 @@ class GroupTransferService(ServiceThread):
             return result
         if not self.is_slave_ok(end):
             self.not_available += 1
+            self._maybe_warn_not_available()
             return result._replace(status=PutMessageStatus.SLAVE_NOT_AVAILABLE)
         return None
+
+    def _maybe_warn_not_available(self) -> None:
+        """A warning at the first put answered SLAVE_NOT_AVAILABLE, then at most one every
+        NOT_AVAILABLE_WARN_INTERVAL_S with the number answered so since the last. Any thread;
+        takes ``_lock``."""
+        with self._lock:
+            self._not_available_unwarned += 1
+            now = self.clock.monotonic()
+            last = self._not_available_warned_at
+            if last is not None and now - last < NOT_AVAILABLE_WARN_INTERVAL_S:
+                return
+            count, self._not_available_unwarned = self._not_available_unwarned, 0
+            self._not_available_warned_at = now
+        log.warning(
+            "SYNC_MASTER without a slave in reach (none connected, or more than %d bytes "
+            "behind): %d put(s) since the last warning were stored and answered "
+            "SLAVE_NOT_AVAILABLE",
+            self.fallbehind_max,
+            count,
+        )
 
     def attach(
         self, end: int, result: PutMessageResult, done: Callable[[PutMessageResult], None]
