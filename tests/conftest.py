@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rocketstore import ManualClock, MessageStore, StoreConfig
-from rocketstore.store._mapped_file import MappedFile
+from rocketstore.store.log._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
 

@@ -12,9 +12,9 @@ import pytest
 
 from _waits import wait_until
 from rocketstore import PutMessageStatus
-from rocketstore.store._allocate import AllocateMappedFileService
-from rocketstore.store._mapped_file import MappedFile, file_name_for
-from rocketstore.store._mapped_file_queue import MappedFileQueue
+from rocketstore.store.log._allocate import AllocateMappedFileService
+from rocketstore.store.log._mapped_file import MappedFile, file_name_for
+from rocketstore.store.log._mapped_file_queue import MappedFileQueue
 
 SIZE = 64 * 1024  # the commit-log file size of the conftest stores
 

@@ -21,16 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _spark_helpers import FIXTURES, unpack_fixture
-from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store._errors import CorruptRecordError
-from rocketstore.store._reader import StoreReader
-from rocketstore.store._record import (
+from rocketstore.store.log._record import (
     END_FILE_MIN_BLANK_LENGTH,
     encode_blank,
     encode_record,
     tags_code,
     unpack_host,
 )
+from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
+from rocketstore.store.read._reader import StoreReader
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")

@@ -19,7 +19,7 @@ import pytest
 
 from _crash import FILE_SIZE, SRC, config, power_loss_copy, read_queue
 from rocketstore import Message, MessageStore
-from rocketstore.store._consume_queue import UNIT_SIZE, ConsumeQueue
+from rocketstore.store.queue._consume_queue import UNIT_SIZE, ConsumeQueue
 
 TOPIC = "Batch"
 CQ_FILE = UNIT_SIZE * 16  # tiny consume-queue files: batches cross their boundaries

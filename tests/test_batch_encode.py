@@ -1,4 +1,4 @@
-"""Column-wise batch encoding (store/_batch_encode.py) against the per-record encoder."""
+"""Column-wise batch encoding (store/log/_batch_encode.py) against the per-record encoder."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from _waits import wait_until
 from rocketstore import ManualClock, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore.store._record import encode_record, tags_code
+from rocketstore.store.log._record import encode_record, tags_code
 
 pa = pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
-from rocketstore.store._batch_encode import encode_plain_batch, put_encoded, stamp  # noqa: E402
+from rocketstore.store.log._batch_encode import encode_plain_batch, put_encoded, stamp  # noqa: E402
 
 STORE_HOST = b"\x0a\x01\x02\x03\x00\x00\x2a\x9f"
 _props = st.one_of(

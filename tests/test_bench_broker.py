@@ -22,7 +22,7 @@ from rocketstore.client._async_producer import AsyncProducer
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
 from rocketstore.store._config import StoreConfig
-from rocketstore.store._message import PutMessageResult
+from rocketstore.store.log._message import PutMessageResult
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ from rocketstore.remoting import RemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC
 from rocketstore.remoting._command import RemotingCommand
-from rocketstore.store._record import MessageExt, properties_to_string
+from rocketstore.store.log._record import MessageExt, properties_to_string
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from rocketstore import GetMessageStatus, ManualClock, Message, MessageStore, PutMessageStatus
-from rocketstore.store._clean import MANUAL_DELETE_RUNS
 from rocketstore.store._disk import DISK_FULL_BIT, RunningFlags, disk_used_ratio
-from rocketstore.store._mapped_file_queue import DELETE_FILES_BATCH_MAX
+from rocketstore.store.log._mapped_file_queue import DELETE_FILES_BATCH_MAX
+from rocketstore.store.services._clean import MANUAL_DELETE_RUNS
 
 BODY = b"x" * 1000
 HOUR_MS = 3_600_000

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.cli import main
-from rocketstore.store._record import decode_msg_id
+from rocketstore.store.log._record import decode_msg_id
 
 
 def conf(tmp_path: Path) -> Path:

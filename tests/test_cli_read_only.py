@@ -18,7 +18,7 @@ from _crash import produce_and_kill
 from _fixtures import FIXTURES, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
-from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
+from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 
 Snapshot = tuple[frozenset[str], dict[str, bytes]]
 QUEUES = 4
@@ -180,7 +180,7 @@ def test_damaged_store_shows_every_intact_message_and_the_damage(tmp_path: Path)
 
 def fill_positions_after_damage(root: Path) -> list[tuple[int, int, int]]:
     """(queue, offset, phys) of message i, from the consume queues (read-only)."""
-    from rocketstore.store._reader import StoreReader
+    from rocketstore.store.read._reader import StoreReader
 
     with StoreReader(root) as reader:
         units = [

@@ -9,9 +9,9 @@ import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
 from rocketstore.store._clock import ManualClock
-from rocketstore.store._commit_log import MAX_TOPIC_LENGTH
-from rocketstore.store._mapped_file import file_name_for
-from rocketstore.store._record import (
+from rocketstore.store.log._commit_log import MAX_TOPIC_LENGTH
+from rocketstore.store.log._mapped_file import file_name_for
+from rocketstore.store.log._record import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import CorruptFileError, ManualClock
-from rocketstore.store._consume_queue import (
+from rocketstore.store.queue._consume_queue import (
     BLANK_SIZE,
     BLANK_UNIT,
     UNIT,

@@ -13,7 +13,7 @@ import pytest
 
 from _crash import FILE_SIZE, Ack, config, power_loss_copy, produce_and_kill, read_queue
 from rocketstore import Message, MessageStore
-from rocketstore.store._record import OFFSET_BODY_CRC, OFFSET_MAGIC, OFFSET_PHYSICAL_OFFSET
+from rocketstore.store.log._record import OFFSET_BODY_CRC, OFFSET_MAGIC, OFFSET_PHYSICAL_OFFSET
 
 TOPIC = "Crash"
 

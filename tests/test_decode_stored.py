@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketstore import CorruptRecordError
-from rocketstore.store import _record
-from rocketstore.store._record import (
+from rocketstore.store.log import _record
+from rocketstore.store.log._record import (
     INT32,
     OFFSET_BODY_CRC,
     OFFSET_MAGIC,

@@ -101,7 +101,7 @@ def _fail_reserve_under(monkeypatch: pytest.MonkeyPatch, part: str) -> list[bool
     ENOSPC while the returned flag is on."""
     import errno
 
-    from rocketstore.store import _mapped_file
+    from rocketstore.store.log import _mapped_file
 
     real = _mapped_file.reserve
     on = [True]
@@ -289,7 +289,7 @@ def _send(client: object, address: str, topic: str, qid: int, body: bytes) -> ob
 
 def _pull_bodies(client: object, address: str, topic: str, qid: int, offset: int) -> list[bytes]:
     from rocketstore.remoting import RemotingCommand
-    from rocketstore.store._record import decode_message
+    from rocketstore.store.log._record import decode_message
 
     req = RemotingCommand.request(
         11,

@@ -23,8 +23,8 @@ from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store._clock import SystemClock
 from rocketstore.store._errors import StoreIOError
-from rocketstore.store._flush import FlushRealTimeService, GroupCommitService
-from rocketstore.store._record import PROPERTY_WAIT
+from rocketstore.store.log._flush import FlushRealTimeService, GroupCommitService
+from rocketstore.store.log._record import PROPERTY_WAIT
 
 SEEDS = [11, 12, 13]
 

@@ -25,7 +25,7 @@ from rocketstore.grpc._acl import authorization_header, date_time_now, parse_cre
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
-from rocketstore.store._schedule import timer_level
+from rocketstore.store.services._schedule import timer_level
 
 Code = pb.Code
 MD = [("x-mq-client-id", "test-client")]

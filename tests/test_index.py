@@ -9,7 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rocketstore import CorruptFileError, ManualClock
-from rocketstore.store._index import (
+from rocketstore.store._java_hash import index_key_hash, java_string_hash
+from rocketstore.store.log._record import DispatchRequest
+from rocketstore.store.log._record import java_string_hash as slow_java_hash
+from rocketstore.store.queue._index import (
     ENTRY,
     ENTRY_SIZE,
     HEADER,
@@ -22,9 +25,6 @@ from rocketstore.store._index import (
     index_file_name,
     index_file_size,
 )
-from rocketstore.store._java_hash import index_key_hash, java_string_hash
-from rocketstore.store._record import DispatchRequest
-from rocketstore.store._record import java_string_hash as slow_java_hash
 
 JAVA_VALUES = {
     "": 0,

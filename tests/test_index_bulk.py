@@ -11,9 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rocketstore.store._index as index_module
+import rocketstore.store.queue._index as index_module
 from rocketstore import ManualClock
-from rocketstore.store._index import (
+from rocketstore.store._java_hash import java_hash_unsigned, java_string_hash, power31
+from rocketstore.store.log._record import KEY_SEPARATOR, DispatchRequest
+from rocketstore.store.queue._index import (
     HEADER_SIZE,
     INT32_MAX,
     SLOT,
@@ -21,8 +23,6 @@ from rocketstore.store._index import (
     KeyHasher,
     split_key_hashes,
 )
-from rocketstore.store._java_hash import java_hash_unsigned, java_string_hash, power31
-from rocketstore.store._record import KEY_SEPARATOR, DispatchRequest
 
 BASE_TS = 1_700_000_000_000
 ALL_TIME = (0, 2**63 - 1)

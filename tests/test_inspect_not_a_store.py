@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
-from rocketstore.store._inspect import Inspector
+from rocketstore.store.recovery._inspect import Inspector
 
 
 def test_a_directory_without_store_entries_is_not_a_store(tmp_path: Path) -> None:

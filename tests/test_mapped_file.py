@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from rocketstore import CorruptFileError, ManualClock
-from rocketstore.store._mapped_file import OS_PAGE_SIZE, MappedFile, file_name_for, mapped_counters
-from rocketstore.store._transient_pool import TransientStorePool
+from rocketstore.store.log._mapped_file import (
+    OS_PAGE_SIZE,
+    MappedFile,
+    file_name_for,
+    mapped_counters,
+)
+from rocketstore.store.log._transient_pool import TransientStorePool
 
 SIZE = 64 * 1024
 
@@ -118,7 +123,7 @@ def test_flush_syncs_exactly_the_new_pages(tmp_path: Path, monkeypatch: pytest.M
     import ctypes
 
     from rocketstore import StoreIOError
-    from rocketstore.store import _mapped_file as module
+    from rocketstore.store.log import _mapped_file as module
 
     real = module.msync_function()
     if real is None:
@@ -186,7 +191,7 @@ def test_truncation_makes_its_zeroes_durable_at_once(
 
 
 def test_flush_falls_back_to_fdatasync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rocketstore.store import _mapped_file as module
+    from rocketstore.store.log import _mapped_file as module
 
     synced: list[int] = []
     monkeypatch.setattr(module, "msync_function", lambda: None)

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketstore import CorruptFileError, ManualClock
-from rocketstore.store._mapped_file import OS_PAGE_SIZE, MappedFile, file_name_for
-from rocketstore.store._mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileQueue
+from rocketstore.store.log._mapped_file import OS_PAGE_SIZE, MappedFile, file_name_for
+from rocketstore.store.log._mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileQueue
 
 SIZE = 64 * 1024
 
@@ -183,7 +183,7 @@ def test_flush_across_files_and_least_pages(queue: MappedFileQueue) -> None:
 
 
 def test_commit_across_files_with_pool(tmp_path: Path) -> None:
-    from rocketstore.store._transient_pool import TransientStorePool
+    from rocketstore.store.log._transient_pool import TransientStorePool
 
     pool = TransientStorePool(3, SIZE, lock_memory=False)
     pool.init()

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from _interop import ServerProcess
 from rocketstore.cli import main as cli_main
-from rocketstore.store._record import decode_msg_id
+from rocketstore.store.log._record import decode_msg_id
 
 TOPIC = "ViewTopic"
 # the client's id of a message sent from 1.0.0.127 (pid, random part, time, counter): as an

@@ -20,8 +20,8 @@ import pytest
 from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageResult, PutMessageStatus
 from rocketstore.store._errors import StoreIOError
-from rocketstore.store._flush import GroupCommitService
-from rocketstore.store._record import PROPERTY_WAIT
+from rocketstore.store.log._flush import GroupCommitService
+from rocketstore.store.log._record import PROPERTY_WAIT
 from test_group_commit import FakeLog, make_service
 
 OK = PutMessageStatus.PUT_OK

@@ -15,12 +15,11 @@ from rocketstore.store import (
     MessageStore,
     PutMessageStatus,
     StoreConfig,
-    _allocate,
-    _index,
-    _mapped_file_queue,
 )
 from rocketstore.store._clock import ManualClock
-from rocketstore.store._mapped_file import MappedFile, file_name_for
+from rocketstore.store.log import _allocate, _mapped_file_queue
+from rocketstore.store.log._mapped_file import MappedFile, file_name_for
+from rocketstore.store.queue import _index
 
 OK = PutMessageStatus.PUT_OK
 REFUSED = PutMessageStatus.SERVICE_NOT_AVAILABLE

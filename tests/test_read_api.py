@@ -19,8 +19,8 @@ from rocketstore import (
     StoreConfig,
 )
 from rocketstore.cli import main
-from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
-from rocketstore.store._filter import TagFilter
+from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
+from rocketstore.store.queue._filter import TagFilter
 
 S = GetMessageStatus
 SMALL = {

@@ -13,13 +13,13 @@ import pytest
 
 from _waits import wait_dispatched
 from rocketstore import GetMessageStatus, Message, MessageExt, MessageStore, StoreConfig
-from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
-from rocketstore.store._record import (
+from rocketstore.store.log._record import (
     SYSFLAG_COMPRESSED,
     decode_message,
     decode_stored,
     encode_record,
 )
+from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 
 OpenStore = Callable[..., MessageStore]
 MakeConfig = Callable[..., StoreConfig]

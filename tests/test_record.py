@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from _fixtures import tarball
 from rocketstore import CorruptRecordError, StoreConfig
-from rocketstore.store._record import (
+from rocketstore.store.log._record import (
     BLANK,
     BLANK_MAGIC,
     INT16,

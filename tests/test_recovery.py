@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from _crash import config, read_queue
 from rocketstore import CorruptFileError, Message, MessageStore
 from rocketstore.cli import main
-from rocketstore.store._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store._errors import CorruptRecordError
-from rocketstore.store._index import HEADER
-from rocketstore.store._record import check_record, encode_record
-from rocketstore.store._scan import BAD_RECORD, scan_records
+from rocketstore.store.log._record import check_record, encode_record
+from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
+from rocketstore.store.queue._index import HEADER
+from rocketstore.store.recovery._scan import BAD_RECORD, scan_records
 from test_fixture_read import FIXTURES, expected, unpack
 from test_fixture_read import config as fixture_config
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from _waits import wait_dispatched
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.store._consume_queue import UNIT_SIZE
+from rocketstore.store.queue._consume_queue import UNIT_SIZE
 
 SMALL = {
     "dispatch_in_put_path": False,  # these tests are about the dispatch thread and its handoff

@@ -14,19 +14,19 @@ import pytest
 
 from _fixtures import tarball
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore.store._delay_offset import (
-    DELAY_OFFSET_FILE,
-    DelayOffsetFile,
-    decode_delay_offsets,
-    encode_delay_offsets,
-)
 from rocketstore.store._errors import CorruptFileError
-from rocketstore.store._record import (
+from rocketstore.store.log._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
     tags_code,
+)
+from rocketstore.store.services._delay_offset import (
+    DELAY_OFFSET_FILE,
+    DelayOffsetFile,
+    decode_delay_offsets,
+    encode_delay_offsets,
 )
 
 LEVELS = "1s 3s"

@@ -19,9 +19,9 @@ from rocketstore.client._producer import message_properties, send_request
 from rocketstore.client._route import MessageQueue
 from rocketstore.remoting import RemotingClient, ResponseCode
 from rocketstore.store._clock import ManualClock
-from rocketstore.store._message import PutMessageResult, PutMessageStatus
 from rocketstore.store.ha import _transfer
 from rocketstore.store.ha._transfer import GroupTransferService
+from rocketstore.store.log._message import PutMessageResult, PutMessageStatus
 
 NOT_AVAILABLE_LINE = re.compile(r"(\d+) put\(s\) since the last warning were stored and answered")
 

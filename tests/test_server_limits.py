@@ -52,7 +52,7 @@ from rocketstore.remoting import (
 )
 from rocketstore.remoting._limits import TRIM_AFTER, BufferBudget
 from rocketstore.store._errors import StoreConfigError
-from rocketstore.store._record import SYSFLAG_COMPRESSED, decode_message, encode_record
+from rocketstore.store.log._record import SYSFLAG_COMPRESSED, decode_message, encode_record
 from test_broker_server import RunningBroker, heartbeat, pull_request, send_request
 
 MiB = 1024 * 1024

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.store._reader import StoreReader
-from rocketstore.store._record import OFFSET_BODY_LENGTH_V4
+from rocketstore.store.log._record import OFFSET_BODY_LENGTH_V4
+from rocketstore.store.read._reader import StoreReader
 
 pa = pytest.importorskip("pyarrow")
 

@@ -55,7 +55,7 @@ def test_an_input_error_fails_the_task_after_what_was_handed_over(tmp_path: Path
     with pytest.raises(OSError, match="the input broke"):
         write_batches(settings, broken())
     assert lock_owner(str(tmp_path / "s")) is None
-    from rocketstore.store._reader import StoreReader
+    from rocketstore.store.read._reader import StoreReader
 
     with StoreReader(tmp_path / "s") as reader:  # what was handed over is stored
         assert sum(reader.max_offset("T", q) for q in reader.queue_ids("T")) == 100
@@ -112,7 +112,7 @@ def _props_batch(rows: list[tuple[bytes, str | None, list[str], dict[str, str] |
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_system_properties_are_left_out_unless_kept(tmp_path: Path, keep: bool) -> None:
-    from rocketstore.store._reader import StoreReader
+    from rocketstore.store.read._reader import StoreReader
 
     schema = _struct("topic", "queue_id", "body", "tags", "keys", "properties")
     options = {"path": str(tmp_path / "s"), "commitLogFileSize": "65536"}

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from rocketstore.store import Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore.store._mapped_file import MappedFile, file_name_for
+from rocketstore.store.log._mapped_file import MappedFile, file_name_for
 
 GIB = 1 << 30
 MIB = 1 << 20

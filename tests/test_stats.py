@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from rocketstore import GetMessageStatus, ManualClock, Message, MessageStore
 from rocketstore.cli import main
-from rocketstore.store._record import PROPERTY_DELAY, SCHEDULE_TOPIC
-from rocketstore.store._stats import (
+from rocketstore.store.log._record import PROPERTY_DELAY, SCHEDULE_TOPIC
+from rocketstore.store.services._stats import (
     PUT_LATENCY_BUCKETS,
     StoreStatistics,
     TopicPutStats,

@@ -16,14 +16,14 @@ import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig, StoreLockedError
 from rocketstore.store._lock import lock_owner
-from rocketstore.store._record import DispatchRequest, check_record
+from rocketstore.store.log._record import DispatchRequest, check_record
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def scan_log(store_dir: str) -> list[tuple[DispatchRequest, bytes]]:
     """Every record in a commit-log directory, read from the files (no store involved)."""
-    from rocketstore.store._record import decode_message
+    from rocketstore.store.log._record import decode_message
 
     out = []
     for path in sorted(Path(store_dir, "commitlog").iterdir()):

@@ -35,7 +35,7 @@ from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC
 from rocketstore.remoting._command import RemotingCommand, decode_frame
-from rocketstore.store._record import (
+from rocketstore.store.log._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,

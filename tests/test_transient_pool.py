@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreError
-from rocketstore.store._mapped_file import MappedFile, file_name_for, mapped_counters
-from rocketstore.store._transient_pool import TransientStorePool
+from rocketstore.store.log._mapped_file import MappedFile, file_name_for, mapped_counters
+from rocketstore.store.log._transient_pool import TransientStorePool
 
 SIZE = 64 * 1024
 

@@ -13,15 +13,15 @@ from .store._errors import StoreConfigError as StoreConfigError
 from .store._errors import StoreError as StoreError
 from .store._errors import StoreIOError as StoreIOError
 from .store._errors import StoreLockedError as StoreLockedError
-from .store._message import GetMessageResult as GetMessageResult
-from .store._message import GetMessageStatus as GetMessageStatus
-from .store._message import Message as Message
-from .store._message import PutMessageResult as PutMessageResult
-from .store._message import PutMessageStatus as PutMessageStatus
-from .store._record import MessageExt as MessageExt
-from .store._stats import StoreStatistics as StoreStatistics
-from .store._stats import TopicPutStats as TopicPutStats
 from .store._store import MessageStore as MessageStore
+from .store.log._message import GetMessageResult as GetMessageResult
+from .store.log._message import GetMessageStatus as GetMessageStatus
+from .store.log._message import Message as Message
+from .store.log._message import PutMessageResult as PutMessageResult
+from .store.log._message import PutMessageStatus as PutMessageStatus
+from .store.log._record import MessageExt as MessageExt
+from .store.services._stats import StoreStatistics as StoreStatistics
+from .store.services._stats import TopicPutStats as TopicPutStats
 
 __version__ = "0.1.0"
 

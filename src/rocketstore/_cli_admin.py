@@ -548,7 +548,7 @@ def _message_doc(m: Any) -> dict[str, Any]:
 
 
 def _host(raw: Any) -> str:
-    from .store._record import unpack_host
+    from .store.log._record import unpack_host
 
     if isinstance(raw, bytes | bytearray | memoryview) and len(raw) in (8, 20):
         return unpack_host(bytes(raw))

@@ -189,7 +189,7 @@ def _open_read_only(
 ) -> Any:
     """A ReadOnlyStore: nothing in the directory is changed, no lock is taken (a running
     broker's store can be read). Sizes from --conf, else from the files."""
-    from .store._read_only import ReadOnlyStore
+    from .store.recovery._read_only import ReadOnlyStore
 
     kw: dict[str, Any] = {"index_slots": slots, "index_entries": entries}
     if conf:
@@ -296,7 +296,7 @@ def get(
     """Read COUNT messages of TOPIC / QUEUE from logical OFFSET. Read-only: the store is not
     changed (a running broker's store can be read); damaged records are skipped and reported
     on standard error (exit status 1), the others are all printed."""
-    from .store._filter import TagFilter
+    from .store.queue._filter import TagFilter
 
     flt = TagFilter(tags) if tags else None
     with _store_errors(store), _open_read_only(store, conf) as rs:
@@ -483,7 +483,7 @@ def inspect(
 ) -> None:
     """Verify a store directory (ours or RocketMQ's) record by record, read-only, and
     summarise it. Exit status 1 when something is corrupt."""
-    from .store._inspect import Inspector
+    from .store.recovery._inspect import Inspector
 
     kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
     with _store_errors(directory):

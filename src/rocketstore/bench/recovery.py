@@ -7,7 +7,7 @@ import os
 import time
 
 from .. import Message, MessageStore, StoreConfig
-from ..store._scan import scan_records
+from ..store.recovery._scan import scan_records
 from . import Figures, scenario
 
 BODY_SIZE = 1024

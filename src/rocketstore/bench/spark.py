@@ -122,7 +122,7 @@ def decode_rate(store: str, two_columns: bool, rounds: int = 3) -> float:
     import pyarrow as pa
 
     from ..spark._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder
-    from ..store._reader import StoreReader
+    from ..store.read._reader import StoreReader
 
     schema = ARROW_SCHEMA
     if two_columns:

@@ -12,8 +12,8 @@ import zlib
 from pathlib import Path
 
 from .. import Message, MessageStore, PutMessageStatus, StoreConfig
-from ..store._mapped_file import MappedFile
-from ..store._record import MAGIC_V1
+from ..store.log._mapped_file import MappedFile
+from ..store.log._record import MAGIC_V1
 from . import Figures, scenario
 
 BODY_SIZE = 1024

@@ -55,7 +55,7 @@ from ..remoting import (
     ext_str,
 )
 from ..remoting._limits import LogLimiter
-from ..store._record import SCHEDULE_TOPIC
+from ..store.log._record import SCHEDULE_TOPIC
 from ._admin_bodies import (
     ConsumeStats,
     OffsetWrapper,

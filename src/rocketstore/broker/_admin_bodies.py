@@ -32,7 +32,7 @@ from typing import Any
 
 from ..client._route import MessageQueue
 from ..remoting import _fastjson
-from ..store._stats import java_double
+from ..store.services._stats import java_double
 
 _MQ_TEXT = re.compile(
     r"MessageQueue \[topic=(?P<topic>.*), brokerName=(?P<broker>.*), queueId=(?P<qid>-?\d+)\]"

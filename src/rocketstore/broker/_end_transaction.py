@@ -25,7 +25,7 @@ from ..remoting._codes import RequestCode
 from ..remoting._codes import ResponseCode as RC
 from ..remoting._command import RemotingCommand, ext_int, ext_str
 from ..remoting._connection import Connection
-from ..store._record import (
+from ..store.log._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._errors import CorruptRecordError
-from ..store._message import GetMessageStatus
-from ..store._raw_read import RawGetResult, get_raw
+from ..store.log._message import GetMessageStatus
+from ..store.read._raw_read import RawGetResult, get_raw
 from ._errors import InvalidSubscriptionError
 from ._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ._topic_config import PERM_READ

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
 from ..store._errors import CorruptRecordError
-from ..store._record import read_layout
+from ..store.log._record import read_layout
 
 if TYPE_CHECKING:
     from ..store._store import MessageStore

@@ -26,14 +26,14 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_int32, ext_str
-from ..store._message import Message, PutMessageResult, PutMessageStatus
-from ..store._record import (
+from ..store.log._message import Message, PutMessageResult, PutMessageStatus
+from ..store.log._record import (
     PROPERTY_DELAY,
     PROPERTY_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_MASK,
     string_to_properties,
 )
-from ..store._schedule import (
+from ..store.services._schedule import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
@@ -131,7 +131,7 @@ def is_batch(ext: dict[str, Any]) -> bool:
     return str(value).strip().lower() in ("true", "1")
 
 
-# a RocketMQ 5 client's timer message (delivered at its time; see store/_schedule.py)
+# a RocketMQ 5 client's timer message (delivered at its time; see store/services/_schedule.py)
 _TIMER_KEYS = frozenset(
     {PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS}
 )

@@ -21,8 +21,8 @@ from ..remoting import (
     ext_int32,
     ext_str,
 )
-from ..store._message import Message
-from ..store._record import PROPERTY_DELAY, PROPERTY_WAIT
+from ..store.log._message import Message
+from ..store.log._record import PROPERTY_DELAY, PROPERTY_WAIT
 from ._topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 
 if TYPE_CHECKING:

@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING
 
 from ..remoting._codes import ResponseCode as RC
 from ..store._errors import StoreError
-from ..store._message import Message, PutMessageResult
-from ..store._record import (
+from ..store.log._message import Message, PutMessageResult
+from ..store.log._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,

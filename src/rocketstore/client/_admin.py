@@ -24,7 +24,7 @@ from ..remoting import (
     ResponseCode,
     _fastjson,
 )
-from ..store._record import MessageExt, decode_msg_id
+from ..store.log._record import MessageExt, decode_msg_id
 from ._consumer import decode_records
 from ._names import check_group, check_topic
 from ._route import (

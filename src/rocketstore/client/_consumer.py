@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .._inflate import DEFAULT_MAX_BODY
 from ..remoting import RemotingClient, RemotingCommand, ResponseCode
-from ..store._record import INT32, MessageExt, decode_stored
+from ..store.log._record import INT32, MessageExt, decode_stored
 from ._names import check_group, check_topic
 from ._route import ClientError, MessageQueue, RouteCache
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
-from ..store._record import body_crc
+from ..store.log._record import body_crc
 from ._names import check_group, check_topic
 from ._route import ClientError, MessageQueue, RouteCache, TopicNotFoundError, TopicRoute
 

@@ -18,8 +18,8 @@ import zlib
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from .._inflate import DEFAULT_MAX_BODY, ZLIB_OR_GZIP, InflateError, InflateLimitError, inflate
-from ..store._message import Message
-from ..store._record import (
+from ..store.log._message import Message
+from ..store.log._record import (
     KEY_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -28,7 +28,7 @@ from ..store._record import (
     SYSFLAG_COMPRESSED,
     MessageExt,
 )
-from ..store._schedule import PROPERTY_TIMER_DELIVER_MS
+from ..store.services._schedule import PROPERTY_TIMER_DELIVER_MS
 from ._pb import definition_pb2 as pb
 
 Code = pb.Code

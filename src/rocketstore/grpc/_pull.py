@@ -17,8 +17,8 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..broker._topic_config import PERM_READ
-from ..store._filter import TagFilter
-from ..store._message import GetMessageResult, GetMessageStatus
+from ..store.log._message import GetMessageResult, GetMessageStatus
+from ..store.queue._filter import TagFilter
 from ._checks import check_group, check_topic, topic_config
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError

@@ -39,9 +39,9 @@ from ..broker._send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM
 from ..broker._topic_config import PERM_READ, dlq_topic
 from ..store._clock import Clock
 from ..store._errors import CorruptRecordError, StoreError
-from ..store._filter import TagFilter
-from ..store._message import GetMessageStatus
-from ..store._record import MessageExt
+from ..store.log._message import GetMessageStatus
+from ..store.log._record import MessageExt
+from ..store.queue._filter import TagFilter
 from ._checks import check_group, check_invisible, check_topic, topic_config
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError, copy_for_dead_letter

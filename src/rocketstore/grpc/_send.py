@@ -9,7 +9,7 @@ are over. A queue is picked per message: by the hash of its message group, else 
 
 A delivery timestamp is kept as TIMER_DELIVER_MS (a consumer sees it as the message's delivery
 timestamp) and the message waits in the longest delay level not longer than its delay; the
-store's schedule moves it on through shorter levels until its time (see ``store/_schedule.py``),
+store's schedule moves it on through shorter levels until its time (see ``store/services/_schedule.py``),
 so it is delivered at that time, never early.
 
 A TRANSACTION message is stored as a half message (see ``_transaction.py``); its result carries
@@ -34,9 +34,9 @@ from ..broker._topic_config import (
 from ..broker._transaction import MAX_IMMUNITY_S, PROPERTY_CHECK_IMMUNITY_S
 from ..store._clock import Clock
 from ..store._java_hash import java_string_hash
-from ..store._message import Message, PutMessageResult, PutMessageStatus
-from ..store._record import PROPERTY_DELAY, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY
-from ..store._schedule import PROPERTY_TIMER_DELIVER_MS, timer_level
+from ..store.log._message import Message, PutMessageResult, PutMessageStatus
+from ..store.log._record import PROPERTY_DELAY, PROPERTY_TRANSACTION_PREPARED, PROPERTY_UNIQ_KEY
+from ..store.services._schedule import PROPERTY_TIMER_DELIVER_MS, timer_level
 from ._checks import check_topic, topic_config
 from ._config import GrpcConfig
 from ._convert import (

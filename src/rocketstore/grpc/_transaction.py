@@ -22,7 +22,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..broker._transaction import CheckRequest, TransactionError
-from ..store._record import PROPERTY_REAL_TOPIC
+from ..store.log._record import PROPERTY_REAL_TOPIC
 from ._checks import check_topic
 from ._clients import ClientRegistry
 from ._convert import Code, GrpcError, status, to_proto_message

@@ -34,8 +34,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..store._errors import CorruptRecordError
-from ..store._reader import StoreReader
-from ..store._record import MessageExt, decode_message
+from ..store.log._record import MessageExt, decode_message
+from ..store.read._reader import StoreReader
 from . import _columns as col
 from ._options import SourceOptionError
 

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..store._record import (
+from ..store.log._record import (
     HEAD_V4_SIZE,
     KEY_SEPARATOR,
     MAGIC_V1,
@@ -47,7 +47,7 @@ _HOST_V6 = 20
 _V6_EXTRA = _HOST_V6 - _HOST_V4
 _MAX_VIEW_SPAN = 2**31 - 1  # binary_view offsets are int32
 
-# the fixed header of a record with IPv4 hosts (see rocketstore.store._record), as numpy sees it
+# the fixed header of a record with IPv4 hosts (see rocketstore.store.log._record), as numpy sees it
 _HEAD_FIELDS = [
     ("total", ">i4", 0),
     ("magic", ">i4", 4),

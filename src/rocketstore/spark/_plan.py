@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..store._reader import StoreReader, split_range
+from ..store.read._reader import StoreReader, split_range
 from ._arrow import QueueRange
 from ._options import EARLIEST, LATEST, Offsets, SourceOptionError, SourceOptions
 

@@ -7,7 +7,7 @@ the earliest and end at the latest, failOnDataLoss for starts below a queue's fi
 
 from __future__ import annotations
 
-from ..store._reader import split_range
+from ..store.read._reader import split_range
 from ._options import EARLIEST, LATEST, SourceOptionError, SourceOptions
 from ._plan import Constraints
 from ._remote import Addresses, BrokerQueue, BrokerRange, Cluster, NestedOffsets, RemoteOptions

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..store._reader import split_range
+from ..store.read._reader import split_range
 from ._options import SourceOptionError, SourceOptions
 from ._plan import limit_offsets
 from ._remote import BrokerRange, Cluster, NestedOffsets, canonical_nested, pull_range

@@ -353,7 +353,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return canonical(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        from ..store._reader import split_range
+        from ..store.read._reader import split_range
         from ._options import SourceOptionError
 
         out: list[InputPartition] = []

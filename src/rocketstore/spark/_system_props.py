@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..store._record import (
+from ..store.log._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_TOPIC,
 )

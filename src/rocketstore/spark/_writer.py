@@ -50,12 +50,11 @@ from pyspark.sql.types import (
 )
 
 from .. import Message, MessageStore, StoreConfig
-from ..store._batch_encode import EncodedBatch, encode_plain_batch, put_encoded
 from ..store._errors import StoreLockedError
 from ..store._lock import lock_owner
-from ..store._message import PutMessageResult
-from ..store._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
-from ..store._record import (
+from ..store.log._batch_encode import EncodedBatch, encode_plain_batch, put_encoded
+from ..store.log._message import PutMessageResult
+from ..store.log._record import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
@@ -63,6 +62,7 @@ from ..store._record import (
     PROPERTY_TAGS,
     tags_code,
 )
+from ..store.read._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
 from ._arrow import COLUMNS
 from ._options import SourceOptionError, _bool, _get, _int
 from ._system_props import strip_system_properties

@@ -7,9 +7,9 @@ the Spark source sit above it.
 """
 
 from ._config import StoreConfig as StoreConfig
-from ._message import Message as Message
-from ._message import PutMessageResult as PutMessageResult
-from ._message import PutMessageStatus as PutMessageStatus
 from ._store import MessageStore as MessageStore
+from .log._message import Message as Message
+from .log._message import PutMessageResult as PutMessageResult
+from .log._message import PutMessageStatus as PutMessageStatus
 
 __all__ = ["Message", "MessageStore", "PutMessageResult", "PutMessageStatus", "StoreConfig"]

@@ -17,14 +17,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._allocate import AllocateMappedFileService
 from ._checkpoint import StoreCheckpoint
-from ._clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
 from ._clock import SYSTEM_CLOCK, Clock
-from ._commit_log import CommitLog
 from ._config import StoreConfig
-from ._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
-from ._delay_offset import DelayOffsetFile
 from ._disk import (
     WRITE_INDEX_FILE_ERROR_BIT,
     WRITE_LOGICS_QUEUE_ERROR_BIT,
@@ -34,28 +29,33 @@ from ._disk import (
 )
 from ._durable import fsync_dir, is_disk_full
 from ._errors import StoreClosedError, StoreIOError, translate_os_errors
-from ._filter import MessageFilter
-from ._index import IndexService
-from ._loader import LoadResult, StoreLoader
 from ._lock import StoreLock
-from ._mapped_file_queue import MappedFileQueue
-from ._message import (
+from .ha import HAService
+from .log._allocate import AllocateMappedFileService
+from .log._commit_log import CommitLog
+from .log._mapped_file_queue import MappedFileQueue
+from .log._message import (
     GetMessageResult,
     Message,
     PutMessageResult,
     PutMessageStatus,
     QueryMessageResult,
 )
-from ._read_api import ReadApi
-from ._record import MessageExt
-from ._reput import IndexWriteError, MessageArrivingListener, ReputMessageService
-from ._schedule import ScheduleMessageService
-from ._stats import StoreStatistics, StoreStatsService
-from ._transient_pool import TransientStorePool
-from .ha import HAService
+from .log._record import MessageExt
+from .log._transient_pool import TransientStorePool
+from .queue._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
+from .queue._filter import MessageFilter
+from .queue._index import IndexService
+from .queue._reput import IndexWriteError, MessageArrivingListener, ReputMessageService
+from .read._read_api import ReadApi
+from .recovery._loader import LoadResult, StoreLoader
+from .services._clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
+from .services._delay_offset import DelayOffsetFile
+from .services._schedule import ScheduleMessageService
+from .services._stats import StoreStatistics, StoreStatsService
 
 if TYPE_CHECKING:
-    from ._batch_encode import EncodedBatch
+    from .log._batch_encode import EncodedBatch
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from .._service import ServiceThread
 from ._wire import HEADER, last_report, send_all
 
 if TYPE_CHECKING:
-    from .._commit_log import CommitLog
+    from ..log._commit_log import CommitLog
 
 log = logging.getLogger(__name__)
 

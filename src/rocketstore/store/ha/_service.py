@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._clock import Clock
-from .._commit_log import CommitLog
 from .._config import StoreConfig
 from .._errors import StoreIOError
 from .._service import ServiceThread
+from ..log._commit_log import CommitLog
 from ._client import ClientState, HAClient
 from ._connection import HAConnection
 from ._transfer import GroupTransferService

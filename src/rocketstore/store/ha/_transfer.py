@@ -29,9 +29,9 @@ from concurrent.futures import Future
 from typing import Any
 
 from .._clock import Clock
-from .._message import PutMessageResult, PutMessageStatus
-from .._put_stages import settle
 from .._service import ServiceThread
+from ..log._message import PutMessageResult, PutMessageStatus
+from ..log._put_stages import settle
 
 log = logging.getLogger(__name__)
 

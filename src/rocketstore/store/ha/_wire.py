@@ -28,7 +28,7 @@ import socket
 import struct
 from collections.abc import Callable, Sequence
 
-from .._record import Buffer
+from ..log._record import Buffer
 
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")

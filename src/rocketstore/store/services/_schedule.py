@@ -41,13 +41,12 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ._clock import Clock
-from ._commit_log import RedeliveredMessage
-from ._consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable
-from ._delay_offset import DelayOffsetFile
-from ._durable import fsync_dir, replace_synced
-from ._message import Message, PutMessageResult, PutMessageStatus
-from ._record import (
+from .._clock import Clock
+from .._durable import fsync_dir, replace_synced
+from .._service import ServiceThread
+from ..log._commit_log import RedeliveredMessage
+from ..log._message import Message, PutMessageResult, PutMessageStatus
+from ..log._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -55,7 +54,8 @@ from ._record import (
     SCHEDULE_TOPIC,
     MessageExt,
 )
-from ._service import ServiceThread
+from ..queue._consume_queue import BLANK_SIZE, ConsumeQueue, ConsumeQueueTable
+from ._delay_offset import DelayOffsetFile
 
 log = logging.getLogger(__name__)
 

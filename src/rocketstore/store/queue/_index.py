@@ -40,10 +40,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._clock import SYSTEM_CLOCK, Clock
-from ._durable import fsync_dir, make_dirs_synced
-from ._errors import CorruptFileError, StoreError, StoreIOError, translate_os_errors
-from ._java_hash import (
+from .._clock import SYSTEM_CLOCK, Clock
+from .._durable import fsync_dir, make_dirs_synced
+from .._errors import CorruptFileError, StoreError, StoreIOError, translate_os_errors
+from .._java_hash import (
     index_key_hash,
     java_hash_unsigned,
     power31,
@@ -51,8 +51,8 @@ from ._java_hash import (
     to_signed,
     utf16_length,
 )
-from ._mapped_file import OS_PAGE_SIZE, MappedFile
-from ._record import (
+from ..log._mapped_file import OS_PAGE_SIZE, MappedFile
+from ..log._record import (
     KEY_SEPARATOR,
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_ROLLBACK_TYPE,

@@ -27,8 +27,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._durable import fsync_dir, replace_synced
-from ._errors import CorruptFileError, translate_os_errors
+from .._durable import fsync_dir, replace_synced
+from .._errors import CorruptFileError, translate_os_errors
 
 log = logging.getLogger(__name__)
 

@@ -25,22 +25,11 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ._config import StoreConfig
-from ._consume_queue import (
-    BLANK_SIZE,
-    OFFSET_TAGS_CODE,
-    TAGS_CODE,
-    UNIT_SIZE,
-    UNIT_WITHOUT_TAGS,
-    ConsumeQueue,
-    ConsumeQueueTable,
-)
-from ._errors import CorruptRecordError
-from ._filter import MessageFilter
-from ._index import IndexService
-from ._mapped_file import MappedFile
-from ._message import GetMessageResult, GetMessageStatus, QueryMessageResult
-from ._record import (
+from .._config import StoreConfig
+from .._errors import CorruptRecordError
+from ..log._mapped_file import MappedFile
+from ..log._message import GetMessageResult, GetMessageStatus, QueryMessageResult
+from ..log._record import (
     INT32,
     INT64,
     OFFSET_BORN_HOST,
@@ -50,9 +39,20 @@ from ._record import (
     decode_run,
     decode_stored,
 )
+from ..queue._consume_queue import (
+    BLANK_SIZE,
+    OFFSET_TAGS_CODE,
+    TAGS_CODE,
+    UNIT_SIZE,
+    UNIT_WITHOUT_TAGS,
+    ConsumeQueue,
+    ConsumeQueueTable,
+)
+from ..queue._filter import MessageFilter
+from ..queue._index import IndexService
 
 if TYPE_CHECKING:
-    from ._commit_log import CommitLog
+    from ..log._commit_log import CommitLog
 
 log = logging.getLogger(__name__)
 

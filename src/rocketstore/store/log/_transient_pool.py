@@ -13,8 +13,8 @@ import logging
 import mmap
 import threading
 
-from ._errors import StoreError
-from ._memory import mlock
+from .._errors import StoreError
+from .._memory import mlock
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from ._java_hash import java_string_hash
-from ._record import MessageExt
+from .._java_hash import java_string_hash
+from ..log._record import MessageExt
 
 
 class MessageFilter(Protocol):

@@ -1,6 +1,6 @@
 """ReadOnlyStore: what ``rocketstore get``, ``query`` and ``stats`` read, without changing a store.
 
-Built on :class:`~rocketstore.store._reader.StoreReader`: no lock is taken, nothing is written
+Built on :class:`~rocketstore.store.read._reader.StoreReader`: no lock is taken, nothing is written
 or created, every file is mapped read-only, so a store that a running broker owns, a crashed
 store and a damaged one can all be read as they are. What recovery would repair is repaired in
 memory only:
@@ -29,21 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from ._checkpoint import StoreCheckpoint
-from ._clock import SYSTEM_CLOCK
-from ._delay_offset import DelayOffsetFile
-from ._disk import RunningFlags, disk_used_ratio
-from ._errors import CorruptFileError, CorruptRecordError
-from ._filter import MessageFilter
-from ._message import GetMessageResult, GetMessageStatus, QueryMessageResult
-from ._reader import (
-    COMMIT_LOG_DIR,
-    CONSUME_QUEUE_DIR,
-    NotAStoreError,
-    StoreReader,
-    _store_files,
-)
-from ._record import (
+from .._checkpoint import StoreCheckpoint
+from .._clock import SYSTEM_CLOCK
+from .._disk import RunningFlags, disk_used_ratio
+from .._errors import CorruptFileError, CorruptRecordError
+from ..log._message import GetMessageResult, GetMessageStatus, QueryMessageResult
+from ..log._record import (
     SCHEDULE_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
@@ -51,13 +42,22 @@ from ._record import (
     decode_message,
     decode_msg_id,
 )
+from ..queue._filter import MessageFilter
+from ..read._reader import (
+    COMMIT_LOG_DIR,
+    CONSUME_QUEUE_DIR,
+    NotAStoreError,
+    StoreReader,
+    _store_files,
+)
+from ..services._delay_offset import DelayOffsetFile
+from ..services._schedule import LevelProgress
+from ..services._stats import StoreStatsService, TopicPutStats
 from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, scan_records
-from ._schedule import LevelProgress
-from ._stats import StoreStatsService, TopicPutStats
 
 if TYPE_CHECKING:
-    from ._commit_log import CommitLog
-    from ._read_api import ReadApi
+    from ..log._commit_log import CommitLog
+    from ..read._read_api import ReadApi
 
 S = GetMessageStatus
 UNITS_PER_GET = 800  # units looked at per get at least (RocketMQ's floor)

@@ -10,7 +10,7 @@ while the process that owns it keeps writing. What it can see of a live store:
   returned. A record that fails a check is never returned.
 
 Consume-queue files are read through :class:`QueueView` only (a thin read-only wrapper of
-:class:`~rocketstore.store._consume_queue.ConsumeQueue`); index files through :class:`IndexView`.
+:class:`~rocketstore.store.queue._consume_queue.ConsumeQueue`); index files through :class:`IndexView`.
 
 Threads: one StoreReader per thread (it caches mappings without locks). Close it when done.
 """
@@ -21,11 +21,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue, is_valid_unit
-from ._errors import CorruptFileError, CorruptRecordError, StoreError
-from ._index import MAX_QUERY_NUM, IndexService, index_file_size
-from ._mapped_file import MappedFile
-from ._record import KEY_SEPARATOR, MessageExt, decode_message
+from .._errors import CorruptFileError, CorruptRecordError, StoreError
+from ..log._mapped_file import MappedFile
+from ..log._record import KEY_SEPARATOR, MessageExt, decode_message
+from ..queue._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue, is_valid_unit
+from ..queue._index import MAX_QUERY_NUM, IndexService, index_file_size
 
 COMMIT_LOG_DIR = "commitlog"
 CONSUME_QUEUE_DIR = "consumequeue"

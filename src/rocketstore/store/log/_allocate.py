@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._clock import SYSTEM_CLOCK, Clock
-from ._durable import fsync_dir, make_dirs_synced
-from ._errors import StoreError, translate_os_errors
+from .._clock import SYSTEM_CLOCK, Clock
+from .._durable import fsync_dir, make_dirs_synced
+from .._errors import StoreError, translate_os_errors
+from .._service import ServiceThread
 from ._mapped_file import DEFAULT_ALLOCATE_AHEAD, MappedFile
-from ._service import ServiceThread
 
 if TYPE_CHECKING:
     from ._transient_pool import TransientStorePool

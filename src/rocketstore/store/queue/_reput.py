@@ -23,20 +23,20 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._consume_queue import ConsumeQueueTable
-from ._durable import is_disk_full
-from ._errors import CorruptRecordError, StoreError, StoreIOError
-from ._record import (
+from .._durable import is_disk_full
+from .._errors import CorruptRecordError, StoreError, StoreIOError
+from .._service import ServiceThread
+from ..log._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
     BatchDispatch,
     DispatchRequest,
 )
-from ._service import ServiceThread
+from ._consume_queue import ConsumeQueueTable
 
 if TYPE_CHECKING:
-    from ._checkpoint import StoreCheckpoint
-    from ._commit_log import CommitLog
+    from .._checkpoint import StoreCheckpoint
+    from ..log._commit_log import CommitLog
     from ._index import IndexService
 
 log = logging.getLogger(__name__)

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._clock import SYSTEM_CLOCK, Clock
-from ._durable import data_ranges, reserve, zero_range
-from ._errors import CorruptFileError, StoreError, translate_os_errors
-from ._memory import MS_SYNC, mapping_address, mlock, msync_function
+from .._clock import SYSTEM_CLOCK, Clock
+from .._durable import data_ranges, reserve, zero_range
+from .._errors import CorruptFileError, StoreError, translate_os_errors
+from .._memory import MS_SYNC, mapping_address, mlock, msync_function
 
 if TYPE_CHECKING:
     from ._transient_pool import TransientStorePool

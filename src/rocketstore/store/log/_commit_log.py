@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._clock import Clock, ns_reader
+from .._clock import Clock, ns_reader
 
 if TYPE_CHECKING:
     from ._batch_encode import EncodedBatch
-from ._config import StoreConfig
-from ._durable import is_disk_full
-from ._errors import CorruptRecordError, StoreIOError, translate_os_errors
+from .._config import StoreConfig
+from .._durable import is_disk_full
+from .._errors import CorruptRecordError, StoreIOError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue

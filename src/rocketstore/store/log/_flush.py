@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._clock import Clock
+from .._clock import Clock
+from .._service import ServiceThread
 from ._mapped_file_queue import MappedFileQueue
-from ._service import ServiceThread
 
 log = logging.getLogger(__name__)
 

@@ -41,21 +41,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._checkpoint import StoreCheckpoint
-from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
-from ._durable import is_disk_full
-from ._errors import CorruptFileError, CorruptRecordError, StoreIOError, translate_os_errors
-from ._mapped_file import MappedFile
-from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
+from .._checkpoint import StoreCheckpoint
+from .._durable import is_disk_full
+from .._errors import CorruptFileError, CorruptRecordError, StoreIOError, translate_os_errors
+from ..log._mapped_file import MappedFile
+from ..log._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
+from ..queue._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
 from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, first_store_timestamp, scan_records
 
 if TYPE_CHECKING:
-    from ._clock import Clock
-    from ._commit_log import CommitLog
-    from ._config import StoreConfig
-    from ._consume_queue import ConsumeQueueTable
-    from ._index import IndexFile, IndexService
-    from ._reput import ReputMessageService
+    from .._clock import Clock
+    from .._config import StoreConfig
+    from ..log._commit_log import CommitLog
+    from ..queue._consume_queue import ConsumeQueueTable
+    from ..queue._index import IndexFile, IndexService
+    from ..queue._reput import ReputMessageService
 
 log = logging.getLogger(__name__)
 

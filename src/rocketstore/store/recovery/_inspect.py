@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._checkpoint import CHECKPOINT_FILE_SIZE, StoreCheckpoint
-from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE
-from ._errors import CorruptRecordError
-from ._index import ENTRY, ENTRY_SIZE, HEADER, HEADER_SIZE, SLOT_SIZE
-from ._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
+from .._checkpoint import CHECKPOINT_FILE_SIZE, StoreCheckpoint
+from .._errors import CorruptRecordError
+from ..log._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
+from ..queue._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE
+from ..queue._index import ENTRY, ENTRY_SIZE, HEADER, HEADER_SIZE, SLOT_SIZE
 from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, scan_records
 
 STORE_ENTRIES = ("commitlog", "consumequeue", "index", "checkpoint")

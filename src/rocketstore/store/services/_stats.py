@@ -32,16 +32,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._clock import Clock
-from ._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueueTable
-from ._disk import DiskUsageProbe, RunningFlags
-from ._service import ServiceThread
+from .._clock import Clock
+from .._disk import DiskUsageProbe, RunningFlags
+from .._service import ServiceThread
+from ..queue._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueueTable
 
 if TYPE_CHECKING:
-    from ._commit_log import CommitLog
-    from ._read_api import ReadApi
+    from ..ha import HAStatistics
+    from ..log._commit_log import CommitLog
+    from ..read._read_api import ReadApi
     from ._schedule import LevelProgress
-    from .ha import HAStatistics
 
 log = logging.getLogger(__name__)
 

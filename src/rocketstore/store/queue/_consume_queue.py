@@ -30,11 +30,11 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ._clock import SYSTEM_CLOCK, Clock
-from ._errors import CorruptFileError, translate_os_errors
-from ._flush import PeriodicPageService
-from ._mapped_file import MappedFile, SelectMappedBufferResult
-from ._mapped_file_queue import MappedFileQueue
+from .._clock import SYSTEM_CLOCK, Clock
+from .._errors import CorruptFileError, translate_os_errors
+from ..log._flush import PeriodicPageService
+from ..log._mapped_file import MappedFile, SelectMappedBufferResult
+from ..log._mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._clock import SYSTEM_CLOCK, Clock
-from ._durable import fsync_dir, make_dirs_synced
-from ._errors import CorruptFileError, StoreError, translate_os_errors
+from .._clock import SYSTEM_CLOCK, Clock
+from .._durable import fsync_dir, make_dirs_synced
+from .._errors import CorruptFileError, StoreError, translate_os_errors
 from ._mapped_file import DEFAULT_ALLOCATE_AHEAD, MappedFile, file_name_for
 
 if TYPE_CHECKING:

@@ -16,10 +16,9 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._consume_queue import UNIT_SIZE, UNIT_WITHOUT_TAGS
-from ._errors import CorruptRecordError
-from ._message import GetMessageResult, GetMessageStatus
-from ._record import (
+from .._errors import CorruptRecordError
+from ..log._message import GetMessageResult, GetMessageStatus
+from ..log._record import (
     INT32,
     MAGIC_V1,
     MAGIC_V2,
@@ -29,9 +28,10 @@ from ._record import (
     crc32,
     read_layout,
 )
+from ..queue._consume_queue import UNIT_SIZE, UNIT_WITHOUT_TAGS
 
 if TYPE_CHECKING:
-    from ._mapped_file import MappedFile
+    from ..log._mapped_file import MappedFile
     from ._read_api import ReadApi
 
 S = GetMessageStatus

@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .._inflate import DEFAULT_MAX_BODY, inflate
-from ._errors import CorruptRecordError
+from ..._inflate import DEFAULT_MAX_BODY, inflate
+from .._errors import CorruptRecordError
 
 
 def _pick_crc32() -> Callable[[bytes | bytearray | memoryview | mmap.mmap], int]:

@@ -35,16 +35,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._clock import Clock
-from ._config import StoreConfig
-from ._consume_queue import ConsumeQueueTable
-from ._disk import DiskUsageProbe, RunningFlags
-from ._mapped_file_queue import MappedFileQueue
-from ._message import PutMessageStatus
-from ._service import ServiceThread
+from .._clock import Clock
+from .._config import StoreConfig
+from .._disk import DiskUsageProbe, RunningFlags
+from .._service import ServiceThread
+from ..log._mapped_file_queue import MappedFileQueue
+from ..log._message import PutMessageStatus
+from ..queue._consume_queue import ConsumeQueueTable
 
 if TYPE_CHECKING:
-    from ._index import IndexService
+    from ..queue._index import IndexService
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from ._errors import CorruptRecordError
-from ._record import (
+from .._errors import CorruptRecordError
+from ..log._record import (
     MAGIC_V1,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
