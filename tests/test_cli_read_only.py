@@ -241,6 +241,37 @@ def test_lagging_queues_are_dispatched_in_memory(tmp_path: Path) -> None:
     assert snapshot(root) == before
 
 
+@pytest.mark.parametrize("size", [0, 4096])
+def test_a_consume_queue_file_cut_short_at_its_creation(tmp_path: Path, size: int) -> None:
+    """A crash between creating a queue's first file and giving it its size leaves a short
+    file, and dispatch stopped before that queue's messages: the queue ends before the file,
+    and its messages are read from the commit log."""
+    root = tmp_path / "short"
+    bodies_of_1 = []
+    with MessageStore(small_config(root)) as store:
+        for i in range(9):  # queues 0, 2 and 3 first
+            assert store.put_message(Message("T", body_of(i), (0, 2, 3)[i % 3])).ok
+        cut = store.commit_log.max_offset
+        for i in range(9, 15):
+            assert store.put_message(Message("T", body_of(i), 1)).ok
+            bodies_of_1.append(body_of(i).decode())
+    (root / "abort").touch()
+    for q in (0, 2, 3):  # dispatch had got no further than the cut
+        path = next((root / "consumequeue" / "T" / str(q)).iterdir())
+        data = bytearray(path.read_bytes())
+        units = [UNIT.unpack_from(data, at) for at in range(0, len(data), UNIT_SIZE)]
+        keep = sum(1 for phys, n, _tags in units if n > 0 and phys < cut)
+        data[keep * UNIT_SIZE :] = bytes(len(data) - keep * UNIT_SIZE)
+        path.write_bytes(bytes(data))
+    path = next((root / "consumequeue" / "T" / "1").iterdir())
+    path.write_bytes(bytes(size))
+    before = snapshot(root)
+    result = read_all(root, 1)
+    assert result.exit_code == 0, result.output
+    assert bodies(result) == bodies_of_1
+    assert snapshot(root) == before
+
+
 # ---- RocketMQ's stores ----------------------------------------------------------------------
 
 

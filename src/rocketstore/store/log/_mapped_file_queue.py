@@ -64,7 +64,8 @@ class MappedFileQueue:
     # ---- loading ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Map every existing file; a file of another size is an error (names must be offsets)."""
+        """Map every existing file; a file of another size is an error (names must be offsets),
+        except a last file shorter than the others in a read-only queue, which is left out."""
         if not self.store_path.is_dir():
             return
         names = []
@@ -90,6 +91,13 @@ class MappedFileQueue:
                 raise CorruptFileError(
                     f"{self.store_path}: file {name} does not follow {files[-1].file_name}"
                 )
+            if self.read_only and i == len(names) - 1:
+                with translate_os_errors(f"stat {self.store_path / name}"):
+                    size = (self.store_path / name).stat().st_size
+                if size < self.file_size:
+                    # the last file is being created (or a crash left it so): it holds nothing
+                    # yet; a reader's queue ends before it
+                    break
             mf = MappedFile(
                 self.store_path / name,
                 self.file_size,
