@@ -298,6 +298,10 @@ def test_hanged_file_is_destroyed_forcibly(
 def test_real_disk_probe_and_flags(tmp_path: Path) -> None:
     ratio = disk_used_ratio(str(tmp_path / "not" / "yet" / "created"))
     assert 0.0 < ratio < 1.0
+    st = os.statvfs(tmp_path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize  # RocketMQ's: the root-reserved blocks count as used
+    assert abs(ratio - used / entire) <= 0.011 and round(ratio * 100, 6).is_integer()
     flags = RunningFlags()
     assert flags.is_writeable() and flags.make_disk_full() and not flags.make_disk_full()
     assert not flags.is_writeable() and flags.bits == DISK_FULL_BIT

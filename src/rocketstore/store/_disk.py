@@ -34,8 +34,11 @@ _NOT_WRITEABLE_MASK = (
 
 
 def disk_used_ratio(path: str) -> float:
-    """Used fraction of the partition holding ``path`` (its nearest existing ancestor);
-    -1.0 when the file system cannot be asked."""
+    """Used fraction of the partition holding ``path`` (its nearest existing ancestor), as
+    RocketMQ computes it: used / (used + what an unprivileged user may still take), rounded up to
+    a whole percent; so the blocks reserved for root count as full, and rocketstore and
+    RocketMQ clean at the same moment on the same disk. -1.0 when the file system cannot be
+    asked."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
@@ -49,8 +52,11 @@ def disk_used_ratio(path: str) -> float:
     total = st.f_blocks * st.f_frsize
     if total <= 0:
         return -1.0
-    free = st.f_bfree * st.f_frsize
-    return (total - free) / total
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    return -(-used * 100 // entire) / 100.0  # a whole percent, rounded up
 
 
 class RunningFlags:
