@@ -1,0 +1,159 @@
+"""Log files laid out as RocketMQ's: one file a component, rotation, levels from a file, the
+periodic stats line."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore._logs import (
+    ROOT_LOGGER,
+    STATS_LOGGER,
+    LogConfig,
+    LogConfigError,
+    StatsLine,
+    configure,
+    default_directory,
+    read_levels,
+)
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger(ROOT_LOGGER)
+    handlers, level, propagate = list(root.handlers), root.level, root.propagate
+    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER]
+    levels = {n: logging.getLogger(n).level for n in touched}
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+            h.close()
+    root.setLevel(level)
+    root.propagate = propagate
+    for n, lv in levels.items():
+        logging.getLogger(n).setLevel(lv)
+
+
+def _flush() -> None:
+    for h in logging.getLogger(ROOT_LOGGER).handlers:
+        h.flush()
+
+
+def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: None) -> None:
+    configure(LogConfig(tmp_path / "logs", level="INFO"))
+    for name in (
+        "rocketstore.broker._send",
+        "rocketstore.grpc._service",
+        "rocketstore.namesrv._server",
+        "rocketstore.store.log._commit_log",
+        "rocketstore.remoting._connection",
+        "rocketstore.client._consumer",
+        "rocketstore._serve",
+    ):
+        logging.getLogger(name).info("hello from %s", name)
+    logging.getLogger(STATS_LOGGER).info("puts 1")
+    _flush()
+    text = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
+    assert sorted(text) == ["broker.log", "namesrv.log", "remoting.log", "stats.log", "store.log"]
+    assert "rocketstore.broker._send" in text["broker.log"]
+    assert "rocketstore.grpc._service" in text["broker.log"]
+    assert "rocketstore._serve" in text["broker.log"]
+    assert "rocketstore.namesrv._server" in text["namesrv.log"]
+    assert "rocketstore.store.log._commit_log" in text["store.log"]
+    assert "rocketstore.remoting._connection" in text["remoting.log"]
+    assert "rocketstore.client._consumer" in text["remoting.log"]
+    assert "puts 1" in text["stats.log"]
+    # one record, one file
+    for name, body in text.items():
+        others = "".join(v for k, v in text.items() if k != name)
+        for line in body.splitlines():
+            assert line.split(" - ", 1)[1] not in others
+
+
+def test_stderr_keeps_warnings_only(
+    tmp_path: Path, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure(LogConfig(tmp_path, level="INFO"))
+    logging.getLogger("rocketstore.store").info("quiet detail")
+    logging.getLogger("rocketstore.broker").warning("disk almost full")
+    logging.getLogger(STATS_LOGGER).info("puts 7")
+    err = capsys.readouterr().err
+    assert "disk almost full" in err
+    assert "quiet detail" not in err and "puts 7" not in err
+
+
+def test_levels_from_a_file(tmp_path: Path, restore_logging: None) -> None:
+    levels = tmp_path / "levels"
+    levels.write_text("# store internals\nrocketstore.store.log = DEBUG\n\n")
+    configure(LogConfig(tmp_path / "logs", level="WARNING", levels_file=levels))
+    logging.getLogger("rocketstore.store.log._flush").debug("flushed 4 pages")
+    logging.getLogger("rocketstore.store.queue._reput").info("dispatched")
+    _flush()
+    store_log = (tmp_path / "logs" / "store.log").read_text()
+    assert "flushed 4 pages" in store_log and "dispatched" not in store_log
+
+
+@pytest.mark.parametrize(
+    "text", ["rocketstore.store\n", "rocketstore.store=LOUD\n", "=DEBUG\n", "a=b=c\n"]
+)
+def test_a_bad_levels_file_names_its_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "levels"
+    path.write_text("# fine\n" + text)
+    with pytest.raises(LogConfigError, match=r"levels:2: expected name=LEVEL"):
+        read_levels(path)
+
+
+def test_bad_settings_are_errors(tmp_path: Path, restore_logging: None) -> None:
+    with pytest.raises(LogConfigError, match="log level"):
+        configure(LogConfig(tmp_path, level="CHATTY"))
+    with pytest.raises(LogConfigError, match="cannot read the levels file"):
+        configure(LogConfig(tmp_path, levels_file=tmp_path / "missing"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(LogConfigError, match="cannot make the log directory"):
+        configure(LogConfig(tmp_path / "file" / "logs"))
+
+
+def test_files_rotate(tmp_path: Path, restore_logging: None) -> None:
+    configure(LogConfig(tmp_path, level="INFO", max_bytes=2_000, backups=2))
+    log = logging.getLogger("rocketstore.store")
+    for i in range(200):
+        log.info("line %d %s", i, "x" * 40)
+    _flush()
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("store.log"))
+    assert names == ["store.log", "store.log.1", "store.log.2"]
+    assert all((tmp_path / n).stat().st_size <= 2_000 for n in names)
+    assert "line 199" in (tmp_path / "store.log").read_text()
+
+
+def test_configure_twice_replaces_its_handlers(tmp_path: Path, restore_logging: None) -> None:
+    before = len(logging.getLogger(ROOT_LOGGER).handlers)
+    configure(LogConfig(tmp_path / "a"))
+    configure(LogConfig(tmp_path / "b"))
+    assert len(logging.getLogger(ROOT_LOGGER).handlers) == before + 6
+
+
+def test_default_directory_is_beside_the_store(tmp_path: Path) -> None:
+    assert default_directory(tmp_path / "store") == (tmp_path / "logs").resolve()
+
+
+def test_stats_line_counts_and_rates(tmp_path: Path) -> None:
+    now = [100.0]
+    with MessageStore(
+        StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1 << 20)
+    ) as store:
+        line = StatsLine(store.statistics, lambda: now[0])
+        assert line.line().startswith("puts 0 (0.0/s), got 0 (0.0/s), commit log ")
+        for _ in range(30):
+            assert store.put_message(Message("T", b"x" * 100, 0)).ok
+        now[0] += 10.0
+        second = line.line()
+        s = store.statistics()
+        size = s.commit_log_max_offset - s.commit_log_min_offset
+    assert size >= 30 * 100
+    assert second.startswith(f"puts 30 (3.0/s), got 0 (0.0/s), commit log {size} bytes, disk ")
+    assert second.endswith(" bytes") and "% used" in second
