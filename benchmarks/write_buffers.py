@@ -18,8 +18,10 @@ import shutil
 import tempfile
 import time
 
+from rocketstore.bench.storage import verdict
 
-def outside_spark(root: str, rows: int, buffers: int) -> str:
+
+def outside_spark(root: str, rows: int, buffers: int) -> tuple[float, str]:
     import pyarrow as pa
 
     from rocketstore.spark._writer import WriteSettings, write_batches
@@ -45,7 +47,8 @@ def outside_spark(root: str, rows: int, buffers: int) -> str:
     report = write_batches(s, iter(batches))
     took = time.perf_counter() - start
     shutil.rmtree(store, ignore_errors=True)
-    return f"{rows / took:,.0f} rows/s (put {report.put_s:.2f} s, close {report.close_s:.2f} s)"
+    text = f"{rows / took:,.0f} rows/s (put {report.put_s:.2f} s, close {report.close_s:.2f} s)"
+    return rows / took, text
 
 
 def in_spark(root: str, rows: int, pairs: int) -> None:
@@ -61,17 +64,23 @@ def in_spark(root: str, rows: int, pairs: int) -> None:
     source.cache().count()
     warm = source.limit(1000).coalesce(1).write.format("rocketstore")
     warm.option("path", f"{root}/warm").mode("append").save()
+    ratios = []
     try:
         for _ in range(pairs):
+            rates = []
             for buffers in ("0", "2"):
                 shutil.rmtree(f"{root}/store", ignore_errors=True)
                 start = time.perf_counter()
                 w = source.coalesce(1).write.format("rocketstore").option("writeBuffers", buffers)
                 w.option("path", f"{root}/store").mode("append").save()
                 rate = rows / (time.perf_counter() - start)
+                rates.append(rate)
                 print(f"spark, writeBuffers={buffers}: {rate:,.0f} rows/s", flush=True)
+            ratios.append(rates[1] / rates[0])
     finally:
         spark.stop()
+    print(f"writeBuffers=2 over 0, by pair: {' / '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"{verdict(ratios)}; load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def main() -> None:
@@ -86,10 +95,17 @@ def main() -> None:
         if args.spark:
             in_spark(root, args.rows or 300_000, args.pairs)
             return
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        ratios = []
         for _ in range(args.pairs):
+            rates = []
             for buffers in (0, 2):
-                rate = outside_spark(root, args.rows or 200_000, buffers)
-                print(f"writeBuffers={buffers}: {rate}", flush=True)
+                rate, text = outside_spark(root, args.rows or 200_000, buffers)
+                rates.append(rate)
+                print(f"writeBuffers={buffers}: {text}", flush=True)
+            ratios.append(rates[1] / rates[0])
+        print(f"writeBuffers=2 over 0, by pair: {' / '.join(f'{r:.2f}' for r in ratios)}")
+        print(f"{verdict(ratios)}; load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import mmap
 import os
+import shutil
 import threading
 import time
 import zlib
@@ -19,6 +20,7 @@ from . import Figures, scenario
 BODY_SIZE = 1024
 TOPIC = "BenchTopic"
 DEFAULT_COUNT = 500_000
+PAIRS = 3  # alternated pairs where a scenario compares two settings
 FILE_SIZE = 1024 * 1024 * 1024
 
 
@@ -273,21 +275,44 @@ def bench_put_sync(root: str, count: int | None) -> Figures:
     }
 
 
-@scenario("put_pool", "storage", "ASYNC_FLUSH with the transient store pool vs without")
+@scenario("put_pool", "storage", "ASYNC_FLUSH with the transient store pool vs without, 3 pairs")
 def bench_put_pool(root: str, count: int | None) -> Figures:
-    n = count or DEFAULT_COUNT
+    """Plain and pooled puts alternate (plain, pool, plain, pool, ...), each into a fresh store,
+    so a drift of the machine's speed hits both; the ratio is taken within each pair, and a
+    ratio that is above 1 in one pair and below in another is no measurable difference."""
+    n = count or DEFAULT_COUNT // 2
     msgs = _messages(n)
-    with MessageStore(_config(os.path.join(root, "plain"))) as store:
-        plain, _ = _put_loop(store, msgs)
-    cfg = _config(
-        os.path.join(root, "pool"), transient_store_pool_enable=True, transient_store_pool_size=3
-    )
-    with MessageStore(cfg) as store:
-        pooled, _ = _put_loop(store, msgs)
-    out = _rate_figures(n, pooled, RECORD_SIZE)
-    out["plain_msgs_per_s"] = round(n / plain)
-    out["pool_over_plain"] = round(plain / pooled, 3)
-    return out
+    plain_rates: list[float] = []
+    pool_rates: list[float] = []
+    for i in range(PAIRS):
+        with MessageStore(_config(os.path.join(root, f"plain-{i}"))) as store:
+            plain_rates.append(n / _put_loop(store, msgs)[0])
+        cfg = _config(
+            os.path.join(root, f"pool-{i}"),
+            transient_store_pool_enable=True,
+            transient_store_pool_size=3,
+        )
+        with MessageStore(cfg) as store:
+            pool_rates.append(n / _put_loop(store, msgs)[0])
+        shutil.rmtree(os.path.join(root, f"plain-{i}"), ignore_errors=True)
+        shutil.rmtree(os.path.join(root, f"pool-{i}"), ignore_errors=True)
+    ratios = [b / a for a, b in zip(plain_rates, pool_rates, strict=True)]
+    return {
+        "messages": n,
+        "plain_msgs_per_s": " / ".join(f"{r:.0f}" for r in plain_rates),
+        "pool_msgs_per_s": " / ".join(f"{r:.0f}" for r in pool_rates),
+        "pool_over_plain": " / ".join(f"{r:.3f}" for r in ratios),
+        "verdict": verdict(ratios),
+    }
+
+
+def verdict(ratios: list[float]) -> str:
+    """What alternated pairs say: faster or slower only when every pair agrees."""
+    if all(r > 1 for r in ratios):
+        return f"faster in every pair ({min(ratios):.2f}-{max(ratios):.2f}x)"
+    if all(r < 1 for r in ratios):
+        return f"slower in every pair ({min(ratios):.2f}-{max(ratios):.2f}x)"
+    return f"no measurable difference ({min(ratios):.2f}-{max(ratios):.2f}x)"
 
 
 @scenario("roll_latency", "storage", "max put latency across file rolls, allocator on vs off")
