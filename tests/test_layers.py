@@ -99,8 +99,12 @@ def _imports() -> tuple[dict[str, tuple[Path, list[str]]], list[Import]]:
                     start = ".".join([*base, *([node.module] if node.module else [])])
                 else:
                     start = node.module or ""
-                # "from pkg import mod" imports the module pkg.mod when there is one
-                candidates = [start, *(f"{start}.{alias.name}" for alias in node.names)]
+                # "from pkg import mod" imports the module pkg.mod when there is one, else a
+                # name of pkg itself
+                subs = [f"{start}.{alias.name}" for alias in node.names]
+                candidates = [m for m in subs if m in modules]
+                if len(candidates) < len(subs):
+                    candidates.append(start)
             elif isinstance(node, ast.Import):
                 candidates = [alias.name for alias in node.names]
             else:
@@ -167,10 +171,35 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _shortest_loop(members: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """One shortest circle through the first module of a component (breadth first)."""
+    start = min(members)
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for nxt in sorted(graph.get(node, ()) & members):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if nxt not in parent:
+                    parent[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    return [start]
+
+
 def _describe(cycle: list[str]) -> str:
     members = set(cycle)
+    loop = _shortest_loop(members, _graph(IMPORTS))
     edges = [str(i) for i in IMPORTS if i.source in members and i.target in members]
-    return f"cycle of {len(cycle)} modules: {', '.join(cycle)}\n    " + "\n    ".join(edges)
+    return (
+        f"cycle of {len(cycle)} modules: {', '.join(cycle)}\n"
+        f"  e.g. {' -> '.join(loop)}\n    " + "\n    ".join(edges)
+    )
 
 
 def package_of(module: str) -> str:
@@ -210,6 +239,8 @@ def test_the_walk_sees_the_imports_it_must() -> None:
     assert ("rocketstore.spark._writer", "rocketstore") in pairs
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+    graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"b", "a"}}
+    assert _shortest_loop({"a", "b", "c"}, graph) == ["a", "c", "a"]
 
 
 def test_no_import_cycle_in_broker_and_grpc() -> None:
