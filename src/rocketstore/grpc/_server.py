@@ -50,7 +50,6 @@ from ._transaction import TransactionContext, TransactionFront
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-
 log = logging.getLogger(__name__)
 
 CLIENT_EXPIRY_CHECK_S = 10.0
