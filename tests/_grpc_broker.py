@@ -16,6 +16,7 @@ from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.namesrv import NameServer
+from rocketstore.server import BrokerServer
 
 T = TypeVar("T")
 
@@ -61,6 +62,7 @@ class BrokerThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.namesrv: NameServer
+        self.server: BrokerServer
         self.broker: BrokerController
         self.grpc: GrpcFrontEnd
         self.running = False
@@ -86,12 +88,15 @@ class BrokerThread:
             broker_config = BrokerConfig(
                 listen_port=0, namesrv_addr=self.namesrv.address, **self.broker_overrides
             )
-            self.broker = BrokerController(
-                small_store_config(self.root, **self.store_overrides), broker_config
+            self.server = BrokerServer(
+                small_store_config(self.root, **self.store_overrides),
+                broker_config,
+                grpc=self.grpc_config,
             )
-            await self.broker.start()
-            self.grpc = GrpcFrontEnd(self.broker, self.grpc_config)
-            await self.grpc.start()
+            await self.server.start()
+            self.broker = self.server.broker
+            assert self.server.grpc is not None
+            self.grpc = self.server.grpc
 
         self.call(up)
         self.running = True
@@ -103,12 +108,9 @@ class BrokerThread:
 
             async def down() -> None:
                 try:
-                    await self.grpc.close()
+                    await self.server.shutdown()
                 finally:
-                    try:
-                        await self.broker.shutdown()
-                    finally:
-                        await self.namesrv.close()
+                    await self.namesrv.close()
 
             self.call(down)
 

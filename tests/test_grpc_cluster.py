@@ -24,6 +24,7 @@ from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.namesrv import NameServer
+from rocketstore.server import BrokerServer
 
 T = TypeVar("T")
 MD = [("x-mq-client-id", "cluster-test")]
@@ -37,6 +38,7 @@ class GrpcCluster:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.namesrv: NameServer
+        self.servers: dict[str, BrokerServer] = {}
         self.brokers: dict[str, BrokerController] = {}
         self.fronts: dict[str, GrpcFrontEnd] = {}
 
@@ -48,7 +50,7 @@ class GrpcCluster:
             self.namesrv = NameServer("127.0.0.1", 0)
             await self.namesrv.start()
             for name in NAMES:
-                broker = BrokerController(
+                server = BrokerServer(
                     small_store_config(self.root / name),
                     BrokerConfig(
                         listen_port=0,
@@ -56,22 +58,23 @@ class GrpcCluster:
                         broker_name=name,
                         cluster_name="GrpcCluster",
                     ),
+                    grpc=TEST_GRPC_CONFIG,
                 )
-                await broker.start()
-                self.brokers[name] = broker
-                front = GrpcFrontEnd(broker, TEST_GRPC_CONFIG)
-                await front.start()
-                self.fronts[name] = front
+                await server.start()
+                self.servers[name] = server
+                self.brokers[name] = server.broker
+                assert server.grpc is not None
+                self.fronts[name] = server.grpc
 
         self.call(up)
         return self
 
     def close(self) -> None:
         async def down() -> None:
-            for name in list(self.fronts):
-                await self.fronts.pop(name).close()
-            for name in list(self.brokers):
-                await self.brokers.pop(name).shutdown()
+            for name in list(self.servers):
+                await self.servers.pop(name).shutdown()
+            self.fronts.clear()
+            self.brokers.clear()
             await self.namesrv.close()
 
         try:

@@ -104,7 +104,7 @@ def _make_broker(
     acl_file: str | None = None,
 ) -> Any:
     from .broker._config import BrokerConfig
-    from .broker._controller import BrokerController
+    from .server import BrokerServer
 
     base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
     store_over: dict[str, Any] = {}
@@ -141,7 +141,7 @@ def _make_broker(
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
-    return BrokerController(store_config, broker_config, grpc=grpc)
+    return BrokerServer(store_config, broker_config, grpc=grpc)
 
 
 listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"

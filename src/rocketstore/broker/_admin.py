@@ -42,9 +42,8 @@ import os
 import re
 import shutil
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..client._route import MessageQueue
 from ..remoting import (
     Connection,
     RemotingCommand,
@@ -58,6 +57,7 @@ from ..remoting._limits import LogLimiter
 from ..store.log._record import SCHEDULE_TOPIC
 from ._admin_bodies import (
     ConsumeStats,
+    MessageQueue,
     OffsetWrapper,
     TopicOffset,
     encode_group_list,
@@ -66,11 +66,20 @@ from ._admin_bodies import (
     loads,
 )
 from ._errors import InvalidTopicError
+from ._services import (
+    HasClock,
+    HasConfig,
+    HasConsumers,
+    HasEndpoints,
+    HasGroups,
+    HasOffsets,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    TopicCreation,
+)
 from ._subscription_group import SubscriptionGroupConfig
 from ._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
 
 log = logging.getLogger(__name__)
 _refusals_log = LogLimiter(log)  # a few lines a minute, however many requests are refused
@@ -88,11 +97,28 @@ SLAVE_REMARK = (
     "Can't modify topic or subscription group from slave broker, "
     "please execute it from master broker."
 )
+
 MAX_PERM = 0xF  # PRIORITY | READ | WRITE | INHERIT
 GROUP_MAX_LENGTH = 120  # RocketMQ 5's TopicValidator.validateGroup
 _GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 Handler = Callable[[RemotingCommand, Connection], RemotingCommand | Awaitable[RemotingCommand]]
+
+
+class AdminContext(
+    HasClock,
+    HasConfig,
+    HasConsumers,
+    HasEndpoints,
+    HasGroups,
+    HasOffsets,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    TopicCreation,
+    Protocol,
+):
+    """What the administration codes use of the broker."""
 
 
 class RequestError(ValueError):
@@ -152,7 +178,7 @@ def _camel(name: str) -> str:
 class AdminProcessor:
     """Serves the administration codes for one BrokerController (loop thread)."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: AdminContext) -> None:
         self.broker = broker
         self.store = broker.store
         self.broker_name = broker.config.broker_name

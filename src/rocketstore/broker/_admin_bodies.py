@@ -30,13 +30,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client._route import MessageQueue
 from ..remoting import _fastjson
 from ..store.services._stats import java_double
 
 _MQ_TEXT = re.compile(
     r"MessageQueue \[topic=(?P<topic>.*), brokerName=(?P<broker>.*), queueId=(?P<qid>-?\d+)\]"
 )
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on a broker (RocketMQ's MessageQueue): a key of the admin bodies'
+    tables, and what the clients send to and pull from (``rocketstore.client`` exports it)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
 
 
 class BodyFormatError(ValueError):

@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
 from ._consumer_manager import parse_heartbeat
 from ._errors import InvalidHeartbeatError
+from ._services import HasConsumers, HasGroups, HasProducers, TopicCreation
 from ._topic_config import PERM_READ, PERM_WRITE, retry_topic
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
 
 log = logging.getLogger(__name__)
 RC = ResponseCode
 
 
+class ClientContext(HasConsumers, HasGroups, HasProducers, TopicCreation, Protocol):
+    """What heartbeats and client membership use of the broker."""
+
+
 class ClientProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: ClientContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Any]:

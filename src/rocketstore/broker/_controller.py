@@ -3,11 +3,14 @@ keeps beside it (topic configs, subscription groups, consumer offsets, client me
 held pulls) and its registration with the name servers.
 
 ``BrokerController`` wires the parts and runs their lifecycle; the request processors live in
-modules of their own. ``start`` and ``shutdown`` are coroutines on the broker's event loop; the
-store's own threads keep running beside it.
+modules of their own, each handed the controller as the few pieces of ``_services.py`` it names.
+``start`` and the shutdown steps are coroutines on the broker's event loop; the store's own
+threads keep running beside it. The controller knows no other front end: ``rocketstore.server``
+builds a broker with its gRPC front end and runs both (see docs/layers.md).
 
-Shutdown order: stop registering (unregister), answer held pulls, close the server, persist
-offsets, topics and groups, shut the store down (flush, remove the abort file).
+Shutdown order: stop registering (unregister; ``stop_registering``), then ``shutdown``: answer
+held pulls, close the server, persist offsets, topics and groups, shut the store down (flush,
+remove the abort file). A front end over the broker closes between the two.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ from ._transaction import TransactionService
 
 if TYPE_CHECKING:
     from ..acl._remoting import AclSource
-    from ..grpc import GrpcConfig, GrpcFrontEnd
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +66,10 @@ class BrokerController:
         config: BrokerConfig,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        grpc: GrpcConfig | None = None,
+        default_acl: AclSource | None = None,
     ) -> None:
+        """``default_acl``: the accounts every port checks when broker.conf turns no ACL on
+        (a gRPC front end's key list; None: no ACL)."""
         self.config = config
         self.clock = clock
         self.store_config = store_config
@@ -78,8 +82,7 @@ class BrokerController:
         self.clients: ClientProcessor
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
-        self.grpc_config = grpc  # None: no gRPC front end
-        self.grpc: GrpcFrontEnd | None = None
+        self._default_acl = default_acl
         # "host:port" of the gRPC front end serving this broker (set by the front end)
         self.grpc_endpoint: str | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
@@ -93,10 +96,10 @@ class BrokerController:
         return f"{self.config.advertised_host}:{self.config.listen_port}"
 
     def _load_acl(self) -> AclSource | None:
-        """The ACL of broker.conf's aclEnable (or --acl-file), else the key list of the gRPC
-        front end's config: one set of accounts for every port. AclConfigError when the file
-        cannot be used."""
-        from ..acl import AclConfigError, AclFile, StaticAcl, admin_accounts
+        """The ACL of broker.conf's aclEnable (or --acl-file), else the default one (the key
+        list of a gRPC front end's config): one set of accounts for every port. AclConfigError
+        when the file cannot be used."""
+        from ..acl import AclConfigError, AclFile
 
         path = self.config.acl_path
         if path is not None:
@@ -106,9 +109,7 @@ class BrokerController:
                     "--acl-file PATH)"
                 )
             return AclFile(path)
-        if self.grpc_config is not None and self.grpc_config.credentials is not None:
-            return StaticAcl(admin_accounts(self.grpc_config.credentials))
-        return None
+        return self._default_acl
 
     def enable_acl(self, source: AclSource) -> None:
         """Check every remoting request against ``source`` from now on (a gRPC front end
@@ -212,13 +213,7 @@ class BrokerController:
                 self.transactions.start()
             if config.namesrv_addrs:
                 await self._start_registrar()
-            if self.grpc_config is not None:
-                from ..grpc import GrpcFrontEnd
-
-                self.grpc = GrpcFrontEnd(self, self.grpc_config)
-                await self.grpc.start()
         except BaseException:
-            self.grpc = None
             await asyncio.to_thread(self.store.shutdown)
             raise
         self._started = True
@@ -265,24 +260,22 @@ class BrokerController:
             name: c.to_json() for name, c in self.topics.all().items()
         }
 
+    async def stop_registering(self) -> None:
+        """The first step of a shutdown: unregister from the name servers, stop copying a
+        master's state. Loop thread; ``shutdown`` does it too when it was not done."""
+        if self.registrar is not None:
+            registrar, self.registrar = self.registrar, None
+            with contextlib.suppress(Exception):
+                await registrar.close()
+        if self.slave_sync is not None:
+            await self.slave_sync.close()
+            self.slave_sync = None
+
     async def shutdown(self) -> None:
         if not self._started:
             return
         self._started = False
-        if self.registrar is not None:
-            with contextlib.suppress(Exception):
-                await self.registrar.close()
-        if self.slave_sync is not None:
-            await self.slave_sync.close()
-            self.slave_sync = None
-        if self.grpc is not None:
-            # before the holds and the offsets: it answers its waiting receives and commits the
-            # pop progress into the consumer offsets persisted below
-            try:
-                await self.grpc.close()
-            except Exception:
-                log.exception("broker: closing the gRPC front end failed")
-            self.grpc = None
+        await self.stop_registering()
         await self.transactions.close()
         self.holds.wake_all()
         await asyncio.sleep(0)  # let the woken pulls write their answers

@@ -19,7 +19,7 @@ Loop thread only.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting._codes import RequestCode
 from ..remoting._codes import ResponseCode as RC
@@ -32,16 +32,18 @@ from ..store.log._record import (
     TRANSACTION_ROLLBACK_TYPE,
     encode_record,
 )
-from ._transaction import CheckRequest, TransactionError
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
+from ._services import HasProducers, HasStoreConfig
+from ._transaction import CheckRequest, HasTransactions, TransactionError
 
 log = logging.getLogger(__name__)
 
 
+class EndTransactionContext(HasProducers, HasStoreConfig, HasTransactions, Protocol):
+    """What END_TRANSACTION and the producers' checks use of the broker."""
+
+
 class EndTransactionProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: EndTransactionContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Any]:

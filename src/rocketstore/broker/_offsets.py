@@ -10,7 +10,7 @@ Loop thread only (the store calls made here are short and non-blocking).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import (
     Connection,
@@ -21,11 +21,13 @@ from ..remoting import (
     ext_int32,
     ext_str,
 )
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
+from ._services import HasOffsets, HasStore
 
 RC = ResponseCode
+
+
+class OffsetContext(HasOffsets, HasStore, Protocol):
+    """What the consumer offset codes use of the broker."""
 
 
 def _ok(**ext: Any) -> RemotingCommand:
@@ -40,7 +42,7 @@ def _group(ext: dict[str, Any]) -> str:
 
 
 class OffsetProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: OffsetContext) -> None:
         self.broker = broker
         self.store = broker.store
 

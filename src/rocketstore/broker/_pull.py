@@ -13,7 +13,7 @@ Loop thread only.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._errors import CorruptRecordError
@@ -21,10 +21,17 @@ from ..store.log._message import GetMessageStatus
 from ..store.read._raw_read import RawGetResult, get_raw
 from ._errors import InvalidSubscriptionError
 from ._heartbeat import SubscriptionData, build_subscription, is_tag_type
+from ._services import (
+    HasConfig,
+    HasConsumers,
+    HasGroups,
+    HasHolds,
+    HasOffsets,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+)
 from ._topic_config import PERM_READ
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
 
 RC = ResponseCode
 S = GetMessageStatus
@@ -43,8 +50,22 @@ _CODES = {
 }
 
 
+class PullContext(
+    HasConfig,
+    HasConsumers,
+    HasGroups,
+    HasHolds,
+    HasOffsets,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    Protocol,
+):
+    """What PULL_MESSAGE uses of the broker."""
+
+
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: PullContext) -> None:
         self.broker = broker
         self.store = broker.store
         self.reader = broker.store.reader

@@ -21,20 +21,24 @@ they run in a worker thread; the handlers themselves run on the broker's event l
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
 from ..store._errors import CorruptRecordError
 from ..store.log._record import read_layout
+from ._services import HasStore, HasStoreConfig
 
 if TYPE_CHECKING:
     from ..store._store import MessageStore
-    from ._controller import BrokerController
 
 RC = ResponseCode
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 NOT_FOUND_REMARK = "can not find message, maybe time range not correct"
 MAX_TIMESTAMP = 2**63 - 1
+
+
+class QueryContext(HasStore, HasStoreConfig, Protocol):
+    """What the message queries use of the broker."""
 
 
 def raw_record(store: MessageStore, phys_offset: int) -> bytes | None:
@@ -56,7 +60,7 @@ def raw_record(store: MessageStore, phys_offset: int) -> bytes | None:
 class QueryProcessor:
     """Serves QUERY_MESSAGE and VIEW_MESSAGE_BY_ID for one BrokerController (loop thread)."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: QueryContext) -> None:
         self.broker = broker
         self.store = broker.store
         self.default_query_max_num = broker.store_config.default_query_max_num

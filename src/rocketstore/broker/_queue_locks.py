@@ -19,19 +19,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, ResponseCode
 from ..remoting._fastjson import loads_lenient
 from ..store._clock import SYSTEM_CLOCK, Clock
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
+from ._services import HasClock
 
 RC = ResponseCode
 LOCK_BATCH_MQ = 41
 UNLOCK_BATCH_MQ = 42
 LOCK_MAX_LIVE_MS = 60_000
+
+
+class LockContext(HasClock, Protocol):
+    """What the queue locks use of the broker."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -110,7 +112,7 @@ def _parse(body: bytes | bytearray | memoryview) -> tuple[str, str, list[QueueKe
 
 
 class QueueLockProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: LockContext) -> None:
         self.locks = QueueLocks(broker.clock)
 
     def handlers(self) -> dict[int, Any]:

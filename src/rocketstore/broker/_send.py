@@ -23,7 +23,7 @@ import struct
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_int32, ext_str
 from ..store.log._message import Message, PutMessageResult, PutMessageStatus
@@ -40,11 +40,10 @@ from ..store.services._schedule import (
     apply_timer,
 )
 from ._errors import InvalidTopicError
-from ._send_back import retry_or_dlq
+from ._send_back import SendBackContext, retry_or_dlq
+from ._services import HasClock, HasTopics
 from ._topic_config import PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, is_not_allowed_send_topic
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
+from ._transaction import HasTransactions
 
 RC = ResponseCode
 PROPERTY_CLUSTER = "CLUSTER"
@@ -90,6 +89,10 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")
+
+
+class SendContext(SendBackContext, HasClock, HasTopics, HasTransactions, Protocol):
+    """What SEND_MESSAGE uses of the broker."""
 
 
 def v2_to_v1(ext: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +141,7 @@ _TIMER_KEYS = frozenset(
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: SendContext) -> None:
         self.broker = broker
         self.store = broker.store
         self.topics = broker.topics

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import (
     Connection,
@@ -23,10 +23,8 @@ from ..remoting import (
 )
 from ..store.log._message import Message
 from ..store.log._record import PROPERTY_DELAY, PROPERTY_WAIT
+from ._services import HasConfig, HasGroups, HasStore, HasStoreConfig, TopicCreation
 from ._topic_config import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
 
 RC = ResponseCode
 DLQ_NUMS_PER_GROUP = 1
@@ -35,8 +33,12 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 
 
+class SendBackContext(HasConfig, HasGroups, HasStore, HasStoreConfig, TopicCreation, Protocol):
+    """What CONSUMER_SEND_MSG_BACK uses of the broker."""
+
+
 def retry_or_dlq(
-    broker: BrokerController,
+    broker: SendBackContext,
     topic: str,
     queue_id: int,
     reconsume_times: int,
@@ -62,7 +64,7 @@ def retry_or_dlq(
 
 
 class SendBackProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: SendBackContext) -> None:
         self.broker = broker
         self.store = broker.store
 

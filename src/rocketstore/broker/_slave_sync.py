@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..remoting import (
     AsyncRemotingClient,
@@ -22,11 +22,9 @@ from ..remoting import (
     ResponseCode,
 )
 from ..remoting._fastjson import loads_lenient
+from ._services import HasGroups, HasOffsets, HasTopics
 from ._subscription_group import SubscriptionGroupConfig
 from ._topic_config import TopicConfig
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +35,14 @@ FIRST_SYNC_S = 3.0
 SYNC_INTERVAL_S = 10.0
 
 
+class SyncContext(HasGroups, HasOffsets, HasTopics, Protocol):
+    """What a slave's copy of its master's state (and the master's answers) use of the broker."""
+
+
 class SlaveSyncProcessor:
     """The master's side: the whole consumer-offset and subscription-group tables."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: SyncContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, Any]:
@@ -61,7 +63,7 @@ class SlaveSyncProcessor:
 class SlaveSynchronizer:
     """The slave's side: ``master_addr`` is set when the name server names the master."""
 
-    def __init__(self, broker: BrokerController, *, timeout_s: float = 3.0) -> None:
+    def __init__(self, broker: SyncContext, *, timeout_s: float = 3.0) -> None:
         self.broker = broker
         self.timeout_s = timeout_s
         self.master_addr: str | None = None

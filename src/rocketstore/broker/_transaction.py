@@ -47,7 +47,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..remoting._codes import ResponseCode as RC
 from ..store._errors import StoreError
@@ -65,10 +65,8 @@ from ..store.log._record import (
     MessageExt,
 )
 from ._errors import BrokerError
+from ._services import HasClock, HasOffsets, HasStore, HasTopics, TopicCreation
 from ._topic_config import PERM_READ, PERM_WRITE, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-
-if TYPE_CHECKING:
-    from ._controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +91,10 @@ _DISPATCH_WAIT_S = 2.0
 MAX_IMMUNITY_S = 3600
 # keys of ended transactions kept in memory (beyond the op messages past the progress)
 _ENDED_KEPT = 50_000
+
+
+class TransactionContext(HasClock, HasOffsets, HasStore, HasTopics, TopicCreation, Protocol):
+    """What the transaction service uses of the broker."""
 
 
 class TransactionError(BrokerError):
@@ -123,12 +125,19 @@ class CheckRequest:
 Checker = Callable[[CheckRequest], bool]
 
 
+class HasTransactions(Protocol):
+    """The broker's transaction service (half messages, their ends and checks)."""
+
+    @property
+    def transactions(self) -> TransactionService: ...
+
+
 class TransactionService:
     """The broker's transactional messages (see the module docstring)."""
 
     def __init__(
         self,
-        broker: BrokerController,
+        broker: TransactionContext,
         *,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         check_max: int = DEFAULT_CHECK_MAX,

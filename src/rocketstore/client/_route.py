@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..broker._admin_bodies import MessageQueue as MessageQueue
 from ..remoting import (
     RemotingClient,
     RemotingCommand,
@@ -65,13 +66,6 @@ def not_a_name_server(client: RemotingClient, address: str) -> NotANameServerErr
     except RemotingError:
         return NotANameServerError(address, False)
     return NotANameServerError(address, r.code == ResponseCode.SUCCESS)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    topic: str
-    broker_name: str
-    queue_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,20 +6,24 @@ Any thread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..broker._errors import InvalidTopicError
+from ..broker._services import HasConfig, HasTopics, TopicCreation
 from ..broker._subscription_group import is_system_group
 from ..broker._topic_config import validate_topic
 from ._convert import Code, GrpcError
 
 if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
     from ..broker._topic_config import TopicConfig, TopicConfigManager
     from ._pb import definition_pb2 as pb
 
 GROUP_MAX_LENGTH = 255
 _GROUP_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+class CheckContext(HasConfig, HasTopics, TopicCreation, Protocol):
+    """What the gRPC checks use of the broker."""
 
 
 def check_topic(resource: pb.Resource, topics: TopicConfigManager) -> str:
@@ -34,7 +38,7 @@ def check_topic(resource: pb.Resource, topics: TopicConfigManager) -> str:
     return name
 
 
-def topic_config(broker: BrokerController, topic: str, *, create: bool) -> TopicConfig:
+def topic_config(broker: CheckContext, topic: str, *, create: bool) -> TopicConfig:
     """The broker's config of ``topic``, created from the default topic when ``create`` and
     auto-creation allow (as a 4.x send does); TOPIC_NOT_FOUND when there is none,
     ILLEGAL_TOPIC for a name that may not be created."""

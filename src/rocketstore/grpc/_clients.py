@@ -17,16 +17,14 @@ Loop thread only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..broker._services import HasGroups, HasStoreConfig, HasTopics
 from ..store._clock import Clock
 from ._checks import check_group, check_topic
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError
 from ._pb import definition_pb2 as pb
-
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
 
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF_INITIAL_MS = 10
@@ -36,6 +34,10 @@ PRODUCER_BACKOFF_MULTIPLIER = 2.0
 CLIENT_EXPIRY_MS = 120_000
 
 _CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER)
+
+
+class ClientsContext(HasGroups, HasStoreConfig, HasTopics, Protocol):
+    """What the gRPC client registry uses of the broker."""
 
 
 @dataclass(slots=True)
@@ -48,7 +50,7 @@ class ClientInfo:
 
 
 class ClientRegistry:
-    def __init__(self, broker: BrokerController, config: GrpcConfig, clock: Clock) -> None:
+    def __init__(self, broker: ClientsContext, config: GrpcConfig, clock: Clock) -> None:
         self._broker = broker
         self._config = config
         self._clock = clock

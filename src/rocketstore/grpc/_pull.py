@@ -14,8 +14,17 @@ Loop thread only.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..broker._services import (
+    HasConfig,
+    HasGroups,
+    HasHolds,
+    HasOffsets,
+    HasStore,
+    HasTopics,
+    TopicCreation,
+)
 from ..broker._topic_config import PERM_READ
 from ..store.log._message import GetMessageResult, GetMessageStatus
 from ..store.queue._filter import TagFilter
@@ -26,16 +35,19 @@ from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
 from ._receive import tag_filter_of
 
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
-
 S = GetMessageStatus
 _WAIT = (S.OFFSET_OVERFLOW_ONE, S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE)
 _MOVED = (S.OFFSET_TOO_SMALL, S.OFFSET_OVERFLOW_BADLY)
 
 
+class PullContext(
+    HasConfig, HasGroups, HasHolds, HasOffsets, HasStore, HasTopics, TopicCreation, Protocol
+):
+    """What gRPC pulls use of the broker."""
+
+
 class PullService:
-    def __init__(self, broker: BrokerController, config: GrpcConfig) -> None:
+    def __init__(self, broker: PullContext, config: GrpcConfig) -> None:
         self.broker = broker
         self.config = config
 

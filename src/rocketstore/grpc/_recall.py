@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..broker._services import HasConfig, HasStore, HasStoreConfig, HasTopics, TopicCreation
 from ._checks import check_topic
 from ._convert import Code, GrpcError, status
 from ._pb import service_pb2 as spb
 
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
-
 _VERSION = "v1"
+
+
+class RecallContext(HasConfig, HasStore, HasStoreConfig, HasTopics, TopicCreation, Protocol):
+    """What RecallMessage uses of the broker."""
 
 
 def recall_handle(topic: str, message_id: str, deliver_ms: int) -> str:
@@ -43,9 +45,7 @@ def parse_recall_handle(handle: str) -> tuple[str, int, str]:
     return topic, int(deliver), message_id
 
 
-def recall(
-    broker: BrokerController, request: spb.RecallMessageRequest
-) -> spb.RecallMessageResponse:
+def recall(broker: RecallContext, request: spb.RecallMessageRequest) -> spb.RecallMessageResponse:
     topic = check_topic(request.topic, broker.topics)
     handle_topic, deliver_ms, message_id = parse_recall_handle(request.recall_handle)
     if handle_topic != topic:

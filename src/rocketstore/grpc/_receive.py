@@ -32,10 +32,20 @@ import itertools
 import logging
 from collections.abc import Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker._pop import InvalidReceiptHandleError, PopState, ReadBatch, Receipt
 from ..broker._send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM
+from ..broker._services import (
+    HasConfig,
+    HasGroups,
+    HasHolds,
+    HasOffsets,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    TopicCreation,
+)
 from ..broker._topic_config import PERM_READ, dlq_topic
 from ..store._clock import Clock
 from ..store._errors import CorruptRecordError, StoreError
@@ -49,7 +59,6 @@ from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
 
 if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
     from ..broker._subscription_group import SubscriptionGroupConfig
 
 log = logging.getLogger(__name__)
@@ -60,6 +69,20 @@ NACK_INVISIBLE_MS = 1_000
 _STAY = (S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE, S.OFFSET_OVERFLOW_ONE)
 
 Delivery = tuple[MessageExt, Receipt]
+
+
+class ReceiveContext(
+    HasConfig,
+    HasGroups,
+    HasHolds,
+    HasOffsets,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    TopicCreation,
+    Protocol,
+):
+    """What gRPC receives use of the broker."""
 
 
 def tag_filter_of(expression: pb.FilterExpression) -> TagFilter:
@@ -76,7 +99,7 @@ def tag_filter_of(expression: pb.FilterExpression) -> TagFilter:
 
 class PopService:
     def __init__(
-        self, broker: BrokerController, config: GrpcConfig, clock: Clock, pop: PopState
+        self, broker: ReceiveContext, config: GrpcConfig, clock: Clock, pop: PopState
     ) -> None:
         self.broker = broker
         self.config = config

@@ -17,16 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..broker._admin import GET_BROKER_CONFIG, GRPC_ENDPOINT_KEY
+from ..broker._services import HasConfig, HasEndpoints
 from ..client._route import MASTER_ID, TopicRoute, parse_route
 from ..remoting import RemotingCommand, RemotingError, ResponseCode
 from ..remoting._client import AsyncRemotingClient
 from ..remoting._codes import RequestCode
-
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +33,10 @@ ENDPOINT_TTL_S = 30.0
 # a failed lookup is asked again after this long (not kept for a whole TTL)
 FAILURE_TTL_S = 1.0
 _ASK_TIMEOUT_S = 3.0
+
+
+class RoutesContext(HasConfig, HasEndpoints, Protocol):
+    """What the gRPC routes use of the broker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,7 @@ class BrokerQueues:
 
 
 class ClusterRoutes:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: RoutesContext) -> None:
         self.broker = broker
         self._client = AsyncRemotingClient(connect_timeout=_ASK_TIMEOUT_S)
         self._routes: dict[str, tuple[float, TopicRoute | None]] = {}

@@ -23,15 +23,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..broker._services import (
+    HasClock,
+    HasConfig,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    TopicCreation,
+)
 from ..broker._topic_config import (
     PERM_WRITE,
     TRANS_HALF_TOPIC,
     TopicConfig,
     is_not_allowed_send_topic,
 )
-from ..broker._transaction import MAX_IMMUNITY_S, PROPERTY_CHECK_IMMUNITY_S
+from ..broker._transaction import MAX_IMMUNITY_S, PROPERTY_CHECK_IMMUNITY_S, HasTransactions
 from ..store._clock import Clock
 from ..store._java_hash import java_string_hash
 from ..store.log._message import Message, PutMessageResult, PutMessageStatus
@@ -57,9 +65,6 @@ from ._pb import service_pb2 as spb
 from ._recall import recall_handle
 from ._transaction import transaction_id
 
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
-
 P = PutMessageStatus
 _PUT_CODES: dict[PutMessageStatus, int] = {
     P.PUT_OK: Code.OK,
@@ -72,8 +77,21 @@ _PUT_CODES: dict[PutMessageStatus, int] = {
 }
 
 
+class SendContext(
+    HasClock,
+    HasConfig,
+    HasStore,
+    HasStoreConfig,
+    HasTopics,
+    HasTransactions,
+    TopicCreation,
+    Protocol,
+):
+    """What gRPC sends use of the broker."""
+
+
 class SendService:
-    def __init__(self, broker: BrokerController, config: GrpcConfig, clock: Clock) -> None:
+    def __init__(self, broker: SendContext, config: GrpcConfig, clock: Clock) -> None:
         self.broker = broker
         self.config = config
         self.clock = clock

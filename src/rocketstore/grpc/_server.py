@@ -20,8 +20,9 @@ again as a first delivery, and the handle its consumer holds is refused; an ack 
 is forgotten, so the message comes back after its invisible time. A clean shutdown persists
 everything, and receipt handles stay valid across it. See ``broker/_pop.py``.
 
-Start and close run on the broker's event loop, after ``BrokerController.start`` and before
-``BrokerController.shutdown``.
+Start and close run on the broker's event loop: start after the broker's ``start``, close
+between its ``stop_registering`` and ``shutdown`` (``rocketstore.server.BrokerServer`` runs this
+order). The broker is seen through the protocols of ``broker/_services.py`` only.
 """
 
 from __future__ import annotations
@@ -30,31 +31,45 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
 from ..broker._pop import POP_STATE_FILE, PopState
-from ._clients import ClientRegistry
+from ..broker._services import HasAcl, HasClock
+from ._clients import ClientRegistry, ClientsContext
 from ._config import DEFAULT_GRPC_PORT, GrpcConfig
 from ._pb import service_pb2_grpc
-from ._pull import PullService
-from ._receive import PopService
-from ._routes import ClusterRoutes
-from ._send import SendService
-from ._service import MessagingService
-from ._transaction import TransactionFront
+from ._pull import PullContext, PullService
+from ._receive import PopService, ReceiveContext
+from ._routes import ClusterRoutes, RoutesContext
+from ._send import SendContext, SendService
+from ._service import MessagingService, ServiceContext
+from ._transaction import TransactionContext, TransactionFront
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from ..broker._controller import BrokerController
 
 log = logging.getLogger(__name__)
 
 CLIENT_EXPIRY_CHECK_S = 10.0
 # room for a body of max_message_size plus properties and framing
 _MESSAGE_OVERHEAD = 1024 * 1024
+
+
+class FrontEndContext(
+    ClientsContext,
+    PullContext,
+    ReceiveContext,
+    RoutesContext,
+    SendContext,
+    ServiceContext,
+    TransactionContext,
+    HasAcl,
+    HasClock,
+    Protocol,
+):
+    """What the gRPC front end uses of the broker, and what it hands its services."""
 
 
 def _bind_address(host: str, port: int) -> str:
@@ -66,7 +81,7 @@ class GrpcFrontEnd:
 
     def __init__(
         self,
-        broker: BrokerController,
+        broker: FrontEndContext,
         config: GrpcConfig | None = None,
         *,
         pop_state_path: str | Path | None = None,
@@ -237,7 +252,7 @@ class GrpcFrontEnd:
 
 
 def attach_grpc(
-    broker: BrokerController,
+    broker: FrontEndContext,
     host: str = "127.0.0.1",
     port: int = DEFAULT_GRPC_PORT,
     acl: Mapping[str, str] | None = None,

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..broker._topic_config import PERM_READ, PERM_WRITE
 from ..remoting._limits import LogLimiter
@@ -28,20 +28,21 @@ from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
 from ._pb import service_pb2_grpc
 from ._pull import PullService
-from ._recall import recall
+from ._recall import RecallContext, recall
 from ._receive import PopService
 from ._routes import BrokerQueues, ClusterRoutes
 from ._send import SendService
 from ._transaction import TransactionFront
-
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
 
 log = logging.getLogger(__name__)
 
 # a client's bad request is one line, an internal failure a traceback: a few a minute each
 _bad_requests = LogLimiter(log)
 _failures = LogLimiter(log)
+
+
+class ServiceContext(RecallContext, Protocol):
+    """What the gRPC service uses of the broker (its checks, and recalls)."""
 
 
 def _failed(call: str, exc: Exception) -> pb.Status:
@@ -137,7 +138,7 @@ def _remaining(context: Any) -> float | None:
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
     def __init__(
         self,
-        broker: BrokerController,
+        broker: ServiceContext,
         config: GrpcConfig,
         clients: ClientRegistry,
         sends: SendService,

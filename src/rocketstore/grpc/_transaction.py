@@ -19,18 +19,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..broker._transaction import CheckRequest, TransactionError
+from ..broker._services import HasStoreConfig, HasTopics, TopicCreation
+from ..broker._transaction import CheckRequest, HasTransactions, TransactionError
 from ..store.log._record import PROPERTY_REAL_TOPIC
 from ._checks import check_topic
 from ._clients import ClientRegistry
 from ._convert import Code, GrpcError, status, to_proto_message
 from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
-
-if TYPE_CHECKING:
-    from ..broker._controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +38,10 @@ _END_CODES = {
     "conflict": Code.BAD_REQUEST,
     "store": Code.INTERNAL_SERVER_ERROR,
 }
+
+
+class TransactionContext(HasStoreConfig, HasTopics, HasTransactions, TopicCreation, Protocol):
+    """What gRPC transactions use of the broker."""
 
 
 def transaction_id(commit_log_offset: int, queue_offset: int) -> str:
@@ -59,7 +61,7 @@ def parse_transaction_id(text: str) -> tuple[int, int]:
 class TransactionFront:
     """EndTransaction, and the Telemetry streams orphaned-transaction checks go down."""
 
-    def __init__(self, broker: BrokerController, clients: ClientRegistry) -> None:
+    def __init__(self, broker: TransactionContext, clients: ClientRegistry) -> None:
         self.broker = broker
         self.clients = clients
         # client id → the outgoing queues of its open Telemetry streams

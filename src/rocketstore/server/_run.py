@@ -1,0 +1,82 @@
+"""Running servers in one process: a name server and / or brokers on one event loop until
+SIGTERM or SIGINT, then a clean shutdown (held pulls answered, offsets and topics persisted,
+stores flushed, abort files removed)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..namesrv import NameServer
+    from ._broker import BrokerServer
+
+log = logging.getLogger(__name__)
+
+
+def _settle_garbage_collector() -> None:
+    """Everything allocated at start-up (configs, tables, modules) is moved out of the
+    collector's view, and young collections run less often: a server allocates a few short-lived
+    objects per request, and full scans of a large, static heap cost the event loop (measured:
+    +15 % sends with 64 SYNC_FLUSH producers)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 50)
+
+
+async def run_servers(
+    namesrv: NameServer | None,
+    brokers: list[BrokerServer],
+    *,
+    announce: Callable[[str], None] = print,
+    stop: asyncio.Event | None = None,
+) -> None:
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    started: list[BrokerServer] = []
+    try:
+        if namesrv is not None:
+            await namesrv.start()
+            announce(f"name server listening on {namesrv.address}")
+        for server in brokers:
+            await server.start()
+            started.append(server)
+            broker = server.broker
+            announce(
+                f"broker {broker.config.broker_name} (cluster {broker.config.cluster_name}, "
+                f"id {broker.config.broker_id}, {broker.store_config.broker_role}) listening on "
+                f"{broker.config.listen_host}:{broker.config.listen_port}, store "
+                f"{broker.store_config.store_path_root_dir}"
+            )
+            if server.grpc is not None:
+                announce(f"gRPC front end listening on {server.grpc.address}")
+            if broker.acl is not None:
+                where = broker.config.acl_path or "the gRPC front end's keys"
+                announce(f"ACL on every port of {broker.config.broker_name}: {where}")
+            if broker.store_config.broker_role == "SYNC_MASTER":
+                log.warning(
+                    "broker %s is a SYNC_MASTER: until a slave connects, every send is stored "
+                    "and answered SLAVE_NOT_AVAILABLE (clients may send it again)",
+                    broker.config.broker_name,
+                )
+        _settle_garbage_collector()
+        await stop.wait()
+        announce("shutting down")
+    finally:
+        for server in reversed(started):
+            try:
+                await server.shutdown()
+            except Exception:
+                log.exception("broker shutdown failed")
+        if namesrv is not None:
+            await namesrv.close()
+        announce("stopped")
