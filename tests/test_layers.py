@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("broker",),
     ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
     ("grpc",),
+    ("_logs",),  # log files and the stats line, set up by the servers' commands
     ("server",),  # the composition root; _serve.py re-exports its run_servers
     ("spark",),  # restricted further by SPARK_MAY_IMPORT
     ("bench",),
