@@ -22,7 +22,7 @@ import time
 def outside_spark(root: str, rows: int, buffers: int) -> str:
     import pyarrow as pa
 
-    from rocketstore.spark._writer import WriteSettings, write_batches
+    from rocketstore.spark._path_writer import WriteSettings, write_batches
 
     body = os.urandom(1024)
     batches = []
