@@ -1,7 +1,10 @@
-"""Options of the ``rocketstore`` data source, parsed and checked once (no pyspark needed).
+"""Options of the ``rocketstore`` data source, parsed and checked once (no pyspark needed):
+reads (SourceOptions, with RemoteOptions in broker mode and the columns option), writes into a
+store directory (WriteOptions) and writes through brokers (RemoteOptions, SendOptions).
 
 Spark hands options over as strings, with case-insensitive names; they are validated here so a
-bad value fails at planning with a message naming the option.
+bad value fails at planning with a message naming the option. This module imports nothing else
+of spark/: every other module of it may import this one.
 """
 
 from __future__ import annotations
@@ -326,3 +329,71 @@ def canonical(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
     return {
         t: {q: int(offsets[t][q]) for q in sorted(offsets[t], key=int)} for t in sorted(offsets)
     }
+
+
+# ---- writes ----------------------------------------------------------------------------------
+
+DEFAULT_QUEUES = 4
+WRITE_BUFFERS = 2  # option writeBuffers: write buffers of a commit-log file each; 0: none
+
+
+def is_remote(options: Mapping[str, str]) -> bool:
+    """Whether a write goes through brokers (option namesrv or broker) rather than into path."""
+    return bool(_get(options, "namesrv") or _get(options, "broker"))
+
+
+def write_path(options: Mapping[str, str]) -> str:
+    """Option path of a write (the store directory); SourceOptionError when missing."""
+    path = _get(options, "path")
+    if not path:
+        raise SourceOptionError("option path (the store directory to write into) is required")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The options of a write into a store directory. A size not given here is read off the
+    store's files by the writer."""
+
+    path: str
+    consume_queue_file_size: int | None
+    commit_log_file_size: int | None
+    default_queues: int
+    lock_timeout_ms: int
+    flush_disk_type: str
+    write_buffers: int
+    keep_system_properties: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        return cls(
+            path=write_path(options),
+            consume_queue_file_size=_int(options, "consumeQueueFileSize", None, 20),
+            commit_log_file_size=_int(options, "commitLogFileSize", None, 4096),
+            default_queues=_int(options, "defaultQueueNums", DEFAULT_QUEUES, 1) or DEFAULT_QUEUES,
+            lock_timeout_ms=_int(options, "lockTimeoutMs", 600_000, 0) or 0,
+            flush_disk_type=(_get(options, "flushDiskType") or "ASYNC_FLUSH").upper(),
+            write_buffers=_int(options, "writeBuffers", WRITE_BUFFERS, 0) or 0,
+            keep_system_properties=_bool(options, "keepSystemProperties", False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendOptions:
+    """The options of a write through brokers, besides where they are (RemoteOptions)."""
+
+    batch_rows: int
+    batch_bytes: int
+    retries: int
+    timeout_s: float
+    keep_system_properties: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SendOptions:
+        return cls(
+            batch_rows=_int(options, "sendBatchRows", 1024, 1) or 1024,
+            batch_bytes=_int(options, "sendBatchBytes", 1 << 20, 1024) or 1 << 20,
+            retries=_int(options, "sendRetries", 3, 0) or 0,
+            timeout_s=(_int(options, "sendTimeoutMs", 10_000, 1) or 10_000) / 1000.0,
+            keep_system_properties=_bool(options, "keepSystemProperties", False),
+        )

@@ -56,13 +56,11 @@ from ..store.log._record import (
     tags_code,
 )
 from ..store.read._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
-from ._options import SourceOptionError, _bool, _get, _int
+from ._options import WRITE_BUFFERS, SourceOptionError, WriteOptions, write_path
 from ._write_common import check_schema, task_index, without_system_properties
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUEUES = 4
-WRITE_BUFFERS = 2  # option writeBuffers: write buffers of a commit-log file each; 0: none
 WRITE_COMMIT_INTERVAL_MS = 20
 WRITE_FLUSH_INTERVAL_MS = 100
 _BATCH_MESSAGES = 1024
@@ -98,9 +96,7 @@ class WriteSettings:
 
 
 def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
-    path = _get(options, "path")
-    if not path:
-        raise SourceOptionError("option path (the store directory to write into) is required")
+    path = write_path(options)
     columns = check_schema(schema)
     owner = lock_owner(path)
     if owner is not None:
@@ -118,23 +114,23 @@ def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
             ids = [int(q.name) for q in topic_dir.iterdir() if q.name.isdigit()]
             if ids:
                 counts[topic_dir.name] = max(ids) + 1
-    cq_size = _int(options, "consumeQueueFileSize", None, 20)
+    opts = WriteOptions.parse(options)
+    cq_size = opts.consume_queue_file_size
     if cq_size is None and cq_dir.is_dir():
         for topic_dir in cq_dir.iterdir():
             for qdir in topic_dir.iterdir():
                 cq_size = cq_size or detect_file_size(qdir)
     return WriteSettings(
         path=path,
-        commit_log_file_size=_int(options, "commitLogFileSize", None, 4096)
-        or detect_file_size(root / COMMIT_LOG_DIR),
+        commit_log_file_size=opts.commit_log_file_size or detect_file_size(root / COMMIT_LOG_DIR),
         consume_queue_file_size=cq_size,
         queue_counts=counts,
-        default_queues=_int(options, "defaultQueueNums", DEFAULT_QUEUES, 1) or DEFAULT_QUEUES,
-        lock_timeout_ms=_int(options, "lockTimeoutMs", 600_000, 0) or 0,
+        default_queues=opts.default_queues,
+        lock_timeout_ms=opts.lock_timeout_ms,
         columns=columns,
-        flush_disk_type=(_get(options, "flushDiskType") or "ASYNC_FLUSH").upper(),
-        write_buffers=_int(options, "writeBuffers", WRITE_BUFFERS, 0) or 0,
-        keep_system_properties=_bool(options, "keepSystemProperties", False),
+        flush_disk_type=opts.flush_disk_type,
+        write_buffers=opts.write_buffers,
+        keep_system_properties=opts.keep_system_properties,
     )
 
 

@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from ._arrow import select_schema
-from ._options import SCHEMA_DDL, SourceOptionError, SourceOptions, schema_ddl
+from ._options import SCHEMA_DDL, SourceOptionError, SourceOptions, is_remote, schema_ddl
 from ._path_reader import BatchReader, PushdownBatchReader, StreamReader
 
 NAME = "rocketstore"
@@ -80,7 +80,7 @@ class RocketStoreDataSource(DataSource):
         return StreamReader(opts, arrow_schema(schema, opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from ._broker_writer import RemoteBatchWriter, is_remote
+        from ._broker_writer import RemoteBatchWriter
 
         if is_remote(self.options):
             return RemoteBatchWriter(dict(self.options), schema, overwrite)
@@ -89,7 +89,7 @@ class RocketStoreDataSource(DataSource):
         return BatchWriter(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from ._broker_writer import RemoteStreamWriter, is_remote
+        from ._broker_writer import RemoteStreamWriter
 
         if is_remote(self.options):
             return RemoteStreamWriter(dict(self.options), schema, overwrite)
