@@ -79,7 +79,7 @@ def test_cycle_finder_sees_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("package", ["spark"])
+@pytest.mark.parametrize("package", ["spark", "cli"])
 def test_no_import_cycle(package: str) -> None:
     graph = _graph(package)
     assert len(graph) > 3
