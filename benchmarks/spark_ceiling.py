@@ -53,7 +53,7 @@ def make_store(path: Path, rows: int) -> None:
     import pyarrow as pa
 
     from rocketstore.bench.spark import BODY_SIZE, TOPIC
-    from rocketstore.spark._writer import WriteSettings, write_batches
+    from rocketstore.spark._path_writer import WriteSettings, write_batches
 
     batches = []
     for lo in range(0, rows, 10_000):

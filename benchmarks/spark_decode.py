@@ -49,7 +49,7 @@ def decode(store: Path, rounds: int, columns: list[str] | None) -> float:
 def write(rows: int, rounds: int, target: Path) -> float:
     import pyarrow as pa
 
-    from rocketstore.spark._writer import WriteSettings, write_batches
+    from rocketstore.spark._path_writer import WriteSettings, write_batches
 
     batches = []
     for lo in range(0, rows, 10_000):

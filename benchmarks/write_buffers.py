@@ -24,7 +24,7 @@ from rocketstore.bench.storage import verdict
 def outside_spark(root: str, rows: int, buffers: int) -> tuple[float, str]:
     import pyarrow as pa
 
-    from rocketstore.spark._writer import WriteSettings, write_batches
+    from rocketstore.spark._path_writer import WriteSettings, write_batches
 
     body = os.urandom(1024)
     batches = []

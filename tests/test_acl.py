@@ -609,7 +609,7 @@ def test_cli_admin_commands_take_credentials(
 
 
 def test_acl_file_option_turns_the_acl_on(tmp_path: Path) -> None:
-    from rocketstore._cli_net import _make_broker
+    from rocketstore.cli._serve import _make_broker
 
     path = tmp_path / "plain_acl.yml"
     path.write_text(BROKER_ACL)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from _interop import ServerProcess, servers, stop_process
-from rocketstore._cli_consume import TopicTail
+from rocketstore.cli._consume import TopicTail
 from rocketstore.client import MessageQueue, PullResult
 from rocketstore.remoting import RemotingError
 from rocketstore.store._clock import ManualClock

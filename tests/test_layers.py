@@ -237,7 +237,7 @@ def test_the_walk_sees_the_imports_it_must() -> None:
     # a TYPE_CHECKING import
     assert ("rocketstore.server._run", "rocketstore.namesrv") in pairs
     # "from .. import X" of the package itself
-    assert ("rocketstore.spark._writer", "rocketstore") in pairs
+    assert ("rocketstore.spark._path_writer", "rocketstore") in pairs
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
     graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"b", "a"}}
@@ -277,9 +277,19 @@ def test_no_import_cycle_across_packages() -> None:
     assert not circles, "\n".join(report)
 
 
-def test_no_import_cycle_in_spark() -> None:
-    cycles = _cycles_within(("rocketstore.spark",))
+def test_no_import_cycle_in_spark_and_cli() -> None:
+    cycles = _cycles_within(("rocketstore.spark", "rocketstore.cli"))
     assert not cycles, "\n".join(_describe(c) for c in cycles)
+
+
+def test_spark_options_import_nothing_else_of_spark() -> None:
+    """Options are parsed in one place, below every reader and writer."""
+    inside = {
+        i.target
+        for i in IMPORTS
+        if i.source == "rocketstore.spark._options" and i.target.startswith("rocketstore.spark")
+    }
+    assert not inside, inside
 
 
 def test_no_new_import_cycle_anywhere() -> None:
@@ -288,7 +298,7 @@ def test_no_new_import_cycle_anywhere() -> None:
     cycles = [
         c
         for c in _cycles(_graph(IMPORTS))
-        if frozenset(c) not in KNOWN_CYCLES and package_of(c[0]) != "spark"
+        if frozenset(c) not in KNOWN_CYCLES and package_of(c[0]) not in ("spark", "cli")
     ]
     assert not cycles, "\n".join(_describe(c) for c in cycles)
 

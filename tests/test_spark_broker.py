@@ -26,10 +26,10 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from rocketstore.spark._arrow import ARROW_SCHEMA
+from rocketstore.spark._broker import BrokerReadError, Cluster, drop_pool, pull_range
+from rocketstore.spark._broker_plan import plan_remote
 from rocketstore.spark._options import SourceOptions
-from rocketstore.spark._plan import Constraints
-from rocketstore.spark._remote import BrokerReadError, Cluster, drop_pool, pull_range
-from rocketstore.spark._remote_plan import plan_remote
+from rocketstore.spark._path_plan import Constraints
 
 BROKERS = ("broker-a", "broker-b")
 QUEUES = 4

@@ -15,12 +15,11 @@ pa = pytest.importorskip("pyarrow")
 
 from rocketstore.spark._arrow import (  # noqa: E402
     ARROW_SCHEMA,
-    ColumnError,
     QueueRange,
     RangeDecoder,
     select_schema,
 )
-from rocketstore.spark._options import SourceOptions  # noqa: E402
+from rocketstore.spark._options import ColumnError, SourceOptions  # noqa: E402
 
 FMT = "rocketstore"
 

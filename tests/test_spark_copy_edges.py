@@ -18,7 +18,7 @@ pytest.importorskip("pyarrow")
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.client import Producer
-from rocketstore.spark._remote import drop_pool
+from rocketstore.spark._broker import drop_pool
 from rocketstore.spark._system_props import SYSTEM_PROPERTIES
 from rocketstore.store.log._record import SCHEDULE_TOPIC
 from test_spark_broker import Brokers, create_topic

@@ -25,7 +25,7 @@ from rocketstore.spark._options import (  # noqa: E402
     canonical,
     parse_offsets,
 )
-from rocketstore.spark._plan import limit_offsets  # noqa: E402
+from rocketstore.spark._path_plan import limit_offsets  # noqa: E402
 
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 
@@ -187,7 +187,7 @@ def test_writer_column_wise_rows_match_messages(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     from pyspark.sql.types import StructType
 
-    from rocketstore.spark._writer import _settings, write_batches
+    from rocketstore.spark._path_writer import _settings, write_batches
 
     path = tmp_path / "w"
     n = 40
@@ -269,7 +269,7 @@ def test_writer_with_and_without_write_buffers(tmp_path: Path, buffers: str) -> 
     pytest.importorskip("pyspark")
     from pyspark.sql.types import StructType
 
-    from rocketstore.spark._writer import _settings, open_store, write_batches
+    from rocketstore.spark._path_writer import _settings, open_store, write_batches
 
     path = tmp_path / "w"
     n = 3000

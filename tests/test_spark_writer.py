@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.types import StructType  # noqa: E402
 
-from rocketstore.spark._writer import _settings, write_batches  # noqa: E402
+from rocketstore.spark._path_writer import _settings, write_batches  # noqa: E402
 
 SCHEMA = StructType.fromJson(
     {
@@ -77,7 +77,7 @@ def _struct(*names: str, extra: pa.Field | None = None) -> StructType:
 
 def test_the_read_schema_is_accepted_and_only_its_writable_columns_taken() -> None:
     from rocketstore.spark._options import SourceOptionError
-    from rocketstore.spark._writer import _check_schema
+    from rocketstore.spark._write_common import check_schema as _check_schema
 
     assert _check_schema(_struct()) == (
         "topic",

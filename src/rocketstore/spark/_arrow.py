@@ -37,16 +37,9 @@ from ..store._errors import CorruptRecordError
 from ..store.log._record import MessageExt, decode_message
 from ..store.read._reader import StoreReader
 from . import _columns as col
-from ._options import SourceOptionError
+from ._options import COLUMN_TYPES, SCHEMA_DDL, ColumnError, check_names
 
 log = logging.getLogger(__name__)
-
-SCHEMA_DDL = (
-    "topic string, queue_id int, queue_offset long, commitlog_offset long, msg_id string, "
-    "body binary, tags string, keys array<string>, properties map<string,string>, "
-    "born_timestamp timestamp, store_timestamp timestamp, born_host string, store_host string, "
-    "reconsume_times int, sys_flag int"
-)
 
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema(
@@ -74,41 +67,9 @@ ARROW_SCHEMA = pa.schema(
 """What Spark derives from SCHEMA_DDL (every field nullable); batches must equal it exactly."""
 
 COLUMNS: tuple[str, ...] = tuple(ARROW_SCHEMA.names)
-_DDL_TYPES = dict(part.strip().split(" ", 1) for part in SCHEMA_DDL.split(", "))
 _PROPERTY_COLUMNS = frozenset({"tags", "keys", "properties"})
 _MAX_BATCH_BYTES = 256 << 20
 _INT32 = struct.Struct(">i")  # a batch's records; Arrow binary columns hold < 2 GiB
-
-
-class ColumnError(SourceOptionError):
-    """A read asked for a column the data source does not have, or with another type."""
-
-
-def schema_ddl(columns: Sequence[str]) -> str:
-    """The DDL of ``columns`` (names of ``COLUMNS``) in that order."""
-    return ", ".join(f"{c} {_DDL_TYPES[c]}" for c in columns)
-
-
-def parse_columns(raw: str) -> tuple[str, ...]:
-    """The ``columns`` option ("body,queue_id") → names, checked."""
-    names = tuple(c.strip() for c in raw.split(",") if c.strip())
-    if not names:
-        raise ColumnError("option columns is empty; give names like 'body,queue_id'")
-    check_names(names)
-    return names
-
-
-def check_names(names: Sequence[str]) -> None:
-    unknown = [c for c in names if c not in _DDL_TYPES]
-    if unknown:
-        raise ColumnError(
-            f"unknown column(s) {', '.join(unknown)}; rocketstore has: {', '.join(COLUMNS)}"
-        )
-    seen: set[str] = set()
-    for c in names:
-        if c in seen:
-            raise ColumnError(f"column {c} is asked for twice")
-        seen.add(c)
 
 
 def select_schema(fields: Sequence[pa.Field]) -> pa.Schema:
@@ -120,7 +81,7 @@ def select_schema(fields: Sequence[pa.Field]) -> pa.Schema:
         want = ARROW_SCHEMA.field(f.name).type
         if not f.type.equals(want):
             raise ColumnError(
-                f"column {f.name} is {_DDL_TYPES[f.name]} in rocketstore, not {f.type}; "
+                f"column {f.name} is {COLUMN_TYPES[f.name]} in rocketstore, not {f.type}; "
                 f"columns: {SCHEMA_DDL}"
             )
     return pa.schema(fields)

@@ -28,10 +28,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._arrow import SCHEMA_DDL, QueueRange, RangeDecoder, schema_ddl
-from ._options import SourceOptions
-from ._plan import open_reader, plan_batch
-from ._source import RangePartition, arrow_schema
+from ._arrow import QueueRange, RangeDecoder
+from ._options import SCHEMA_DDL, SourceOptions, schema_ddl
+from ._path_plan import open_reader, plan_batch
+from ._path_reader import RangePartition
+from ._source import arrow_schema
 
 NAME = "rocketstore_ceiling"
 _SAMPLE = 100  # records decoded to make a partition's batch

@@ -1,20 +1,20 @@
-"""Options of the ``rocketstore`` data source, parsed and checked once (no pyspark needed).
+"""Options of the ``rocketstore`` data source, parsed and checked once (no pyspark needed):
+reads (SourceOptions, with RemoteOptions in broker mode and the columns option), writes into a
+store directory (WriteOptions) and writes through brokers (RemoteOptions, SendOptions).
 
 Spark hands options over as strings, with case-insensitive names; they are validated here so a
-bad value fails at planning with a message naming the option.
+bad value fails at planning with a message naming the option. This module imports nothing else
+of spark/: every other module of it may import this one.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..store._errors import StoreError
-
-if TYPE_CHECKING:
-    from ._remote import RemoteOptions
 
 
 class SourceOptionError(StoreError, ValueError):
@@ -26,6 +26,21 @@ Offsets = dict[str, dict[str, int]]
 
 EARLIEST = -2
 LATEST = -1
+
+NestedOffsets = dict[str, dict[str, dict[str, int]]]
+"""{topic: {broker name: {queue id: offset}}}; -2 = earliest, -1 = latest."""
+
+DEFAULT_GROUP = "rocketstore-spark"
+PULL_RETRIES = 4
+
+SCHEMA_DDL = (
+    "topic string, queue_id int, queue_offset long, commitlog_offset long, msg_id string, "
+    "body binary, tags string, keys array<string>, properties map<string,string>, "
+    "born_timestamp timestamp, store_timestamp timestamp, born_host string, store_host string, "
+    "reconsume_times int, sys_flag int"
+)
+
+COLUMN_TYPES = dict(part.strip().split(" ", 1) for part in SCHEMA_DDL.split(", "))
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -101,6 +116,140 @@ def parse_offsets(name: str, raw: str | None, default: int) -> int | Offsets:
     return out
 
 
+# ---- columns -------------------------------------------------------------------------------
+
+
+class ColumnError(SourceOptionError):
+    """A read asked for a column the data source does not have, or with another type."""
+
+
+def schema_ddl(columns: Sequence[str]) -> str:
+    """The DDL of ``columns`` (names of ``COLUMNS``) in that order."""
+    return ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in columns)
+
+
+def parse_columns(raw: str) -> tuple[str, ...]:
+    """The ``columns`` option ("body,queue_id") → names, checked."""
+    names = tuple(c.strip() for c in raw.split(",") if c.strip())
+    if not names:
+        raise ColumnError("option columns is empty; give names like 'body,queue_id'")
+    check_names(names)
+    return names
+
+
+def check_names(names: Sequence[str]) -> None:
+    unknown = [c for c in names if c not in COLUMN_TYPES]
+    if unknown:
+        raise ColumnError(
+            f"unknown column(s) {', '.join(unknown)}; rocketstore has: {', '.join(COLUMN_TYPES)}"
+        )
+    seen: set[str] = set()
+    for c in names:
+        if c in seen:
+            raise ColumnError(f"column {c} is asked for twice")
+        seen.add(c)
+
+
+# ---- broker mode -----------------------------------------------------------------------------
+
+
+def parse_nested(name: str, raw: str | None) -> int | NestedOffsets | None:
+    """``earliest`` / ``latest`` (→ -2 / -1), JSON ``{topic: {broker: {queue: offset}}}``, or
+    None when not given."""
+    if raw is None or not raw.strip():
+        return None
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return EARLIEST if text.lower() == "earliest" else LATEST
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SourceOptionError(f"option {name}: not earliest, latest or JSON: {exc}") from None
+    shape = '{"topic": {"broker name": {"queue id": offset}}}'
+    if not isinstance(doc, dict):
+        raise SourceOptionError(f"option {name}: with brokers the JSON is {shape}")
+    out: NestedOffsets = {}
+    for topic, brokers in doc.items():
+        if not isinstance(brokers, dict):
+            raise SourceOptionError(f"option {name}: {topic!r} must map to {shape}")
+        for broker, queues in brokers.items():
+            if not isinstance(queues, dict):
+                raise SourceOptionError(
+                    f"option {name}: {topic}/{broker} must map queue ids to offsets ({shape})"
+                )
+            for qid, off in queues.items():
+                if not str(qid).isdigit():
+                    raise SourceOptionError(f"option {name}: queue id {qid!r} is not a number")
+                if isinstance(off, bool) or not isinstance(off, int) or off < -2:
+                    raise SourceOptionError(
+                        f"option {name}: offset {off!r} of {topic}/{broker}/{qid} must be an "
+                        "integer >= -2"
+                    )
+                out.setdefault(str(topic), {}).setdefault(str(broker), {})[str(int(qid))] = off
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """The broker-mode options: where the cluster is and how to pull from it."""
+
+    namesrv: tuple[str, ...]
+    broker: str | None
+    consumer_group: str
+    commit_offsets: bool
+    pull_batch_size: int
+    pull_timeout_ms: int
+    pull_retries: int
+    starting: int | NestedOffsets | None
+    ending: int | NestedOffsets | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> RemoteOptions | None:
+        """The broker-mode options, or None when neither ``namesrv`` nor ``broker`` is given."""
+        namesrv = _get(options, "namesrv") or ""
+        broker = (_get(options, "broker") or "").strip() or None
+        addrs = tuple(a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip())
+        if not addrs and broker is None:
+            return None
+        if _get(options, "path"):
+            raise SourceOptionError(
+                "give either path (a store directory) or namesrv / broker (running brokers)"
+            )
+        for addr in (*addrs, *([broker] if broker else [])):
+            host, _, port = addr.rpartition(":")
+            if not host or not port.isdigit():
+                raise SourceOptionError(f"{addr!r} is not host:port")
+        return cls(
+            namesrv=addrs,
+            broker=broker if not addrs else None,
+            consumer_group=(_get(options, "consumerGroup") or DEFAULT_GROUP).strip(),
+            commit_offsets=_bool(options, "commitOffsets", False),
+            pull_batch_size=_int(options, "pullBatchSize", 1024, 1) or 1024,
+            pull_timeout_ms=_int(options, "pullTimeoutMs", 10_000, 1) or 10_000,
+            pull_retries=_int(options, "pullRetries", PULL_RETRIES, 0) or 0,
+            starting=parse_nested("startingOffsets", _get(options, "startingOffsets")),
+            ending=parse_nested("endingOffsets", _get(options, "endingOffsets")),
+        )
+
+    @property
+    def where(self) -> str:
+        return ";".join(self.namesrv) if self.namesrv else f"broker {self.broker}"
+
+
+def canonical_nested(offsets: Mapping[str, Mapping[str, Mapping[str, int]]]) -> NestedOffsets:
+    """Topics and brokers sorted by name, queues by number (equal offsets serialise equal)."""
+    return {
+        t: {
+            b: {q: int(offsets[t][b][q]) for q in sorted(offsets[t][b], key=int)}
+            for b in sorted(offsets[t])
+        }
+        for t in sorted(offsets)
+    }
+
+
+# ---- the read ----------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     path: str
@@ -122,8 +271,6 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool = False) -> SourceOptions:
-        from ._remote import RemoteOptions
-
         path = _get(options, "path")
         remote = RemoteOptions.parse(options)
         if remote is None and not path:
@@ -156,8 +303,6 @@ class SourceOptions:
         raw_columns = _get(options, "columns")
         columns = None
         if raw_columns is not None and raw_columns.strip():
-            from ._arrow import parse_columns
-
             columns = parse_columns(raw_columns)
         return cls(
             path=path or "",
@@ -184,3 +329,71 @@ def canonical(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
     return {
         t: {q: int(offsets[t][q]) for q in sorted(offsets[t], key=int)} for t in sorted(offsets)
     }
+
+
+# ---- writes ----------------------------------------------------------------------------------
+
+DEFAULT_QUEUES = 4
+WRITE_BUFFERS = 2  # option writeBuffers: write buffers of a commit-log file each; 0: none
+
+
+def is_remote(options: Mapping[str, str]) -> bool:
+    """Whether a write goes through brokers (option namesrv or broker) rather than into path."""
+    return bool(_get(options, "namesrv") or _get(options, "broker"))
+
+
+def write_path(options: Mapping[str, str]) -> str:
+    """Option path of a write (the store directory); SourceOptionError when missing."""
+    path = _get(options, "path")
+    if not path:
+        raise SourceOptionError("option path (the store directory to write into) is required")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The options of a write into a store directory. A size not given here is read off the
+    store's files by the writer."""
+
+    path: str
+    consume_queue_file_size: int | None
+    commit_log_file_size: int | None
+    default_queues: int
+    lock_timeout_ms: int
+    flush_disk_type: str
+    write_buffers: int
+    keep_system_properties: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        return cls(
+            path=write_path(options),
+            consume_queue_file_size=_int(options, "consumeQueueFileSize", None, 20),
+            commit_log_file_size=_int(options, "commitLogFileSize", None, 4096),
+            default_queues=_int(options, "defaultQueueNums", DEFAULT_QUEUES, 1) or DEFAULT_QUEUES,
+            lock_timeout_ms=_int(options, "lockTimeoutMs", 600_000, 0) or 0,
+            flush_disk_type=(_get(options, "flushDiskType") or "ASYNC_FLUSH").upper(),
+            write_buffers=_int(options, "writeBuffers", WRITE_BUFFERS, 0) or 0,
+            keep_system_properties=_bool(options, "keepSystemProperties", False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendOptions:
+    """The options of a write through brokers, besides where they are (RemoteOptions)."""
+
+    batch_rows: int
+    batch_bytes: int
+    retries: int
+    timeout_s: float
+    keep_system_properties: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SendOptions:
+        return cls(
+            batch_rows=_int(options, "sendBatchRows", 1024, 1) or 1024,
+            batch_bytes=_int(options, "sendBatchBytes", 1 << 20, 1024) or 1 << 20,
+            retries=_int(options, "sendRetries", 3, 0) or 0,
+            timeout_s=(_int(options, "sendTimeoutMs", 10_000, 1) or 10_000) / 1000.0,
+            keep_system_properties=_bool(options, "keepSystemProperties", False),
+        )

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .client import ClientError, MessageQueue, PullConsumer
-from .client._names import InvalidNameError
-from .remoting import RemotingError
+from ..client import ClientError, MessageQueue, PullConsumer
+from ..client._names import InvalidNameError
+from ..remoting import RemotingError
 
 FIRST_PAUSE_S = 0.2
 MAX_PAUSE_S = 5.0

@@ -33,9 +33,9 @@ from pyspark.sql.types import StructType
 from ..client._producer import UNIQ_IDS, encode_batch, send_request, send_result
 from ..client._route import MessageQueue
 from ..remoting import RemotingError, ResponseCode
-from ._options import SourceOptionError, _bool, _get, _int
-from ._remote import Cluster, RemoteOptions, pooled
-from ._writer import _check_schema, _task_index, without_system_properties
+from ._broker import Cluster, pooled
+from ._options import RemoteOptions, SendOptions, SourceOptionError
+from ._write_common import check_schema, task_index, without_system_properties
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +78,17 @@ class RemoteWriteReport(WriterCommitMessage):
 def remote_write_settings(options: Mapping[str, str], schema: StructType) -> RemoteWriteSettings:
     remote = RemoteOptions.parse(options)
     assert remote is not None
+    columns = check_schema(schema)
+    send = SendOptions.parse(options)
     return RemoteWriteSettings(
         remote=remote,
-        columns=_check_schema(schema),
-        batch_rows=_int(options, "sendBatchRows", 1024, 1) or 1024,
-        batch_bytes=_int(options, "sendBatchBytes", 1 << 20, 1024) or 1 << 20,
-        retries=_int(options, "sendRetries", 3, 0) or 0,
-        timeout_s=(_int(options, "sendTimeoutMs", 10_000, 1) or 10_000) / 1000.0,
-        keep_system_properties=_bool(options, "keepSystemProperties", False),
+        columns=columns,
+        batch_rows=send.batch_rows,
+        batch_bytes=send.batch_bytes,
+        retries=send.retries,
+        timeout_s=send.timeout_s,
+        keep_system_properties=send.keep_system_properties,
     )
-
-
-def is_remote(options: Mapping[str, str]) -> bool:
-    return bool(_get(options, "namesrv") or _get(options, "broker"))
 
 
 class _Queues:
@@ -181,7 +179,7 @@ def write_remote(s: RemoteWriteSettings, batches: Iterator[pa.RecordBatch]) -> R
     report = RemoteWriteReport()
     queues = _Queues(s.remote)
     turn: dict[str, int] = {}
-    start = _task_index()
+    start = task_index()
     for batch in batches:
         n = batch.num_rows
         if not n:

@@ -1,4 +1,5 @@
-"""The ``rocketstore`` command."""
+"""The store commands of ``rocketstore``: put, get, query, stats, inspect (a store directory,
+no broker)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 import click
 
-from . import Message, MessageStore, StoreConfig
+from .. import Message, MessageStore, StoreConfig
+from ._common import parse_properties
 
 
 def store_config(store: str, conf: str | None, **overrides: Any) -> StoreConfig:
@@ -29,32 +31,7 @@ conf_option = click.option(
 )
 
 
-@click.group()
-@click.version_option(package_name="rocketstore")
-@click.option(
-    "--access-key",
-    envvar="ROCKETSTORE_ACCESS_KEY",
-    default=None,
-    help="ACL: sign requests to brokers with this account (env ROCKETSTORE_ACCESS_KEY)",
-)
-@click.option(
-    "--secret-key",
-    envvar="ROCKETSTORE_SECRET_KEY",
-    default=None,
-    help="ACL: the account's secret key (env ROCKETSTORE_SECRET_KEY)",
-)
-def main(access_key: str | None, secret_key: str | None) -> None:
-    """rocketstore: Apache RocketMQ's message store in Python."""
-    import os
-
-    if bool(access_key) != bool(secret_key):
-        raise click.UsageError("give both --access-key and --secret-key, or neither")
-    if access_key and secret_key:  # every remoting client of this process signs with them
-        os.environ["ROCKETSTORE_ACCESS_KEY"] = access_key
-        os.environ["ROCKETSTORE_SECRET_KEY"] = secret_key
-
-
-@main.command()
+@click.command()
 @store_option
 @conf_option
 @click.option("--topic", required=True)
@@ -90,8 +67,6 @@ def put(
     """Put one message (BODY, or standard input when BODY is omitted) into the store at
     --store, which must exist unless --create is given. A store that a running broker owns is
     refused: send through the broker instead (rocketstore produce)."""
-    from ._cli_net import parse_properties
-
     properties = parse_properties(props)
     if delay:
         properties["DELAY"] = str(delay)
@@ -137,7 +112,7 @@ def _check_put_target(store: str, create: bool) -> None:
     another process owns."""
     import os
 
-    from .store._lock import lock_owner
+    from ..store._lock import lock_owner
 
     if _is_store(store):
         pid = lock_owner(store)
@@ -166,12 +141,12 @@ def _check_put_target(store: str, create: bool) -> None:
 @contextlib.contextmanager
 def _store_errors(store: str) -> Iterator[None]:
     """A store error as one line with a hint (exit status 1), never a traceback."""
-    from .store import _errors
+    from ..store import _errors
 
     try:
         yield
     except _errors.StoreLockedError:
-        from .store._lock import lock_owner
+        from ..store._lock import lock_owner
 
         raise click.ClickException(_owned_message(store, lock_owner(store) or -1)) from None
     except (_errors.CorruptFileError, _errors.StoreIOError) as exc:
@@ -189,7 +164,7 @@ def _open_read_only(
 ) -> Any:
     """A ReadOnlyStore: nothing in the directory is changed, no lock is taken (a running
     broker's store can be read). Sizes from --conf, else from the files."""
-    from .store.recovery._read_only import ReadOnlyStore
+    from ..store.recovery._read_only import ReadOnlyStore
 
     kw: dict[str, Any] = {"index_slots": slots, "index_entries": entries}
     if conf:
@@ -266,7 +241,7 @@ entries_option = click.option(
 )
 
 
-@main.command()
+@click.command()
 @store_option
 @conf_option
 @click.argument("topic")
@@ -296,7 +271,7 @@ def get(
     """Read COUNT messages of TOPIC / QUEUE from logical OFFSET. Read-only: the store is not
     changed (a running broker's store can be read); damaged records are skipped and reported
     on standard error (exit status 1), the others are all printed."""
-    from .store.queue._filter import TagFilter
+    from ..store.queue._filter import TagFilter
 
     flt = TagFilter(tags) if tags else None
     with _store_errors(store), _open_read_only(store, conf) as rs:
@@ -339,7 +314,7 @@ def get(
         sys.exit(1)
 
 
-@main.command()
+@click.command()
 @store_option
 @conf_option
 @click.option("--topic", default=None, help="the topic (needed with --key)")
@@ -415,7 +390,7 @@ def _by_id(rs: Any, topic: str | None, msg_id: str, max_num: int, begin: int, en
     return [found[o] for o in sorted(found)][-max_num:]
 
 
-@main.command()
+@click.command()
 @store_option
 @conf_option
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -462,7 +437,7 @@ def stats(store: str, conf: str | None, as_json: bool) -> None:
     _report_damage(warnings)
 
 
-@main.command()
+@click.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @conf_option
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
@@ -483,7 +458,7 @@ def inspect(
 ) -> None:
     """Verify a store directory (ours or RocketMQ's) record by record, read-only, and
     summarise it. Exit status 1 when something is corrupt."""
-    from .store.recovery._inspect import Inspector
+    from ..store.recovery._inspect import Inspector
 
     kw: dict[str, Any] = {"max_hash_slot_num": slots, "max_index_num": entries}
     with _store_errors(directory):
@@ -565,175 +540,4 @@ def _print_report(report: Any) -> None:
     console.print("[green]OK[/green]" if report.ok else f"[red]{len(d['errors'])} error(s)[/red]")
 
 
-@main.command()
-@click.option(
-    "--store",
-    "store",
-    default=None,
-    help="directory for the scratch stores (default: a new temporary one, removed afterwards)",
-)
-@click.option("--scenario", "names", multiple=True, help="run only these scenarios (repeatable)")
-@click.option("--messages", "count", default=None, type=int, help="messages per scenario")
-@click.option("--json", "as_json", is_flag=True, help="print figures as JSON")
-@click.option("--list", "list_only", is_flag=True, help="list the scenarios and exit")
-@click.option("--all", "run_all", is_flag=True, help="every scenario but the Spark ones")
-def bench(
-    store: str | None,
-    names: tuple[str, ...],
-    count: int | None,
-    as_json: bool,
-    list_only: bool,
-    run_all: bool,
-) -> None:
-    """Write and read back messages and print figures (msgs/s, MB/s, ratio to the floor)."""
-    from .bench import load_all
-    from .bench._runner import BenchDirectoryError, run_scenarios
-
-    scenarios = load_all()
-    if list_only:
-        for s in scenarios.values():
-            click.echo(f"{s.name:28} {s.area:10} {s.description}")
-        return
-    unknown = [n for n in names if n not in scenarios]
-    if unknown:
-        raise click.BadParameter(
-            f"unknown scenario(s): {', '.join(unknown)}", param_hint="--scenario"
-        )
-    try:
-        status = run_scenarios(scenarios, names, store, count, as_json, run_all)
-    except BenchDirectoryError as exc:
-        raise click.ClickException(str(exc)) from None
-    sys.exit(status)
-
-
-# ---- Spark jobs (need the spark extra; Spark runs locally, local[2]) -------------------------
-
-
-def _spark_jobs() -> Any:
-    """The Spark jobs module, once pyspark and pyarrow import (the spark extra)."""
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-
-        from .spark import _jobs
-    except ImportError as exc:
-        missing = exc.name or str(exc)
-        raise click.ClickException(
-            f"this command runs Spark, which needs {missing}: pip install 'rocketstore[spark]'"
-        ) from None
-    return _jobs
-
-
-def _store_or_namesrv(store: str | None, namesrv: str | None) -> None:
-    if bool(store) == bool(namesrv):
-        raise click.UsageError("give either --store DIR or --namesrv HOST:PORT[;HOST:PORT]")
-
-
-@main.command("export")
-@click.option(
-    "--store", "store", default=None, help="store directory (read-only, ours or RocketMQ's)"
-)
-@click.option(
-    "--namesrv", default=None, help="name server(s) host:port[;host:port]: read through brokers"
-)
-@click.option(
-    "--topic",
-    "topics",
-    multiple=True,
-    help="topic to export (repeatable; default: all of a store; required with --namesrv)",
-)
-@click.option("--to", "to", required=True, help="output path (a Parquet or JSON-lines directory)")
-@click.option(
-    "--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True
-)
-@click.option(
-    "--starting-offsets", default=None, help='"earliest" or JSON {topic: {queue: offset}}'
-)
-@click.option("--ending-offsets", default=None, help='"latest" or JSON {topic: {queue: offset}}')
-@click.option("--overwrite", is_flag=True, help="replace a previous export at --to (nothing else)")
-def export_cmd(
-    store: str | None,
-    namesrv: str | None,
-    topics: tuple[str, ...],
-    to: str,
-    fmt: str,
-    starting_offsets: str | None,
-    ending_offsets: str | None,
-    overwrite: bool,
-) -> None:
-    """Export topics of a store (or of running brokers) to Parquet or JSON lines with Spark.
-    --to must be a new or empty directory, or with --overwrite a previous export."""
-    _store_or_namesrv(store, namesrv)
-    if namesrv and not topics:
-        raise click.UsageError("--namesrv needs --topic")
-    jobs = _spark_jobs()
-    try:
-        n = jobs.export_topic(
-            store or "",
-            list(topics),
-            to,
-            fmt,
-            starting_offsets,
-            ending_offsets,
-            namesrv=namesrv,
-            overwrite=overwrite,
-        )
-    except Exception as exc:
-        raise click.ClickException(f"export failed: {jobs.failure_line(exc)}") from None
-    click.echo(json.dumps({"exported": n, "to": to}))
-
-
-@main.command("import")
-@click.option(
-    "--store", "store", default=None, help="store directory to write into (must not be owned)"
-)
-@click.option(
-    "--namesrv", default=None, help="name server(s) host:port[;host:port]: send through brokers"
-)
-@click.option("--from", "source", required=True, help="Parquet or JSON-lines file or directory")
-@click.option("--topic", default=None, help="topic for every row (else the rows' topic column)")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "parquet", "json"]),
-    default="auto",
-    show_default=True,
-)
-@click.option(
-    "--commit-log-file-size",
-    type=int,
-    default=None,
-    help="commit-log file size in bytes for a new store (default RocketMQ's 1 GiB)",
-)
-def import_cmd(
-    store: str | None,
-    namesrv: str | None,
-    source: str,
-    topic: str | None,
-    fmt: str,
-    commit_log_file_size: int | None,
-) -> None:
-    """Import rows (body, optional topic/tags/keys/properties/queue_id) into a store, or send
-    them through running brokers, with Spark."""
-    _store_or_namesrv(store, namesrv)
-    jobs = _spark_jobs()
-    try:
-        n = jobs.import_file(store or "", source, topic, fmt, commit_log_file_size, namesrv=namesrv)
-    except Exception as exc:
-        raise click.ClickException(f"import failed: {jobs.failure_line(exc)}") from None
-    out: dict[str, Any] = {"imported": n}
-    out.update({"namesrv": namesrv} if namesrv else {"store": store})
-    click.echo(json.dumps(out))
-
-
-def _add_network_commands() -> None:
-    from . import _cli_admin, _cli_net
-
-    for command in (*_cli_net.COMMANDS, *_cli_admin.COMMANDS):
-        main.add_command(command)
-
-
-_add_network_commands()
-
-if __name__ == "__main__":
-    main()
+COMMANDS = [put, get, query, stats, inspect]

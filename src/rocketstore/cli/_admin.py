@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ._cli_errors import ClientGroup
+from ._errors import ClientGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,7 +31,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 
 
 def _admin(namesrv: str) -> Any:
-    from .client._admin import AdminClient
+    from ..client._admin import AdminClient
 
     return AdminClient(namesrv)
 
@@ -143,7 +143,7 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
     with _admin(namesrv) as admin:
         route = admin.route(topic)
     if route is None:
-        from .client._route import TopicNotFoundError
+        from ..client._route import TopicNotFoundError
 
         raise TopicNotFoundError(topic)
     rows = []
@@ -225,8 +225,8 @@ def cluster_group() -> None:
 def cluster_list(namesrv: str, cluster: str | None, no_stats: bool, as_json: bool) -> None:
     """Every broker: cluster, broker name, id, address, and (from the broker) version and
     put / get TPS."""
-    from .client import ClientError
-    from .remoting import RemotingError
+    from ..client import ClientError
+    from ..remoting import RemotingError
 
     rows: list[dict[str, Any]] = []
     with _admin(namesrv) as admin:
@@ -387,8 +387,8 @@ def group_delete(
 @json_option
 def group_list(namesrv: str, cluster: str | None, broker: str | None, as_json: bool) -> None:
     """Every group's settings on each master (or on the broker given)."""
-    from .client import ClientError
-    from .remoting import RemotingError
+    from ..client import ClientError
+    from ..remoting import RemotingError
 
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
@@ -548,7 +548,7 @@ def _message_doc(m: Any) -> dict[str, Any]:
 
 
 def _host(raw: Any) -> str:
-    from .store.log._record import unpack_host
+    from ..store.log._record import unpack_host
 
     if isinstance(raw, bytes | bytearray | memoryview) and len(raw) in (8, 20):
         return unpack_host(bytes(raw))

@@ -1,16 +1,23 @@
 """Planning reads through brokers (driver side, no pyspark needed): the queues of every broker
 group from the routes, offset ranges from GET_MIN/MAX_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP, cut
 into partitions of at most maxRowsPerPartition offsets. The same rules as path mode
-(``_plan``): startingTimestamp before startingOffsets, queues not named in JSON offsets start at
+(``_path_plan``): startingTimestamp before startingOffsets, queues not named in JSON offsets start at
 the earliest and end at the latest, failOnDataLoss for starts below a queue's first offset.
 """
 
 from __future__ import annotations
 
 from ..store.read._reader import split_range
-from ._options import EARLIEST, LATEST, SourceOptionError, SourceOptions
-from ._plan import Constraints
-from ._remote import Addresses, BrokerQueue, BrokerRange, Cluster, NestedOffsets, RemoteOptions
+from ._broker import Addresses, BrokerQueue, BrokerRange, Cluster
+from ._options import (
+    EARLIEST,
+    LATEST,
+    NestedOffsets,
+    RemoteOptions,
+    SourceOptionError,
+    SourceOptions,
+)
+from ._path_plan import Constraints
 
 
 def remote_of(opts: SourceOptions) -> RemoteOptions:
@@ -129,7 +136,7 @@ SEP = "\x00"
 
 
 def flatten(nested: NestedOffsets) -> dict[str, dict[str, int]]:
-    """{topic NUL broker: {queue: offset}}: the shape ``_plan.limit_offsets`` works on."""
+    """{topic NUL broker: {queue: offset}}: the shape ``_path_plan.limit_offsets`` works on."""
     return {f"{t}{SEP}{b}": dict(qs) for t, bs in nested.items() for b, qs in bs.items()}
 
 

@@ -15,13 +15,11 @@ name: ``{topic: {broker name: {queue id: offset}}}`` with every level in canonic
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
@@ -29,19 +27,14 @@ from ..client._route import RouteCache, TopicRoute
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 from ..store._errors import CorruptRecordError
 from ._arrow import RangeDecoder
-from ._options import EARLIEST, LATEST, SourceOptionError, _bool, _get, _int
+from ._options import RemoteOptions, SourceOptionError
 
 log = logging.getLogger(__name__)
 
-NestedOffsets = dict[str, dict[str, dict[str, int]]]
-"""{topic: {broker name: {queue id: offset}}}; -2 = earliest, -1 = latest."""
-
-DEFAULT_GROUP = "rocketstore-spark"
 MASTER_ID = 0
 PERM_READ = 4
 PERM_WRITE = 2
 _FLAG_SUBSCRIPTION = 0x4
-_PULL_RETRIES = 4
 _BACKOFF_S = (0.1, 0.3, 1.0, 2.0)
 _RETRYABLE_CODES = frozenset(
     {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR}
@@ -50,103 +43,6 @@ _RETRYABLE_CODES = frozenset(
 
 class BrokerReadError(SourceOptionError):
     """A broker could not be read (unreachable after the retries, or it refused a request)."""
-
-
-# ---- options ---------------------------------------------------------------------------------
-
-
-def parse_nested(name: str, raw: str | None) -> int | NestedOffsets | None:
-    """``earliest`` / ``latest`` (→ -2 / -1), JSON ``{topic: {broker: {queue: offset}}}``, or
-    None when not given."""
-    if raw is None or not raw.strip():
-        return None
-    text = raw.strip()
-    if text.lower() in ("earliest", "latest"):
-        return EARLIEST if text.lower() == "earliest" else LATEST
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceOptionError(f"option {name}: not earliest, latest or JSON: {exc}") from None
-    shape = '{"topic": {"broker name": {"queue id": offset}}}'
-    if not isinstance(doc, dict):
-        raise SourceOptionError(f"option {name}: with brokers the JSON is {shape}")
-    out: NestedOffsets = {}
-    for topic, brokers in doc.items():
-        if not isinstance(brokers, dict):
-            raise SourceOptionError(f"option {name}: {topic!r} must map to {shape}")
-        for broker, queues in brokers.items():
-            if not isinstance(queues, dict):
-                raise SourceOptionError(
-                    f"option {name}: {topic}/{broker} must map queue ids to offsets ({shape})"
-                )
-            for qid, off in queues.items():
-                if not str(qid).isdigit():
-                    raise SourceOptionError(f"option {name}: queue id {qid!r} is not a number")
-                if isinstance(off, bool) or not isinstance(off, int) or off < -2:
-                    raise SourceOptionError(
-                        f"option {name}: offset {off!r} of {topic}/{broker}/{qid} must be an "
-                        "integer >= -2"
-                    )
-                out.setdefault(str(topic), {}).setdefault(str(broker), {})[str(int(qid))] = off
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteOptions:
-    """The broker-mode options: where the cluster is and how to pull from it."""
-
-    namesrv: tuple[str, ...]
-    broker: str | None
-    consumer_group: str
-    commit_offsets: bool
-    pull_batch_size: int
-    pull_timeout_ms: int
-    pull_retries: int
-    starting: int | NestedOffsets | None
-    ending: int | NestedOffsets | None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> RemoteOptions | None:
-        """The broker-mode options, or None when neither ``namesrv`` nor ``broker`` is given."""
-        namesrv = _get(options, "namesrv") or ""
-        broker = (_get(options, "broker") or "").strip() or None
-        addrs = tuple(a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip())
-        if not addrs and broker is None:
-            return None
-        if _get(options, "path"):
-            raise SourceOptionError(
-                "give either path (a store directory) or namesrv / broker (running brokers)"
-            )
-        for addr in (*addrs, *([broker] if broker else [])):
-            host, _, port = addr.rpartition(":")
-            if not host or not port.isdigit():
-                raise SourceOptionError(f"{addr!r} is not host:port")
-        return cls(
-            namesrv=addrs,
-            broker=broker if not addrs else None,
-            consumer_group=(_get(options, "consumerGroup") or DEFAULT_GROUP).strip(),
-            commit_offsets=_bool(options, "commitOffsets", False),
-            pull_batch_size=_int(options, "pullBatchSize", 1024, 1) or 1024,
-            pull_timeout_ms=_int(options, "pullTimeoutMs", 10_000, 1) or 10_000,
-            pull_retries=_int(options, "pullRetries", _PULL_RETRIES, 0) or 0,
-            starting=parse_nested("startingOffsets", _get(options, "startingOffsets")),
-            ending=parse_nested("endingOffsets", _get(options, "endingOffsets")),
-        )
-
-    @property
-    def where(self) -> str:
-        return ";".join(self.namesrv) if self.namesrv else f"broker {self.broker}"
-
-
-def canonical_nested(offsets: Mapping[str, Mapping[str, Mapping[str, int]]]) -> NestedOffsets:
-    """Topics and brokers sorted by name, queues by number (equal offsets serialise equal)."""
-    return {
-        t: {
-            b: {q: int(offsets[t][b][q]) for q in sorted(offsets[t][b], key=int)}
-            for b in sorted(offsets[t])
-        }
-        for t in sorted(offsets)
-    }
 
 
 # ---- the cluster (driver) ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -23,11 +23,11 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..store.read._reader import split_range
-from ._options import SourceOptionError, SourceOptions
-from ._plan import limit_offsets
-from ._remote import BrokerRange, Cluster, NestedOffsets, canonical_nested, pull_range
-from ._remote_plan import flatten, initial, latest, nest, plan_remote, queues, remote_of
-from ._source import BatchReader, PushdownBatchReader
+from ._broker import BrokerRange, Cluster, pull_range
+from ._broker_plan import flatten, initial, latest, nest, plan_remote, queues, remote_of
+from ._options import NestedOffsets, SourceOptionError, SourceOptions, canonical_nested
+from ._path_plan import Constraints, limit_offsets
+from ._pushdown import FilterPushdown
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,10 @@ def read_remote(opts: SourceOptions, r: BrokerRange, schema: pa.Schema) -> Itera
     )
 
 
-class BrokerBatchReader(BatchReader):
+class BrokerBatchReader(DataSourceReader):
     """A batch read through brokers: one partition per (broker, topic, queue, offset range)."""
 
     def __init__(self, opts: SourceOptions, schema: pa.Schema) -> None:
-        from ._plan import Constraints
-
         self.opts = opts
         self.schema = schema
         self.constraints = Constraints()
@@ -76,7 +74,7 @@ class BrokerBatchReader(BatchReader):
         return read_remote(self.opts, partition.range, self.schema)
 
 
-class BrokerPushdownReader(BrokerBatchReader, PushdownBatchReader):
+class BrokerPushdownReader(FilterPushdown, BrokerBatchReader):
     """A batch read through brokers with filter pushdown (topic, queue_id, queue_offset
     exactly; store_timestamp by SEARCH_OFFSET_BY_TIMESTAMP; keys are left to Spark)."""
 

@@ -29,14 +29,14 @@ class CommandError(click.ClickException):
 
 def describe(exc: Exception) -> str:
     """One line for a client error, with a hint where one helps."""
-    from .client._names import InvalidNameError
-    from .client._route import (
+    from ..client._names import InvalidNameError
+    from ..client._route import (
         ClientError,
         NameServerUnreachableError,
         NotANameServerError,
         TopicNotFoundError,
     )
-    from .remoting import RemotingError
+    from ..remoting import RemotingError
 
     if isinstance(exc, NotANameServerError):
         if exc.is_broker:
@@ -62,8 +62,8 @@ def describe(exc: Exception) -> str:
 
 
 def _client_errors() -> tuple[type[Exception], ...]:
-    from .client._route import ClientError
-    from .remoting import RemotingError
+    from ..client._route import ClientError
+    from ..remoting import RemotingError
 
     return (ClientError, RemotingError, ValueError)
 

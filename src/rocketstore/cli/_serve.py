@@ -1,10 +1,9 @@
-"""The network commands of ``rocketstore``: namesrv, broker, serve, produce, consume."""
+"""The server commands of ``rocketstore``: namesrv, broker, serve."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -12,19 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ._cli_errors import ClientCommand
-from .store._config import StoreConfig
-
-
-def parse_properties(items: tuple[str, ...]) -> dict[str, str]:
-    """``--property name=value`` options as a dict; BadParameter for an item without ``=``."""
-    properties = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--property")
-        properties[name] = value
-    return properties
+from ..store._config import StoreConfig
 
 
 def _split_listen(value: str, default_port: int) -> tuple[str, int]:
@@ -46,7 +33,7 @@ def _logging(verbose: bool) -> None:
 def _run(main: Coroutine[Any, Any, None]) -> None:
     """Run servers until they stop; a start-up failure (a port in use, a store owned by
     another process) is one line on standard error and exit status 1, not a traceback."""
-    from .store._errors import StoreError
+    from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
@@ -64,7 +51,7 @@ def _store_dir(store: str | None, conf: str | None, default: str | None) -> str 
     """The store directory a command runs on: ``--store`` when given on the command line, else
     the broker.conf's storePathRootDir when it names one (None: keep the conf's), else
     ``default``. UsageError when there is none."""
-    from .store._errors import StoreConfigError
+    from ..store._errors import StoreConfigError
 
     ctx = click.get_current_context()
     given = ctx.get_parameter_source("store") not in (
@@ -103,8 +90,8 @@ def _make_broker(
     grpc: Any = None,
     acl_file: str | None = None,
 ) -> Any:
-    from .broker._config import BrokerConfig
-    from .server import BrokerServer
+    from ..broker._config import BrokerConfig
+    from ..server import BrokerServer
 
     base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
     store_over: dict[str, Any] = {}
@@ -192,8 +179,8 @@ def grpc_options(default_listen: str | None) -> Callable[[F], F]:
 
 
 def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str | None) -> Any:
-    from .grpc import grpc_config_from_cli
-    from .store._errors import StoreConfigError
+    from ..grpc import grpc_config_from_cli
+    from ..store._errors import StoreConfigError
 
     try:
         return grpc_config_from_cli(listen, acl_file=acl, tls_cert=cert, tls_key=key)
@@ -206,8 +193,8 @@ def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str
 @verbose_option
 def namesrv_cmd(listen: str, verbose: bool) -> None:
     """Run a name server (routes; brokers register with it)."""
-    from ._serve import run_servers
-    from .namesrv import NameServer
+    from .._serve import run_servers
+    from ..namesrv import NameServer
 
     _logging(verbose)
     host, port = _split_listen(listen, 9876)
@@ -264,7 +251,7 @@ def broker_cmd(
     verbose: bool,
 ) -> None:
     """Run a broker over a store directory."""
-    from ._serve import run_servers
+    from .._serve import run_servers
 
     _logging(verbose)
     broker = _make_broker(
@@ -312,8 +299,8 @@ def serve_cmd(
     verbose: bool,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
-    from ._serve import run_servers
-    from .namesrv import NameServer
+    from .._serve import run_servers
+    from ..namesrv import NameServer
 
     _logging(verbose)
     host, port = _split_listen(namesrv_listen, 9876)
@@ -346,119 +333,4 @@ def serve_cmd(
     _run(main())
 
 
-@click.command("produce", cls=ClientCommand)
-@click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
-@click.option("--topic", required=True)
-@click.option("--tags", default=None)
-@click.option("--key", "keys", multiple=True, help="a message key (repeatable)")
-@click.option("--property", "props", multiple=True, help="name=value (repeatable)")
-@click.option("--delay", default=0, type=int, help="delay level (0: none)")
-@click.option("--group", default="rocketstore-producer", show_default=True)
-@click.argument("body", required=False)
-def produce_cmd(
-    namesrv: str,
-    topic: str,
-    tags: str | None,
-    keys: tuple[str, ...],
-    props: tuple[str, ...],
-    delay: int,
-    group: str,
-    body: str | None,
-) -> None:
-    """Send BODY, or every line of standard input as a message, through the brokers."""
-    from .client import Producer
-
-    properties = parse_properties(props)
-    bodies = (
-        [body.encode()] if body is not None else (line.rstrip(b"\n") for line in sys.stdin.buffer)
-    )
-    failed = 0
-    with Producer(namesrv, group) as producer:
-        for data in bodies:
-            r = producer.send(
-                topic,
-                data,
-                tags=tags,
-                keys=list(keys) or None,
-                properties=properties,
-                delay_level=delay,
-            )
-            click.echo(
-                json.dumps(
-                    {
-                        "status": r.status,
-                        "msg_id": r.msg_id,
-                        "offset_msg_id": r.offset_msg_id,
-                        "broker": r.queue.broker_name,
-                        "queue_id": r.queue.queue_id,
-                        "queue_offset": r.queue_offset,
-                    }
-                )
-            )
-            failed += r.status != "SEND_OK"
-    if failed:
-        sys.exit(1)
-
-
-@click.command("consume", cls=ClientCommand)
-@click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
-@click.option("--topic", required=True)
-@click.option("--group", default="rocketstore-console", show_default=True)
-@click.option("--tags", "expression", default="*", show_default=True, help='e.g. "TagA || TagB"')
-@click.option("--from-beginning", is_flag=True, help="start at each queue's minimum offset")
-@click.option("--max-messages", type=int, default=None, help="stop after this many")
-@click.option("--timeout", type=float, default=None, help="stop after this many idle seconds")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object per message")
-@click.option("--no-commit", is_flag=True, help="do not store the group's offsets")
-def consume_cmd(
-    namesrv: str,
-    topic: str,
-    group: str,
-    expression: str,
-    from_beginning: bool,
-    max_messages: int | None,
-    timeout: float | None,
-    as_json: bool,
-    no_commit: bool,
-) -> None:
-    """Print a topic's messages as they arrive (every queue, long polling), keeping the group's
-    offsets on the brokers. A broker that restarts is waited for; the consumer goes on from its
-    offsets."""
-    from ._cli_consume import TopicTail
-    from .client import PullConsumer
-
-    with PullConsumer(namesrv, group) as consumer:
-        tail = TopicTail(
-            consumer,
-            topic,
-            expression=expression,
-            from_beginning=from_beginning,
-            commit=not no_commit,
-            emit=lambda m: _print_message(m, as_json),
-            warn=lambda line: click.echo(line, err=True),
-            flush=sys.stdout.flush,
-        )
-        tail.run(max_messages=max_messages, idle_timeout=timeout)
-
-
-def _print_message(m: Any, as_json: bool) -> None:
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "topic": m.topic,
-                    "queue_id": m.queue_id,
-                    "queue_offset": m.queue_offset,
-                    "msg_id": m.properties.get("UNIQ_KEY") or m.msg_id,
-                    "tags": m.tags,
-                    "keys": m.keys,
-                    "body": m.body.decode("utf-8", "replace"),
-                    "store_timestamp": m.store_timestamp,
-                }
-            )
-        )
-    else:
-        click.echo(m.body.decode("utf-8", "replace"))
-
-
-COMMANDS = [namesrv_cmd, broker_cmd, serve_cmd, produce_cmd, consume_cmd]
+COMMANDS = [namesrv_cmd, broker_cmd, serve_cmd]

@@ -39,13 +39,6 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
     StructType,
 )
 
@@ -63,14 +56,11 @@ from ..store.log._record import (
     tags_code,
 )
 from ..store.read._reader import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, detect_file_size
-from ._arrow import COLUMNS
-from ._options import SourceOptionError, _bool, _get, _int
-from ._system_props import strip_system_properties
+from ._options import WRITE_BUFFERS, SourceOptionError, WriteOptions, write_path
+from ._write_common import check_schema, task_index, without_system_properties
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUEUES = 4
-WRITE_BUFFERS = 2  # option writeBuffers: write buffers of a commit-log file each; 0: none
 WRITE_COMMIT_INTERVAL_MS = 20
 WRITE_FLUSH_INTERVAL_MS = 100
 _BATCH_MESSAGES = 1024
@@ -105,61 +95,9 @@ class WriteSettings:
     keep_system_properties: bool = False
 
 
-WRITTEN_COLUMNS = ("topic", "body", "tags", "keys", "properties", "queue_id")
-READ_ONLY_COLUMNS = frozenset(c for c in COLUMNS if c not in WRITTEN_COLUMNS)
-"""Columns of a read that a write cannot set (offsets, ids, times, hosts, flags): a frame read
-from rocketstore is written as it is, and these are ignored."""
-
-
-def _of_strings(t: Any) -> bool:
-    """Whether a map or array column holds strings (any other column: True)."""
-    if isinstance(t, MapType):
-        return isinstance(t.keyType, StringType) and isinstance(t.valueType, StringType)
-    if isinstance(t, ArrayType):
-        return isinstance(t.elementType, StringType)
-    return True
-
-
-def _check_schema(schema: StructType) -> tuple[str, ...]:
-    """The columns a write takes (in the frame's order), after checking them; the read-only
-    columns of a rocketstore read are left out, any other column is refused."""
-    allowed: dict[str, tuple[type, ...]] = {
-        "topic": (StringType,),
-        "body": (BinaryType, StringType),
-        "tags": (StringType,),
-        "keys": (ArrayType, StringType),
-        "properties": (MapType,),
-        "queue_id": (IntegerType, LongType, ShortType),
-    }
-    names = tuple(f.name for f in schema.fields)
-    for required in ("topic", "body"):
-        if required not in names:
-            raise SourceOptionError(
-                f"writing to rocketstore needs a {required!r} column; the DataFrame has "
-                f"{', '.join(names) or 'no columns'}"
-            )
-    written = []
-    for f in schema.fields:
-        if f.name in READ_ONLY_COLUMNS:
-            continue
-        kinds = allowed.get(f.name)
-        if kinds is None:
-            raise SourceOptionError(
-                f"column {f.name!r} cannot be written to rocketstore (columns: "
-                f"{', '.join(WRITTEN_COLUMNS)}; the other columns of a rocketstore read are "
-                "ignored); drop or rename it"
-            )
-        if not isinstance(f.dataType, kinds) or not _of_strings(f.dataType):
-            raise SourceOptionError(f"column {f.name!r} has type {f.dataType.simpleString()}")
-        written.append(f.name)
-    return tuple(written)
-
-
 def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
-    path = _get(options, "path")
-    if not path:
-        raise SourceOptionError("option path (the store directory to write into) is required")
-    columns = _check_schema(schema)
+    path = write_path(options)
+    columns = check_schema(schema)
     owner = lock_owner(path)
     if owner is not None:
         raise StoreLockedError(
@@ -176,23 +114,23 @@ def _settings(options: dict[str, str], schema: StructType) -> WriteSettings:
             ids = [int(q.name) for q in topic_dir.iterdir() if q.name.isdigit()]
             if ids:
                 counts[topic_dir.name] = max(ids) + 1
-    cq_size = _int(options, "consumeQueueFileSize", None, 20)
+    opts = WriteOptions.parse(options)
+    cq_size = opts.consume_queue_file_size
     if cq_size is None and cq_dir.is_dir():
         for topic_dir in cq_dir.iterdir():
             for qdir in topic_dir.iterdir():
                 cq_size = cq_size or detect_file_size(qdir)
     return WriteSettings(
         path=path,
-        commit_log_file_size=_int(options, "commitLogFileSize", None, 4096)
-        or detect_file_size(root / COMMIT_LOG_DIR),
+        commit_log_file_size=opts.commit_log_file_size or detect_file_size(root / COMMIT_LOG_DIR),
         consume_queue_file_size=cq_size,
         queue_counts=counts,
-        default_queues=_int(options, "defaultQueueNums", DEFAULT_QUEUES, 1) or DEFAULT_QUEUES,
-        lock_timeout_ms=_int(options, "lockTimeoutMs", 600_000, 0) or 0,
+        default_queues=opts.default_queues,
+        lock_timeout_ms=opts.lock_timeout_ms,
         columns=columns,
-        flush_disk_type=(_get(options, "flushDiskType") or "ASYNC_FLUSH").upper(),
-        write_buffers=_int(options, "writeBuffers", WRITE_BUFFERS, 0) or 0,
-        keep_system_properties=_bool(options, "keepSystemProperties", False),
+        flush_disk_type=opts.flush_disk_type,
+        write_buffers=opts.write_buffers,
+        keep_system_properties=opts.keep_system_properties,
     )
 
 
@@ -234,16 +172,6 @@ def open_store(s: WriteSettings) -> MessageStore:
             delay = min(delay * 2, 0.5)
 
 
-def _task_index() -> int:
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        return ctx.partitionId() if ctx is not None else 0
-    except Exception:  # outside a Spark task
-        return 0
-
-
 class _StoreThread:
     """Puts batches into the store in a thread of its own, so that the task's thread goes
     back to Spark for the next batch at once: the JVM produces batch k + 1 while batch k is
@@ -254,7 +182,7 @@ class _StoreThread:
     def __init__(
         self, store: MessageStore, s: WriteSettings, report: WriteReport, depth: int = 2
     ) -> None:
-        self.start = _task_index()  # Spark's task context belongs to the task's thread
+        self.start = task_index()  # Spark's task context belongs to the task's thread
         self.store = store
         self.settings = s
         self.report = report
@@ -337,16 +265,6 @@ def write_batches(s: WriteSettings, batches: Iterator[pa.RecordBatch]) -> WriteR
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     idx = batch.schema.get_field_index(name)
     return batch.column(idx) if idx >= 0 else None
-
-
-def without_system_properties(batch: pa.RecordBatch, keep: bool) -> pa.RecordBatch:
-    """``batch`` with its properties column stripped of system keys (``_system_props``)."""
-    idx = batch.schema.get_field_index("properties")
-    if idx < 0:
-        return batch
-    columns = list(batch.columns)
-    columns[idx] = strip_system_properties(columns[idx], keep)
-    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
 def _first_null(col: pa.Array) -> int:

@@ -1,0 +1,6 @@
+"""``python -m rocketstore.cli``."""
+
+from . import main
+
+if __name__ == "__main__":
+    main()

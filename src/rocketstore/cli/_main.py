@@ -1,0 +1,38 @@
+"""The ``rocketstore`` group: the options every command shares (ACL keys), and each command
+group's module adding its commands."""
+
+from __future__ import annotations
+
+import click
+
+from . import _admin, _bench, _client, _serve, _spark, _store
+
+
+@click.group()
+@click.version_option(package_name="rocketstore")
+@click.option(
+    "--access-key",
+    envvar="ROCKETSTORE_ACCESS_KEY",
+    default=None,
+    help="ACL: sign requests to brokers with this account (env ROCKETSTORE_ACCESS_KEY)",
+)
+@click.option(
+    "--secret-key",
+    envvar="ROCKETSTORE_SECRET_KEY",
+    default=None,
+    help="ACL: the account's secret key (env ROCKETSTORE_SECRET_KEY)",
+)
+def main(access_key: str | None, secret_key: str | None) -> None:
+    """rocketstore: Apache RocketMQ's message store in Python."""
+    import os
+
+    if bool(access_key) != bool(secret_key):
+        raise click.UsageError("give both --access-key and --secret-key, or neither")
+    if access_key and secret_key:  # every remoting client of this process signs with them
+        os.environ["ROCKETSTORE_ACCESS_KEY"] = access_key
+        os.environ["ROCKETSTORE_SECRET_KEY"] = secret_key
+
+
+for _module in (_store, _bench, _spark, _serve, _client, _admin):
+    for _command in _module.COMMANDS:
+        main.add_command(_command)
