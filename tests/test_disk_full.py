@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -359,6 +360,13 @@ def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
     finally:
         server.close()
     assert all(r.startswith("service not available now") for r in remarks), remarks
+    # RocketMQ's remark, with the use of the partitions of the commit log, queues and index
+    assert all(
+        re.search(
+            r"the broker's disk is full \[CL: +[01]\.\d\d CQ: +[01]\.\d\d INDEX: +[01]\.\d\d\]", r
+        )
+        for r in remarks
+    ), remarks
     assert sum(map(len, acked.values())) > 3000
     st = os.statvfs(small_fs)
     assert st.f_bfree * st.f_frsize < 256 * 1024

@@ -26,6 +26,8 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_int32, ext_str
+from ..store._config import StoreConfig
+from ..store._disk import disk_used_ratio
 from ..store.log._message import Message, PutMessageResult, PutMessageStatus
 from ..store.log._record import (
     PROPERTY_DELAY,
@@ -76,10 +78,8 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     ),
     PutMessageStatus.MESSAGE_ILLEGAL: (RC.MESSAGE_ILLEGAL, None),
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (RC.MESSAGE_ILLEGAL, None),
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        RC.SERVICE_NOT_AVAILABLE,
-        "service not available now, maybe disk full or the broker is a slave",
-    ),
+    # its remark names the disk use (disk_remark): it is made when answered
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (RC.SERVICE_NOT_AVAILABLE, None),
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         RC.SYSTEM_BUSY,
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
@@ -89,6 +89,21 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")
+
+
+def disk_remark(config: StoreConfig) -> str:
+    """RocketMQ's answer to a put the store refused (SERVICE_NOT_AVAILABLE), with how full the
+    commit log's, the consume queues' and the index's partitions are."""
+    root = config.store_path_root_dir
+    cl, cq, index = (
+        disk_used_ratio(path)
+        for path in (config.commit_log_dir, f"{root}/consumequeue", f"{root}/index")
+    )
+    return (
+        "service not available now. It may be caused by one of the following reasons: the "
+        f"broker's disk is full [CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}], messages are "
+        "put to the slave, message store has been shut down, etc."
+    )
 
 
 class SendContext(SendBackContext, HasClock, HasTopics, HasTransactions, Protocol):
@@ -315,7 +330,9 @@ class SendProcessor:
 
     def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
         code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
-        if remark is None and code != RC.SUCCESS:
+        if r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            remark = disk_remark(self.broker.store_config)
+        elif remark is None and code != RC.SUCCESS:
             remark = r.error or r.status.name
         if not r.ok:
             return RemotingCommand.response(code, remark)
