@@ -734,6 +734,7 @@ def _add_network_commands() -> None:
 
 
 _add_network_commands()
+main.add_command(__import__("rocketstore._cli_console", fromlist=["_"]).console_cmd)
 
 if __name__ == "__main__":
     main()
