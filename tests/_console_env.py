@@ -48,6 +48,7 @@ class ConsoleEnv:
 
     def __init__(self, root: Path, *, acl: bool = False) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.acl = acl
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="console-env")
