@@ -111,6 +111,8 @@ def test_topic_create_detail_perm_delete(env: ConsoleEnv) -> None:
     created(env, topic, queues=3)
     names = {t["topic"]: t["kind"] for t in http(env, "GET", "/api/topics").doc["topics"]}
     assert names[topic] == "normal"
+    for made_by_the_broker in ("TBW102", BROKER, "ConsoleCluster", "ConsoleCluster_REPLY_TOPIC"):
+        assert names[made_by_the_broker] == "system", made_by_the_broker
     with Producer(env.namesrv) as p:
         for i in range(4):
             p.send(topic, b"m%d" % i, queue=MessageQueue(topic, BROKER, 1))

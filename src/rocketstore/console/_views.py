@@ -107,23 +107,35 @@ def throughput(admin: AdminClient) -> dict[str, Any]:
     }
 
 
+SYSTEM_TOPICS = frozenset(
+    {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"}
+)
+
+
+def _topic_kind(name: str, clusters: set[str], brokers: set[str]) -> str:
+    if name.startswith("%RETRY%"):
+        return "retry"
+    if name.startswith("%DLQ%"):
+        return "dlq"
+    if (
+        name in SYSTEM_TOPICS
+        or name.upper().startswith("RMQ_SYS_")
+        or name in clusters
+        or name in brokers
+        or (name.endswith("_REPLY_TOPIC") and name[: -len("_REPLY_TOPIC")] in clusters)
+    ):
+        return "system"
+    return "normal"
+
+
 def topics(admin: AdminClient) -> dict[str, Any]:
+    """Every topic the name servers know, each marked normal, retry, dlq or system (the
+    broker-made ones: TBW102, the cluster's and each broker's own, RMQ_SYS_*, ...)."""
     names = sorted(admin.topic_list())
-    return {
-        "topics": [
-            {
-                "topic": t,
-                "kind": "retry"
-                if t.startswith("%RETRY%")
-                else "dlq"
-                if t.startswith("%DLQ%")
-                else "system"
-                if t.isupper() or t.startswith("rmq_sys_") or t == "TBW102"
-                else "normal",
-            }
-            for t in names
-        ]
-    }
+    info = admin.cluster_info()
+    clusters = set(info.cluster_addr_table)
+    brokers = set(info.broker_addr_table)
+    return {"topics": [{"topic": t, "kind": _topic_kind(t, clusters, brokers)} for t in names]}
 
 
 def topic(admin: AdminClient, name: str) -> dict[str, Any]:

@@ -42,8 +42,8 @@ async function api(path, body) {
 function time(ms) { return ms > 0 ? new Date(ms).toLocaleString() : "-"; }
 function num(v) { return h("td", { class: "num" }, v); }
 function table(headers, rows) {
-  return h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))),
-    h("tbody", {}, rows));
+  const body = rows instanceof HTMLTableSectionElement ? rows : h("tbody", {}, rows);
+  return h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))), body);
 }
 function input(name, attrs) { return h("input", Object.assign({ name }, attrs || {})); }
 function label(text, el) { return h("label", {}, text, el); }
@@ -104,7 +104,7 @@ async function viewTopics() {
   });
   main.replaceChildren(h("h2", {}, "Topics"), form,
     h("label", {}, showSystem, " show retry, DLQ and system topics"),
-    table(["Topic", "Kind"], [list]), detail);
+    table(["Topic", "Kind"], list), detail);
 }
 
 async function topicDetail(topic, into) {
@@ -153,7 +153,7 @@ async function viewGroups() {
   showSystem.addEventListener("change", fill);
   fill();
   main.replaceChildren(h("h2", {}, "Consumer groups"),
-    h("label", {}, showSystem, " show built-in groups"), table(["Group", "Kind"], [list]), detail);
+    h("label", {}, showSystem, " show built-in groups"), table(["Group", "Kind"], list), detail);
 }
 
 function localInput(ms) {
