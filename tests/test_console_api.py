@@ -18,6 +18,7 @@ import pytest
 from _console_env import BROKER, ConsoleEnv, http
 from _waits import wait_until
 from rocketstore.client import MessageQueue, Producer, PullConsumer
+from rocketstore.console._server import SESSION_IDLE_S
 
 TOPIC = "ConsoleTopic"
 GROUP = "ConsoleGroup"
@@ -67,6 +68,9 @@ def test_pages_are_served_from_the_package(env: ConsoleEnv) -> None:
     js = http(env, "GET", "/app.js")
     assert js.status == 200 and b"/api/cluster" in js.body
     assert http(env, "GET", "/style.css").headers["Content-Type"].startswith("text/css")
+    head = http(env, "HEAD", "/app.js")
+    assert head.status == 200 and head.body == b""
+    assert head.headers["Content-Length"] == str(len(js.body))
     missing = http(env, "GET", "/nothing.html")
     assert missing.status == 404 and missing.doc["error"] == "no page /nothing.html"
 
@@ -412,3 +416,23 @@ def test_console_command_errors_are_one_line(env: ConsoleEnv) -> None:
     assert busy.returncode == 1, busy.stderr
     assert busy.stderr.startswith(f"error: cannot listen on {taken}")
     assert len(busy.stderr.strip().splitlines()) == 1
+
+
+def test_acl_sessions_end_after_an_idle_time(acl_env: ConsoleEnv) -> None:
+    console = acl_env.console
+    assert console is not None
+    now = [1000.0]
+    real_clock = console.clock
+    console.clock = lambda: now[0]
+    try:
+        cookie = sign_in(acl_env, "console-user", "user-secret-1")
+        now[0] += SESSION_IDLE_S - 1
+        assert http(acl_env, "GET", "/api/topics", cookie=cookie).status == 200
+        now[0] += SESSION_IDLE_S - 1  # used just now: still on
+        assert http(acl_env, "GET", "/api/topics", cookie=cookie).status == 200
+        now[0] += SESSION_IDLE_S + 1
+        assert http(acl_env, "GET", "/api/topics", cookie=cookie).status == 401
+        token = cookie.split("=", 1)[1]
+        assert token not in console.sessions
+    finally:
+        console.clock = real_clock

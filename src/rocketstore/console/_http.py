@@ -83,7 +83,7 @@ class Response:
         lines = [
             f"HTTP/1.1 {self.status} {reason}",
             f"Content-Type: {self.content_type}",
-            f"Content-Length: {len(self.body)}",
+            f"Content-Length: {self.headers.pop('Content-Length', len(self.body))}",
             "Connection: close",
             "Cache-Control: no-store",
             "X-Content-Type-Options: nosniff",
@@ -186,6 +186,9 @@ class HttpServer:
                 response = error_response(408, "the request was not read in time")
             else:
                 response = await self._answer(request)
+                if request.method == "HEAD":
+                    response.headers["Content-Length"] = str(len(response.body))
+                    response.body = b""
             writer.write(response.encode())
             await writer.drain()
         except (ConnectionError, asyncio.CancelledError):

@@ -202,6 +202,7 @@ class ConsoleServer:
             raise HttpError(400, "give accessKey and secretKey")
         if len(ak) > 256 or len(sk) > 256:
             raise HttpError(400, "accessKey and secretKey are at most 256 characters")
+        self._drop_idle()
         if len(self.sessions) >= MAX_SESSIONS:
             self._drop_oldest()
         token = secrets.token_urlsafe(32)
@@ -213,6 +214,11 @@ class ConsoleServer:
             f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_IDLE_S}"
         )
         return response
+
+    def _drop_idle(self) -> None:
+        now = self.clock()
+        for token in [t for t, s in self.sessions.items() if now - s.last_used > SESSION_IDLE_S]:
+            self.sessions.pop(token).admin.close()
 
     def _drop_oldest(self) -> None:
         token = min(self.sessions, key=lambda t: self.sessions[t].last_used)
