@@ -7,7 +7,6 @@ non-admin account's change the broker refuses. Screenshots go to $ROCKETSTORE_TE
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,7 +137,6 @@ def _walk_through(env: ConsoleEnv, page: Any, shots: Path) -> None:
     # live throughput: two polls draw the lines
     page.click("#tabs button[data-view=charts]")
     expect(page.locator("svg.chart")).to_have_count(2)
-    time.sleep(2.5)
     expect(page.locator("svg.chart path").first).to_have_attribute("d", _two_points())
     page.screenshot(path=str(shots / "5-throughput.png"))
 
@@ -156,6 +154,13 @@ def test_acl_sign_in_and_a_refused_change(tmp_path: Path, page: Any, artifacts: 
         env.open()
         page.goto(env.url + "/")
         login = page.locator("#login")
+        expect(login).to_be_visible()
+        page.fill("#login input[name=accessKey]", "console-user")
+        page.fill("#login input[name=secretKey]", "wrong-secret")
+        page.click("#login button[type=submit]")
+        expect(page.locator("#login-error")).to_be_visible()
+        expect(page.locator("#login-error")).to_contain_text("the brokers refused this account")
+        page.screenshot(path=str(artifacts / "acl-sign-in-refused.png"))
         expect(login).to_be_visible()
         page.fill("#login input[name=accessKey]", "console-user")
         page.fill("#login input[name=secretKey]", "user-secret-1")

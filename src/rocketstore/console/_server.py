@@ -135,7 +135,7 @@ class ConsoleServer:
         if path == "/api/session":
             return self._session_doc(request)
         if (request.method, path) == ("POST", "/api/login"):
-            return self._sign_in(request)
+            return await self._sign_in(request)
         if (request.method, path) == ("POST", "/api/logout"):
             return await self._sign_out(request)
         fn = self._routes.get((request.method, path))
@@ -193,7 +193,7 @@ class ConsoleServer:
             }
         )
 
-    def _sign_in(self, request: Request) -> Response:
+    async def _sign_in(self, request: Request) -> Response:
         if not self.login:
             raise HttpError(400, "this console signs requests with its own keys: no sign-in")
         doc = request.json()
@@ -202,13 +202,20 @@ class ConsoleServer:
             raise HttpError(400, "give accessKey and secretKey")
         if len(ak) > 256 or len(sk) > 256:
             raise HttpError(400, "accessKey and secretKey are at most 256 characters")
+        admin = self.admin.with_signer(RequestSigner(ak, sk))
+        try:
+            refusal = await asyncio.to_thread(_refusal, admin)
+        except BaseException:
+            admin.close()
+            raise
+        if refusal is not None:
+            await asyncio.to_thread(admin.close)
+            raise HttpError(401, f"the brokers refused this account: {refusal}")
         self._drop_idle()
         if len(self.sessions) >= MAX_SESSIONS:
             self._drop_oldest()
         token = secrets.token_urlsafe(32)
-        self.sessions[token] = Session(
-            ak, self.admin.with_signer(RequestSigner(ak, sk)), self.clock()
-        )
+        self.sessions[token] = Session(ak, admin, self.clock())
         response = Response.of_json({"user": ak})
         response.headers["Set-Cookie"] = (
             f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_IDLE_S}"
@@ -232,6 +239,27 @@ class ConsoleServer:
         response = Response.of_json({"user": None})
         response.headers["Set-Cookie"] = f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"
         return response
+
+
+def _refusal(admin: AdminClient) -> str | None:
+    """What the first broker that answers says to the account's signed GET_BROKER_RUNTIME_INFO
+    when its ACL refuses it (a wrong key or secret, an address not allowed); None when a
+    broker lets it in, or none answers (then the brokers judge each request later)."""
+    try:
+        brokers = admin.brokers()
+    except (ClientError, RemotingError, ValueError):
+        return None
+    for b in brokers:
+        try:
+            admin.runtime_info(b.address)
+        except ClientError as exc:
+            if ACL_REFUSAL in (exc.remark or ""):
+                return exc.remark or str(exc)
+            return None
+        except (RemotingError, ValueError):
+            continue
+        return None
+    return None
 
 
 def _arg(request: Request, name: str) -> str:

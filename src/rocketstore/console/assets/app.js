@@ -344,14 +344,16 @@ document.getElementById("login-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const form = ev.target;
   const f = new FormData(form);
-  guarded(async () => {
+  const error = document.getElementById("login-error");
+  error.textContent = "";
+  (async () => {
     const r = await api("/api/login", { accessKey: f.get("accessKey"), secretKey: f.get("secretKey") });
     form.reset();
     state.user = r.user;
     document.getElementById("login").hidden = true;
     renderUser();
     go(state.view);
-  });
+  })().catch((e) => { error.textContent = e.message; });
 });
 
 for (const b of document.querySelectorAll("#tabs button")) {
