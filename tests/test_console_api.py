@@ -4,6 +4,7 @@ required, a non-admin account's change refused by the broker)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -18,6 +19,7 @@ import pytest
 from _console_env import BROKER, ConsoleEnv, http
 from _waits import wait_until
 from rocketstore.client import MessageQueue, Producer, PullConsumer
+from rocketstore.console._http import HttpServer, Request, Response
 from rocketstore.console._server import SESSION_IDLE_S
 from rocketstore.remoting import RemotingClient, RemotingCommand
 
@@ -477,3 +479,48 @@ def test_acl_sessions_end_after_an_idle_time(acl_env: ConsoleEnv) -> None:
         assert token not in console.sessions
     finally:
         console.clock = real_clock
+
+
+def test_a_failing_request_is_a_500_and_the_server_goes_on(
+    env: ConsoleEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert env.admin is not None
+
+    def broken() -> list[str]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(env.admin, "topic_list", broken)
+    r = http(env, "GET", "/api/topics")
+    assert r.status == 500 and r.doc == {"error": "internal error: RuntimeError"}
+    monkeypatch.undo()
+    assert http(env, "GET", "/api/topics").status == 200
+
+
+def test_connections_over_the_limit_are_answered_503() -> None:
+    async def scenario() -> list[bytes]:
+        async def ok(request: Request) -> Response:
+            return Response.of_json({"ok": True})
+
+        server = HttpServer(ok, "127.0.0.1", 0, max_connections=2)
+        await server.start()
+        idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        try:
+            await asyncio.sleep(0.05)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            busy = await asyncio.wait_for(reader.read(), 5)  # answered before it asks
+            writer.close()
+            idle.pop()[1].close()  # room again
+            await asyncio.sleep(0.05)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET / HTTP/1.1\r\n\r\n")
+            served = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            return [busy, served]
+        finally:
+            for _, w in idle:
+                w.close()
+            await server.close()
+
+    busy, served = asyncio.run(scenario())
+    assert busy.startswith(b"HTTP/1.1 503 ") and b"too many connections" in busy
+    assert served.startswith(b"HTTP/1.1 200 ")

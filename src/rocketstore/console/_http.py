@@ -24,6 +24,7 @@ log = logging.getLogger("rocketstore.console")
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
 READ_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64
 
 
 class HttpError(Exception):
@@ -148,11 +149,14 @@ async def read_request(reader: asyncio.StreamReader, peer: str) -> Request:
 
 
 class HttpServer:
-    """Serves ``handler`` on ``host:port`` (port 0: any free port; see :attr:`port`).
-    Loop thread only."""
+    """Serves ``handler`` on ``host:port`` (port 0: any free port; see :attr:`port`), at most
+    ``max_connections`` at a time (the others are answered 503 at once). Loop thread only."""
 
-    def __init__(self, handler: Handler, host: str, port: int) -> None:
+    def __init__(
+        self, handler: Handler, host: str, port: int, *, max_connections: int = MAX_CONNECTIONS
+    ) -> None:
         self.handler = handler
+        self.max_connections = max_connections
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -178,6 +182,10 @@ class HttpServer:
         peer = writer.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
         try:
+            if len(self._tasks) > self.max_connections:
+                writer.write(error_response(503, "too many connections: try again").encode())
+                await writer.drain()
+                return
             try:
                 request = await asyncio.wait_for(read_request(reader, peer_text), READ_TIMEOUT_S)
             except HttpError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..client._admin import PERM_READ_WRITE, AdminClient
 from ..client._names import check_group, check_topic
-from ..client._route import MessageQueue, TopicNotFoundError
+from ..client._route import ClientError, MessageQueue, TopicNotFoundError
 from ..remoting import RemotingError
 from ..store.log._record import MessageExt
 
@@ -64,7 +64,7 @@ def cluster(admin: AdminClient) -> dict[str, Any]:
         }
         try:
             info = admin.runtime_info(b.address)
-        except (RemotingError, ValueError, Exception) as exc:  # one broker down: show it
+        except (ClientError, RemotingError, ValueError) as exc:  # one broker down: show it
             row["error"] = str(exc)
         else:
             row.update(
