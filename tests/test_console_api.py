@@ -432,11 +432,13 @@ def test_console_command_serves_until_stopped(env: ConsoleEnv) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(15)
+            _, err = proc.communicate(timeout=15)
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
 
 
 def test_console_command_errors_are_one_line(env: ConsoleEnv) -> None:
