@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
     ("grpc",),
     ("_logs",),  # log files and the stats line, set up by the servers' commands
-    ("server",),  # the composition root; _serve.py re-exports its run_servers
+    ("server",),
+    ("console",),  # the web console: admin requests through client/, nothing of the servers  # the composition root; _serve.py re-exports its run_servers
     ("spark",),  # restricted further by SPARK_MAY_IMPORT
     ("bench",),
     ("cli",),  # cli.py, _cli_*.py, or a cli/ package

@@ -12,7 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..broker._admin_bodies import ConsumeStats, decode_kv_table
+from ..broker._admin_bodies import (
+    ConsumeStats,
+    TopicOffset,
+    decode_group_list,
+    decode_kv_table,
+    decode_topic_stats,
+)
 from ..broker._admin_bodies import loads as loads_body
 from ..broker._subscription_group import SubscriptionGroupConfig
 from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
@@ -24,11 +30,13 @@ from ..remoting import (
     ResponseCode,
     _fastjson,
 )
+from ..remoting._client import FROM_ENV, Signer
 from ..store.log._record import MessageExt, decode_msg_id
-from ._consumer import decode_records
+from ._consumer import FLAG_SUBSCRIPTION, decode_records, plain_body
 from ._names import check_group, check_topic
 from ._route import (
     ClientError,
+    MessageQueue,
     NameServerUnreachableError,
     RouteCache,
     TopicNotFoundError,
@@ -41,7 +49,11 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 MAX_TIMESTAMP = 2**63 - 1
 GET_BROKER_CONFIG = 26
+GET_TOPIC_STATS_INFO = 202
+QUERY_TOPIC_CONSUME_BY_WHO = 300
+GET_CONSUMER_LIST_BY_GROUP = 38
 PERM_READ_WRITE = 6
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's tools pull with (no offsets kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +70,20 @@ class AdminClient:
     """Administration over the remoting protocol. ``namesrv`` is ``host:port[;host:port]``;
     without one, only the calls to a named broker work (the others raise ValueError)."""
 
-    def __init__(self, namesrv: str = "", *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, namesrv: str = "", *, timeout: float = 5.0, signer: Signer | None = FROM_ENV
+    ) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
-        self.client = RemotingClient(timeout=timeout)
+        self.timeout = timeout
+        self.client = RemotingClient(timeout=timeout, signer=signer)
         self._routes = (
             RouteCache(self.client, self.namesrv_addrs, ttl_s=0.0) if self.namesrv_addrs else None
         )
+
+    def with_signer(self, signer: Signer | None) -> AdminClient:
+        """A new client to the same name servers whose requests ``signer`` signs (ACL: one
+        account's keys); None sends them unsigned."""
+        return AdminClient(";".join(self.namesrv_addrs), timeout=self.timeout, signer=signer)
 
     @property
     def routes(self) -> RouteCache:
@@ -191,6 +211,15 @@ class AdminClient:
         table = doc.get("topicConfigTable") or {}
         return {str(k): dict(v) for k, v in table.items()}
 
+    def topic_stats(self, addr: str, topic: str) -> dict[MessageQueue, TopicOffset]:
+        """GET_TOPIC_STATS_INFO: the min / max offsets of the topic's queues on that broker."""
+        return decode_topic_stats(self.call(addr, GET_TOPIC_STATS_INFO, {"topic": topic}).body)
+
+    def topic_consumer_groups(self, addr: str, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups that consume ``topic`` on that broker."""
+        body = self.call(addr, QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}).body
+        return decode_group_list(body)
+
     # ---- subscription groups on brokers -----------------------------------------------------
 
     def subscription_group_docs(self, addr: str) -> dict[str, dict[str, Any]]:
@@ -299,6 +328,107 @@ class AdminClient:
         for addr in self.group_brokers(group, topic).values():
             result.merge(self.consume_stats(addr, group, topic))
         return result
+
+    def consumer_ids(self, addr: str, group: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP: the client ids of the group's consumers connected to
+        that broker ([] when none is: RocketMQ's brokers answer that with an error)."""
+        r = self.call(
+            addr,
+            GET_CONSUMER_LIST_BY_GROUP,
+            {"consumerGroup": group},
+            ok=(ResponseCode.SYSTEM_ERROR,),
+        )
+        if r.code != ResponseCode.SUCCESS:
+            if (r.remark or "").startswith("no consumer for this group"):
+                return []
+            raise ClientError(r.code, r.remark)
+        doc = loads_body(r.body) if len(r.body) else {}
+        ids = doc.get("consumerIdList") if isinstance(doc, dict) else None
+        return [str(i) for i in ids] if isinstance(ids, list) else []
+
+    def _queue_offset(self, addr: str, code: int, mq: MessageQueue, **extra: str) -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
+        r = self.call(addr, code, ext)
+        try:
+            return int(r.ext_fields.get("offset", ""))
+        except ValueError:
+            raise ClientError(ResponseCode.SYSTEM_ERROR, "no offset in the answer") from None
+
+    def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the queue's first offset stored at or after the time."""
+        return self._queue_offset(
+            addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, timestamp=str(timestamp_ms)
+        )
+
+    def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET: the group's offset of that queue on the broker at ``addr``
+        (a consumer of the group that is online commits its own over it)."""
+        self.call(
+            addr,
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {
+                "consumerGroup": group,
+                "topic": mq.topic,
+                "queueId": str(mq.queue_id),
+                "commitOffset": str(offset),
+            },
+        )
+
+    def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int
+    ) -> dict[MessageQueue, tuple[int, int]]:
+        """The group's offset of each read queue of ``topic`` set to the first message stored
+        at or after ``timestamp_ms`` (SEARCH_OFFSET_BY_TIMESTAMP, then UPDATE_CONSUMER_OFFSET,
+        as mqadmin's resetOffsetByTimeOld does): queue → (old offset, new offset). Consumers
+        of the group that are online overwrite it with their own progress."""
+        check_group(group)
+        route = self.route(topic)
+        if route is None:
+            raise TopicNotFoundError(topic, f"no route for topic {topic}")
+        stats = self.examine_consume_stats(group, topic).offset_table
+        out: dict[MessageQueue, tuple[int, int]] = {}
+        for mq in route.queues(write=False):
+            addr = route.address(mq.broker_name)
+            if addr is None:
+                continue
+            new = self.search_offset(addr, mq, timestamp_ms)
+            old = stats[mq].consumer_offset if mq in stats else -1
+            self.update_consumer_offset(addr, group, mq, new)
+            out[mq] = (old, new)
+        return out
+
+    def pull_messages(
+        self, addr: str, mq: MessageQueue, offset: int, max_nums: int = 32
+    ) -> tuple[list[MessageExt], int]:
+        """PULL_MESSAGE of ``max_nums`` messages from ``offset`` of the queue on that broker,
+        as RocketMQ's tools read (group TOOLS_CONSUMER, no offset committed, no wait): the
+        messages (bodies inflated) and the next offset. None found: ([], offset)."""
+        ext = {
+            "consumerGroup": TOOLS_CONSUMER_GROUP,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums),
+            "sysFlag": str(FLAG_SUBSCRIPTION),
+            "commitOffset": "0",
+            "suspendTimeoutMillis": "0",
+            "subscription": "*",
+            "subVersion": "0",
+        }
+        r = self.call(
+            addr,
+            RequestCode.PULL_MESSAGE,
+            ext,
+            ok=(
+                ResponseCode.PULL_NOT_FOUND,
+                ResponseCode.PULL_OFFSET_MOVED,
+                ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ),
+        )
+        if r.code != ResponseCode.SUCCESS:
+            return [], offset
+        next_offset = int(r.ext_fields.get("nextBeginOffset", offset))
+        return [plain_body(m) for m in decode_records(r.body)], next_offset
 
     # ---- messages ---------------------------------------------------------------------------
 

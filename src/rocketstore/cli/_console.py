@@ -1,0 +1,67 @@
+"""``rocketstore console``: the web console (rocketstore.console) on a local address, until
+interrupted. Startup problems (a port in use, a bad address) end it with one line on standard
+error and exit status 1."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from ._errors import CommandError
+
+
+async def _run(namesrv: str, listen: str, login: bool) -> None:
+    from ..client._admin import AdminClient
+    from ..console import ConsoleServer
+
+    admin = AdminClient(namesrv, signer=None) if login else AdminClient(namesrv)
+    console = ConsoleServer(admin, listen, login=login)
+    try:
+        try:
+            await console.start()
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+        click.echo(f"rocketstore console on http://{console.address}/ (name server {namesrv})")
+        await asyncio.Event().wait()
+    finally:
+        await console.close()
+        admin.close()
+
+
+@click.command("console")
+@click.option(
+    "--namesrv",
+    "-n",
+    default="127.0.0.1:9876",
+    show_default=True,
+    help="name server HOST:PORT[;HOST:PORT]",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="HOST:PORT the console serves on (keep it on loopback unless a proxy guards it)",
+)
+@click.option(
+    "--acl",
+    "login",
+    is_flag=True,
+    help="the brokers check ACL: each visitor signs in with an account of plain_acl.yml, "
+    "and the brokers decide what it may do",
+)
+def console_cmd(namesrv: str, listen: str, login: bool) -> None:
+    """A web console: cluster, topics, consumer groups, messages and live throughput."""
+    from ..remoting._client import split_address
+
+    try:
+        split_address(listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    try:
+        asyncio.run(_run(namesrv, listen, login))
+    except KeyboardInterrupt:
+        pass
+
+
+COMMANDS = [console_cmd]
