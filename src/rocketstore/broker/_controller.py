@@ -38,6 +38,7 @@ from ._queue_locks import QueueLockProcessor
 from ._send import SendProcessor
 from ._send_back import SendBackProcessor
 from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
+from ._stats import BrokerStats
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
 from ._transaction import TransactionService
@@ -84,6 +85,8 @@ class BrokerController:
         self.grpc_endpoint: str | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
         self.acl: AclSource | None = None
+        # messages handed to consumers, request latency (see rocketstore.metrics)
+        self.stats = BrokerStats()
 
     # ---- lifecycle --------------------------------------------------------------------------
 

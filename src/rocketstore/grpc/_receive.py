@@ -298,6 +298,7 @@ class PopService:
                     self._ack_quietly(receipt.handle)
                     continue
                 out.append((msg, receipt))
+                self.broker.stats.note_out(topic, group, 1, msg.store_size)
         return out
 
     def _read(
