@@ -34,6 +34,8 @@ async def run_servers(
     *,
     announce: Callable[[str], None] = print,
     stop: asyncio.Event | None = None,
+    metrics_listen: str | None = "",
+    metrics_namesrv: NameServer | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -43,6 +45,7 @@ async def run_servers(
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     started: list[BrokerController] = []
+    metrics = None
     try:
         if namesrv is not None:
             await namesrv.start()
@@ -67,10 +70,19 @@ async def run_servers(
                     "and answered SLAVE_NOT_AVAILABLE (clients may send it again)",
                     broker.config.broker_name,
                 )
+        from .metrics import maybe_start_metrics
+
+        metrics = await maybe_start_metrics(
+            started, metrics_listen, namesrv=metrics_namesrv or namesrv
+        )
+        if metrics is not None:
+            announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")
     finally:
+        if metrics is not None:
+            await metrics.close()
         for broker in reversed(started):
             try:
                 await broker.shutdown()

@@ -111,10 +111,10 @@ class BrokerStats:
         histogram.observe(ms)
 
     def _note_sent(self, cmd: RemotingCommand) -> None:
-        ext = cmd.ext_fields
-        v2 = cmd.code == RequestCode.SEND_MESSAGE_V2
-        topic = ext_str(ext, "b" if v2 else "topic") or ""
-        key = (topic, message_type(ext_str(ext, "i" if v2 else "properties") or ""))
+        ext = cmd.ext_fields  # a V2 header, or V1 names once the send handler converted it
+        topic = ext_str(ext, "topic") or ext_str(ext, "b") or ""
+        properties = ext_str(ext, "properties") or ext_str(ext, "i") or ""
+        key = (topic, message_type(properties))
         histogram = self.message_size.get(key)
         if histogram is None:
             histogram = self.message_size[key] = Histogram(MESSAGE_SIZE_BUCKETS)

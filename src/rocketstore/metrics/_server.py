@@ -8,6 +8,8 @@ without it raises ``MetricsUnavailableError`` with the install hint.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,8 @@ from ._source import MetricsSource, NamesrvSource
 if TYPE_CHECKING:
     from ..broker._controller import BrokerController
     from ..namesrv import NameServer
+
+log = logging.getLogger(__name__)
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:5557"
 
@@ -110,3 +114,50 @@ async def start_metrics(
     for broker in brokers:
         instrument(broker)
     return server
+
+
+async def maybe_start_metrics(
+    brokers: Sequence[BrokerController],
+    listen: str | None,
+    *,
+    namesrv: NameServer | None = None,
+) -> MetricsServer | None:
+    """What ``--metrics-listen`` asks for: '' no metrics; None the default address, skipped
+    when prometheus_client is missing (a line in the log) or the port is taken (a warning:
+    another broker on the host has it); any other value required (its errors raised)."""
+    if listen == "":
+        return None
+    if listen is not None:
+        return await start_metrics(brokers, listen, namesrv=namesrv)
+    try:
+        return await start_metrics(brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv)
+    except MetricsUnavailableError as exc:  # not asked for: no noise
+        log.info("no metrics: %s", exc)
+    except OSError as exc:
+        log.warning("no metrics on %s: %s", DEFAULT_METRICS_LISTEN, exc)
+    return None
+
+
+def check_listen_option(_ctx: object, _param: object, value: str | None) -> str | None:
+    """click callback of ``--metrics-listen``: HOST:PORT, '' or unset (the default, optional);
+    a usage error for a bad address, or an explicit one without prometheus_client."""
+    import click
+
+    if not value:
+        return value
+    try:
+        parse_listen(value)
+    except MetricsListenError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise click.BadParameter(
+            "metrics need prometheus_client: pip install 'rocketstore[server]' "
+            "(or --metrics-listen '' for none)"
+        )
+    return value
+
+
+LISTEN_HELP = (
+    f"Prometheus /metrics, /healthz and /readyz on HOST:PORT (default {DEFAULT_METRICS_LISTEN}, "
+    "skipped when taken; '' for none)"
+)
