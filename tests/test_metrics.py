@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -363,3 +364,29 @@ def test_http_server_drops_a_silent_client_and_a_failing_render() -> None:
             await http.close()
 
     asyncio.run(run())
+
+
+# ---- the broker adapter over a stand-in broker ----------------------------------------------
+
+
+def test_broker_source_reads_slave_lags_and_readiness() -> None:
+    from types import SimpleNamespace
+
+    from rocketstore.metrics._broker_source import BrokerSource
+
+    slave = SimpleNamespace(address="10.0.0.2:40001", lag_bytes=4096)
+    flags = SimpleNamespace(is_writeable=lambda: False)
+    store = SimpleNamespace(
+        statistics=lambda: SimpleNamespace(ha=SimpleNamespace(slaves=(slave,))),
+        running_flags=flags,
+    )
+    config = SimpleNamespace(broker_name="b1", namesrv_addrs=["127.0.0.1:9876"])
+    broker: Any = SimpleNamespace(_started=True, store=store, config=config, registrar=None)
+    source = BrokerSource(broker)
+    assert [(s.slave, s.lag_bytes) for s in source.slave_lags()] == [("10.0.0.2:40001", 4096)]
+    reasons = source.not_ready()
+    assert reasons[0].startswith("broker b1: store not writable")
+    assert reasons[1] == "broker b1: not yet registered with a name server"
+    flags.is_writeable = lambda: True
+    broker.registrar = SimpleNamespace(last_result=object())
+    assert source.not_ready() == []

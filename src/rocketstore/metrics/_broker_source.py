@@ -8,7 +8,8 @@ Where each figure comes from:
   left out, as RocketMQ does; a delayed message counts under SCHEDULE_TOPIC_XXXX as ``delay``,
   a transaction's half message under RMQ_SYS_TRANS_HALF_TOPIC as ``transaction``);
 - messages / bytes out, message sizes, request latency: the broker's ``BrokerStats``;
-- ready messages: a queue's max offset minus the group's committed offset, summed per topic;
+- ready messages: a queue's max offset minus the group's committed offset (or its pop progress
+  where that is ahead), summed per topic;
   lag latency: now minus the store time of the first unconsumed message, looked up for at most
   ``max_lag_lookups`` queues a scrape (the others count as no lag);
 - inflight: messages popped through the gRPC front end and not yet acknowledged;
@@ -137,26 +138,32 @@ class BrokerSource:
             for (request, response, held, result), h in self.broker.stats.rpc_latency.items()
         ]
 
-    def _inflight(self) -> Counter[tuple[str, str]]:
-        """(topic, group) → messages popped and not acknowledged (gRPC front end)."""
-        counts: Counter[tuple[str, str]] = Counter()
-        grpc = self.broker.grpc
-        pop = getattr(grpc, "pop", None)
-        if pop is None:
-            return counts
-        for group, topic, queue_id in pop.progress_table():
-            counts[(topic, group)] += len(pop.in_flight(group, topic, queue_id))
-        return counts
+    def _consumed(self) -> tuple[dict[tuple[str, str], dict[int, int]], Counter[tuple[str, str]]]:
+        """(topic, group) → queue id → the offset below which all is consumed (the committed
+        offset, or the gRPC front end's pop progress where it is ahead), and (topic, group) →
+        messages popped and not yet acknowledged."""
+        offsets: dict[tuple[str, str], dict[int, int]] = {}
+        for key, queues in self.broker.offsets.table().items():
+            topic, sep, group = key.partition("@")
+            if sep:
+                offsets[(topic, group)] = dict(queues)
+        inflight: Counter[tuple[str, str]] = Counter()
+        pop = getattr(self.broker.grpc, "pop", None)
+        if pop is not None:
+            for (group, topic, queue_id), progress in pop.progress_table().items():
+                queues = offsets.setdefault((topic, group), {})
+                queues[queue_id] = max(queues.get(queue_id, 0), progress)
+                inflight[(topic, group)] += len(pop.in_flight(group, topic, queue_id))
+        return offsets, inflight
 
     def consumer_lags(self) -> Sequence[ConsumerLag]:
         store = self.broker.store
         now_ms = int(time.time() * 1000)
-        inflight = self._inflight()
+        offsets, inflight = self._consumed()
         lookups = self.max_lag_lookups
         out = []
-        for key, queues in sorted(self.broker.offsets.table().items()):
-            topic, sep, group = key.partition("@")
-            if not sep or topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        for (topic, group), queues in sorted(offsets.items()):
+            if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
                 continue
             ready = 0
             oldest: int | None = None
