@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from rocketstore.broker._stats import BrokerStats, message_type
+from rocketstore.broker._stats import BrokerStats, code_name, message_type
 from rocketstore.metrics import (
     ConsumerConnections,
     ConsumerLag,
@@ -26,7 +26,7 @@ from rocketstore.metrics import (
     TopicTraffic,
     parse_listen,
 )
-from rocketstore.remoting import RemotingCommand, ResponseCode
+from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 
 
 class FakeSource:
@@ -218,7 +218,7 @@ def test_stats_time_a_direct_answer_and_the_message_size() -> None:
     timed = stats.timed(handler)
     timed(_send("T", "DELAY\x013", b"x" * 2000), None)
     ((key, h),) = stats.rpc_latency.items()
-    assert key == ("send_message_v2", "success", False, "success")
+    assert key == (310, ResponseCode.SUCCESS, False, "success")
     assert h.counts == [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]  # 4 ms: in (3, 5]
     assert h.sum == pytest.approx(4.0)
     ((size_key, size),) = stats.message_size.items()
@@ -237,7 +237,7 @@ def test_stats_time_a_held_request_until_it_is_answered() -> None:
         fut.set_result(RemotingCommand.response(ResponseCode.PULL_NOT_FOUND))
         await asyncio.sleep(0)
         ((key, h),) = stats.rpc_latency.items()
-        assert key == ("pull_message", "pull_not_found", True, "success")
+        assert key == (11, ResponseCode.PULL_NOT_FOUND, True, "success")
         assert h.counts[-2] == 1  # 2.5 s: in (2 s, 3 s]
 
     asyncio.run(run())
@@ -258,9 +258,11 @@ def test_stats_count_failures_and_coroutines() -> None:
         response = await stats.timed(later)(RemotingCommand.request(99999, {}), None)
         assert response.code == ResponseCode.SYSTEM_ERROR
         assert set(stats.rpc_latency) == {
-            ("send_message", "", False, "process_request_failed"),
-            ("99999", "system_error", True, "success"),
+            (10, None, False, "process_request_failed"),
+            (99999, ResponseCode.SYSTEM_ERROR, True, "success"),
         }
+        assert code_name(99999, RequestCode) == "99999" and code_name(None, ResponseCode) == ""
+        assert code_name(310, RequestCode) == "send_message_v2"
 
     asyncio.run(run())
 

@@ -54,8 +54,11 @@ class Histogram:
         return sum(self.counts)
 
 
-def code_name(code: int, names: type[RequestCode] | type[ResponseCode]) -> str:
-    """RocketMQ's description of a code: its constant's name in lower case, else the number."""
+def code_name(code: int | None, names: type[RequestCode] | type[ResponseCode]) -> str:
+    """RocketMQ's description of a code: its constant's name in lower case, else the number
+    ('' for None)."""
+    if code is None:
+        return ""
     try:
         return names(code).name.lower()
     except ValueError:
@@ -81,8 +84,9 @@ class BrokerStats:
         self._clock = clock
         # (topic, group) -> [messages, bytes]
         self.out: dict[tuple[str, str], list[int]] = {}
-        # (request_code, response_code, is_long_polling, result) -> histogram of ms
-        self.rpc_latency: dict[tuple[str, str, bool, str], Histogram] = {}
+        # (request code, response code (None: no response), is_long_polling, result) -> ms;
+        # the codes' names are looked up at scrape time (code_name)
+        self.rpc_latency: dict[tuple[int, int | None, bool, str], Histogram] = {}
         # (topic, message_type) -> histogram of bytes
         self.message_size: dict[tuple[str, str], Histogram] = {}
 
@@ -97,14 +101,14 @@ class BrokerStats:
     def note_rpc(self, cmd: RemotingCommand, response: Any, held: bool, began: float) -> None:
         ms = (self._clock() - began) * 1000.0
         if isinstance(response, RemotingCommand):
-            response_code = code_name(response.code, ResponseCode)
+            response_code: int | None = response.code
             result = RESULT_ONEWAY if cmd.is_oneway else RESULT_SUCCESS
-            if response.code == ResponseCode.SUCCESS and cmd.code in _SEND_CODES:
+            if response_code == 0 and cmd.code in _SEND_CODES:
                 self._note_sent(cmd)
         else:
-            response_code = ""
+            response_code = None
             result = response if isinstance(response, str) else RESULT_ONEWAY
-        key = (code_name(cmd.code, RequestCode), response_code, held, result)
+        key = (cmd.code, response_code, held, result)
         histogram = self.rpc_latency.get(key)
         if histogram is None:
             histogram = self.rpc_latency[key] = Histogram(RPC_LATENCY_BUCKETS_MS)

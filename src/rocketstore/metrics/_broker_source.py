@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..broker._heartbeat import ConsumeType
+from ..broker._stats import code_name
 from ..broker._subscription_group import is_system_group
 from ..broker._topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -35,6 +36,7 @@ from ..broker._topic_config import (
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
 )
+from ..remoting import RequestCode, ResponseCode
 from ._source import (
     ConsumerConnections,
     ConsumerLag,
@@ -128,8 +130,8 @@ class BrokerSource:
         return [
             _histogram(
                 (
-                    ("request_code", request),
-                    ("response_code", response),
+                    ("request_code", code_name(request, RequestCode)),
+                    ("response_code", code_name(response, ResponseCode)),
                     ("is_long_polling", "true" if held else "false"),
                     ("result", result),
                 ),
