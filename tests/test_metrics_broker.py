@@ -290,6 +290,25 @@ def test_serve_with_metrics_listen(tmp_path: Path) -> None:
     assert proc.returncode == 0
 
 
+def test_serve_with_a_taken_metrics_port_stops_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = cli("serve", "--store", str(tmp_path / "store"), "--grpc-listen", "")
+        args += ["--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]
+        done = subprocess.run(
+            [*args, "--metrics-listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("error: ")]
+    assert str(port) in line
+    assert "stopped" in done.stdout  # the broker was shut down cleanly
+
+
 # ---- Prometheus ----------------------------------------------------------------------------
 
 
