@@ -26,11 +26,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
     ("grpc",),
     ("_logs",),  # log files and the stats line, set up by the servers' commands
-    ("server",),
-    ("console",),  # the web console: admin requests through client/, nothing of the servers  # the composition root; _serve.py re-exports its run_servers
+    ("metrics",),  # Prometheus text and health endpoints over the broker's state
+    ("server",),  # the composition root; _serve.py re-exports its run_servers
+    ("console",),  # the web console: admin requests through client/, nothing of the servers
     ("spark",),  # restricted further by SPARK_MAY_IMPORT
     ("bench",),
-    ("cli",),  # cli.py, _cli_*.py, or a cli/ package
+    ("cli",),  # the cli/ package
 )
 SPARK_MAY_IMPORT = frozenset({"_inflate", "store", "remoting", "acl", "client"})
 
@@ -355,6 +356,8 @@ def test_services_import_no_processor() -> None:
         "rocketstore.broker._consumer_manager",
         "rocketstore.broker._consumer_offset",
         "rocketstore.broker._long_poll",
+        "rocketstore.broker._pop",
+        "rocketstore.broker._stats",
         "rocketstore.broker._subscription_group",
         "rocketstore.broker._topic_config",
     }

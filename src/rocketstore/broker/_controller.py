@@ -35,12 +35,14 @@ from ._consumer_offset import ConsumerOffsetManager
 from ._end_transaction import EndTransactionProcessor
 from ._long_poll import PullRequestHoldService
 from ._offsets import OffsetProcessor
+from ._pop import PopState
 from ._pull import PullProcessor
 from ._query import QueryProcessor
 from ._queue_locks import QueueLockProcessor
 from ._send import SendProcessor
 from ._send_back import SendBackProcessor
 from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
+from ._stats import BrokerStats
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
 from ._transaction import TransactionService
@@ -85,8 +87,12 @@ class BrokerController:
         self._default_acl = default_acl
         # "host:port" of the gRPC front end serving this broker (set by the front end)
         self.grpc_endpoint: str | None = None
+        # the receipts of the gRPC front end serving this broker (set by it), for the metrics
+        self.pop_state: PopState | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
         self.acl: AclSource | None = None
+        # messages handed to consumers, request latency (see rocketstore.metrics)
+        self.stats = BrokerStats()
 
     # ---- lifecycle --------------------------------------------------------------------------
 

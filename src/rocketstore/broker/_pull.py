@@ -27,6 +27,7 @@ from ._services import (
     HasGroups,
     HasHolds,
     HasOffsets,
+    HasStats,
     HasStore,
     HasStoreConfig,
     HasTopics,
@@ -51,6 +52,7 @@ _CODES = {
 
 
 class PullContext(
+    HasStats,
     HasConfig,
     HasConsumers,
     HasGroups,
@@ -172,6 +174,7 @@ class PullProcessor:
         except CorruptRecordError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, f"store error: {exc}")
         code = self._code(r, offset)
+        broker.stats.note_out(topic, group, r.msg_count, len(r.data))
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.is_slave:
             broker.offsets.commit_offset(conn.peer, group, topic, queue_id, commit_offset)
         if code == RC.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:

@@ -27,6 +27,8 @@ from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
 from ._consumer_offset import ConsumerOffsetManager
 from ._long_poll import PullRequestHoldService
+from ._pop import PopState
+from ._stats import BrokerStats
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
 
@@ -105,12 +107,22 @@ class TopicCreation(Protocol):
 
 class HasEndpoints(Protocol):
     """Where the broker's front ends are reached: ``grpc_endpoint`` is set by a gRPC front end
-    serving this broker (None: none)."""
+    serving this broker (None: none), and ``pop_state`` to the receipts it keeps (for the
+    broker's statistics)."""
 
     @property
     def address(self) -> str: ...
 
     grpc_endpoint: str | None
+    pop_state: PopState | None
+
+
+class HasStats(Protocol):
+    """The broker's counters of what it served (messages out by topic and group, request
+    latency), read by the metrics."""
+
+    @property
+    def stats(self) -> BrokerStats: ...
 
 
 class HasAcl(Protocol):

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
+from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
 
 
@@ -201,6 +203,9 @@ def namesrv_cmd(listen: str, verbose: bool) -> None:
     _run(run_servers(NameServer(host, port), [], announce=_announce))
 
 
+metrics_option = click.option(
+    "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
+)
 role_option = click.option(
     "--role",
     type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]),
@@ -230,6 +235,7 @@ flush_option = click.option(
 @click.option("--ha-listen", default=None, help="HA HOST:PORT (default the listen port + 1)")
 @click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
 @grpc_options(None)
+@metrics_option
 @verbose_option
 def broker_cmd(
     store: str | None,
@@ -248,6 +254,7 @@ def broker_cmd(
     grpc_acl: str | None,
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
+    metrics_listen: str | None,
     verbose: bool,
 ) -> None:
     """Run a broker over a store directory."""
@@ -269,7 +276,7 @@ def broker_cmd(
         _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key),
         acl_file or grpc_acl,
     )
-    _run(run_servers(None, [broker], announce=_announce))
+    _run(run_servers(None, [broker], announce=_announce, metrics_listen=metrics_listen))
 
 
 @click.command("serve")
@@ -284,6 +291,7 @@ def broker_cmd(
 @click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
 @grpc_options("127.0.0.1:8081")
+@metrics_option
 @verbose_option
 def serve_cmd(
     store: str,
@@ -296,6 +304,7 @@ def serve_cmd(
     grpc_acl: str | None,
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
+    metrics_listen: str | None,
     verbose: bool,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
@@ -326,7 +335,13 @@ def serve_cmd(
         )
         _announce(f"name server listening on {ns.address}")
         try:
-            await run_servers(None, [broker], announce=_announce)
+            await run_servers(
+                None,
+                [broker],
+                announce=_announce,
+                metrics_listen=metrics_listen,
+                metrics_namesrv=ns,
+            )
         finally:
             await ns.close()
 

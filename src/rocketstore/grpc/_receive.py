@@ -41,6 +41,7 @@ from ..broker._services import (
     HasGroups,
     HasHolds,
     HasOffsets,
+    HasStats,
     HasStore,
     HasStoreConfig,
     HasTopics,
@@ -72,6 +73,7 @@ Delivery = tuple[MessageExt, Receipt]
 
 
 class ReceiveContext(
+    HasStats,
     HasConfig,
     HasGroups,
     HasHolds,
@@ -321,6 +323,7 @@ class PopService:
                     self._ack_quietly(receipt.handle)
                     continue
                 out.append((msg, receipt))
+                self.broker.stats.note_out(topic, group, 1, msg.store_size)
         return out
 
     def _read(

@@ -175,6 +175,7 @@ class GrpcFrontEnd:
         self._housekeeping = asyncio.create_task(self._housekeep(), name="grpc-housekeeping")
         broker.transactions.checkers.append(self._transactions.check)
         broker.grpc_endpoint = self.address
+        broker.pop_state = self.pop
         self._started = True
         log.info(
             "gRPC front end of broker %s listening on %s%s%s",
@@ -206,6 +207,8 @@ class GrpcFrontEnd:
         self._started = False
         if self.broker.grpc_endpoint == self.address:
             self.broker.grpc_endpoint = None
+        if self.broker.pop_state is self.pop:
+            self.broker.pop_state = None
         self._routes.close()
         checkers = self.broker.transactions.checkers
         if self._transactions.check in checkers:

@@ -34,7 +34,12 @@ async def run_servers(
     *,
     announce: Callable[[str], None] = print,
     stop: asyncio.Event | None = None,
+    metrics_listen: str | None = "",
+    metrics_namesrv: NameServer | None = None,
 ) -> None:
+    """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
+    None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
+    ``stop``), then stop everything in reverse order."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -43,6 +48,7 @@ async def run_servers(
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     started: list[BrokerServer] = []
+    metrics = None
     try:
         if namesrv is not None:
             await namesrv.start()
@@ -68,10 +74,19 @@ async def run_servers(
                     "and answered SLAVE_NOT_AVAILABLE (clients may send it again)",
                     broker.config.broker_name,
                 )
+        from ..metrics import maybe_start_metrics
+
+        metrics = await maybe_start_metrics(
+            [s.broker for s in started], metrics_listen, namesrv=metrics_namesrv or namesrv
+        )
+        if metrics is not None:
+            announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")
     finally:
+        if metrics is not None:
+            await metrics.close()
         for server in reversed(started):
             try:
                 await server.shutdown()

@@ -1,0 +1,163 @@
+"""start_metrics: a process's brokers (and name server) served as Prometheus metrics with
+health endpoints on one HTTP port (``--metrics-listen``; RocketMQ 5's exporter port, 5557, on
+127.0.0.1 by default).
+
+prometheus_client is imported here, at start: the broker runs without it; asking for metrics
+without it raises ``MetricsUnavailableError`` with the install hint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ._collector import RocketMQCollector
+from ._http import MetricsHttpServer
+from ._source import MetricsSource, NamesrvSource
+
+if TYPE_CHECKING:
+    from ..namesrv import NameServer
+    from ._broker_source import BrokerContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METRICS_LISTEN = "127.0.0.1:5557"
+
+
+class MetricsUnavailableError(RuntimeError):
+    """prometheus_client is not installed."""
+
+
+class MetricsListenError(ValueError):
+    """A --metrics-listen value that is not HOST:PORT."""
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:5557`` for IPv6) → (host, port). MetricsListenError otherwise."""
+    host, sep, port_text = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise MetricsListenError(
+            f"--metrics-listen {listen!r}: expected HOST:PORT, e.g. {DEFAULT_METRICS_LISTEN}"
+        )
+    return host, int(port_text)
+
+
+class MetricsServer:
+    """The collector, its registry and the HTTP server. ``address`` once started."""
+
+    def __init__(
+        self,
+        brokers: Sequence[MetricsSource],
+        host: str,
+        port: int,
+        *,
+        namesrv: NamesrvSource | None = None,
+    ) -> None:
+        try:
+            from prometheus_client import CollectorRegistry, generate_latest
+        except ImportError as exc:
+            raise MetricsUnavailableError(
+                "metrics need prometheus_client: pip install 'rocketstore[server]'"
+            ) from exc
+        self.sources = list(brokers)
+        self.namesrv = namesrv
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(RocketMQCollector(self.sources, namesrv))  # type: ignore[arg-type]
+        self._generate = generate_latest
+        self.http = MetricsHttpServer(self.render, self.not_ready, host, port)
+
+    @property
+    def address(self) -> str:
+        return self.http.address
+
+    def render(self) -> bytes:
+        return self._generate(self.registry)
+
+    def not_ready(self) -> list[str]:
+        reasons = [r for s in self.sources for r in s.not_ready()]
+        if self.namesrv is not None:
+            reasons += self.namesrv.not_ready()
+        return reasons
+
+    async def start(self) -> None:
+        await self.http.start()
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+async def start_metrics(
+    brokers: BrokerContext | Sequence[BrokerContext],
+    listen: str,
+    *,
+    namesrv: NameServer | None = None,
+) -> MetricsServer:
+    """Serve the brokers' (and the name server's) metrics on ``listen`` (HOST:PORT) and time
+    their remoting requests from now on. Loop thread; after the brokers started.
+    MetricsUnavailableError without prometheus_client, MetricsListenError for a bad
+    ``listen``, OSError when the port cannot be bound."""
+    from ._broker_source import BrokerSource, NamesrvCount, instrument
+
+    host, port = parse_listen(listen)
+    if not isinstance(brokers, Sequence):
+        brokers = [brokers]
+    server = MetricsServer(
+        [BrokerSource(b) for b in brokers],
+        host,
+        port,
+        namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
+    )
+    await server.start()
+    for broker in brokers:
+        instrument(broker)
+    return server
+
+
+async def maybe_start_metrics(
+    brokers: Sequence[BrokerContext],
+    listen: str | None,
+    *,
+    namesrv: NameServer | None = None,
+) -> MetricsServer | None:
+    """What ``--metrics-listen`` asks for: '' no metrics; None the default address, skipped
+    when prometheus_client is missing (a line in the log) or the port is taken (a warning:
+    another broker on the host has it); any other value required (its errors raised)."""
+    if listen == "":
+        return None
+    if listen is not None:
+        return await start_metrics(brokers, listen, namesrv=namesrv)
+    try:
+        return await start_metrics(brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv)
+    except MetricsUnavailableError as exc:  # not asked for: no noise
+        log.info("no metrics: %s", exc)
+    except OSError as exc:
+        log.warning("no metrics on %s: %s", DEFAULT_METRICS_LISTEN, exc)
+    return None
+
+
+def check_listen_option(_ctx: object, _param: object, value: str | None) -> str | None:
+    """click callback of ``--metrics-listen``: HOST:PORT, '' or unset (the default, optional);
+    a usage error for a bad address, or an explicit one without prometheus_client."""
+    import click
+
+    if not value:
+        return value
+    try:
+        parse_listen(value)
+    except MetricsListenError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise click.BadParameter(
+            "metrics need prometheus_client: pip install 'rocketstore[server]' "
+            "(or --metrics-listen '' for none)"
+        )
+    return value
+
+
+LISTEN_HELP = (
+    f"Prometheus /metrics, /healthz and /readyz on HOST:PORT (default {DEFAULT_METRICS_LISTEN}, "
+    "skipped when taken; '' for none)"
+)

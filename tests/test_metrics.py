@@ -1,0 +1,394 @@
+"""Metrics: the collector's exposition over a fake source, the broker's request counting, and
+the HTTP server's answers (404, 405, oversized requests, health and readiness)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from rocketstore.broker._stats import BrokerStats, code_name, message_type
+from rocketstore.metrics import (
+    ConsumerConnections,
+    ConsumerLag,
+    HistogramData,
+    MetricsHttpServer,
+    MetricsListenError,
+    MetricsServer,
+    Node,
+    ProducerConnections,
+    SlaveLag,
+    Storage,
+    TopicTraffic,
+    parse_listen,
+)
+from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
+
+
+class FakeSource:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def node(self) -> Node:
+        return Node("C1", "b1")
+
+    def messages_in(self) -> Sequence[TopicTraffic]:
+        return [TopicTraffic("T", 3, 300, message_type="delay")]
+
+    def messages_out(self) -> Sequence[TopicTraffic]:
+        return [TopicTraffic("T", 2, 200, consumer_group="G", is_system=True)]
+
+    def message_sizes(self) -> Sequence[HistogramData]:
+        labels = (("is_system", "false"), ("message_type", "normal"), ("topic", "T"))
+        return [HistogramData(labels, (1024.0, 4096.0), (2, 1, 0), 3000.0)]
+
+    def rpc_latency(self) -> Sequence[HistogramData]:
+        labels = (
+            ("result", "success"),
+            ("request_code", "pull_message"),
+            ("response_code", "success"),
+            ("is_long_polling", "true"),
+        )
+        return [HistogramData(labels, (1.0,), (1, 1), 7.5)]
+
+    def consumer_lags(self) -> Sequence[ConsumerLag]:
+        return [ConsumerLag("%RETRY%G", "G", 4, 1, 50, is_retry=True)]
+
+    def producer_connections(self) -> Sequence[ProducerConnections]:
+        return [ProducerConnections("java", "409", 1)]
+
+    def consumer_connections(self) -> Sequence[ConsumerConnections]:
+        return [ConsumerConnections("G", "java", "409", "push", 2)]
+
+    def topic_number(self) -> int:
+        return 7
+
+    def consumer_group_number(self) -> int:
+        return 2
+
+    def storage(self) -> Storage:
+        return Storage(10, 2, 1)
+
+    def slave_lags(self) -> Sequence[SlaveLag]:
+        return [SlaveLag("127.0.0.1:1", 5)]
+
+    def not_ready(self) -> Sequence[str]:
+        return self.reasons
+
+
+class FakeNamesrv:
+    def live_brokers(self) -> int:
+        return 3
+
+    def not_ready(self) -> Sequence[str]:
+        return []
+
+
+N = 'cluster="C1",node_id="b1",node_type="broker"'
+EXPECTED = f"""\
+# HELP rocketmq_messages_in_total Messages stored
+# TYPE rocketmq_messages_in_total counter
+rocketmq_messages_in_total{{cluster="C1",is_system="false",message_type="delay",node_id="b1",node_type="broker",topic="T"}} 3.0
+# HELP rocketmq_throughput_in_total Bytes stored
+# TYPE rocketmq_throughput_in_total counter
+rocketmq_throughput_in_total{{cluster="C1",is_system="false",message_type="delay",node_id="b1",node_type="broker",topic="T"}} 300.0
+# HELP rocketmq_messages_out_total Messages handed to consumers
+# TYPE rocketmq_messages_out_total counter
+rocketmq_messages_out_total{{cluster="C1",consumer_group="G",is_system="true",node_id="b1",node_type="broker",topic="T"}} 2.0
+# HELP rocketmq_throughput_out_total Bytes handed to consumers
+# TYPE rocketmq_throughput_out_total counter
+rocketmq_throughput_out_total{{cluster="C1",consumer_group="G",is_system="true",node_id="b1",node_type="broker",topic="T"}} 200.0
+# HELP rocketmq_message_size Sizes of the messages sent
+# TYPE rocketmq_message_size histogram
+rocketmq_message_size_bucket{{cluster="C1",is_system="false",le="1024.0",message_type="normal",node_id="b1",node_type="broker",topic="T"}} 2.0
+rocketmq_message_size_bucket{{cluster="C1",is_system="false",le="4096.0",message_type="normal",node_id="b1",node_type="broker",topic="T"}} 3.0
+rocketmq_message_size_bucket{{cluster="C1",is_system="false",le="+Inf",message_type="normal",node_id="b1",node_type="broker",topic="T"}} 3.0
+rocketmq_message_size_count{{cluster="C1",is_system="false",message_type="normal",node_id="b1",node_type="broker",topic="T"}} 3.0
+rocketmq_message_size_sum{{cluster="C1",is_system="false",message_type="normal",node_id="b1",node_type="broker",topic="T"}} 3000.0
+# HELP rocketmq_rpc_latency Milliseconds from a request's arrival to its response
+# TYPE rocketmq_rpc_latency histogram
+rocketmq_rpc_latency_bucket{{cluster="C1",is_long_polling="true",le="1.0",node_id="b1",node_type="broker",protocol_type="remoting",request_code="pull_message",response_code="success",result="success"}} 1.0
+rocketmq_rpc_latency_bucket{{cluster="C1",is_long_polling="true",le="+Inf",node_id="b1",node_type="broker",protocol_type="remoting",request_code="pull_message",response_code="success",result="success"}} 2.0
+rocketmq_rpc_latency_count{{cluster="C1",is_long_polling="true",node_id="b1",node_type="broker",protocol_type="remoting",request_code="pull_message",response_code="success",result="success"}} 2.0
+rocketmq_rpc_latency_sum{{cluster="C1",is_long_polling="true",node_id="b1",node_type="broker",protocol_type="remoting",request_code="pull_message",response_code="success",result="success"}} 7.5
+# HELP rocketmq_consumer_ready_messages Messages not yet consumed
+# TYPE rocketmq_consumer_ready_messages gauge
+rocketmq_consumer_ready_messages{{cluster="C1",consumer_group="G",is_retry="true",is_system="false",node_id="b1",node_type="broker",topic="%RETRY%G"}} 4.0
+# HELP rocketmq_consumer_inflight_messages Messages received and not yet acknowledged
+# TYPE rocketmq_consumer_inflight_messages gauge
+rocketmq_consumer_inflight_messages{{cluster="C1",consumer_group="G",is_retry="true",is_system="false",node_id="b1",node_type="broker",topic="%RETRY%G"}} 1.0
+# HELP rocketmq_consumer_lag_latency Milliseconds since the oldest unconsumed message was stored
+# TYPE rocketmq_consumer_lag_latency gauge
+rocketmq_consumer_lag_latency{{cluster="C1",consumer_group="G",is_retry="true",is_system="false",node_id="b1",node_type="broker",topic="%RETRY%G"}} 50.0
+# HELP rocketmq_producer_connections Producer connections
+# TYPE rocketmq_producer_connections gauge
+rocketmq_producer_connections{{cluster="C1",language="java",node_id="b1",node_type="broker",protocol_type="remoting",version="409"}} 1.0
+# HELP rocketmq_consumer_connections Consumer connections
+# TYPE rocketmq_consumer_connections gauge
+rocketmq_consumer_connections{{cluster="C1",consume_mode="push",consumer_group="G",is_system="false",language="java",node_id="b1",node_type="broker",protocol_type="remoting",version="409"}} 2.0
+# HELP rocketmq_topic_number Topics
+# TYPE rocketmq_topic_number gauge
+rocketmq_topic_number{{{N}}} 7.0
+# HELP rocketmq_consumer_group_number Subscription groups
+# TYPE rocketmq_consumer_group_number gauge
+rocketmq_consumer_group_number{{{N}}} 2.0
+# HELP rocketmq_storage_size Bytes used on the store's file system
+# TYPE rocketmq_storage_size gauge
+rocketmq_storage_size{{{N},storage_medium="disk",storage_type="local"}} 10.0
+# HELP rocketmq_storage_flush_behind_bytes Commit log bytes written and not yet flushed
+# TYPE rocketmq_storage_flush_behind_bytes gauge
+rocketmq_storage_flush_behind_bytes{{{N},storage_medium="disk",storage_type="local"}} 2.0
+# HELP rocketmq_storage_dispatch_behind_bytes Commit log bytes not yet dispatched to the consume queues
+# TYPE rocketmq_storage_dispatch_behind_bytes gauge
+rocketmq_storage_dispatch_behind_bytes{{{N},storage_medium="disk",storage_type="local"}} 1.0
+# HELP rocketstore_ha_slave_lag_bytes Bytes a slave has not yet acknowledged
+# TYPE rocketstore_ha_slave_lag_bytes gauge
+rocketstore_ha_slave_lag_bytes{{{N},slave="127.0.0.1:1"}} 5.0
+# HELP rocketstore_namesrv_live_brokers Brokers registered with the name server
+# TYPE rocketstore_namesrv_live_brokers gauge
+rocketstore_namesrv_live_brokers 3.0
+"""
+
+
+def test_collector_exposition_over_a_fake_source() -> None:
+    server = MetricsServer([FakeSource()], "127.0.0.1", 0, namesrv=FakeNamesrv())
+    assert server.render().decode() == EXPECTED
+
+
+def test_exposition_parses_back_with_the_families_types() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f.type for f in text_string_to_metric_families(EXPECTED)}
+    assert families["rocketmq_messages_in"] == "counter"
+    assert families["rocketmq_rpc_latency"] == "histogram"
+    assert families["rocketmq_consumer_lag_latency"] == "gauge"
+    assert len(families) == 18
+
+
+def test_name_server_only_has_no_broker_families() -> None:
+    server = MetricsServer([], "127.0.0.1", 0, namesrv=FakeNamesrv())
+    text = server.render().decode()
+    assert "rocketmq_" not in text
+    assert "rocketstore_namesrv_live_brokers 3.0" in text
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [("127.0.0.1:5557", ("127.0.0.1", 5557)), ("[::1]:0", ("::1", 0)), ("h:65535", ("h", 65535))],
+)
+def test_parse_listen(listen: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(listen) == expected
+
+
+@pytest.mark.parametrize("listen", ["5557", ":5557", "h:", "h:x", "h:65536", "h:-1"])
+def test_parse_listen_refuses(listen: str) -> None:
+    with pytest.raises(MetricsListenError, match="HOST:PORT"):
+        parse_listen(listen)
+
+
+# ---- BrokerStats -------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _send(topic: str, properties: str, body: bytes) -> RemotingCommand:
+    cmd = RemotingCommand.request(310, {"b": topic, "i": properties})
+    cmd.body = body
+    return cmd
+
+
+def test_stats_time_a_direct_answer_and_the_message_size() -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+
+    def handler(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+        clock.t += 0.004
+        return RemotingCommand.response(ResponseCode.SUCCESS)
+
+    timed = stats.timed(handler)
+    timed(_send("T", "DELAY\x013", b"x" * 2000), None)
+    ((key, h),) = stats.rpc_latency.items()
+    assert key == (310, ResponseCode.SUCCESS, False, "success")
+    assert h.counts == [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]  # 4 ms: in (3, 5]
+    assert h.sum == pytest.approx(4.0)
+    ((size_key, size),) = stats.message_size.items()
+    assert size_key == ("T", "delay")
+    assert size.counts == [0, 1, 0, 0, 0, 0, 0] and size.sum == 2000
+
+
+def test_stats_time_a_held_request_until_it_is_answered() -> None:
+    async def run() -> None:
+        clock = Clock()
+        stats = BrokerStats(clock)
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        result = stats.timed(lambda cmd, conn: fut)(RemotingCommand.request(11, {}), None)
+        assert result is fut and not stats.rpc_latency
+        clock.t += 2.5
+        fut.set_result(RemotingCommand.response(ResponseCode.PULL_NOT_FOUND))
+        await asyncio.sleep(0)
+        ((key, h),) = stats.rpc_latency.items()
+        assert key == (11, ResponseCode.PULL_NOT_FOUND, True, "success")
+        assert h.counts[-2] == 1  # 2.5 s: in (2 s, 3 s]
+
+    asyncio.run(run())
+
+
+def test_stats_count_failures_and_coroutines() -> None:
+    async def run() -> None:
+        stats = BrokerStats(Clock())
+
+        def broken(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+            raise ValueError("bad")
+
+        async def later(cmd: RemotingCommand, conn: object) -> RemotingCommand:
+            return RemotingCommand.response(ResponseCode.SYSTEM_ERROR)
+
+        with pytest.raises(ValueError, match="bad"):
+            stats.timed(broken)(RemotingCommand.request(10, {}), None)
+        response = await stats.timed(later)(RemotingCommand.request(99999, {}), None)
+        assert response.code == ResponseCode.SYSTEM_ERROR
+        assert set(stats.rpc_latency) == {
+            (10, None, False, "process_request_failed"),
+            (99999, ResponseCode.SYSTEM_ERROR, True, "success"),
+        }
+        assert code_name(99999, RequestCode) == "99999" and code_name(None, ResponseCode) == ""
+        assert code_name(310, RequestCode) == "send_message_v2"
+
+    asyncio.run(run())
+
+
+def test_stats_out_counts_per_topic_and_group() -> None:
+    stats = BrokerStats()
+    stats.note_out("T", "G", 3, 300)
+    stats.note_out("T", "G", 2, 100)
+    stats.note_out("T", "H", 0, 0)
+    assert stats.out == {("T", "G"): [5, 400], ("T", "H"): [0, 0]}
+
+
+@pytest.mark.parametrize(
+    ("properties", "kind"),
+    [
+        ("", "normal"),
+        ("TAGS\x01a\x02KEYS\x01k", "normal"),
+        ("TRAN_MSG\x01true\x02PGROUP\x01p", "transaction"),
+        ("__SHARDINGKEY\x01k", "fifo"),
+        ("DELAY\x013", "delay"),
+        ("TIMER_DELIVER_MS\x01123", "delay"),
+    ],
+)
+def test_message_type(properties: str, kind: str) -> None:
+    assert message_type(properties) == kind
+
+
+# ---- HTTP ----------------------------------------------------------------------------------
+
+
+async def _request(port: int, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+def _get(path: str, method: str = "GET") -> bytes:
+    return f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
+def test_http_server_answers() -> None:
+    async def run() -> None:
+        source = FakeSource()
+        source.reasons = ["broker b1: not started"]
+        server = MetricsServer([source], "127.0.0.1", 0, namesrv=FakeNamesrv())
+        await server.start()
+        try:
+            port = server.http.port
+            assert port > 0 and server.address == f"127.0.0.1:{port}"
+            status, headers, body = await _request(port, _get("/metrics?x=1"))
+            assert status == 200 and body.decode() == EXPECTED
+            assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            assert int(headers["Content-Length"]) == len(body)
+            assert (await _request(port, _get("/healthz")))[::2] == (200, b"ok\n")
+            assert (await _request(port, _get("/readyz")))[::2] == (
+                503,
+                b"broker b1: not started\n",
+            )
+            source.reasons = []
+            assert (await _request(port, _get("/readyz")))[::2] == (200, b"ready\n")
+            status, headers, body = await _request(port, _get("/metrics", "HEAD"))
+            assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
+            assert (await _request(port, _get("/")))[0] == 404
+            assert (await _request(port, _get("/metricsx")))[0] == 404
+            status, headers, _ = await _request(port, _get("/metrics", "POST"))
+            assert status == 405 and headers["Allow"] == "GET, HEAD"
+            assert (await _request(port, b"NONSENSE\r\n\r\n"))[0] == 400
+            assert (await _request(port, b"GET / SPDY/3\r\n\r\n"))[0] == 400
+            big = b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n"
+            assert (await _request(port, big))[0] == 431
+            assert server.http.scrapes == 2
+        finally:
+            await server.close()
+
+    asyncio.run(run())
+
+
+def test_http_server_drops_a_silent_client_and_a_failing_render() -> None:
+    async def run() -> None:
+        def broken() -> bytes:
+            raise RuntimeError("boom")
+
+        http = MetricsHttpServer(broken, lambda: [], "127.0.0.1", 0, timeout_s=0.2)
+        await http.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", http.port)
+            writer.write(b"GET /metrics HTTP/1.1\r\n")  # never finishes its head
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            status, _, body = await _request(http.port, _get("/metrics"))
+            assert status == 500 and b"failed" in body
+        finally:
+            await http.close()
+
+    asyncio.run(run())
+
+
+# ---- the broker adapter over a stand-in broker ----------------------------------------------
+
+
+def test_broker_source_reads_slave_lags_and_readiness() -> None:
+    from types import SimpleNamespace
+
+    from rocketstore.metrics._broker_source import BrokerSource
+
+    slave = SimpleNamespace(address="10.0.0.2:40001", lag_bytes=4096)
+    flags = SimpleNamespace(is_writeable=lambda: False)
+    store = SimpleNamespace(
+        statistics=lambda: SimpleNamespace(ha=SimpleNamespace(slaves=(slave,))),
+        running_flags=flags,
+    )
+    config = SimpleNamespace(broker_name="b1", namesrv_addrs=["127.0.0.1:9876"])
+    broker: Any = SimpleNamespace(_started=True, store=store, config=config, registrar=None)
+    source = BrokerSource(broker)
+    assert [(s.slave, s.lag_bytes) for s in source.slave_lags()] == [("10.0.0.2:40001", 4096)]
+    reasons = source.not_ready()
+    assert reasons[0].startswith("broker b1: store not writable")
+    assert reasons[1] == "broker b1: not yet registered with a name server"
+    flags.is_writeable = lambda: True
+    broker.registrar = SimpleNamespace(last_result=object())
+    assert source.not_ready() == []
