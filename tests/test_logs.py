@@ -157,3 +157,78 @@ def test_stats_line_counts_and_rates(tmp_path: Path) -> None:
     assert size >= 30 * 100
     assert second.startswith(f"puts 30 (3.0/s), got 0 (0.0/s), commit log {size} bytes, disk ")
     assert second.endswith(" bytes") and "% used" in second
+
+
+def test_servers_write_a_stats_line_every_interval(tmp_path: Path, restore_logging: None) -> None:
+    import asyncio
+
+    from _grpc_broker import small_store_config
+    from rocketstore.broker._config import BrokerConfig
+    from rocketstore.server import BrokerServer, run_servers
+
+    configure(LogConfig(tmp_path / "logs"))
+    server = BrokerServer(small_store_config(tmp_path / "store"), BrokerConfig(listen_port=0))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_servers(
+                None,
+                [server],
+                announce=lambda _line: None,
+                stop=stop,
+                metrics_listen="",
+                stats_interval=0.2,
+            )
+        )
+        await asyncio.sleep(1.0)
+        stop.set()
+        await task
+
+    asyncio.run(main())
+    _flush()
+    stats = (tmp_path / "logs" / "stats.log").read_text().splitlines()
+    assert len(stats) >= 2, stats
+    assert all("broker broker-a: puts 0 (0.0/s), got 0 (0.0/s)" in line for line in stats)
+    assert "broker broker-a listening" in (tmp_path / "logs" / "broker.log").read_text()
+
+
+def test_serve_writes_its_log_files(tmp_path: Path) -> None:
+    """`rocketstore serve` makes logs/ beside the store, says where, and writes there."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store = tmp_path / "data" / "store"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "rocketstore.cli", "serve", "--store", str(store)),
+            *("--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"),
+            *("--grpc-listen", "", "--metrics-listen", ""),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "broker " in line and "listening" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    logs = tmp_path / "data" / "logs"
+    assert f"logs in {logs}" in "".join(lines)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "broker broker-a listening" in (logs / "broker.log").read_text()
+    assert {p.name for p in logs.iterdir()} >= {"broker.log", "namesrv.log", "store.log"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -25,11 +24,39 @@ def _split_listen(value: str, default_port: int) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _logging(
+    verbose: bool,
+    log_dir: str | None,
+    log_level: str,
+    log_levels: str | None,
+    store_dir: str | None = None,
+    conf: str | None = None,
+) -> None:
+    """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
+    name server alone); standard error shows warnings, or everything logged with -v."""
+    from pathlib import Path
+
+    from .._logs import LogConfig, LogConfigError, configure, default_directory
+
+    if log_dir is None:
+        root = store_dir
+        if root is None and conf:
+            root = StoreConfig.from_broker_conf(conf).store_path_root_dir
+        directory = default_directory(root) if root else Path("logs")
+    else:
+        directory = Path(log_dir)
+    try:
+        configure(
+            LogConfig(
+                directory,
+                level=log_level,
+                levels_file=Path(log_levels) if log_levels else None,
+                stderr_level="INFO" if verbose else "WARNING",
+            )
+        )
+    except LogConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-*") from None
+    _announce(f"logs in {directory}")
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
@@ -137,9 +164,37 @@ listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
 broker_listen_help = (
     "HOST:PORT to listen on (default 127.0.0.1 and the conf's listenPort, else 10911)"
 )
-verbose_option = click.option("-v", "--verbose", is_flag=True, help="log at INFO level")
-
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def verbose_option(f: F) -> F:
+    """-v and the log files' options (--log-dir, --log-level, --log-levels)."""
+    for option in reversed(
+        (
+            click.option(
+                "-v", "--verbose", is_flag=True, help="show INFO lines on standard error too"
+            ),
+            click.option(
+                "--log-dir",
+                default=None,
+                help="where the log files go (default: logs/ beside the store)",
+            ),
+            click.option(
+                "--log-level",
+                type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+                default="INFO",
+                show_default=True,
+                help="level of the log files",
+            ),
+            click.option(
+                "--log-levels",
+                default=None,
+                help="a file of name=LEVEL lines setting single loggers (rocketstore.store=DEBUG)",
+            ),
+        )
+    ):
+        f = option(f)
+    return f
 
 
 def grpc_options(default_listen: str | None) -> Callable[[F], F]:
@@ -193,12 +248,14 @@ def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str
 @click.command("namesrv")
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @verbose_option
-def namesrv_cmd(listen: str, verbose: bool) -> None:
+def namesrv_cmd(
+    listen: str, verbose: bool, log_dir: str | None, log_level: str, log_levels: str | None
+) -> None:
     """Run a name server (routes; brokers register with it)."""
     from .._serve import run_servers
     from ..namesrv import NameServer
 
-    _logging(verbose)
+    _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
     _run(run_servers(NameServer(host, port), [], announce=_announce))
 
@@ -256,13 +313,17 @@ def broker_cmd(
     grpc_tls_key: str | None,
     metrics_listen: str | None,
     verbose: bool,
+    log_dir: str | None,
+    log_level: str,
+    log_levels: str | None,
 ) -> None:
     """Run a broker over a store directory."""
     from .._serve import run_servers
 
-    _logging(verbose)
+    store_dir = _store_dir(store, conf, None)
+    _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
     broker = _make_broker(
-        _store_dir(store, conf, None),
+        store_dir,
         conf,
         listen,
         namesrv,
@@ -306,15 +367,18 @@ def serve_cmd(
     grpc_tls_key: str | None,
     metrics_listen: str | None,
     verbose: bool,
+    log_dir: str | None,
+    log_level: str,
+    log_levels: str | None,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
     from .._serve import run_servers
     from ..namesrv import NameServer
 
-    _logging(verbose)
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
     store_dir = _store_dir(store, conf, "store")
+    _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
     ns = NameServer(host, port)
 
     async def main() -> None:

@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import signal
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,28 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(20_000, 20, 50)
 
 
+async def _log_stats(servers: list[BrokerServer], interval: float) -> None:
+    """One line a broker every ``interval`` seconds: puts, gets, their rates, the disk."""
+    from .._logs import STATS_LOGGER, StatsLine
+
+    out = logging.getLogger(STATS_LOGGER)
+    lines = [
+        (s.broker.config.broker_name, StatsLine(s.broker.store.statistics, time.monotonic))
+        for s in servers
+    ]
+    for _name, line in lines:
+        line.line()  # the start: rates are over the intervals from here
+    while True:
+        await asyncio.sleep(interval)
+        for name, line in lines:
+            try:
+                text = await asyncio.to_thread(line.line)
+            except Exception as exc:  # a store shutting down: the next interval tries again
+                out.warning("broker %s: no statistics: %s", name, exc)
+                continue
+            out.info("broker %s: %s", name, text)
+
+
 async def run_servers(
     namesrv: NameServer | None,
     brokers: list[BrokerServer],
@@ -36,10 +59,12 @@ async def run_servers(
     stop: asyncio.Event | None = None,
     metrics_listen: str | None = "",
     metrics_namesrv: NameServer | None = None,
+    stats_interval: float = 60.0,
 ) -> None:
     """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
     None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
-    ``stop``), then stop everything in reverse order."""
+    ``stop``), then stop everything in reverse order. Every ``stats_interval`` seconds each
+    broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -49,6 +74,7 @@ async def run_servers(
             pass
     started: list[BrokerServer] = []
     metrics = None
+    stats: asyncio.Task[None] | None = None
     try:
         if namesrv is not None:
             await namesrv.start()
@@ -81,10 +107,14 @@ async def run_servers(
         )
         if metrics is not None:
             announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
+        if started and stats_interval > 0:
+            stats = asyncio.create_task(_log_stats(started, stats_interval), name="stats-log")
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")
     finally:
+        if stats is not None:
+            stats.cancel()
         if metrics is not None:
             await metrics.close()
         for server in reversed(started):
