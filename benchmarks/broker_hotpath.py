@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.remoting import Connection, RemotingCommand
+from rocketstore.server import BrokerServer
 from rocketstore.store._config import StoreConfig
 
 TOPIC = "BenchHot"
@@ -117,7 +117,7 @@ async def run(args: argparse.Namespace) -> None:
             store_path_root_dir=root, flush_disk_type=args.flush, ha_listen_port=0
         )
         config = BrokerConfig.from_store_config(store_config, listen_port=0)
-        broker = BrokerController(store_config, config)
+        broker = BrokerServer(store_config, config)
         await broker.start()
         try:
             conn = Connection(broker.server.handlers, backpressure=True)

@@ -68,9 +68,9 @@ class Broker:
     def start(self) -> None:
         from rocketstore import StoreConfig
         from rocketstore.broker._config import BrokerConfig
-        from rocketstore.broker._controller import BrokerController
-        from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
+        from rocketstore.grpc import GrpcConfig
         from rocketstore.namesrv import NameServer
+        from rocketstore.server import BrokerServer
 
         self.thread.start()
 
@@ -83,19 +83,20 @@ class Broker:
                 max_hash_slot_num=100_000,
                 max_index_num=400_000,
             )
-            self.broker = BrokerController(
-                store, BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address)
+            self.server = BrokerServer(
+                store,
+                BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address),
+                grpc=GrpcConfig(port=0, min_invisible_ms=1000),
             )
-            await self.broker.start()
-            self.grpc = GrpcFrontEnd(self.broker, GrpcConfig(port=0, min_invisible_ms=1000))
-            await self.grpc.start()
+            await self.server.start()
+            assert self.server.grpc is not None
+            self.broker, self.grpc = self.server.broker, self.server.grpc
 
         self._call(up())
 
     def stop(self) -> None:
         async def down() -> None:
-            await self.grpc.close()
-            await self.broker.shutdown()
+            await self.server.shutdown()
             await self.namesrv.close()
 
         self._call(down())

@@ -16,11 +16,11 @@ import pytest
 
 from rocketstore.bench import broker as bench
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.client import decode_records
 from rocketstore.client._async_producer import AsyncProducer
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
+from rocketstore.server import BrokerServer
 from rocketstore.store._config import StoreConfig
 from rocketstore.store.log._message import PutMessageResult
 
@@ -28,14 +28,14 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @contextlib.asynccontextmanager
-async def cluster(root: Path, flush: str) -> AsyncIterator[tuple[NameServer, BrokerController]]:
+async def cluster(root: Path, flush: str) -> AsyncIterator[tuple[NameServer, BrokerServer]]:
     ns = NameServer("127.0.0.1", 0)
     await ns.start()
     store_config = StoreConfig(
         store_path_root_dir=str(root), flush_disk_type=flush, ha_listen_port=0
     )
     config = BrokerConfig.from_store_config(store_config, listen_port=0, namesrv_addr=ns.address)
-    broker = BrokerController(store_config, config)
+    broker = BrokerServer(store_config, config)
     try:
         await broker.start()
         try:

@@ -37,6 +37,7 @@ from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
+from rocketstore.server import BrokerServer
 
 T = TypeVar("T")
 CLUSTER = "C1"
@@ -123,6 +124,7 @@ class Cluster:
         self.thread = threading.Thread(target=self.loop.run_forever, name="cluster-loop")
         self.thread.start()
         self.ns: NameServer | None = None
+        self.servers: dict[str, BrokerServer] = {}
         self.brokers: dict[str, BrokerController] = {}
 
     def run(self, coro: Awaitable[T], timeout: float = 15.0) -> T:
@@ -141,7 +143,7 @@ class Cluster:
                 flush_interval_commit_log=10,
                 commit_interval_commit_log=10,
             )
-            broker = BrokerController(
+            server = BrokerServer(
                 store_config,
                 BrokerConfig(
                     listen_port=0,
@@ -150,12 +152,13 @@ class Cluster:
                     cluster_name=CLUSTER,
                 ),
             )
-            await broker.start()
-            self.brokers[name] = broker
+            await server.start()
+            self.servers[name] = server
+            self.brokers[name] = server.broker
 
     async def stop(self) -> None:
-        for broker in self.brokers.values():
-            await broker.shutdown()
+        for server in self.servers.values():
+            await server.shutdown()
         if self.ns is not None:
             await self.ns.close()
 

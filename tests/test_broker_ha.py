@@ -16,12 +16,12 @@ import pytest
 
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.client import MessageQueue, Producer
 from rocketstore.client._consumer import decode_records
 from rocketstore.client._route import parse_route
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
+from rocketstore.server import BrokerServer
 
 
 class Cluster:
@@ -33,14 +33,14 @@ class Cluster:
         self.thread.start()
         self.root = root
         self.namesrv = NameServer(port=0)
-        self.master: BrokerController | None = None
-        self.slave: BrokerController | None = None
+        self.master: BrokerServer | None = None
+        self.slave: BrokerServer | None = None
         self.run(self.namesrv.start())
 
     def run(self, coro: Any, timeout: float = 20.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def _broker(self, name: str, role: str, broker_id: int) -> BrokerController:
+    def _broker(self, name: str, role: str, broker_id: int) -> BrokerServer:
         store = StoreConfig(
             store_path_root_dir=str(self.root / name),
             mapped_file_size_commit_log=256 * 1024,
@@ -48,9 +48,9 @@ class Cluster:
             sync_flush_timeout=1000,
         )
         config = BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address, broker_id=broker_id)
-        controller = BrokerController(store, config)
-        self.run(controller.start())
-        return controller
+        server = BrokerServer(store, config)
+        self.run(server.start())
+        return server
 
     def start_master(self) -> None:
         self.master = self._broker("master", "SYNC_MASTER", 0)
@@ -123,10 +123,12 @@ def test_sync_master_acknowledges_only_what_the_slave_holds(cluster: Cluster) ->
     # the slave serves the messages once it has the master's topic configs (synced every 10 s,
     # 3 s after it learns its master; here at once)
     assert _wait(lambda: cluster.slave.store.dispatch_behind_bytes() == 0)  # type: ignore[union-attr]
-    assert cluster.slave.slave_sync is not None
-    assert cluster.slave.slave_sync.master_addr == cluster.master.address
-    assert cluster.run(cluster.slave.slave_sync.sync_all())
-    assert cluster.slave.topics.select("HaTopic") == cluster.master.topics.select("HaTopic")
+    assert cluster.slave.broker.slave_sync is not None
+    assert cluster.slave.broker.slave_sync.master_addr == cluster.master.address
+    assert cluster.run(cluster.slave.broker.slave_sync.sync_all())
+    assert cluster.slave.broker.topics.select("HaTopic") == cluster.master.broker.topics.select(
+        "HaTopic"
+    )
     with RemotingClient(timeout=5.0) as client:
         route = client.invoke(
             cluster.namesrv.address, RemotingCommand.request(105, {"topic": "HaTopic"})

@@ -34,6 +34,7 @@ from rocketstore.remoting import (
     RemotingCommand,
     ResponseCode,
 )
+from rocketstore.server import BrokerServer
 
 RC = ResponseCode
 BROKER = "broker-a"
@@ -58,6 +59,7 @@ class RunningBroker:
         )
         self._broker_overrides = broker
         self.namesrv: NameServer | None = None
+        self.server: BrokerServer | None = None
         self.controller: BrokerController | None = None
         self._stopped = False
         try:
@@ -71,9 +73,9 @@ class RunningBroker:
         await self.namesrv.start()
         config = BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address)
         config = dataclasses.replace(config, **self._broker_overrides)
-        controller = BrokerController(self.store_config, config)
-        await controller.start()
-        self.controller = controller
+        self.server = BrokerServer(self.store_config, config)
+        await self.server.start()
+        self.controller = self.server.broker
 
     def run(self, coro: Any, timeout: float = 10.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -99,8 +101,8 @@ class RunningBroker:
         try:
 
             async def down() -> None:
-                if self.controller is not None:
-                    await self.controller.shutdown()
+                if self.server is not None:
+                    await self.server.shutdown()
                 if self.namesrv is not None:
                     await self.namesrv.close()
 

@@ -349,6 +349,33 @@ def test_processors_do_not_import_the_controller() -> None:
     assert importers == [], importers
 
 
+BUILT_BY_THE_ROOT = frozenset({"MessageStore", "RemotingServer"})
+
+
+def _constructions(module: str) -> list[str]:
+    """The calls of ``MessageStore(...)`` / ``RemotingServer(...)`` in a module (by name or
+    attribute), as file:line."""
+    path, _package = MODULES[module]
+    where = path.relative_to(SRC.parent)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in BUILT_BY_THE_ROOT:
+                out.append(f"{where}:{node.lineno}: {name}(...)")
+    return out
+
+
+def test_only_the_composition_root_builds_the_store_and_the_remoting_server() -> None:
+    """The broker uses the store and the remoting server it is given: rocketstore.server builds
+    them (the walk sees the root's own constructions, so it would see the broker's)."""
+    wrong = [c for m in MODULES if package_of(m) == "broker" for c in _constructions(m)]
+    assert not wrong, "\n".join(wrong)
+    built = " ".join(_constructions("rocketstore.server._broker"))
+    assert "MessageStore(...)" in built and "RemotingServer(...)" in built, built
+
+
 def test_services_import_no_processor() -> None:
     services = "rocketstore.broker._services"
     allowed = {

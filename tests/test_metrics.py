@@ -383,7 +383,7 @@ def test_broker_source_reads_slave_lags_and_readiness() -> None:
         running_flags=flags,
     )
     config = SimpleNamespace(broker_name="b1", namesrv_addrs=["127.0.0.1:9876"])
-    broker: Any = SimpleNamespace(_started=True, store=store, config=config, registrar=None)
+    broker: Any = SimpleNamespace(started=True, store=store, config=config, registrar=None)
     source = BrokerSource(broker)
     assert [(s.slave, s.lag_bytes) for s in source.slave_lags()] == [("10.0.0.2:40001", 4096)]
     reasons = source.not_ready()

@@ -20,11 +20,11 @@ pytest.importorskip("pyarrow")
 
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.client import MessageQueue, Producer
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from rocketstore.server import BrokerServer
 from rocketstore.spark._arrow import ARROW_SCHEMA
 from rocketstore.spark._broker import BrokerReadError, Cluster, drop_pool, pull_range
 from rocketstore.spark._broker_plan import plan_remote
@@ -45,7 +45,7 @@ class Brokers:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.controllers: dict[str, BrokerController] = {}
+        self.controllers: dict[str, BrokerServer] = {}
         self.namesrv: NameServer | None = None
         self.run(self._start_namesrv())
 
@@ -61,8 +61,8 @@ class Brokers:
         assert self.namesrv is not None
         return self.namesrv.address
 
-    def start(self, name: str) -> BrokerController:
-        async def start() -> BrokerController:
+    def start(self, name: str) -> BrokerServer:
+        async def start() -> BrokerServer:
             store = StoreConfig(
                 store_path_root_dir=str(self.root / name),
                 mapped_file_size_commit_log=4 << 20,
@@ -72,11 +72,11 @@ class Brokers:
                 ha_listen_port=0,
             )
             config = BrokerConfig(listen_port=0, namesrv_addr=self.ns, broker_name=name)
-            c = BrokerController(store, config)
+            c = BrokerServer(store, config)
             await c.start()
             return c
 
-        c: BrokerController = self.run(start())
+        c: BrokerServer = self.run(start())
         self.controllers[name] = c
         return c
 

@@ -2,24 +2,25 @@
 keeps beside it (topic configs, subscription groups, consumer offsets, client membership,
 held pulls) and its registration with the name servers.
 
-``BrokerController`` wires the parts and runs their lifecycle; the request processors live in
-modules of their own, each handed the controller as the few pieces of ``_services.py`` it names.
-``start`` and the shutdown steps are coroutines on the broker's event loop; the store's own
-threads keep running beside it. The controller knows no other front end: ``rocketstore.server``
-builds a broker with its gRPC front end and runs both (see docs/layers.md).
+``BrokerController`` builds the broker's state over a store it is given and the request
+processors (``handlers``); the processors live in modules of their own, each handed the
+controller as the few pieces of ``_services.py`` it names. The controller builds no store and no
+server: ``rocketstore.server`` (the composition root) opens the store, builds the remoting server
+over ``handlers()``, adds front ends and runs the lifecycle (see docs/layers.md). ``start`` and
+the shutdown steps are coroutines on the broker's event loop; the store's own threads keep
+running beside it.
 
-Shutdown order: stop registering (unregister; ``stop_registering``), then ``shutdown``: answer
-held pulls, close the server, persist offsets, topics and groups, shut the store down (flush,
-remove the abort file). A front end over the broker closes between the two.
+Shutdown steps, in the root's order: ``stop_registering`` (unregister, stop copying a master's
+state), a front end over the broker closes, ``answer_held_pulls``, the remoting server closes,
+``shutdown`` (periodic tasks stopped; offsets, topics and groups persisted), the store shuts
+down (flush, abort file removed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from ..store._config import StoreConfig
 from ..store._store import MessageStore
 from ._admin import AdminProcessor
 from ._clients import ClientProcessor
-from ._config import BrokerConfig, ignored_keys
+from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
 from ._consumer_offset import ConsumerOffsetManager
 from ._end_transaction import EndTransactionProcessor
@@ -55,44 +56,84 @@ log = logging.getLogger(__name__)
 SCAN_CHANNELS_INTERVAL_S = 10.0
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def load_acl(config: BrokerConfig, default: AclSource | None = None) -> AclSource | None:
+    """The ACL of broker.conf's aclEnable (or --acl-file), else ``default`` (the key list of a
+    gRPC front end's config): one set of accounts for every port. AclConfigError when the file
+    cannot be used."""
+    from ..acl import AclConfigError, AclFile
+
+    path = config.acl_path
+    if path is not None:
+        if not config.acl_file and not Path(path).exists():
+            raise AclConfigError(
+                f"aclEnable=true but {path} does not exist (set ROCKETMQ_HOME or give "
+                "--acl-file PATH)"
+            )
+        return AclFile(path)
+    return default
 
 
 class BrokerController:
     def __init__(
         self,
-        store_config: StoreConfig,
+        store: MessageStore,
         config: BrokerConfig,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        default_acl: AclSource | None = None,
+        acl: AclSource | None = None,
     ) -> None:
-        """``default_acl``: the accounts every port checks when broker.conf turns no ACL on
-        (a gRPC front end's key list; None: no ACL)."""
+        """The broker's state over ``store``, open and started, its config carrying the
+        broker's address (``rocketstore.server`` builds both): topic configs, subscription
+        groups, consumer offsets, client membership, held pulls, transactions. ``acl``: the
+        accounts every port checks (None: no ACL; see ``load_acl``). Built on the event loop
+        the broker serves from (held pulls are woken there)."""
         self.config = config
         self.clock = clock
-        self.store_config = store_config
-        self.config_dir = Path(store_config.store_path_root_dir) / "config"
-        self.store: MessageStore
+        self.store = store
+        self.store_config: StoreConfig = store.config
+        self.config_dir = Path(self.store_config.store_path_root_dir) / "config"
+        # the remoting server serving the handlers (set by the composition root: attach_server)
         self.server: RemotingServer
-        self.holds: PullRequestHoldService
         self.registrar: Any = None
         self.slave_sync: SlaveSynchronizer | None = None
-        self.clients: ClientProcessor
         self._tasks: list[asyncio.Task[None]] = []
-        self._started = False
-        self._default_acl = default_acl
         # "host:port" of the gRPC front end serving this broker (set by the front end)
         self.grpc_endpoint: str | None = None
+        self._started = False
         # the receipts of the gRPC front end serving this broker (set by it), for the metrics
         self.pop_state: PopState | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
-        self.acl: AclSource | None = None
+        self.acl: AclSource | None = acl
         # messages handed to consumers, request latency (see rocketstore.metrics)
         self.stats = BrokerStats()
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.topics = TopicConfigManager(
+            self.config_dir,
+            broker_name=config.broker_name,
+            cluster_name=config.cluster_name,
+            auto_create_topic_enable=config.auto_create_topic_enable,
+            default_topic_queue_nums=config.default_topic_queue_nums,
+            clock=self.clock,
+        )
+        self.groups = SubscriptionGroupManager(
+            self.config_dir,
+            auto_create_subscription_group=config.auto_create_subscription_group,
+            clock=self.clock,
+        )
+        self.offsets = ConsumerOffsetManager(self.config_dir)
+        self.consumers: ConsumerManager[Connection] = ConsumerManager(self.clock)
+        self.producers: ProducerManager[Connection] = ProducerManager(self.clock)
+        self.holds = PullRequestHoldService(asyncio.get_running_loop())
+        self.transactions = TransactionService(
+            self,
+            timeout_ms=config.transaction_timeout,
+            check_max=config.transaction_check_max,
+            check_interval_ms=config.transaction_check_interval,
+        )
+        self.end_transaction = EndTransactionProcessor(self)
+        self.transactions.checkers.append(self.end_transaction.check)
+        self.clients = ClientProcessor(self)
+        self.store.set_message_arriving_listener(self._message_arriving)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -100,22 +141,6 @@ class BrokerController:
     def address(self) -> str:
         """The address clients reach the broker at (written into every stored record)."""
         return f"{self.config.advertised_host}:{self.config.listen_port}"
-
-    def _load_acl(self) -> AclSource | None:
-        """The ACL of broker.conf's aclEnable (or --acl-file), else the default one (the key
-        list of a gRPC front end's config): one set of accounts for every port. AclConfigError
-        when the file cannot be used."""
-        from ..acl import AclConfigError, AclFile
-
-        path = self.config.acl_path
-        if path is not None:
-            if not self.config.acl_file and not Path(path).exists():
-                raise AclConfigError(
-                    f"aclEnable=true but {path} does not exist (set ROCKETMQ_HOME or give "
-                    "--acl-file PATH)"
-                )
-            return AclFile(path)
-        return self._default_acl
 
     def enable_acl(self, source: AclSource) -> None:
         """Check every remoting request against ``source`` from now on (a gRPC front end
@@ -129,99 +154,54 @@ class BrokerController:
         handlers = self.server.handlers  # the connections' table too: guarded at once
         handlers.update(RemotingAcl(source).guard_all(handlers))
 
-    async def start(self) -> None:
-        config = self.config
-        ignored = ignored_keys(self.store_config)
-        if ignored:
-            log.warning("broker configuration keys ignored (not supported): %s", ", ".join(ignored))
-        self.acl = self._load_acl()
-        ha_port = self.store_config.ha_listen_port
-        if config.listen_port == 0:
-            config = self.config = dataclasses.replace(
-                config, listen_port=_free_port(config.listen_host)
-            )
-            ha_port = 0  # chosen at start too: brokers in one process must not collide
-        self.store_config = dataclasses.replace(
-            self.store_config,
-            store_host=config.advertised_host,
-            store_port=config.listen_port,
-            ha_enable=True,
-            ha_listen_host=self.store_config.ha_listen_host
-            if self.store_config.ha_listen_host != "127.0.0.1"
-            else config.listen_host,
-            ha_listen_port=ha_port,
-        )
-        self.store = MessageStore(self.store_config, clock=self.clock)
-        await asyncio.to_thread(self.store.__enter__)  # load, recover, start
-        try:
-            self.config_dir.mkdir(parents=True, exist_ok=True)
-            self.topics = TopicConfigManager(
-                self.config_dir,
-                broker_name=config.broker_name,
-                cluster_name=config.cluster_name,
-                auto_create_topic_enable=config.auto_create_topic_enable,
-                default_topic_queue_nums=config.default_topic_queue_nums,
-                clock=self.clock,
-            )
-            self.groups = SubscriptionGroupManager(
-                self.config_dir,
-                auto_create_subscription_group=config.auto_create_subscription_group,
-                clock=self.clock,
-            )
-            self.offsets = ConsumerOffsetManager(self.config_dir)
-            self.consumers: ConsumerManager[Connection] = ConsumerManager(self.clock)
-            self.producers: ProducerManager[Connection] = ProducerManager(self.clock)
-            self.holds = PullRequestHoldService(asyncio.get_running_loop())
-            self.transactions = TransactionService(
-                self,
-                timeout_ms=config.transaction_timeout,
-                check_max=config.transaction_check_max,
-                check_interval_ms=config.transaction_check_interval,
-            )
-            end_transaction = EndTransactionProcessor(self)
-            self.transactions.checkers.append(end_transaction.check)
-            self.store.set_message_arriving_listener(self._message_arriving)
-            handlers: dict[int, Any] = {}
-            self.clients = ClientProcessor(self)
-            for processor in (
-                SendProcessor(self),
-                PullProcessor(self),
-                OffsetProcessor(self),
-                self.clients,
-                SendBackProcessor(self),
-                SlaveSyncProcessor(self),
-                QueueLockProcessor(self),
-                AdminProcessor(self),
-                QueryProcessor(self),
-                end_transaction,
-            ):
-                handlers.update(processor.handlers())
-            if self.acl is not None:
-                from ..acl._remoting import RemotingAcl
+    def handlers(self) -> dict[int, Any]:
+        """The request handlers of the remoting port, by request code, behind the ACL when it
+        is on. The composition root serves them; called once."""
+        handlers: dict[int, Any] = {}
+        for processor in (
+            SendProcessor(self),
+            PullProcessor(self),
+            OffsetProcessor(self),
+            self.clients,
+            SendBackProcessor(self),
+            SlaveSyncProcessor(self),
+            QueueLockProcessor(self),
+            AdminProcessor(self),
+            QueryProcessor(self),
+            self.end_transaction,
+        ):
+            handlers.update(processor.handlers())
+        if self.acl is not None:
+            from ..acl._remoting import RemotingAcl
 
-                handlers = RemotingAcl(self.acl).guard_all(handlers)
-            self.server = RemotingServer(
-                handlers,
-                config.listen_host,
-                config.listen_port,
-                max_frame=config.max_frame_size,
-                name=f"broker {config.broker_name}",
-                limits=config.server_limits(),
-            )
-            self.server.close_listeners.append(self.clients.on_connection_closed)
-            await self.server.start()
-            self._tasks.append(asyncio.create_task(self._persist_offsets_periodically()))
-            self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
-            if self.store_config.broker_role == "SLAVE":
-                self.slave_sync = SlaveSynchronizer(self)
-                self.slave_sync.start()
-            else:
-                self.transactions.start()
-            if config.namesrv_addrs:
-                await self._start_registrar()
-        except BaseException:
-            await asyncio.to_thread(self.store.shutdown)
-            raise
+            handlers = RemotingAcl(self.acl).guard_all(handlers)
+        return handlers
+
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` ran (and ``shutdown`` has not)."""
+        return self._started
+
+    def attach_server(self, server: RemotingServer) -> None:
+        """The remoting server serving ``handlers()``, started: the ACL turned on later guards
+        its table (``enable_acl``). Loop thread; before ``start``."""
+        self.server = server
+
+    async def start(self) -> None:
+        """The broker's own work, once its port listens: the periodic tasks, a slave's copying
+        of its master's state or a master's transaction checks, the name-server registration.
+        Loop thread; ``stop_registering`` and ``shutdown`` stop what started, also after a
+        failure here."""
+        config = self.config
+        self._tasks.append(asyncio.create_task(self._persist_offsets_periodically()))
+        self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
+        if self.store_config.broker_role == "SLAVE":
+            self.slave_sync = SlaveSynchronizer(self)
+            self.slave_sync.start()
+        else:
+            self.transactions.start()
+        if config.namesrv_addrs:
+            await self._start_registrar()
         self._started = True
         log.info("broker %s listening on %s", config.broker_name, self.address)
         if self.acl is not None:
@@ -268,7 +248,7 @@ class BrokerController:
 
     async def stop_registering(self) -> None:
         """The first step of a shutdown: unregister from the name servers, stop copying a
-        master's state. Loop thread; ``shutdown`` does it too when it was not done."""
+        master's state. Loop thread; a second call does nothing."""
         if self.registrar is not None:
             registrar, self.registrar = self.registrar, None
             with contextlib.suppress(Exception):
@@ -277,15 +257,19 @@ class BrokerController:
             await self.slave_sync.close()
             self.slave_sync = None
 
-    async def shutdown(self) -> None:
-        if not self._started:
-            return
-        self._started = False
-        await self.stop_registering()
+    async def answer_held_pulls(self) -> None:
+        """The second step of a shutdown, before the remoting server closes: stop the
+        transaction checks, answer the held pulls (their answers written before the
+        connections close). Loop thread."""
         await self.transactions.close()
         self.holds.wake_all()
         await asyncio.sleep(0)  # let the woken pulls write their answers
-        await self.server.close()
+
+    async def shutdown(self) -> None:
+        """The last step before the store shuts down, once the remoting server is closed: stop
+        the periodic tasks and persist offsets, topics and groups (a failure is logged, the
+        others are still persisted). Loop thread."""
+        self._started = False
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -298,7 +282,6 @@ class BrokerController:
                 persist()
             except Exception:
                 log.exception("broker: persisting state at shutdown failed")
-        await asyncio.to_thread(self.store.shutdown)
         log.info("broker %s stopped", self.config.broker_name)
 
     # ---- shared behaviour -------------------------------------------------------------------

@@ -88,6 +88,9 @@ class BrokerContext(
     @property
     def registrar(self) -> Any: ...
 
+    @property
+    def started(self) -> bool: ...
+
 
 MAX_LAG_LOOKUPS = 256
 
@@ -276,7 +279,7 @@ class BrokerSource:
     def not_ready(self) -> Sequence[str]:
         broker = self.broker
         name = broker.config.broker_name
-        if not getattr(broker, "_started", False):
+        if not broker.started:
             return [f"broker {name}: not started"]
         reasons = []
         if not broker.store.running_flags.is_writeable():

@@ -1,16 +1,24 @@
 """The composition root: the one place that puts a running server together.
 
-``BrokerServer`` builds a broker (``rocketstore.broker.BrokerController``: the store, the broker
-state, the remoting server and its request processors) and the front ends over it (the gRPC
-front end of ``rocketstore.grpc``), and runs their lifecycle in order::
+``BrokerServer`` builds every part of a broker and runs their lifecycle: the message store
+(its address and HA port resolved from the broker's listen port, ``_addresses.py``), the broker
+over it (``rocketstore.broker.BrokerController``: topic configs, groups, offsets, clients, held
+pulls, transactions, and the request handlers of its processors), the remoting server serving
+those handlers, and the front ends over the broker (the gRPC front end of ``rocketstore.grpc``).
+Nothing below builds a store or a server of its own. The order::
 
-    start      broker (store loaded and recovered, state, remoting server, registration)
+    start      store opened (loaded, recovered, started)
+               broker state built over it; its handlers served by the remoting server
+               broker's own work: periodic tasks, slave sync or transaction checks,
+               name-server registration
                gRPC front end (pop state, server bound)
-    shutdown   stop registering with the name servers
+               (a failing step stops what started: the store is shut down and unlocked)
+    shutdown   stop registering with the name servers (and copying a master's state)
                gRPC front end closed (its waiting receives answered, pop progress committed
                into the consumer offsets)
-               broker: held pulls answered, remoting server closed, offsets / topics / groups
-               persisted, store shut down (flushed, abort file removed)
+               held pulls answered, remoting server closed
+               offsets / topics / groups persisted
+               store shut down (flushed, abort file removed)
 
 ``run_servers`` runs a name server and brokers in one process until SIGTERM or SIGINT.
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from ..acl import StaticAcl, admin_accounts
 from ..acl._remoting import AclSource
-from ..broker._config import BrokerConfig
-from ..broker._controller import BrokerController
+from ..broker._config import BrokerConfig, ignored_keys
+from ..broker._controller import BrokerController, load_acl
 from ..grpc import GrpcConfig, GrpcFrontEnd
+from ..remoting import RemotingServer
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
+from ..store._store import MessageStore
+from ._addresses import resolve_addresses
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +30,9 @@ def grpc_default_acl(grpc: GrpcConfig | None) -> AclSource | None:
 
 class BrokerServer:
     """A broker and, with ``grpc``, its gRPC front end. ``start`` and ``shutdown`` run on the
-    event loop the broker serves from; ``broker`` is the started broker, ``grpc`` the started
-    front end (None without one)."""
+    event loop the broker serves from. Once started: ``store`` is the open store, ``broker``
+    the broker over it, ``server`` its remoting server (these three stay readable after the
+    shutdown), ``grpc`` the front end (None without one, and after the shutdown)."""
 
     def __init__(
         self,
@@ -37,44 +43,119 @@ class BrokerServer:
         grpc: GrpcConfig | None = None,
     ) -> None:
         self.grpc_config = grpc
-        self.broker = BrokerController(
-            store_config, config, clock=clock, default_acl=grpc_default_acl(grpc)
-        )
+        self._store_config = store_config
+        self._config = config
+        self._clock = clock
+        self._store: MessageStore | None = None
+        self._broker: BrokerController | None = None
+        self._remoting: RemotingServer | None = None
         self.grpc: GrpcFrontEnd | None = None
+        self._running = False
 
     @property
     def config(self) -> BrokerConfig:
         """The broker's settings (its listen port once started, when 0 was asked)."""
-        return self.broker.config
+        return self._config
 
     @property
     def store_config(self) -> StoreConfig:
-        return self.broker.store_config
+        """The store's settings (with the broker's address and HA port once started)."""
+        return self._store_config
+
+    @property
+    def broker(self) -> BrokerController:
+        if self._broker is None:
+            raise RuntimeError("the broker is not started")
+        return self._broker
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            raise RuntimeError("the broker's store is not open")
+        return self._store
+
+    @property
+    def server(self) -> RemotingServer:
+        """The remoting server (the broker's port)."""
+        if self._remoting is None:
+            raise RuntimeError("the broker's remoting server is not started")
+        return self._remoting
+
+    @property
+    def address(self) -> str:
+        """The address clients reach the broker at."""
+        return self.broker.address
 
     async def start(self) -> None:
-        """Start the broker, then its front ends; what started is stopped again when a later
-        step fails."""
-        await self.broker.start()
-        if self.grpc_config is None:
-            return
-        front = GrpcFrontEnd(self.broker, self.grpc_config)
+        """Open the store, build the broker over it, serve its handlers on the remoting port,
+        start the broker's own work (periodic tasks, slave sync or transaction checks, the
+        name-server registration), then the front ends. When a step fails, what started is
+        stopped again (the store shut down, its directory released) and the error raised."""
+        if self._store is not None:
+            raise RuntimeError("the broker server was started already")
+        store_config, config = resolve_addresses(self._store_config, self._config)
+        self._store_config, self._config = store_config, config
+        ignored = ignored_keys(store_config)
+        if ignored:
+            log.warning("broker configuration keys ignored (not supported): %s", ", ".join(ignored))
+        acl = load_acl(config, grpc_default_acl(self.grpc_config))
+        store = MessageStore(store_config, clock=self._clock)
+        await asyncio.to_thread(store.__enter__)  # load, recover, start
+        self._store = store
+        self._running = True
         try:
-            await front.start()
+            broker = self._broker = BrokerController(store, config, clock=self._clock, acl=acl)
+            remoting = RemotingServer(
+                broker.handlers(),
+                config.listen_host,
+                config.listen_port,
+                max_frame=config.max_frame_size,
+                name=f"broker {config.broker_name}",
+                limits=config.server_limits(),
+            )
+            remoting.close_listeners.append(broker.clients.on_connection_closed)
+            await remoting.start()
+            self._remoting = remoting
+            broker.attach_server(remoting)
+            await broker.start()
+            if self.grpc_config is not None:
+                front = GrpcFrontEnd(broker, self.grpc_config)
+                await front.start()
+                self.grpc = front
         except BaseException:
-            await self.broker.shutdown()
+            try:
+                await self.shutdown()
+            except Exception:
+                log.exception("broker %s: stopping after a failed start failed", config.broker_name)
             raise
-        self.grpc = front
 
     async def shutdown(self) -> None:
-        """Stop registering, close the front ends, then shut the broker down (its held pulls
-        answered, its state persisted, its store flushed)."""
-        await self.broker.stop_registering()
+        """Stop registering, close the front ends, answer the broker's held pulls, close the
+        remoting server, persist the broker's state, shut the store down (flushed, the abort
+        file removed). A failing step is logged and the next ones still run; the store's own
+        failure is raised. Once; a second call does nothing."""
+        if not self._running:
+            return
+        self._running = False
+        broker, store = self._broker, self._store
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        if broker is not None:
+            steps.append(("stopping the registration", broker.stop_registering))
         if self.grpc is not None:
             # before the broker's holds and offsets: it answers its waiting receives and
             # commits the pop progress into the consumer offsets the broker persists
-            front, self.grpc = self.grpc, None
+            steps.append(("closing the gRPC front end", self.grpc.close))
+            self.grpc = None
+        if broker is not None:
+            steps.append(("answering held pulls", broker.answer_held_pulls))
+        if self._remoting is not None:
+            steps.append(("closing the remoting server", self._remoting.close))
+        if broker is not None:
+            steps.append(("persisting the broker's state", broker.shutdown))
+        for what, step in steps:
             try:
-                await front.close()
+                await step()
             except Exception:
-                log.exception("broker: closing the gRPC front end failed")
-        await self.broker.shutdown()
+                log.exception("broker %s: %s failed", self._config.broker_name, what)
+        if store is not None:
+            await asyncio.to_thread(store.shutdown)
