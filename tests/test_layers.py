@@ -26,9 +26,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
     ("grpc",),
     ("_logs",),  # log files and the stats line, set up by the servers' commands
-    ("metrics",),  # Prometheus text and health endpoints over the broker's state
+    ("metrics", "console"),  # Prometheus text and health endpoints; the web console (admin
+    # requests through client/ only)
     ("server",),  # the composition root; _serve.py re-exports its run_servers
-    ("console",),  # the web console: admin requests through client/, nothing of the servers
     ("spark",),  # restricted further by SPARK_MAY_IMPORT
     ("bench",),
     ("cli",),  # the cli/ package

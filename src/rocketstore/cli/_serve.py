@@ -263,6 +263,23 @@ def namesrv_cmd(
 metrics_option = click.option(
     "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
 )
+
+
+def _check_console_listen(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value:
+        try:
+            _split_listen(value, 8080)
+        except click.BadParameter as exc:
+            raise click.BadParameter(exc.message, ctx, param) from None
+    return value
+
+
+console_option = click.option(
+    "--console-listen",
+    default=None,
+    callback=_check_console_listen,
+    help="HOST:PORT of the web console (default 127.0.0.1:8080 when free; '' for none)",
+)
 role_option = click.option(
     "--role",
     type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]),
@@ -353,6 +370,7 @@ def broker_cmd(
 @flush_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
+@console_option
 @verbose_option
 def serve_cmd(
     store: str,
@@ -366,6 +384,7 @@ def serve_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    console_listen: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
@@ -405,6 +424,8 @@ def serve_cmd(
                 announce=_announce,
                 metrics_listen=metrics_listen,
                 metrics_namesrv=ns,
+                console_listen=console_listen,
+                console_namesrv=ns.address,
             )
         finally:
             await ns.close()

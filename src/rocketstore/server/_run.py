@@ -59,11 +59,14 @@ async def run_servers(
     stop: asyncio.Event | None = None,
     metrics_listen: str | None = "",
     metrics_namesrv: NameServer | None = None,
+    console_listen: str | None = "",
+    console_namesrv: str | None = None,
     stats_interval: float = 60.0,
 ) -> None:
     """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
     None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
-    ``stop``), then stop everything in reverse order. Every ``stats_interval`` seconds each
+    ``stop``), then stop everything in reverse order. ``console_listen`` likewise starts the
+    web console over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every ``stats_interval`` seconds each
     broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -74,6 +77,7 @@ async def run_servers(
             pass
     started: list[BrokerServer] = []
     metrics = None
+    console = None
     stats: asyncio.Task[None] | None = None
     try:
         if namesrv is not None:
@@ -107,6 +111,15 @@ async def run_servers(
         )
         if metrics is not None:
             announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
+        from ..console._embed import maybe_start_console
+
+        console = await maybe_start_console(
+            console_listen,
+            console_namesrv,
+            login=any(s.broker.acl is not None for s in started),
+        )
+        if console is not None:
+            announce(f"console on http://{console.address}/")
         if started and stats_interval > 0:
             stats = asyncio.create_task(_log_stats(started, stats_interval), name="stats-log")
         _settle_garbage_collector()
@@ -115,6 +128,11 @@ async def run_servers(
     finally:
         if stats is not None:
             stats.cancel()
+        if console is not None:
+            try:
+                await console.close()
+            except Exception:
+                log.exception("closing the console failed")
         if metrics is not None:
             await metrics.close()
         for server in reversed(started):
