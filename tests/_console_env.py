@@ -19,6 +19,7 @@ from rocketstore.broker._controller import BrokerController
 from rocketstore.client._admin import AdminClient
 from rocketstore.console import ConsoleServer
 from rocketstore.namesrv import NameServer
+from rocketstore.server import BrokerServer
 
 T = TypeVar("T")
 CLUSTER = "ConsoleCluster"
@@ -54,7 +55,7 @@ class ConsoleEnv:
         self.thread = threading.Thread(target=self.loop.run_forever, name="console-env")
         self.thread.start()
         self.ns: NameServer | None = None
-        self.broker: BrokerController | None = None
+        self.server: BrokerServer | None = None
         self.console: ConsoleServer | None = None
         self.admin: AdminClient | None = None
 
@@ -78,7 +79,7 @@ class ConsoleEnv:
             flush_interval_commit_log=10,
             commit_interval_commit_log=10,
         )
-        self.broker = BrokerController(
+        self.server = BrokerServer(
             store_config,
             BrokerConfig(
                 listen_port=0,
@@ -89,7 +90,7 @@ class ConsoleEnv:
                 acl_file=acl_file,
             ),
         )
-        await self.broker.start()
+        await self.server.start()
         self.admin = AdminClient(self.ns.address, signer=None)
         self.console = ConsoleServer(self.admin, "127.0.0.1:0", login=self.acl)
         await self.console.start()
@@ -99,8 +100,8 @@ class ConsoleEnv:
             await self.console.close()
         if self.admin is not None:
             self.admin.close()
-        if self.broker is not None:
-            await self.broker.shutdown()
+        if self.server is not None:
+            await self.server.shutdown()
         if self.ns is not None:
             await self.ns.close()
 
@@ -116,6 +117,11 @@ class ConsoleEnv:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
+
+    @property
+    def broker(self) -> BrokerController | None:
+        """The started broker (None before)."""
+        return self.server._broker if self.server is not None else None
 
     @property
     def namesrv(self) -> str:
