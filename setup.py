@@ -16,6 +16,7 @@ from setuptools.command.build_ext import build_ext
 SOURCES = {
     "rocketstore.store.log._record_c": "src/rocketstore/store/log/_record_c.pyx",
     "rocketstore.store._java_hash_c": "src/rocketstore/store/_java_hash_c.pyx",
+    "rocketstore.store.read._raw_read_c": "src/rocketstore/store/read/_raw_read_c.pyx",
 }
 
 

@@ -635,46 +635,35 @@ def write_batch_v4_py(
     view.release()
     if pos < 0 or pos > target_len:
         raise ValueError(f"position {pos} outside {target_len} bytes")
-    heads: list[bytes] = []
+    parts: list[Any] = []
+    offsets: list[int] = []
     end = pos
+    pack = _HEAD_8.pack
+    check_ends = queue_offset + len(prepared) > _INT64_MAX or base + target_len > _INT64_MAX
     for i, p in enumerate(prepared):
-        if queue_offset + i > _INT64_MAX or base + end > _INT64_MAX:
+        if check_ends and (queue_offset + i > _INT64_MAX or base + end > _INT64_MAX):
             raise struct.error("argument out of range")
         if p.__class__ is not tuple or len(p) < 13:
             raise TypeError("a prepared record must be a tuple of 13+ fields")
-        total = p[12]
-        _check_host(p[8])
-        blen = memoryview(p[3]).nbytes
-        heads.append(
-            _HEAD_8.pack(
-                total,
-                MAGIC_V1,
-                p[4],
-                queue_id,
-                p[5],
-                queue_offset + i,
-                base + end,
-                p[6],
-                p[7] or now,
-                p[8],
-                now,
-                store_host,
-                p[9],
-                p[10],
-                blen,
-            )
-        )
-        _check_parts(end, total, blen, memoryview(p[1]).nbytes, target_len)
-        end += total
-    offsets: list[int] = []
-    for p, head in zip(prepared, heads, strict=True):
-        target[pos : pos + HEAD_V4_SIZE] = head
+        host = p[8]
+        if host.__class__ is not bytes or len(host) != 8:
+            raise ValueError("hosts must be 8 bytes (IPv4 address and port)")
         body = p[3]
-        q = pos + HEAD_V4_SIZE + memoryview(body).nbytes
-        target[pos + HEAD_V4_SIZE : q] = body
-        target[q : pos + p[12]] = p[1]
-        offsets.append(base + pos)
-        pos += p[12]
+        blen = len(body) if body.__class__ is bytes else memoryview(body).nbytes
+        total = p[12]
+        head = pack(
+            total, MAGIC_V1, p[4], queue_id, p[5], queue_offset + i, base + end, p[6],
+            p[7] or now, host, now, store_host, p[9], p[10], blen,
+        )  # fmt: skip
+        tail = p[1]
+        tlen = len(tail) if tail.__class__ is bytes else memoryview(tail).nbytes
+        if HEAD_V4_SIZE + blen + tlen != total or end + total > target_len:
+            _check_parts(end, total, blen, tlen, target_len)
+        parts += (head, body, tail)
+        offsets.append(base + end)
+        end += total
+    if parts:
+        target[pos:end] = b"".join(parts)
     return offsets
 
 
