@@ -143,3 +143,70 @@ def test_recorded_client_headers_decode_the_same() -> None:
             seen += 1
     if not seen:
         pytest.skip("no transcripts on this machine")
+
+
+# ---- answers: the header encoded by orjson against the hand-written reference ----------------
+
+
+def _encoded(cmd: RemotingCommand, fast: bool) -> tuple[str, Any]:
+    saved = _command._orjson_dumps
+    if not fast:
+        _command._orjson_dumps = None
+    elif saved is None:
+        import orjson
+
+        _command._orjson_dumps = orjson.dumps
+    try:
+        return "ok", cmd.encode()
+    except Exception as exc:
+        return type(exc).__name__, None
+    finally:
+        _command._orjson_dumps = saved
+
+
+any_text = st.text(alphabet=st.characters(codec=None), max_size=16)  # surrogates included
+field_value = st.one_of(
+    st.none(), any_text, st.booleans(), st.integers(-(2**70), 2**70), st.floats(), any_text
+)
+command_st = st.builds(
+    RemotingCommand,
+    code=st.one_of(st.integers(-(2**31), 2**31), st.integers(-(2**70), 2**70), st.booleans()),
+    opaque=st.one_of(st.integers(0, 2**31), st.integers(-(2**66), 2**66)),
+    flag=st.integers(0, 3),
+    remark=st.one_of(st.none(), any_text),
+    ext_fields=st.dictionaries(
+        st.one_of(any_text, any_text, any_text, st.integers(0, 9)), field_value, max_size=8
+    ),
+    body=st.binary(max_size=8),
+    language=st.one_of(st.sampled_from(["JAVA", "PYTHON", "CPP"]), any_text),
+    version=st.one_of(st.integers(0, 500), st.floats(0, 1)),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(command_st)
+def test_answers_encode_the_same(cmd: RemotingCommand) -> None:
+    assert _encoded(cmd, True) == _encoded(cmd, False)
+
+
+def test_a_send_answer_encodes_the_same() -> None:
+    ext = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "1", "queueOffset": "5"}
+    cmd = RemotingCommand.response(0, None, {**ext, "transactionId": None, "n": 3, "b": True})
+    cmd.opaque = 77
+    fast, ref = _encoded(cmd, True), _encoded(cmd, False)
+    assert fast == ref
+    assert fast[1].endswith(b'"n":"3","b":"true"},"serializeTypeCurrentRPC":"JSON"}')
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\ud800", "a\udfffb", "\x00\x01\x1f\x7f\b\f\n\r\t\"\\/", "\u2028\u2029", "\U0001f600é"],
+)
+def test_answers_with_odd_text_encode_the_same(text: str) -> None:
+    for cmd in (
+        RemotingCommand.response(1, text, {"k": text}),
+        RemotingCommand.response(1, None, {text: "v"}),
+    ):
+        fast, ref = _encoded(cmd, True), _encoded(cmd, False)
+        assert fast == ref
+        assert fast[0] == "ok"

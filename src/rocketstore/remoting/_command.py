@@ -58,6 +58,7 @@ _opaques = itertools.count(1)
 # refuses (NaN, integers beyond 64 bits, escaped lone surrogates, bad UTF-8, trailing bytes)
 # goes to the json module, the reference, which decides what the header is
 _orjson_loads: Any = None
+_orjson_dumps: Any = None
 _PLAIN_TYPES = frozenset((str, int, bool, type(None)))
 if EXTENSIONS_ENABLED:
     try:
@@ -66,6 +67,7 @@ if EXTENSIONS_ENABLED:
         missing("orjson")
     else:
         _orjson_loads = orjson.loads
+        _orjson_dumps = orjson.dumps
 
 
 class FrameError(ValueError):
@@ -171,6 +173,43 @@ class RemotingCommand:
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header: by orjson (less than half the time of the hand-written form) when every
+    fixed field has its plain type, the same bytes as ``_encode_json_header_py``; that one,
+    the reference, for anything else or whatever orjson refuses (a lone surrogate, an integer
+    beyond 64 bits, a key that is no text)."""
+    dumps = _orjson_dumps
+    if (
+        dumps is not None
+        and type(cmd.code) is int
+        and type(cmd.version) is int
+        and type(cmd.opaque) is int
+        and type(cmd.flag) is int
+        and type(cmd.language) is str
+        and (cmd.remark is None or type(cmd.remark) is str)
+    ):
+        h: dict[str, Any] = {
+            "code": cmd.code,
+            "language": cmd.language,
+            "version": cmd.version,
+            "opaque": cmd.opaque,
+            "flag": cmd.flag,
+        }
+        if cmd.remark is not None:
+            h["remark"] = cmd.remark
+        ext = cmd.ext_fields
+        if ext:
+            h["extFields"] = {
+                k: v if type(v) is str else _text(v) for k, v in ext.items() if v is not None
+            }
+        h["serializeTypeCurrentRPC"] = "JSON"
+        try:
+            return dumps(h)  # type: ignore[no-any-return]
+        except TypeError:  # orjson.JSONEncodeError: the reference decides
+            pass
+    return _encode_json_header_py(cmd)
+
+
+def _encode_json_header_py(cmd: RemotingCommand) -> bytes:
     """The JSON header, written by hand (a third of json.dumps' time): the fixed fields, then
     remark and extFields when present, then the field the Java side adds."""
     parts = [
