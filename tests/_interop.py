@@ -262,6 +262,7 @@ class ServerProcess:
     @classmethod
     def namesrv_only(cls, log: Path, *, port: int = 0, timeout: float = 30.0) -> ServerProcess:
         args = [*cls._command(), "namesrv", "--listen", f"127.0.0.1:{port}"]
+        args += ["--log-dir", str(log.parent / "namesrv-logs")]
         return cls(args, log, want_namesrv=True, want_broker=False)._wait_started(timeout)
 
     @classmethod

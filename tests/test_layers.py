@@ -18,7 +18,7 @@ ROOT = SRC / "rocketstore"
 # Packages (and top-level modules) from bottom to top; a layer may import the layers below it,
 # never one above. Names on one line are side by side and import nothing of each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_inflate",),  # zlib with a size limit, for every decoder
+    ("_inflate", "_speedups"),  # zlib with a size limit; whether the compiled twins are used
     ("store", "remoting"),  # "rocketstore" itself (the package's exports) counts as store
     ("acl",),
     ("namesrv",),
@@ -88,6 +88,13 @@ def _modules() -> dict[str, tuple[Path, list[str]]]:
     return out
 
 
+# the compiled twins (Cython sources beside the modules they accelerate): modules too, with no
+# imports of the package's own
+COMPILED = {
+    ".".join(path.relative_to(SRC).with_suffix("").parts) for path in ROOT.rglob("*.pyx")
+}
+
+
 def _imports() -> tuple[dict[str, tuple[Path, list[str]]], list[Import]]:
     modules = _modules()
     found: list[Import] = []
@@ -106,7 +113,7 @@ def _imports() -> tuple[dict[str, tuple[Path, list[str]]], list[Import]]:
                 # name of pkg itself
                 subs = [f"{start}.{alias.name}" for alias in node.names]
                 candidates = [m for m in subs if m in modules]
-                if len(candidates) < len(subs):
+                if len(candidates) + sum(m in COMPILED for m in subs) < len(subs):
                     candidates.append(start)
             elif isinstance(node, ast.Import):
                 candidates = [alias.name for alias in node.names]

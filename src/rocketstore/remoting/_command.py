@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_str  # ensure_ascii=False, the C version
 from typing import Any
 
+from .._speedups import EXTENSIONS_ENABLED, missing
 from ._codes import LanguageCode
 from ._limits import RequestError
 
@@ -52,6 +53,21 @@ _json_scan = _JSON_DECODER.scan_once  # type: ignore[attr-defined]
 _ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"))  # for text UTF-8 cannot carry
 
 _opaques = itertools.count(1)
+
+# orjson parses a header about three times as fast as the json module's scanner; anything it
+# refuses (NaN, integers beyond 64 bits, escaped lone surrogates, bad UTF-8, trailing bytes)
+# goes to the json module, the reference, which decides what the header is
+_orjson_loads: Any = None
+_orjson_dumps: Any = None
+_PLAIN_TYPES = frozenset((str, int, bool, type(None)))
+if EXTENSIONS_ENABLED:
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - a dependency, optional at run time
+        missing("orjson")
+    else:
+        _orjson_loads = orjson.loads
+        _orjson_dumps = orjson.dumps
 
 
 class FrameError(ValueError):
@@ -157,6 +173,43 @@ class RemotingCommand:
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header: by orjson (less than half the time of the hand-written form) when every
+    fixed field has its plain type, the same bytes as ``_encode_json_header_py``; that one,
+    the reference, for anything else or whatever orjson refuses (a lone surrogate, an integer
+    beyond 64 bits, a key that is no text)."""
+    dumps = _orjson_dumps
+    if (
+        dumps is not None
+        and type(cmd.code) is int
+        and type(cmd.version) is int
+        and type(cmd.opaque) is int
+        and type(cmd.flag) is int
+        and type(cmd.language) is str
+        and (cmd.remark is None or type(cmd.remark) is str)
+    ):
+        h: dict[str, Any] = {
+            "code": cmd.code,
+            "language": cmd.language,
+            "version": cmd.version,
+            "opaque": cmd.opaque,
+            "flag": cmd.flag,
+        }
+        if cmd.remark is not None:
+            h["remark"] = cmd.remark
+        ext = cmd.ext_fields
+        if ext:
+            h["extFields"] = {
+                k: v if type(v) is str else _text(v) for k, v in ext.items() if v is not None
+            }
+        h["serializeTypeCurrentRPC"] = "JSON"
+        try:
+            return dumps(h)  # type: ignore[no-any-return]
+        except TypeError:  # orjson.JSONEncodeError: the reference decides
+            pass
+    return _encode_json_header_py(cmd)
+
+
+def _encode_json_header_py(cmd: RemotingCommand) -> bytes:
     """The JSON header, written by hand (a third of json.dumps' time): the fixed fields, then
     remark and extFields when present, then the field the Java side adds."""
     parts = [
@@ -292,6 +345,36 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 
 
 def _decode_json_header(header: memoryview | bytes) -> RemotingCommand:
+    h: Any = None
+    if _orjson_loads is not None:
+        try:
+            h = _orjson_loads(header)
+        except ValueError:  # orjson.JSONDecodeError: the json module decides
+            h = None
+        else:
+            # orjson reads an integer beyond 64 bits as a float, json as an int: unless every
+            # field and ext value is a plain str / int / bool / null, json decides
+            if type(h) is dict:
+                ext = h.pop("extFields", None)
+                if not _PLAIN_TYPES.issuperset(map(type, h.values())) or (
+                    ext is not None
+                    and (
+                        type(ext) is not dict
+                        or not _PLAIN_TYPES.issuperset(map(type, ext.values()))
+                    )
+                ):
+                    h = None
+                elif ext is not None:
+                    h["extFields"] = ext
+    if h is None:
+        h = _json_header(header)
+    if type(h) is not dict:
+        raise FrameError("header is not a JSON object")
+    return _command_of(h)
+
+
+def _json_header(header: memoryview | bytes) -> Any:
+    """The header parsed by the json module (the reference); FrameError when it is no JSON."""
     try:
         text = str(header, "utf-8")
         try:  # the scanner alone: decode()'s whitespace matching costs a tenth
@@ -302,8 +385,10 @@ def _decode_json_header(header: memoryview | bytes) -> RemotingCommand:
             h = _JSON_DECODER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"header is not JSON: {exc}") from exc
-    if type(h) is not dict:
-        raise FrameError("header is not a JSON object")
+    return h
+
+
+def _command_of(h: dict[str, Any]) -> RemotingCommand:
     opaque = h.get("opaque", 0)
     if type(opaque) is not int:
         raise FrameError(f"header opaque is not an integer: {opaque!r}")

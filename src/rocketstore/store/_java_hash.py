@@ -12,6 +12,8 @@ import array
 import operator
 import sys
 
+from .._speedups import EXTENSIONS_ENABLED, missing
+
 _MASK = 0xFFFFFFFF
 _mul = operator.mul
 _powers: list[int] = [1]  # 31^i mod 2^32
@@ -48,13 +50,25 @@ def power31(n: int) -> int:
     return _powers[n]
 
 
-def java_hash_unsigned(text: str) -> int:
-    """Java's String.hashCode of ``text`` as an unsigned 32-bit value."""
+def java_hash_unsigned_py(text: str, /) -> int:
+    """Java's String.hashCode of ``text`` as an unsigned 32-bit value (the reference for the
+    compiled twin ``_java_hash_c.java_hash_unsigned``; ``java_hash_unsigned`` is the one
+    ``_speedups`` selects)."""
     if text.isascii():
         data = text.encode()
         return int(sum(map(_mul, data, _weights(len(data))))) & _MASK
     units = array.array("H", text.encode(_UTF16, "surrogatepass"))
     return int(sum(map(_mul, units, _weights(len(units))))) & _MASK
+
+
+java_hash_unsigned = java_hash_unsigned_py
+if EXTENSIONS_ENABLED:
+    try:
+        from . import _java_hash_c
+    except ImportError:
+        missing("rocketstore.store._java_hash_c")
+    else:
+        java_hash_unsigned = _java_hash_c.java_hash_unsigned
 
 
 def utf16_length(text: str) -> int:

@@ -66,6 +66,8 @@ from ._record import (
     encode_record,
     pack_host,
     tags_code,
+    write_batch_v4,
+    write_v4,
 )
 
 log = logging.getLogger(__name__)
@@ -74,8 +76,6 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 _QUEUE_FIELDS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
 _STORE_TS = struct.Struct(">q")
-_HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts
-assert _HEAD.size == HEAD_V4_SIZE
 
 
 def _parse_properties(raw: bytes) -> dict[str, str]:
@@ -611,8 +611,7 @@ class CommitLog:
                 table = self.topic_queue_table
                 qoff = table.get(key, 0) if in_queue else 0
                 if len(born_host) == 8 and not self._store_host_extra:
-                    blen = len(body)
-                    _HEAD.pack_into(
+                    write_v4(
                         target,
                         pos,
                         total,
@@ -629,11 +628,9 @@ class CommitLog:
                         self.store_host,
                         reconsume,
                         prepared,
-                        blen,
+                        body,
+                        tail,
                     )
-                    q = pos + HEAD_V4_SIZE + blen
-                    target[pos + HEAD_V4_SIZE : q] = body
-                    target[q : pos + total] = tail
                 else:
                     target[pos : pos + total] = encode_record(
                         topic=topic,
@@ -819,22 +816,23 @@ class CommitLog:
                 first_pos = pos = mf.wrote_position
                 first_qoff = qoff = self.topic_queue_table.get(key, 0)
                 collect = self.dispatch_handoff is not None or self.inline_dispatch is not None
-                for (
-                    _t, tail, _q, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
-                    prepared_offset, props, size, code, keys, uniq, _w,
-                ) in prepared:  # fmt: skip
-                    phys = base + pos
-                    if fast:
-                        blen = len(body)
-                        _HEAD.pack_into(
-                            target, pos, size, MAGIC_V1, crc, queue_id, flag, qoff, phys, sys_flag,
-                            born_ts or now, born_host, now, store_host, reconsume, prepared_offset,
-                            blen,
-                        )  # fmt: skip
-                        q = pos + HEAD_V4_SIZE + blen
-                        target[pos + HEAD_V4_SIZE : q] = body
-                        target[q : pos + size] = tail
-                    else:
+                if fast:
+                    offsets = write_batch_v4(
+                        target, pos, base, queue_id, qoff, now, store_host, prepared
+                    )
+                    if collect:
+                        sizes = [r[12] for r in prepared]
+                        codes = [r[13] for r in prepared]
+                        for i, r in enumerate(prepared):
+                            if r[14] or r[15]:
+                                req = (topic, queue_id, offsets[i], r[12], r[13], now, qoff + i)
+                                indexed.append(DispatchRequest(*req, r[14], r[15], r[6], r[10]))
+                else:
+                    for (
+                        _t, _tail, _q, body, _crc, flag, sys_flag, born_ts, born_host, reconsume,
+                        prepared_offset, props, size, code, keys, uniq, _w,
+                    ) in prepared:  # fmt: skip
+                        phys = base + pos
                         target[pos : pos + size] = encode_record(
                             topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
                             queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
@@ -842,28 +840,28 @@ class CommitLog:
                             store_host=store_host, reconsume_times=reconsume,
                             prepared_transaction_offset=prepared_offset, properties=props.decode(),
                         )  # fmt: skip
-                    offsets.append(phys)
-                    if collect:
-                        sizes.append(size)
-                        codes.append(code)
-                        if keys or uniq:
-                            indexed.append(
-                                DispatchRequest(
-                                    topic,
-                                    queue_id,
-                                    phys,
-                                    size,
-                                    code,
-                                    now,
-                                    qoff,
-                                    keys,
-                                    uniq,
-                                    sys_flag,
-                                    prepared_offset,
+                        offsets.append(phys)
+                        if collect:
+                            sizes.append(size)
+                            codes.append(code)
+                            if keys or uniq:
+                                indexed.append(
+                                    DispatchRequest(
+                                        topic,
+                                        queue_id,
+                                        phys,
+                                        size,
+                                        code,
+                                        now,
+                                        qoff,
+                                        keys,
+                                        uniq,
+                                        sys_flag,
+                                        prepared_offset,
+                                    )
                                 )
-                            )
-                    pos += size
-                    qoff += 1
+                        pos += size
+                        qoff += 1
                 self._publish_batch(
                     mf, topic, queue_id, first_pos, total, first_qoff, now,
                     tuple(offsets), tuple(sizes), tuple(codes), tuple(indexed),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import mmap
+import operator
 import socket
 import struct
 import zlib
@@ -39,6 +40,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ..._inflate import DEFAULT_MAX_BODY, inflate
+from ..._speedups import EXTENSIONS_ENABLED, missing
 from .._errors import CorruptRecordError
 
 
@@ -517,6 +519,164 @@ def encode_record(
     out = b"".join(parts)
     assert len(out) == total
     return out
+
+
+_HEAD_8 = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts, packed as one
+_INT64_MAX = 0x7FFFFFFFFFFFFFFF
+
+
+def _check_parts(pos: int, total: int, blen: int, tlen: int, target_len: int) -> None:
+    if HEAD_V4_SIZE + blen + tlen != total:
+        raise ValueError(
+            f"record of {total} bytes does not match its parts ({HEAD_V4_SIZE} + {blen} + {tlen})"
+        )
+    if pos < 0 or pos > target_len or total > target_len - pos:
+        raise ValueError(f"record of {total} bytes at {pos} does not fit in {target_len} bytes")
+
+
+def _target_size(target: Any) -> int:
+    """The byte size of a buffer to write into (TypeError when it is none)."""
+    try:
+        with memoryview(target) as view:
+            return view.nbytes
+    except TypeError:
+        raise TypeError("the target is not a writable buffer") from None
+
+
+def _check_host(host: bytes) -> None:
+    if host.__class__ is not bytes or len(host) != 8:
+        raise ValueError("hosts must be 8 bytes (IPv4 address and port)")
+
+
+def write_v4_py(
+    target: bytearray | memoryview | mmap.mmap,
+    pos: int,
+    total: int,
+    magic: int,
+    crc: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    phys_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_offset: int,
+    body: bytes | bytearray | memoryview,
+    tail: bytes,
+    /,
+) -> None:
+    """Pack one record with IPv4 hosts into ``target`` at ``pos``: the head, the body, then
+    ``tail`` (TOPICLENGTH + topic + PROPERTIESLENGTH + properties). Nothing is written unless
+    the hosts are 8 bytes (ValueError), the integers fit their fields (struct.error), and the
+    parts add up to ``total`` and fit in ``target`` (ValueError), checked in that order.
+
+    The reference for the compiled twin (``_record_c.write_v4``, selected by ``_speedups``).
+    """
+    if (
+        born_host.__class__ is not bytes
+        or len(born_host) != 8
+        or store_host.__class__ is not bytes
+        or len(store_host) != 8
+    ):
+        raise ValueError("hosts must be 8 bytes (IPv4 address and port)")
+    blen = len(body) if body.__class__ is bytes else memoryview(body).nbytes
+    head = _HEAD_8.pack(
+        total, magic, crc, queue_id, flag, queue_offset, phys_offset, sys_flag,
+        born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+        prepared_offset, blen,
+    )  # fmt: skip
+    tlen = len(tail) if tail.__class__ is bytes else memoryview(tail).nbytes
+    q = pos + HEAD_V4_SIZE + blen
+    if HEAD_V4_SIZE + blen + tlen != total or pos < 0 or q + tlen > len(target):
+        if HEAD_V4_SIZE + blen + tlen == total:
+            operator.index(pos)  # what the compiled twin checks next (TypeError)
+        _check_parts(pos, total, blen, tlen, _target_size(target))  # raises what applies
+    target[pos : pos + HEAD_V4_SIZE] = head
+    target[pos + HEAD_V4_SIZE : q] = body
+    target[q : pos + total] = tail
+
+
+def write_batch_v4_py(
+    target: bytearray | memoryview | mmap.mmap,
+    pos: int,
+    base: int,
+    queue_id: int,
+    queue_offset: int,
+    now: int,
+    store_host: bytes,
+    prepared: list[tuple[Any, ...]],
+    /,
+) -> list[int]:
+    """Pack a batch of the commit log's prepared records (IPv4 hosts, one queue) into
+    ``target`` from ``pos``: queue offsets from ``queue_offset`` on, physical offsets from
+    ``base + pos``, store time ``now`` (and born time where a record has none). Every record
+    is checked (as ``write_v4`` checks one) before the first is written. Returns the records'
+    physical offsets.
+
+    A prepared record is the commit log's tuple: (topic, tail, queue_id, body, crc, flag,
+    sys_flag, born_timestamp, born_host, reconsume_times, prepared_offset, properties, total,
+    ...). The reference for ``_record_c.write_batch_v4``.
+    """
+    _check_host(store_host)
+    _HEAD_8.pack(0, 0, 0, queue_id, 0, queue_offset, base, 0, now, b"", 0, b"", 0, 0, 0)
+    if prepared.__class__ is not list:
+        raise TypeError("prepared must be a list")
+    try:
+        view = memoryview(target)
+    except TypeError:
+        raise TypeError("the target is not a writable buffer") from None
+    if view.readonly:
+        raise TypeError("the target is not a writable buffer")
+    target_len = view.nbytes
+    view.release()
+    if pos < 0 or pos > target_len:
+        raise ValueError(f"position {pos} outside {target_len} bytes")
+    parts: list[Any] = []
+    offsets: list[int] = []
+    end = pos
+    pack = _HEAD_8.pack
+    check_ends = queue_offset + len(prepared) > _INT64_MAX or base + target_len > _INT64_MAX
+    for i, p in enumerate(prepared):
+        if check_ends and (queue_offset + i > _INT64_MAX or base + end > _INT64_MAX):
+            raise struct.error("argument out of range")
+        if p.__class__ is not tuple or len(p) < 13:
+            raise TypeError("a prepared record must be a tuple of 13+ fields")
+        host = p[8]
+        if host.__class__ is not bytes or len(host) != 8:
+            raise ValueError("hosts must be 8 bytes (IPv4 address and port)")
+        body = p[3]
+        blen = len(body) if body.__class__ is bytes else memoryview(body).nbytes
+        total = p[12]
+        head = pack(
+            total, MAGIC_V1, p[4], queue_id, p[5], queue_offset + i, base + end, p[6],
+            p[7] or now, host, now, store_host, p[9], p[10], blen,
+        )  # fmt: skip
+        tail = p[1]
+        tlen = len(tail) if tail.__class__ is bytes else memoryview(tail).nbytes
+        if HEAD_V4_SIZE + blen + tlen != total or end + total > target_len:
+            _check_parts(end, total, blen, tlen, target_len)
+        parts += (head, body, tail)
+        offsets.append(base + end)
+        end += total
+    if parts:
+        target[pos:end] = b"".join(parts)
+    return offsets
+
+
+write_v4 = write_v4_py
+write_batch_v4 = write_batch_v4_py
+if EXTENSIONS_ENABLED:
+    try:
+        from . import _record_c
+    except ImportError:
+        missing("rocketstore.store.log._record_c")
+    else:
+        write_v4 = _record_c.write_v4
+        write_batch_v4 = _record_c.write_batch_v4
 
 
 def encode_blank(space_left: int) -> bytes:

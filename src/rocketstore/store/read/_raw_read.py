@@ -14,8 +14,10 @@ Threads: any.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..._speedups import EXTENSIONS_ENABLED, missing
 from .._errors import CorruptRecordError
 from ..log._message import GetMessageResult, GetMessageStatus
 from ..log._record import (
@@ -180,7 +182,8 @@ def _collect(
                 views.append(view)
             pos = phys - mf_from
             try:
-                _check(view, pos, size, raw_topic, queue_id)
+                if check_v4 is None or not check_v4(view, pos, size, raw_topic, queue_id, crc32):
+                    _check(view, pos, size, raw_topic, queue_id)
             except CorruptRecordError as exc:
                 where = f"{topic}/{queue_id} offset {offset + examined - 1} → commit log {phys}"
                 if n:
@@ -232,3 +235,13 @@ def _check(buf: memoryview, pos: int, size: int, raw_topic: bytes, queue_id: int
             raise CorruptRecordError(f"the record at {pos} belongs to another topic")
     if crc32(buf[body:topic_at]) & 0x7FFFFFFF != crc:
         raise CorruptRecordError(f"body CRC mismatch in the record at {pos}")
+
+
+check_v4: Callable[[memoryview, int, int, bytes, int, Callable[[Any], int]], bool] | None = None
+"""The compiled check of a plain record (``_raw_read_c``): True when it passes ``_check``'s
+checks, False to let ``_check`` decide; None in pure Python."""
+if EXTENSIONS_ENABLED:
+    try:
+        from ._raw_read_c import check_v4
+    except ImportError:
+        missing("rocketstore.store.read._raw_read_c")
