@@ -386,7 +386,7 @@ def test_consume_stats_per_queue(cluster: Cluster, admin: AdminClient) -> None:
         a0: OffsetWrapper(4, 3, third.store_timestamp),
         MessageQueue(topic, "broker-a", 1): OffsetWrapper(1, 0, 0),
     }
-    assert a.consume_tps == 0.0
+    assert a.consume_tps > 0.0  # 4 messages pulled by the group within the minute
     # no topic: every topic the group has offsets on
     assert admin.consume_stats(cluster.addr("broker-a"), GROUP).offset_table == a.offset_table
 

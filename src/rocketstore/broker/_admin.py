@@ -29,7 +29,7 @@ change requested of a slave: SYSTEM_ERROR with RocketMQ's remark (or one saying 
 wrong where RocketMQ has none). Handlers run on the broker's event loop; the ones
 that read many queues or touch files run their work in a worker thread.
 
-The consume TPS of a group is 0.0: the broker keeps no per-group pull statistics yet.
+A group's consume TPS is the messages a second pulled by it over the last minute.
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) is served by the slave-sync processor.
 """
 
@@ -73,11 +73,13 @@ from ._services import (
     HasEndpoints,
     HasGroups,
     HasOffsets,
+    HasStats,
     HasStore,
     HasStoreConfig,
     HasTopics,
     TopicCreation,
 )
+from ._stats import GROUP_GET_NUMS
 from ._subscription_group import SubscriptionGroupConfig
 from ._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
 
@@ -112,6 +114,7 @@ class AdminContext(
     HasEndpoints,
     HasGroups,
     HasOffsets,
+    HasStats,
     HasStore,
     HasStoreConfig,
     HasTopics,
@@ -347,7 +350,14 @@ class AdminProcessor:
         group = _required_str(ext, "consumerGroup")
         topic = ext_str(ext, "topic") or ""
         stats = await asyncio.to_thread(self.consume_stats, group, topic.strip() or None)
+        stats.consume_tps = self.consume_tps(group, {mq.topic for mq in stats.offset_table})
         return _ok(stats.encode())
+
+    def consume_tps(self, group: str, topics: set[str]) -> float:
+        """Messages a second handed to ``group`` from ``topics`` over the last minute (loop
+        thread: the pull counters are the loop's)."""
+        rolling = self.broker.stats.rolling
+        return sum(rolling.tps(GROUP_GET_NUMS, f"{t}@{group}") for t in topics)
 
     def consume_stats(self, group: str, topic: str | None) -> ConsumeStats:
         """The group's progress on ``topic``, or on every topic it has offsets on (any

@@ -251,3 +251,187 @@ def decode_group_list(data: bytes | bytearray | memoryview | str) -> list[str]:
     if not isinstance(groups, list):
         raise BodyFormatError("groupList is not an array")
     return [str(g) for g in groups]
+
+
+# ---- ConsumerConnection, ProducerConnection -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """One client of a group as the admin bodies carry it (RocketMQ's Connection)."""
+
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clientAddr": self.client_addr,
+            "clientId": self.client_id,
+            "language": self.language,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ClientConnection:
+        if not isinstance(doc, Mapping):
+            raise BodyFormatError(f"not a Connection: {doc!r:.80}")
+        return cls(
+            str(doc.get("clientId") or ""),
+            str(doc.get("clientAddr") or ""),
+            str(doc.get("language") or ""),
+            _long(doc, "version"),
+        )
+
+
+def _connections(doc: Mapping[Any, Any]) -> list[ClientConnection]:
+    items = doc.get("connectionSet") or []
+    if not isinstance(items, list):
+        raise BodyFormatError("connectionSet is not an array")
+    return [ClientConnection.from_json(item) for item in items]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConnection:
+    """GET_CONSUMER_CONNECTION_LIST's body: a group's online clients, how it consumes and
+    its subscriptions (topic → SubscriptionData's JSON object)."""
+
+    connections: tuple[ClientConnection, ...]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: Mapping[str, Mapping[str, Any]]
+
+    def encode(self) -> bytes:
+        from ..namesrv._java_order import java_order
+
+        table = {t: dict(self.subscriptions[t]) for t in java_order(self.subscriptions)}
+        return dumps(
+            {
+                "connectionSet": [c.to_json() for c in self.connections],
+                "consumeFromWhere": self.consume_from_where,
+                "consumeType": self.consume_type,
+                "messageModel": self.message_model,
+                "subscriptionTable": table,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> ConsumerConnection:
+        doc = _object(data, "ConsumerConnection")
+        table = doc.get("subscriptionTable") or {}
+        if not isinstance(table, Mapping) or not all(
+            isinstance(v, Mapping) for v in table.values()
+        ):
+            raise BodyFormatError("subscriptionTable is not an object of objects")
+        return cls(
+            tuple(_connections(doc)),
+            str(doc.get("consumeType") or ""),
+            str(doc.get("messageModel") or ""),
+            str(doc.get("consumeFromWhere") or ""),
+            {str(k): dict(v) for k, v in table.items()},
+        )
+
+
+def encode_producer_connection(connections: Sequence[ClientConnection]) -> bytes:
+    """GET_PRODUCER_CONNECTION_LIST's body (ProducerConnection)."""
+    return dumps({"connectionSet": [c.to_json() for c in connections]}).encode()
+
+
+def decode_producer_connection(
+    data: bytes | bytearray | memoryview | str,
+) -> list[ClientConnection]:
+    return _connections(_object(data, "ProducerConnection"))
+
+
+# ---- ConsumeStatsList -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ConsumeStatsList:
+    """GET_BROKER_CONSUME_STATS's body: per group, the ConsumeStats of each topic it has
+    offsets on; the broker's address and the sum of every lag."""
+
+    broker_addr: str
+    groups: list[tuple[str, list[ConsumeStats]]] = field(default_factory=list)
+    total_diff: int = 0
+
+    def encode(self) -> bytes:
+        def stats(s: ConsumeStats) -> dict[Any, Any]:
+            table = {queue_key(mq): s.offset_table[mq].to_json() for mq in sorted(s.offset_table)}
+            return {"consumeTps": float(s.consume_tps), "offsetTable": table}
+
+        doc = {
+            "brokerAddr": self.broker_addr,
+            "consumeStatsList": [{g: [stats(s) for s in lst]} for g, lst in self.groups],
+            "totalDiff": self.total_diff,
+        }
+        return dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> ConsumeStatsList:
+        doc = _object(data, "ConsumeStatsList")
+        items = doc.get("consumeStatsList") or []
+        if not isinstance(items, list):
+            raise BodyFormatError("consumeStatsList is not an array")
+        groups: list[tuple[str, list[ConsumeStats]]] = []
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise BodyFormatError("a consumeStatsList entry is not an object")
+            for group, lst in item.items():
+                if not isinstance(lst, list):
+                    raise BodyFormatError(f"the stats of {group!r} are not an array")
+                groups.append((str(group), [ConsumeStats.decode(dumps(s)) for s in lst]))
+        return cls(str(doc.get("brokerAddr") or ""), groups, _long(doc, "totalDiff"))
+
+
+# ---- BrokerStatsData ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsItem:
+    """The sum, TPS and average per addition of one stats item over one window."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"avgpt": float(self.avgpt), "sum": self.sum, "tps": float(self.tps)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> BrokerStatsItem:
+        if not isinstance(doc, Mapping):
+            raise BodyFormatError(f"not a BrokerStatsItem: {doc!r:.80}")
+        values = [doc.get(k, 0) for k in ("sum", "tps", "avgpt")]
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+            raise BodyFormatError(f"not a BrokerStatsItem: {doc!r:.80}")
+        return cls(int(values[0]), float(values[1]), float(values[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsData:
+    """VIEW_BROKER_STATS_DATA's body: one stats item over the last minute, hour and day."""
+
+    minute: BrokerStatsItem
+    hour: BrokerStatsItem
+    day: BrokerStatsItem
+
+    def encode(self) -> bytes:
+        return dumps(
+            {
+                "statsDay": self.day.to_json(),
+                "statsHour": self.hour.to_json(),
+                "statsMinute": self.minute.to_json(),
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> BrokerStatsData:
+        doc = _object(data, "BrokerStatsData")
+        return cls(
+            BrokerStatsItem.from_json(doc.get("statsMinute")),
+            BrokerStatsItem.from_json(doc.get("statsHour")),
+            BrokerStatsItem.from_json(doc.get("statsDay")),
+        )

@@ -1,6 +1,7 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
-``group update|delete|list``, ``consumer progress``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+``group update|delete|list``, ``consumer progress|connection``, ``producer connection``,
+``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
 """
@@ -520,6 +521,97 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
     console.print(f"Total lag: {stats.total_lag()}")
 
 
+def _connections_json(connections: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "client_id": c.client_id,
+            "client_addr": c.client_addr,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in connections
+    ]
+
+
+def _connections_table(title: str, connections: list[dict[str, Any]]) -> Any:
+    table = _table(
+        title,
+        [
+            ("#", "right"),
+            ("Client Id", "left"),
+            ("Client Addr", "left"),
+            ("Language", "left"),
+            ("Version", "right"),
+        ],
+    )
+    for i, c in enumerate(connections, 1):
+        table.add_row(str(i), c["client_id"], c["client_addr"], c["language"], str(c["version"]))
+    return table
+
+
+@consumer_group.command("connection")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@json_option
+def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
+    """A group's online consumers, how it consumes and what it subscribes."""
+    with _admin(namesrv) as admin:
+        cc = admin.examine_consumer_connection(group)
+    doc = {
+        "group": group,
+        "connections": _connections_json(cc.connections),
+        "consume_type": cc.consume_type,
+        "message_model": cc.message_model,
+        "consume_from_where": cc.consume_from_where,
+        "subscriptions": {
+            topic: {
+                "sub_string": sub.get("subString"),
+                "expression_type": sub.get("expressionType"),
+                "sub_version": sub.get("subVersion"),
+            }
+            for topic, sub in sorted(cc.subscriptions.items())
+        },
+    }
+    if as_json:
+        _dump(doc)
+        return
+    console = _console()
+    console.print(_connections_table(f"consumer group {group}", doc["connections"]))
+    subs = _table("subscriptions", [("Topic", "left"), ("Expression", "left")])
+    for topic, sub in doc["subscriptions"].items():
+        subs.add_row(topic, str(sub["sub_string"]))
+    console.print(subs)
+    console.print(f"ConsumeType: {cc.consume_type}")
+    console.print(f"MessageModel: {cc.message_model}")
+    console.print(f"ConsumeFromWhere: {cc.consume_from_where}")
+
+
+@click.group("producer", cls=ClientGroup)
+def producer_group() -> None:
+    """Producers: who is connected."""
+
+
+@producer_group.command("connection")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="producer group")
+@click.option("--topic", "-t", default=None, help="ask the brokers of this topic's route")
+@json_option
+def producer_connection(namesrv: str, group: str, topic: str | None, as_json: bool) -> None:
+    """A producer group's connected clients."""
+    with _admin(namesrv) as admin:
+        found = admin.examine_producer_connection(group, topic)
+    if not found:
+        raise click.ClickException(
+            f"no producer of group {group} is connected to any broker"
+            + (f" of topic {topic}" if topic else "")
+        )
+    connections = _connections_json(found)
+    if as_json:
+        _dump({"group": group, "connections": connections})
+        return
+    _console().print(_connections_table(f"producer group {group}", connections))
+
+
 # ---- message --------------------------------------------------------------------------------
 
 
@@ -648,4 +740,11 @@ def message_view(
         click.echo(f"{k:<{width}}  {v}")
 
 
-COMMANDS = [topic_group, cluster_group, subscription_group, consumer_group, message_group]
+COMMANDS = [
+    topic_group,
+    cluster_group,
+    subscription_group,
+    consumer_group,
+    producer_group,
+    message_group,
+]

@@ -8,15 +8,21 @@ Any thread (calls are serialised by the underlying RemotingClient).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..broker._admin_bodies import (
+    BrokerStatsData,
+    ClientConnection,
+    ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
     TopicOffset,
     decode_group_list,
     decode_kv_table,
+    decode_producer_connection,
     decode_topic_stats,
 )
 from ..broker._admin_bodies import loads as loads_body
@@ -52,6 +58,10 @@ GET_BROKER_CONFIG = 26
 GET_TOPIC_STATS_INFO = 202
 QUERY_TOPIC_CONSUME_BY_WHO = 300
 GET_CONSUMER_LIST_BY_GROUP = 38
+GET_CONSUMER_CONNECTION_LIST = 203
+GET_PRODUCER_CONNECTION_LIST = 204
+VIEW_BROKER_STATS_DATA = 315
+GET_BROKER_CONSUME_STATS = 317
 PERM_READ_WRITE = 6
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's tools pull with (no offsets kept)
 
@@ -328,6 +338,79 @@ class AdminClient:
         for addr in self.group_brokers(group, topic).values():
             result.merge(self.consume_stats(addr, group, topic))
         return result
+
+    def broker_consume_stats(self, addr: str, *, only_order: bool = False) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: every subscription group's progress on that broker."""
+        ext = {"isOrder": "true" if only_order else "false"}
+        return ConsumeStatsList.decode(self.call(addr, GET_BROKER_CONSUME_STATS, ext).body)
+
+    # ---- clients ----------------------------------------------------------------------------
+
+    def consumer_connection(self, addr: str, group: str) -> ConsumerConnection:
+        """GET_CONSUMER_CONNECTION_LIST: the group's consumers connected to that broker
+        (ClientError CONSUMER_NOT_ONLINE when none is)."""
+        r = self.call(addr, GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        return ConsumerConnection.decode(r.body)
+
+    def examine_consumer_connection(self, group: str) -> ConsumerConnection:
+        """The group's consumers on every broker of :meth:`group_brokers`, their connections
+        merged (ClientError CONSUMER_NOT_ONLINE when no broker has one)."""
+        found: ConsumerConnection | None = None
+        seen: dict[str, ClientConnection] = {}
+        for addr in self.group_brokers(group).values():
+            try:
+                answer = self.consumer_connection(addr, group)
+            except ClientError as exc:
+                if exc.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                    continue
+                raise
+            found = found or answer
+            for c in answer.connections:
+                seen.setdefault(c.client_id, c)
+        if found is None:
+            raise ClientError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        return dataclasses.replace(found, connections=tuple(seen.values()))
+
+    def producer_connection(self, addr: str, group: str) -> list[ClientConnection]:
+        """GET_PRODUCER_CONNECTION_LIST: the group's producers connected to that broker."""
+        r = self.call(addr, GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+        return decode_producer_connection(r.body)
+
+    def examine_producer_connection(
+        self, group: str, topic: str | None = None
+    ) -> list[ClientConnection]:
+        """The group's producers on the brokers of ``topic``'s route (every master without
+        one), merged by client id; [] when no broker knows the group."""
+        route = self.route(topic) if topic else None
+        if route is not None:
+            addrs = [a for b in route.brokers if (a := route.address(b)) is not None]
+        else:
+            addrs = list(self.masters().values())
+        seen: dict[str, ClientConnection] = {}
+        for addr in addrs:
+            r = self.call(
+                addr,
+                GET_PRODUCER_CONNECTION_LIST,
+                {"producerGroup": group},
+                ok=(ResponseCode.SYSTEM_ERROR,),
+            )
+            if r.code != ResponseCode.SUCCESS:
+                if "not exist" in (r.remark or ""):
+                    continue
+                raise ClientError(r.code, r.remark)
+            for c in decode_producer_connection(r.body):
+                seen.setdefault(c.client_id, c)
+        return list(seen.values())
+
+    # ---- broker counters --------------------------------------------------------------------
+
+    def broker_stats(self, addr: str, stats_name: str, stats_key: str) -> BrokerStatsData:
+        """VIEW_BROKER_STATS_DATA: one stats item (TOPIC_PUT_NUMS by topic, GROUP_GET_NUMS by
+        ``topic@group``, BROKER_PUT_NUMS by cluster, ...) over the last minute, hour, day."""
+        ext = {"statsName": stats_name, "statsKey": stats_key}
+        return BrokerStatsData.decode(self.call(addr, VIEW_BROKER_STATS_DATA, ext).body)
 
     def consumer_ids(self, addr: str, group: str) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP: the client ids of the group's consumers connected to
