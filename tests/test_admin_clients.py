@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -256,6 +257,7 @@ def test_consume_tps_broker_consume_stats_and_stats_data(
         assert len(consumer.pull(mq, 0, 4).messages) == 4
         assert len(consumer.pull(mq, 4, 4).messages) == 2
         consumer.commit_offset(mq, 5)
+    time.sleep(0.01)  # the TPS counts per millisecond: let at least one pass since the pulls
 
     stats = admin.consume_stats(addr, group, topic)
     assert stats.offset_table[mq].consumer_offset == 5

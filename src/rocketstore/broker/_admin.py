@@ -8,7 +8,8 @@ code   request                       ext fields → answer
                                      topicFilterType, topicSysFlag, order → SUCCESS; the
                                      broker registers with the name servers at once
 21     GET_ALL_TOPIC_CONFIG          → TopicConfigSerializeWrapper (compact fastjson)
-26     GET_BROKER_CONFIG             → ``key=value`` lines; ext version (DataVersion JSON)
+26     GET_BROKER_CONFIG             → ``key=value`` lines (RocketMQ's key names); ext
+                                     version (DataVersion JSON)
 28     GET_BROKER_RUNTIME_INFO       → KVTable: the store's runtime info and the broker's keys
 200    UPDATE_AND_CREATE_            body: SubscriptionGroupConfig JSON (camelCase; fields
        SUBSCRIPTIONGROUP             not given take the defaults, unknown ones are ignored)
@@ -438,23 +439,40 @@ class AdminProcessor:
 
     def all_configs(self) -> dict[str, str]:
         """The broker's and the store's settings by RocketMQ's camelCase names (as text)."""
-        from ._config import _CONF_KEYS
-
-        out: dict[str, str] = {}
-        broker_names = {v: k for k, v in _CONF_KEYS.items()}
-        for f in dataclasses.fields(self.broker.config):
-            value = getattr(self.broker.config, f.name)
-            out[broker_names.get(f.name) or _camel(f.name)] = _text(value)
-        for f in dataclasses.fields(self.broker.store_config):
-            if f.name in ("extra", "store_host", "store_port"):
-                continue
-            out.setdefault(_camel(f.name), _text(getattr(self.broker.store_config, f.name)))
-        for key, value in self.broker.store_config.extra:
-            out.setdefault(key, value)
+        out = config_texts(self.broker.config, self.broker.store_config)
         if self.broker.grpc_endpoint:
             # where this broker's gRPC front end listens (other brokers route 5.x clients here)
             out[GRPC_ENDPOINT_KEY] = self.broker.grpc_endpoint
         return out
+
+
+# the store's settings whose RocketMQ names are not the camelCase of rocketstore's
+STORE_KEY_NAMES = {
+    "warm_mapped_file_enable": "warmMapedFileEnable",
+    "flush_least_pages_when_warm_mapped_file": "flushLeastPagesWhenWarmMapedFile",
+    "destroy_mapped_file_interval_forcibly": "destroyMapedFileIntervalForcibly",
+    "check_crc_on_recover": "checkCRCOnRecover",
+    "os_page_cache_busy_timeout_mills": "osPageCacheBusyTimeOutMills",
+}
+
+
+def config_texts(config: Any, store_config: Any) -> dict[str, str]:
+    """Broker and store settings by RocketMQ's names (BrokerConfig's, MessageStoreConfig's
+    spelling, "Maped" included), values as text; broker.conf's other keys as given."""
+    from ._config import _CONF_KEYS
+
+    out: dict[str, str] = {}
+    broker_names = {v: k for k, v in _CONF_KEYS.items()}
+    for f in dataclasses.fields(config):
+        out[broker_names.get(f.name) or _camel(f.name)] = _text(getattr(config, f.name))
+    for f in dataclasses.fields(store_config):
+        if f.name in ("extra", "store_host", "store_port"):
+            continue
+        key = STORE_KEY_NAMES.get(f.name) or _camel(f.name)
+        out.setdefault(key, _text(getattr(store_config, f.name)))
+    for key, value in store_config.extra:
+        out.setdefault(key, value)
+    return out
 
 
 def validate_group(group: str) -> None:

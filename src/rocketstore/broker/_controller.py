@@ -30,6 +30,7 @@ from ..store._config import StoreConfig
 from ..store._store import MessageStore
 from ._admin import AdminProcessor
 from ._admin_clients import ClientAdminProcessor
+from ._admin_config import ConfigAdminProcessor
 from ._clients import ClientProcessor
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
@@ -169,6 +170,7 @@ class BrokerController:
             QueueLockProcessor(self),
             AdminProcessor(self),
             ClientAdminProcessor(self),
+            ConfigAdminProcessor(self),
             QueryProcessor(self),
             self.end_transaction,
         ):

@@ -1,7 +1,7 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
 ``group update|delete|list``, ``consumer progress|connection``, ``producer connection``,
-``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+``broker-config get|update``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
 """
@@ -612,6 +612,85 @@ def producer_connection(namesrv: str, group: str, topic: str | None, as_json: bo
     _console().print(_connections_table(f"producer group {group}", connections))
 
 
+# ---- broker and name-server settings, broker counters ---------------------------------------
+
+
+@click.group("broker-config", cls=ClientGroup)
+def broker_config_group() -> None:
+    """A running broker's settings (RocketMQ's key names)."""
+
+
+@broker_config_group.command("get")
+@namesrv_option
+@cluster_option
+@broker_option
+@click.option("--key", "-k", "keys", multiple=True, help="only this key (repeatable)")
+@json_option
+def broker_config_get(
+    namesrv: str, cluster: str | None, broker: str | None, keys: tuple[str, ...], as_json: bool
+) -> None:
+    """GET_BROKER_CONFIG of a broker, or of every master."""
+    with _admin(namesrv) as admin:
+        configs = {addr: admin.broker_config(addr) for addr in _targets(admin, cluster, broker)}
+    if keys:
+        configs = {a: {k: c[k] for k in keys if k in c} for a, c in configs.items()}
+    if as_json:
+        _dump(configs)
+        return
+    for addr, config in configs.items():
+        click.echo(f"============{addr}============")
+        for key in sorted(config):
+            click.echo(f"{key:<50}=  {config[key]}")
+
+
+@broker_config_group.command("update")
+@namesrv_option
+@cluster_option
+@broker_option
+@click.option("--key", "-k", required=True, help="the setting's name, e.g. brokerPermission")
+@click.option("--value", "-v", required=True, help="its new value")
+def broker_config_update(
+    namesrv: str, cluster: str | None, broker: str | None, key: str, value: str
+) -> None:
+    """UPDATE_BROKER_CONFIG on a broker, or on every master: applied at once, in memory."""
+    with _admin(namesrv) as admin:
+        for addr in _targets(admin, cluster, broker):
+            remark = admin.update_broker_config(addr, {key: value})
+            click.echo(f"update broker config success, {addr}" + (f": {remark}" if remark else ""))
+
+
+@click.group("namesrv-config", cls=ClientGroup)
+def namesrv_config_group() -> None:
+    """The name servers' settings."""
+
+
+@namesrv_config_group.command("get")
+@namesrv_option
+@json_option
+def namesrv_config_get(namesrv: str, as_json: bool) -> None:
+    """GET_NAMESRV_CONFIG of every name server given."""
+    with _admin(namesrv) as admin:
+        configs = admin.namesrv_configs()
+    if as_json:
+        _dump(configs)
+        return
+    for addr, config in configs.items():
+        click.echo(f"============{addr}============")
+        for key in sorted(config):
+            click.echo(f"{key:<50}=  {config[key]}")
+
+
+@namesrv_config_group.command("update")
+@namesrv_option
+@click.option("--key", "-k", required=True)
+@click.option("--value", "-v", required=True)
+def namesrv_config_update(namesrv: str, key: str, value: str) -> None:
+    """UPDATE_NAMESRV_CONFIG on every name server given (in memory)."""
+    with _admin(namesrv) as admin:
+        admin.update_namesrv_config({key: value})
+    click.echo(f"update name server config success: {key}={value}")
+
+
 # ---- message --------------------------------------------------------------------------------
 
 
@@ -746,5 +825,7 @@ COMMANDS = [
     subscription_group,
     consumer_group,
     producer_group,
+    broker_config_group,
+    namesrv_config_group,
     message_group,
 ]

@@ -28,6 +28,7 @@ from ..broker._admin_bodies import (
 from ..broker._admin_bodies import loads as loads_body
 from ..broker._subscription_group import SubscriptionGroupConfig
 from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
+from ..namesrv._properties import format_properties, parse_properties
 from ..remoting import (
     RemotingClient,
     RemotingCommand,
@@ -58,6 +59,9 @@ GET_BROKER_CONFIG = 26
 GET_TOPIC_STATS_INFO = 202
 QUERY_TOPIC_CONSUME_BY_WHO = 300
 GET_CONSUMER_LIST_BY_GROUP = 38
+UPDATE_BROKER_CONFIG = 25
+UPDATE_NAMESRV_CONFIG = 318
+GET_NAMESRV_CONFIG = 319
 GET_CONSUMER_CONNECTION_LIST = 203
 GET_PRODUCER_CONNECTION_LIST = 204
 VIEW_BROKER_STATS_DATA = 315
@@ -309,6 +313,39 @@ class AdminClient:
             if sep:
                 out[key] = value
         return out
+
+    def update_broker_config(self, addr: str, values: dict[str, str]) -> str:
+        """UPDATE_BROKER_CONFIG: change settings of the broker at ``addr`` while it runs; the
+        broker's remark (what it did) or ''. ClientError when it refuses (nothing applied)."""
+        body = format_properties(values).encode("utf-8")
+        r = self.client.invoke(addr, RemotingCommand.request(UPDATE_BROKER_CONFIG, {}, body=body))
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(r.code, r.remark)
+        return r.remark or ""
+
+    def namesrv_configs(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every name server: address → its settings."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        out: dict[str, dict[str, str]] = {}
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(addr, RemotingCommand.request(GET_NAMESRV_CONFIG, {}))
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+            out[addr] = parse_properties(bytes(r.body))
+        return out
+
+    def update_namesrv_config(self, values: dict[str, str]) -> None:
+        """UPDATE_NAMESRV_CONFIG on every name server (each must accept)."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        body = format_properties(values).encode("utf-8")
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(
+                addr, RemotingCommand.request(UPDATE_NAMESRV_CONFIG, {}, body=body)
+            )
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
 
     # ---- consumer progress ------------------------------------------------------------------
 
