@@ -435,3 +435,76 @@ class BrokerStatsData:
             BrokerStatsItem.from_json(doc.get("statsHour")),
             BrokerStatsItem.from_json(doc.get("statsDay")),
         )
+
+
+# ---- QueryConsumeQueueResponseBody ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeQueueUnit:
+    """One consume-queue unit as QUERY_CONSUME_QUEUE answers it (RocketMQ's
+    ConsumeQueueData; this store keeps no extended units, so no bitMap / extendDataJson)."""
+
+    phys_offset: int
+    size: int
+    tags_code: int
+    eval: bool = False
+    msg: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"eval": self.eval}
+        if self.msg is not None:
+            doc["msg"] = self.msg
+        doc.update(physicOffset=self.phys_offset, physicSize=self.size, tagsCode=self.tags_code)
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class QueryConsumeQueueBody:
+    """QUERY_CONSUME_QUEUE's body: the queue's bounds, the units asked for and, when a group
+    was given, its subscription (or why there is none)."""
+
+    min_queue_index: int
+    max_queue_index: int
+    units: tuple[ConsumeQueueUnit, ...] = ()
+    subscription: Mapping[str, Any] | None = None
+    filter_data: str | None = None
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {}
+        if self.filter_data is not None:
+            doc["filterData"] = self.filter_data
+        doc["maxQueueIndex"] = self.max_queue_index
+        doc["minQueueIndex"] = self.min_queue_index
+        doc["queueData"] = [u.to_json() for u in self.units]
+        if self.subscription is not None:
+            doc["subscriptionData"] = dict(self.subscription)
+        return dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> QueryConsumeQueueBody:
+        doc = _object(data, "QueryConsumeQueueResponseBody")
+        items = doc.get("queueData") or []
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            raise BodyFormatError("queueData is not an array of objects")
+        units = tuple(
+            ConsumeQueueUnit(
+                _long(i, "physicOffset"),
+                _long(i, "physicSize"),
+                _long(i, "tagsCode"),
+                bool(i.get("eval", False)),
+                None if i.get("msg") is None else str(i["msg"]),
+            )
+            for i in items
+        )
+        sub = doc.get("subscriptionData")
+        if sub is not None and not isinstance(sub, Mapping):
+            raise BodyFormatError("subscriptionData is not an object")
+        filter_data = doc.get("filterData")
+        return cls(
+            _long(doc, "minQueueIndex"),
+            _long(doc, "maxQueueIndex"),
+            units,
+            None if sub is None else dict(sub),
+            None if filter_data is None else str(filter_data),
+        )

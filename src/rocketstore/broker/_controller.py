@@ -31,6 +31,7 @@ from ..store._store import MessageStore
 from ._admin import AdminProcessor
 from ._admin_clients import ClientAdminProcessor
 from ._admin_config import ConfigAdminProcessor
+from ._admin_queue import QueueAdminProcessor
 from ._clients import ClientProcessor
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
@@ -171,6 +172,7 @@ class BrokerController:
             AdminProcessor(self),
             ClientAdminProcessor(self),
             ConfigAdminProcessor(self),
+            QueueAdminProcessor(self),
             QueryProcessor(self),
             self.end_transaction,
         ):

@@ -19,6 +19,7 @@ from ..broker._admin_bodies import (
     ConsumerConnection,
     ConsumeStats,
     ConsumeStatsList,
+    QueryConsumeQueueBody,
     TopicOffset,
     decode_group_list,
     decode_kv_table,
@@ -66,6 +67,9 @@ GET_CONSUMER_CONNECTION_LIST = 203
 GET_PRODUCER_CONNECTION_LIST = 204
 VIEW_BROKER_STATS_DATA = 315
 GET_BROKER_CONSUME_STATS = 317
+CLEAN_EXPIRED_CONSUMEQUEUE = 306
+CLEAN_UNUSED_TOPIC = 316
+QUERY_CONSUME_QUEUE = 321
 PERM_READ_WRITE = 6
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's tools pull with (no offsets kept)
 
@@ -440,6 +444,33 @@ class AdminClient:
             for c in decode_producer_connection(r.body):
                 seen.setdefault(c.client_id, c)
         return list(seen.values())
+
+    # ---- consume queues ---------------------------------------------------------------------
+
+    def query_consume_queue(
+        self,
+        addr: str,
+        topic: str,
+        queue_id: int,
+        index: int,
+        count: int,
+        group: str | None = None,
+    ) -> QueryConsumeQueueBody | None:
+        """QUERY_CONSUME_QUEUE: ``count`` units of a consume queue from ``index``; None when
+        the index is outside the queue (the broker answers without a body)."""
+        ext = {"topic": topic, "queueId": str(queue_id), "index": str(index), "count": str(count)}
+        if group:
+            ext["consumerGroup"] = group
+        r = self.call(addr, QUERY_CONSUME_QUEUE, ext)
+        return QueryConsumeQueueBody.decode(r.body) if len(r.body) else None
+
+    def clean_expired_consume_queue(self, addr: str) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE on the broker at ``addr``."""
+        self.call(addr, CLEAN_EXPIRED_CONSUMEQUEUE)
+
+    def clean_unused_topic(self, addr: str) -> None:
+        """CLEAN_UNUSED_TOPIC on the broker at ``addr``."""
+        self.call(addr, CLEAN_UNUSED_TOPIC)
 
     # ---- broker counters --------------------------------------------------------------------
 
