@@ -508,3 +508,42 @@ class QueryConsumeQueueBody:
             None if sub is None else dict(sub),
             None if filter_data is None else str(filter_data),
         )
+
+
+# ---- ResetOffsetBody ------------------------------------------------------------------------
+
+
+def encode_reset_offset(table: Mapping[MessageQueue, int], *, for_cpp: bool = False) -> bytes:
+    """RESET_CONSUMER_OFFSET's answer and RESET_CONSUMER_CLIENT_OFFSET's body: ResetOffsetBody
+    (queue → offset), or ResetOffsetBodyForC (a list) for C++ clients."""
+    if for_cpp:
+        items = [
+            {
+                "brokerName": mq.broker_name,
+                "offset": table[mq],
+                "queueId": mq.queue_id,
+                "topic": mq.topic,
+            }
+            for mq in sorted(table)
+        ]
+        return dumps({"offsetTable": items}).encode()
+    return dumps({"offsetTable": {queue_key(mq): table[mq] for mq in sorted(table)}}).encode()
+
+
+def decode_reset_offset(data: bytes | bytearray | memoryview | str) -> dict[MessageQueue, int]:
+    """A ResetOffsetBody, or a ResetOffsetBodyForC."""
+    table = _object(data, "ResetOffsetBody").get("offsetTable") or {}
+    out: dict[MessageQueue, int] = {}
+    if isinstance(table, list):
+        for item in table:
+            if not isinstance(item, Mapping):
+                raise BodyFormatError("an offsetTable entry is not an object")
+            out[parse_queue_key(item)] = _long(item, "offset")
+        return out
+    if not isinstance(table, Mapping):
+        raise BodyFormatError("offsetTable is not an object")
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BodyFormatError(f"offset of {key!r} is not an integer")
+        out[parse_queue_key(key)] = value
+    return out

@@ -13,6 +13,15 @@ code   request                       ext fields → answer
                                      exist"
 317    GET_BROKER_CONSUME_STATS      [isOrder] → ConsumeStatsList: every subscription group's
                                      progress on each topic it has offsets on
+222    RESET_CONSUMER_OFFSET         topic, group, timestamp (-1: the end), isForce → the
+                                     offset of each write queue at that time (only moved
+                                     back unless isForce) sent to every client of the group
+                                     as RESET_CONSUMER_CLIENT_OFFSET (220, one way; the
+                                     clients move and commit); the answer: ResetOffsetBody.
+                                     A group without offsets on a queue: SYSTEM_ERROR "THe
+                                     consumer group <G> not exist"; no client online:
+                                     CONSUMER_NOT_ONLINE (mqadmin then sets the offsets
+                                     itself); no such topic: SYSTEM_ERROR
 =====  ============================  =========================================================
 
 Stats names: TOPIC_PUT_NUMS / TOPIC_PUT_SIZE by topic, GROUP_GET_NUMS / GROUP_GET_SIZE by
@@ -26,6 +35,7 @@ Loop thread; the work that reads many queues runs in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_bool, ext_str
@@ -36,6 +46,7 @@ from ._admin import (
     RequestError,
     _guarded,
     _ok,
+    _required_int,
     _required_str,
 )
 from ._admin_bodies import (
@@ -45,7 +56,9 @@ from ._admin_bodies import (
     ConsumerConnection,
     ConsumeStats,
     ConsumeStatsList,
+    MessageQueue,
     encode_producer_connection,
+    encode_reset_offset,
 )
 from ._consumer_manager import ClientChannelInfo
 from ._services import HasProducers
@@ -58,11 +71,15 @@ from ._stats import (
     TOPIC_PUT_SIZE,
 )
 
+log = logging.getLogger(__name__)
 RC = ResponseCode
 GET_CONSUMER_CONNECTION_LIST = 203
 GET_PRODUCER_CONNECTION_LIST = 204
 VIEW_BROKER_STATS_DATA = 315
 GET_BROKER_CONSUME_STATS = 317
+RESET_CONSUMER_OFFSET = 222
+RESET_CONSUMER_CLIENT_OFFSET = 220
+V3_0_7_SNAPSHOT = 28  # MQVersion ordinal: clients from here on take offset resets
 STATS_NAMES = (
     TOPIC_PUT_NUMS,
     TOPIC_PUT_SIZE,
@@ -83,7 +100,7 @@ def _connection(info: ClientChannelInfo[Connection]) -> ClientConnection:
 
 
 class ClientAdminProcessor:
-    """Serves 203, 204, 315 and 317 for one BrokerController (loop thread)."""
+    """Serves 203, 204, 222, 315 and 317 for one BrokerController (loop thread)."""
 
     def __init__(self, broker: ClientAdminContext) -> None:
         self.broker = broker
@@ -95,8 +112,72 @@ class ClientAdminProcessor:
             GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
             VIEW_BROKER_STATS_DATA: self.view_stats,
             GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
+            RESET_CONSUMER_OFFSET: self.reset_offset,
         }
         return {code: _guarded(fn) for code, fn in table.items()}
+
+    def reset_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        topic = _required_str(ext, "topic")
+        group = _required_str(ext, "group")
+        timestamp = _required_int(ext, "timestamp")
+        force = ext_bool(ext, "isForce")
+        broker = self.broker
+        log.info(
+            "[reset-offset] started by %s: topic=%s group=%s timestamp=%d force=%s",
+            conn.peer,
+            topic,
+            group,
+            timestamp,
+            force,
+        )
+        config = broker.topics.select(topic)
+        if config is None:
+            raise RequestError(
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
+            )
+        store = broker.store
+        table: dict[MessageQueue, int] = {}
+        for qid in range(config.write_queue_nums):
+            current = broker.offsets.query_offset(group, topic, qid)
+            if current == -1:
+                raise RequestError(f"THe consumer group <{group}> not exist")
+            if timestamp == -1:
+                target = store.get_max_offset_in_queue(topic, qid)
+            else:
+                target = store.get_offset_in_queue_by_time(topic, qid, timestamp)
+            target = max(0, target)
+            table[MessageQueue(topic, broker.config.broker_name, qid)] = (
+                target if force or target < current else current
+            )
+        clients = broker.consumers.group_info(group)
+        if clients is None or not clients.clients:
+            return RemotingCommand.response(
+                RC.CONSUMER_NOT_ONLINE,
+                "Consumer not online, so can not reset offset, "
+                f"Group: {group} Topic: {topic} Timestamp: {timestamp}",
+            )
+        header = {"topic": topic, "group": group, "timestamp": str(timestamp)}
+        for client in clients.clients:
+            if client.version < V3_0_7_SNAPSHOT:
+                raise RequestError(
+                    f"the client does not support this feature. version={client.version}"
+                )
+        for client in clients.clients:
+            channel = client.channel
+            if not isinstance(channel, Connection) or channel.closed:
+                continue
+            request = RemotingCommand.request(
+                RESET_CONSUMER_CLIENT_OFFSET,
+                dict(header),
+                encode_reset_offset(table, for_cpp=client.language == "CPP"),
+                oneway=True,
+            )
+            if channel.send(request):
+                log.info(
+                    "[reset-offset] sent to %s: topic=%s group=%s", client.client_id, topic, group
+                )
+        return _ok(encode_reset_offset(table))
 
     def consumer_connection(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group = _required_str(cmd.ext_fields, "consumerGroup")

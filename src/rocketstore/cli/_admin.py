@@ -1,6 +1,6 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
-``group update|delete|list``, ``consumer progress|connection``, ``producer connection``,
+``group update|delete|list``, ``consumer progress|connection|reset-offset``, ``producer connection``,
 ``broker-config get|update``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
@@ -584,6 +584,49 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
     console.print(f"ConsumeType: {cc.consume_type}")
     console.print(f"MessageModel: {cc.message_model}")
     console.print(f"ConsumeFromWhere: {cc.consume_from_where}")
+
+
+@consumer_group.command("reset-offset")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@click.option("--topic", "-t", required=True)
+@click.option(
+    "--time",
+    "timestamp",
+    type=int,
+    required=True,
+    help="store time in ms since the epoch (-1: the end of each queue)",
+)
+@click.option(
+    "--force/--no-force", default=True, show_default=True, help="also move offsets forward"
+)
+@json_option
+def consumer_reset_offset(
+    namesrv: str, group: str, topic: str, timestamp: int, force: bool, as_json: bool
+) -> None:
+    """Move a group's offsets on a topic to a point in time: online consumers are told by
+    their brokers; an offline group's offsets are set directly."""
+    if timestamp < -1:
+        raise click.BadParameter("must be a time in ms or -1", param_hint="--time")
+    with _admin(namesrv) as admin:
+        online, table = admin.reset_consumer_offset(group, topic, timestamp, force=force)
+    rows = [
+        {"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": o}
+        for mq, o in sorted(table.items())
+    ]
+    if as_json:
+        _dump({"group": group, "topic": topic, "online": online, "queues": rows})
+        return
+    table_out = _table(
+        f"consumer group {group}: offsets reset "
+        + ("by its online clients" if online else "(the group is not online)"),
+        [("Topic", "left"), ("Broker Name", "left"), ("QID", "right"), ("Offset", "right")],
+    )
+    for row in rows:
+        table_out.add_row(
+            row["topic"], row["broker_name"], str(row["queue_id"]), str(row["offset"])
+        )
+    _console().print(table_out)
 
 
 @click.group("producer", cls=ClientGroup)

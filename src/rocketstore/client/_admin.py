@@ -24,6 +24,7 @@ from ..broker._admin_bodies import (
     decode_group_list,
     decode_kv_table,
     decode_producer_connection,
+    decode_reset_offset,
     decode_topic_stats,
 )
 from ..broker._admin_bodies import loads as loads_body
@@ -70,6 +71,7 @@ GET_BROKER_CONSUME_STATS = 317
 CLEAN_EXPIRED_CONSUMEQUEUE = 306
 CLEAN_UNUSED_TOPIC = 316
 QUERY_CONSUME_QUEUE = 321
+RESET_CONSUMER_OFFSET = 222
 PERM_READ_WRITE = 6
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's tools pull with (no offsets kept)
 
@@ -547,6 +549,38 @@ class AdminClient:
             self.update_consumer_offset(addr, group, mq, new)
             out[mq] = (old, new)
         return out
+
+    def reset_consumer_offset(
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> tuple[bool, dict[MessageQueue, int]]:
+        """RESET_CONSUMER_OFFSET on every broker of ``topic``'s route (mqadmin's
+        resetOffsetByTime): the brokers tell the group's online clients to move to the offset
+        at ``timestamp_ms`` (-1: the end; ``force`` False only moves back). When the group is
+        not online the offsets are set here instead (:meth:`reset_offset_by_time`). Returns
+        (whether the clients were told, queue → new offset)."""
+        check_group(group)
+        route = self.route(topic)
+        if route is None:
+            raise TopicNotFoundError(topic, f"no route for topic {topic}")
+        ext = {
+            "topic": topic,
+            "group": group,
+            "timestamp": str(timestamp_ms),
+            "isForce": "true" if force else "false",
+        }
+        table: dict[MessageQueue, int] = {}
+        for broker_name in route.brokers:
+            addr = route.address(broker_name)
+            if addr is None:
+                continue
+            r = self.call(addr, RESET_CONSUMER_OFFSET, ext, ok=(ResponseCode.CONSUMER_NOT_ONLINE,))
+            if r.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                if timestamp_ms < 0:
+                    raise ClientError(r.code, r.remark)
+                old = self.reset_offset_by_time(group, topic, timestamp_ms)
+                return False, {mq: new for mq, (_, new) in old.items()}
+            table.update(decode_reset_offset(r.body))
+        return True, table
 
     def pull_messages(
         self, addr: str, mq: MessageQueue, offset: int, max_nums: int = 32
