@@ -290,3 +290,37 @@ def test_consume_tps_broker_consume_stats_and_stats_data(
         assert (r.code, r.remark) == (RC.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
     r = raw_call(addr, 315, {"statsKey": topic})
     assert r.code == RC.SYSTEM_ERROR and r.remark == "the custom field <statsName> is null"
+
+
+def test_cli_broker_stats(cluster: Cluster, admin: AdminClient) -> None:
+    topic, group = "CliStatsTopic", "G_cli_stats"
+    addr = cluster.addr("broker-a")
+    create_everywhere(admin, cluster, topic, queues=1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    with Producer(cluster.namesrv) as producer:
+        for i in range(3):
+            producer.send(topic, b"m%d" % i, queue=mq)
+    with PullConsumer(cluster.namesrv, group) as consumer:
+        assert len(consumer.pull(mq, 0, 8).messages) == 3
+        consumer.commit_offset(mq, 3)
+
+    args = ("broker-stats", "-n", cluster.namesrv, "-b", addr)
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {(r["name"], r["key"]): r for r in json.loads(result.output)}
+    assert rows[("TOPIC_PUT_NUMS", topic)]["day"]["sum"] == 3
+    assert rows[("GROUP_GET_NUMS", f"{topic}@{group}")]["minute"]["sum"] == 3
+
+    result = invoke(*args, "--name", "GROUP_GET_SIZE", "--key", f"{topic}@{group}", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["minute"]["sum"] > 0
+    result = invoke(*args)
+    assert result.exit_code == 0 and topic in result.output
+
+    result = invoke(*args, "--name", "TOPIC_PUT_NUMS", "--key", "NoSuchTopic")
+    assert result.exit_code == 1 and "The stats <TOPIC_PUT_NUMS> <NoSuchTopic> not exist" in (
+        result.output
+    )
+    result = invoke(*args, "--name", "TOPIC_PUT_NUMS")
+    assert result.exit_code == 2 and "together" in result.output

@@ -1,7 +1,7 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
 ``group update|delete|list``, ``consumer progress|connection|reset-offset``, ``producer connection``,
-``broker-config get|update``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+``broker-config get|update``, ``broker-stats``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
 """
@@ -702,6 +702,96 @@ def broker_config_update(
             click.echo(f"update broker config success, {addr}" + (f": {remark}" if remark else ""))
 
 
+def _stats_item(item: Any) -> dict[str, Any]:
+    return {"sum": item.sum, "tps": item.tps, "avgpt": item.avgpt}
+
+
+def _maybe_stats(admin: Any, addr: str, name: str, key: str) -> Any:
+    """One stats item, or None when the broker has none by that name and key."""
+    from ..client import ClientError
+
+    try:
+        return admin.broker_stats(addr, name, key)
+    except ClientError as exc:
+        if "not exist" in (exc.remark or ""):
+            return None
+        raise
+
+
+@click.command("broker-stats")
+@namesrv_option
+@cluster_option
+@broker_option
+@click.option("--name", "stats_name", default=None, help="one stats item: e.g. TOPIC_PUT_NUMS")
+@click.option("--key", "stats_key", default=None, help="its key: a topic, TOPIC@GROUP, ...")
+@json_option
+def broker_stats(
+    namesrv: str,
+    cluster: str | None,
+    broker: str | None,
+    stats_name: str | None,
+    stats_key: str | None,
+    as_json: bool,
+) -> None:
+    """Messages in and out of brokers over the last minute, hour and day (RocketMQ's stats
+    items); without --name, every topic's puts and every consuming group's gets."""
+    if (stats_name is None) != (stats_key is None):
+        raise click.UsageError("give --name and --key together, or neither")
+    rows: list[dict[str, Any]] = []
+    with _admin(namesrv) as admin:
+        for addr in _targets(admin, cluster, broker):
+            if stats_name is not None and stats_key is not None:
+                wanted = [(stats_name, stats_key)]
+            else:
+                wanted = []
+                for topic in sorted(admin.topic_configs(addr)):
+                    wanted.append(("TOPIC_PUT_NUMS", topic))
+                    for group in admin.topic_consumer_groups(addr, topic):
+                        wanted.append(("GROUP_GET_NUMS", f"{topic}@{group}"))
+            for name, key in wanted:
+                data = _maybe_stats(admin, addr, name, key)
+                if data is None:
+                    if stats_name is not None:
+                        raise click.ClickException(f"The stats <{name}> <{key}> not exist")
+                    continue
+                rows.append(
+                    {
+                        "broker": addr,
+                        "name": name,
+                        "key": key,
+                        "minute": _stats_item(data.minute),
+                        "hour": _stats_item(data.hour),
+                        "day": _stats_item(data.day),
+                    }
+                )
+    if as_json:
+        _dump(rows)
+        return
+    table = _table(
+        "broker stats",
+        [
+            ("Broker", "left"),
+            ("Stats", "left"),
+            ("Key", "left"),
+            ("TPS (minute)", "right"),
+            ("Minute", "right"),
+            ("Hour", "right"),
+            ("Day", "right"),
+        ],
+    )
+    for row in rows:
+        table.add_row(
+            row["broker"],
+            row["name"],
+            row["key"],
+            f"{row['minute']['tps']:.2f}",
+            str(row["minute"]["sum"]),
+            str(row["hour"]["sum"]),
+            str(row["day"]["sum"]),
+        )
+    _console().print(table)
+
+
 @click.group("namesrv-config", cls=ClientGroup)
 def namesrv_config_group() -> None:
     """The name servers' settings."""
@@ -869,6 +959,7 @@ COMMANDS = [
     consumer_group,
     producer_group,
     broker_config_group,
+    broker_stats,
     namesrv_config_group,
     message_group,
 ]
