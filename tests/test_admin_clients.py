@@ -110,6 +110,14 @@ def test_rolling_counter_windows() -> None:
         counter.maybe_sample(t)
     assert counter.window(220_000, 0) == (0, 0.0, 0.0)
 
+    # one burst, then nothing: gone from the minute five minutes later, still in the hour
+    idle = RollingCounter()
+    idle.add(0, 6)
+    assert idle.window(300_000, 0) == (0, 0.0, 0.0)
+    total, tps, avgpt = idle.window(300_000, 1)
+    assert (total, avgpt) == (6, 6.0) and tps == pytest.approx(6 / 300)
+    assert idle.window(5_000, 0)[0] == 6
+
 
 # ---- a cluster --------------------------------------------------------------------------------
 

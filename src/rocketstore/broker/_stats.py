@@ -236,15 +236,29 @@ class RollingCounter:
         self.times = max(self.times, times)
 
     def window(self, now_ms: int, index: int) -> tuple[int, float, float]:
-        """(sum, tps, avgpt) of window ``index`` (0 minute, 1 hour, 2 day) up to now."""
+        """(sum, tps, avgpt) of window ``index`` (0 minute, 1 hour, 2 day) up to now.
+
+        Samples are taken lazily, before an addition that comes an interval or more after the
+        last one; so a value reached after sample k holds from ``ts_k + interval`` on, and the
+        window's start value is known even when no sample was taken then."""
         samples = self.samples[index]
         if not samples:
             return 0, 0.0, 0.0
-        ts, value, times = samples[0]
-        total = self.value - value
-        elapsed = now_ms - ts
+        interval, keep = _WINDOWS_MS[index]
+        start = now_ms - interval * (keep - 1)
+        base_ts, base_value, base_times = samples[0]
+        for i, (ts, value, times) in enumerate(samples):
+            if ts > start:
+                break
+            if start >= ts + interval:
+                later = samples[i + 1] if i + 1 < len(samples) else (now_ms, self.value, self.times)
+                base_ts, base_value, base_times = start, later[1], later[2]
+            else:
+                base_ts, base_value, base_times = ts, value, times
+        total = self.value - base_value
+        elapsed = now_ms - base_ts
         tps = total * 1000.0 / elapsed if elapsed > 0 else 0.0
-        times_diff = self.times - times
+        times_diff = self.times - base_times
         return total, tps, (total / times_diff if times_diff > 0 else 0.0)
 
 
