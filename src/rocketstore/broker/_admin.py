@@ -8,7 +8,8 @@ code   request                       ext fields → answer
                                      topicFilterType, topicSysFlag, order → SUCCESS; the
                                      broker registers with the name servers at once
 21     GET_ALL_TOPIC_CONFIG          → TopicConfigSerializeWrapper (compact fastjson)
-26     GET_BROKER_CONFIG             → ``key=value`` lines; ext version (DataVersion JSON)
+26     GET_BROKER_CONFIG             → ``key=value`` lines (RocketMQ's key names); ext
+                                     version (DataVersion JSON)
 28     GET_BROKER_RUNTIME_INFO       → KVTable: the store's runtime info and the broker's keys
 200    UPDATE_AND_CREATE_            body: SubscriptionGroupConfig JSON (camelCase; fields
        SUBSCRIPTIONGROUP             not given take the defaults, unknown ones are ignored)
@@ -29,7 +30,7 @@ change requested of a slave: SYSTEM_ERROR with RocketMQ's remark (or one saying 
 wrong where RocketMQ has none). Handlers run on the broker's event loop; the ones
 that read many queues or touch files run their work in a worker thread.
 
-The consume TPS of a group is 0.0: the broker keeps no per-group pull statistics yet.
+A group's consume TPS is the messages a second pulled by it over the last minute.
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) is served by the slave-sync processor.
 """
 
@@ -73,11 +74,13 @@ from ._services import (
     HasEndpoints,
     HasGroups,
     HasOffsets,
+    HasStats,
     HasStore,
     HasStoreConfig,
     HasTopics,
     TopicCreation,
 )
+from ._stats import GROUP_GET_NUMS
 from ._subscription_group import SubscriptionGroupConfig
 from ._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
 
@@ -112,6 +115,7 @@ class AdminContext(
     HasEndpoints,
     HasGroups,
     HasOffsets,
+    HasStats,
     HasStore,
     HasStoreConfig,
     HasTopics,
@@ -347,7 +351,14 @@ class AdminProcessor:
         group = _required_str(ext, "consumerGroup")
         topic = ext_str(ext, "topic") or ""
         stats = await asyncio.to_thread(self.consume_stats, group, topic.strip() or None)
+        stats.consume_tps = self.consume_tps(group, {mq.topic for mq in stats.offset_table})
         return _ok(stats.encode())
+
+    def consume_tps(self, group: str, topics: set[str]) -> float:
+        """Messages a second handed to ``group`` from ``topics`` over the last minute (loop
+        thread: the pull counters are the loop's)."""
+        rolling = self.broker.stats.rolling
+        return sum(rolling.tps(GROUP_GET_NUMS, f"{t}@{group}") for t in topics)
 
     def consume_stats(self, group: str, topic: str | None) -> ConsumeStats:
         """The group's progress on ``topic``, or on every topic it has offsets on (any
@@ -428,23 +439,40 @@ class AdminProcessor:
 
     def all_configs(self) -> dict[str, str]:
         """The broker's and the store's settings by RocketMQ's camelCase names (as text)."""
-        from ._config import _CONF_KEYS
-
-        out: dict[str, str] = {}
-        broker_names = {v: k for k, v in _CONF_KEYS.items()}
-        for f in dataclasses.fields(self.broker.config):
-            value = getattr(self.broker.config, f.name)
-            out[broker_names.get(f.name) or _camel(f.name)] = _text(value)
-        for f in dataclasses.fields(self.broker.store_config):
-            if f.name in ("extra", "store_host", "store_port"):
-                continue
-            out.setdefault(_camel(f.name), _text(getattr(self.broker.store_config, f.name)))
-        for key, value in self.broker.store_config.extra:
-            out.setdefault(key, value)
+        out = config_texts(self.broker.config, self.broker.store_config)
         if self.broker.grpc_endpoint:
             # where this broker's gRPC front end listens (other brokers route 5.x clients here)
             out[GRPC_ENDPOINT_KEY] = self.broker.grpc_endpoint
         return out
+
+
+# the store's settings whose RocketMQ names are not the camelCase of rocketstore's
+STORE_KEY_NAMES = {
+    "warm_mapped_file_enable": "warmMapedFileEnable",
+    "flush_least_pages_when_warm_mapped_file": "flushLeastPagesWhenWarmMapedFile",
+    "destroy_mapped_file_interval_forcibly": "destroyMapedFileIntervalForcibly",
+    "check_crc_on_recover": "checkCRCOnRecover",
+    "os_page_cache_busy_timeout_mills": "osPageCacheBusyTimeOutMills",
+}
+
+
+def config_texts(config: Any, store_config: Any) -> dict[str, str]:
+    """Broker and store settings by RocketMQ's names (BrokerConfig's, MessageStoreConfig's
+    spelling, "Maped" included), values as text; broker.conf's other keys as given."""
+    from ._config import _CONF_KEYS
+
+    out: dict[str, str] = {}
+    broker_names = {v: k for k, v in _CONF_KEYS.items()}
+    for f in dataclasses.fields(config):
+        out[broker_names.get(f.name) or _camel(f.name)] = _text(getattr(config, f.name))
+    for f in dataclasses.fields(store_config):
+        if f.name in ("extra", "store_host", "store_port"):
+            continue
+        key = STORE_KEY_NAMES.get(f.name) or _camel(f.name)
+        out.setdefault(key, _text(getattr(store_config, f.name)))
+    for key, value in store_config.extra:
+        out.setdefault(key, value)
+    return out
 
 
 def validate_group(group: str) -> None:

@@ -251,3 +251,299 @@ def decode_group_list(data: bytes | bytearray | memoryview | str) -> list[str]:
     if not isinstance(groups, list):
         raise BodyFormatError("groupList is not an array")
     return [str(g) for g in groups]
+
+
+# ---- ConsumerConnection, ProducerConnection -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """One client of a group as the admin bodies carry it (RocketMQ's Connection)."""
+
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clientAddr": self.client_addr,
+            "clientId": self.client_id,
+            "language": self.language,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ClientConnection:
+        if not isinstance(doc, Mapping):
+            raise BodyFormatError(f"not a Connection: {doc!r:.80}")
+        return cls(
+            str(doc.get("clientId") or ""),
+            str(doc.get("clientAddr") or ""),
+            str(doc.get("language") or ""),
+            _long(doc, "version"),
+        )
+
+
+def _connections(doc: Mapping[Any, Any]) -> list[ClientConnection]:
+    items = doc.get("connectionSet") or []
+    if not isinstance(items, list):
+        raise BodyFormatError("connectionSet is not an array")
+    return [ClientConnection.from_json(item) for item in items]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConnection:
+    """GET_CONSUMER_CONNECTION_LIST's body: a group's online clients, how it consumes and
+    its subscriptions (topic → SubscriptionData's JSON object)."""
+
+    connections: tuple[ClientConnection, ...]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: Mapping[str, Mapping[str, Any]]
+
+    def encode(self) -> bytes:
+        from ..namesrv._java_order import java_order
+
+        table = {t: dict(self.subscriptions[t]) for t in java_order(self.subscriptions)}
+        return dumps(
+            {
+                "connectionSet": [c.to_json() for c in self.connections],
+                "consumeFromWhere": self.consume_from_where,
+                "consumeType": self.consume_type,
+                "messageModel": self.message_model,
+                "subscriptionTable": table,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> ConsumerConnection:
+        doc = _object(data, "ConsumerConnection")
+        table = doc.get("subscriptionTable") or {}
+        if not isinstance(table, Mapping) or not all(
+            isinstance(v, Mapping) for v in table.values()
+        ):
+            raise BodyFormatError("subscriptionTable is not an object of objects")
+        return cls(
+            tuple(_connections(doc)),
+            str(doc.get("consumeType") or ""),
+            str(doc.get("messageModel") or ""),
+            str(doc.get("consumeFromWhere") or ""),
+            {str(k): dict(v) for k, v in table.items()},
+        )
+
+
+def encode_producer_connection(connections: Sequence[ClientConnection]) -> bytes:
+    """GET_PRODUCER_CONNECTION_LIST's body (ProducerConnection)."""
+    return dumps({"connectionSet": [c.to_json() for c in connections]}).encode()
+
+
+def decode_producer_connection(
+    data: bytes | bytearray | memoryview | str,
+) -> list[ClientConnection]:
+    return _connections(_object(data, "ProducerConnection"))
+
+
+# ---- ConsumeStatsList -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ConsumeStatsList:
+    """GET_BROKER_CONSUME_STATS's body: per group, the ConsumeStats of each topic it has
+    offsets on; the broker's address and the sum of every lag."""
+
+    broker_addr: str
+    groups: list[tuple[str, list[ConsumeStats]]] = field(default_factory=list)
+    total_diff: int = 0
+
+    def encode(self) -> bytes:
+        def stats(s: ConsumeStats) -> dict[Any, Any]:
+            table = {queue_key(mq): s.offset_table[mq].to_json() for mq in sorted(s.offset_table)}
+            return {"consumeTps": float(s.consume_tps), "offsetTable": table}
+
+        doc = {
+            "brokerAddr": self.broker_addr,
+            "consumeStatsList": [{g: [stats(s) for s in lst]} for g, lst in self.groups],
+            "totalDiff": self.total_diff,
+        }
+        return dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> ConsumeStatsList:
+        doc = _object(data, "ConsumeStatsList")
+        items = doc.get("consumeStatsList") or []
+        if not isinstance(items, list):
+            raise BodyFormatError("consumeStatsList is not an array")
+        groups: list[tuple[str, list[ConsumeStats]]] = []
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise BodyFormatError("a consumeStatsList entry is not an object")
+            for group, lst in item.items():
+                if not isinstance(lst, list):
+                    raise BodyFormatError(f"the stats of {group!r} are not an array")
+                groups.append((str(group), [ConsumeStats.decode(dumps(s)) for s in lst]))
+        return cls(str(doc.get("brokerAddr") or ""), groups, _long(doc, "totalDiff"))
+
+
+# ---- BrokerStatsData ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsItem:
+    """The sum, TPS and average per addition of one stats item over one window."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"avgpt": float(self.avgpt), "sum": self.sum, "tps": float(self.tps)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> BrokerStatsItem:
+        if not isinstance(doc, Mapping):
+            raise BodyFormatError(f"not a BrokerStatsItem: {doc!r:.80}")
+        values = [doc.get(k, 0) for k in ("sum", "tps", "avgpt")]
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+            raise BodyFormatError(f"not a BrokerStatsItem: {doc!r:.80}")
+        return cls(int(values[0]), float(values[1]), float(values[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsData:
+    """VIEW_BROKER_STATS_DATA's body: one stats item over the last minute, hour and day."""
+
+    minute: BrokerStatsItem
+    hour: BrokerStatsItem
+    day: BrokerStatsItem
+
+    def encode(self) -> bytes:
+        return dumps(
+            {
+                "statsDay": self.day.to_json(),
+                "statsHour": self.hour.to_json(),
+                "statsMinute": self.minute.to_json(),
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> BrokerStatsData:
+        doc = _object(data, "BrokerStatsData")
+        return cls(
+            BrokerStatsItem.from_json(doc.get("statsMinute")),
+            BrokerStatsItem.from_json(doc.get("statsHour")),
+            BrokerStatsItem.from_json(doc.get("statsDay")),
+        )
+
+
+# ---- QueryConsumeQueueResponseBody ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeQueueUnit:
+    """One consume-queue unit as QUERY_CONSUME_QUEUE answers it (RocketMQ's
+    ConsumeQueueData; this store keeps no extended units, so no bitMap / extendDataJson)."""
+
+    phys_offset: int
+    size: int
+    tags_code: int
+    eval: bool = False
+    msg: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"eval": self.eval}
+        if self.msg is not None:
+            doc["msg"] = self.msg
+        doc.update(physicOffset=self.phys_offset, physicSize=self.size, tagsCode=self.tags_code)
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class QueryConsumeQueueBody:
+    """QUERY_CONSUME_QUEUE's body: the queue's bounds, the units asked for and, when a group
+    was given, its subscription (or why there is none)."""
+
+    min_queue_index: int
+    max_queue_index: int
+    units: tuple[ConsumeQueueUnit, ...] = ()
+    subscription: Mapping[str, Any] | None = None
+    filter_data: str | None = None
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {}
+        if self.filter_data is not None:
+            doc["filterData"] = self.filter_data
+        doc["maxQueueIndex"] = self.max_queue_index
+        doc["minQueueIndex"] = self.min_queue_index
+        doc["queueData"] = [u.to_json() for u in self.units]
+        if self.subscription is not None:
+            doc["subscriptionData"] = dict(self.subscription)
+        return dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str) -> QueryConsumeQueueBody:
+        doc = _object(data, "QueryConsumeQueueResponseBody")
+        items = doc.get("queueData") or []
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            raise BodyFormatError("queueData is not an array of objects")
+        units = tuple(
+            ConsumeQueueUnit(
+                _long(i, "physicOffset"),
+                _long(i, "physicSize"),
+                _long(i, "tagsCode"),
+                bool(i.get("eval", False)),
+                None if i.get("msg") is None else str(i["msg"]),
+            )
+            for i in items
+        )
+        sub = doc.get("subscriptionData")
+        if sub is not None and not isinstance(sub, Mapping):
+            raise BodyFormatError("subscriptionData is not an object")
+        filter_data = doc.get("filterData")
+        return cls(
+            _long(doc, "minQueueIndex"),
+            _long(doc, "maxQueueIndex"),
+            units,
+            None if sub is None else dict(sub),
+            None if filter_data is None else str(filter_data),
+        )
+
+
+# ---- ResetOffsetBody ------------------------------------------------------------------------
+
+
+def encode_reset_offset(table: Mapping[MessageQueue, int], *, for_cpp: bool = False) -> bytes:
+    """RESET_CONSUMER_OFFSET's answer and RESET_CONSUMER_CLIENT_OFFSET's body: ResetOffsetBody
+    (queue → offset), or ResetOffsetBodyForC (a list) for C++ clients."""
+    if for_cpp:
+        items = [
+            {
+                "brokerName": mq.broker_name,
+                "offset": table[mq],
+                "queueId": mq.queue_id,
+                "topic": mq.topic,
+            }
+            for mq in sorted(table)
+        ]
+        return dumps({"offsetTable": items}).encode()
+    return dumps({"offsetTable": {queue_key(mq): table[mq] for mq in sorted(table)}}).encode()
+
+
+def decode_reset_offset(data: bytes | bytearray | memoryview | str) -> dict[MessageQueue, int]:
+    """A ResetOffsetBody, or a ResetOffsetBodyForC."""
+    table = _object(data, "ResetOffsetBody").get("offsetTable") or {}
+    out: dict[MessageQueue, int] = {}
+    if isinstance(table, list):
+        for item in table:
+            if not isinstance(item, Mapping):
+                raise BodyFormatError("an offsetTable entry is not an object")
+            out[parse_queue_key(item)] = _long(item, "offset")
+        return out
+    if not isinstance(table, Mapping):
+        raise BodyFormatError("offsetTable is not an object")
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BodyFormatError(f"offset of {key!r} is not an integer")
+        out[parse_queue_key(key)] = value
+    return out

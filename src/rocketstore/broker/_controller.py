@@ -29,6 +29,9 @@ from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
 from ._admin import AdminProcessor
+from ._admin_clients import ClientAdminProcessor
+from ._admin_config import ConfigAdminProcessor
+from ._admin_queue import QueueAdminProcessor
 from ._clients import ClientProcessor
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
@@ -167,6 +170,9 @@ class BrokerController:
             SlaveSyncProcessor(self),
             QueueLockProcessor(self),
             AdminProcessor(self),
+            ClientAdminProcessor(self),
+            ConfigAdminProcessor(self),
+            QueueAdminProcessor(self),
             QueryProcessor(self),
             self.end_transaction,
         ):

@@ -89,6 +89,8 @@ class BrokerStats:
         self.rpc_latency: dict[tuple[int, int | None, bool, str], Histogram] = {}
         # (topic, message_type) -> histogram of bytes
         self.message_size: dict[tuple[str, str], Histogram] = {}
+        # RocketMQ's stats items (GROUP_GET_NUMS, ...) over the last minute, hour and day
+        self.rolling = RollingStats()
 
     def note_out(self, topic: str, group: str, messages: int, size: int) -> None:
         """``messages`` of ``size`` bytes in all handed to ``group`` from ``topic``."""
@@ -97,6 +99,10 @@ class BrokerStats:
             counts = self.out[(topic, group)] = [0, 0]
         counts[0] += messages
         counts[1] += size
+        key = f"{topic}@{group}"
+        self.rolling.add(GROUP_GET_NUMS, key, messages)
+        self.rolling.add(GROUP_GET_SIZE, key, size)
+        self.rolling.add(BROKER_GET_NUMS, "", messages)
 
     def note_rpc(self, cmd: RemotingCommand, response: Any, held: bool, began: float) -> None:
         ms = (self._clock() - began) * 1000.0
@@ -178,3 +184,108 @@ async def _timed_awaitable(
         raise
     note(cmd, response, True, began)
     return response
+
+
+# ---- rolling counters (VIEW_BROKER_STATS_DATA, a group's consume TPS) -------------------------
+
+# RocketMQ's BrokerStatsManager names
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+
+# (sampling interval, samples kept) of the minute, hour and day windows, as RocketMQ's StatsItem
+_WINDOWS_MS = ((10_000, 7), (600_000, 7), (3_600_000, 25))
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RollingCounter:
+    """A cumulative count (``value``: messages or bytes; ``times``: how many additions) with
+    samples taken every 10 s, 10 min and 1 h, from which the last minute's, hour's and day's
+    sum, TPS and average per addition are computed (RocketMQ's StatsItem). Samples are taken
+    when the counter is touched or read, not by a timer. Loop thread only."""
+
+    __slots__ = ("samples", "times", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.times = 0
+        self.samples: tuple[list[tuple[int, int, int]], ...] = ([], [], [])
+
+    def maybe_sample(self, now_ms: int) -> None:
+        for (interval, keep), samples in zip(_WINDOWS_MS, self.samples, strict=True):
+            if not samples or now_ms - samples[-1][0] >= interval:
+                samples.append((now_ms, self.value, self.times))
+                if len(samples) > keep:
+                    del samples[0]
+
+    def add(self, now_ms: int, value: int, times: int = 1) -> None:
+        self.maybe_sample(now_ms)
+        self.value += value
+        self.times += times
+
+    def set_total(self, now_ms: int, value: int, times: int) -> None:
+        """Catch up with a total counted elsewhere (the store's puts)."""
+        self.maybe_sample(now_ms)
+        self.value = max(self.value, value)
+        self.times = max(self.times, times)
+
+    def window(self, now_ms: int, index: int) -> tuple[int, float, float]:
+        """(sum, tps, avgpt) of window ``index`` (0 minute, 1 hour, 2 day) up to now.
+
+        Samples are taken lazily, before an addition that comes an interval or more after the
+        last one; so a value reached after sample k holds from ``ts_k + interval`` on, and the
+        window's start value is known even when no sample was taken then."""
+        samples = self.samples[index]
+        if not samples:
+            return 0, 0.0, 0.0
+        interval, keep = _WINDOWS_MS[index]
+        start = now_ms - interval * (keep - 1)
+        base_ts, base_value, base_times = samples[0]
+        for i, (ts, value, times) in enumerate(samples):
+            if ts > start:
+                break
+            if start >= ts + interval:
+                later = samples[i + 1] if i + 1 < len(samples) else (now_ms, self.value, self.times)
+                base_ts, base_value, base_times = start, later[1], later[2]
+            else:
+                base_ts, base_value, base_times = ts, value, times
+        total = self.value - base_value
+        elapsed = now_ms - base_ts
+        tps = total * 1000.0 / elapsed if elapsed > 0 else 0.0
+        times_diff = self.times - base_times
+        return total, tps, (total / times_diff if times_diff > 0 else 0.0)
+
+
+class RollingStats:
+    """RollingCounters by (stats name, stats key): ``TOPIC_PUT_NUMS`` by topic,
+    ``GROUP_GET_NUMS`` by ``topic@group``, ``BROKER_GET_NUMS`` by cluster, ... Loop thread."""
+
+    def __init__(self, now_ms: Callable[[], int] = _monotonic_ms) -> None:
+        self.now_ms = now_ms
+        self.items: dict[tuple[str, str], RollingCounter] = {}
+
+    def counter(self, name: str, key: str) -> RollingCounter:
+        item = self.items.get((name, key))
+        if item is None:
+            item = self.items[(name, key)] = RollingCounter()
+        return item
+
+    def add(self, name: str, key: str, value: int, times: int = 1) -> None:
+        self.counter(name, key).add(self.now_ms(), value, times)
+
+    def set_total(self, name: str, key: str, value: int, times: int) -> None:
+        self.counter(name, key).set_total(self.now_ms(), value, times)
+
+    def get(self, name: str, key: str) -> RollingCounter | None:
+        return self.items.get((name, key))
+
+    def tps(self, name: str, key: str) -> float:
+        """The last minute's TPS of one counter (0.0 when there is none)."""
+        item = self.items.get((name, key))
+        return 0.0 if item is None else item.window(self.now_ms(), 0)[1]

@@ -1,6 +1,7 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
-``group update|delete|list``, ``consumer progress``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+``group update|delete|list``, ``consumer progress|connection|reset-offset``, ``producer connection``,
+``broker-config get|update``, ``broker-stats``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
 """
@@ -520,6 +521,309 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
     console.print(f"Total lag: {stats.total_lag()}")
 
 
+def _connections_json(connections: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "client_id": c.client_id,
+            "client_addr": c.client_addr,
+            "language": c.language,
+            "version": c.version,
+        }
+        for c in connections
+    ]
+
+
+def _connections_table(title: str, connections: list[dict[str, Any]]) -> Any:
+    table = _table(
+        title,
+        [
+            ("#", "right"),
+            ("Client Id", "left"),
+            ("Client Addr", "left"),
+            ("Language", "left"),
+            ("Version", "right"),
+        ],
+    )
+    for i, c in enumerate(connections, 1):
+        table.add_row(str(i), c["client_id"], c["client_addr"], c["language"], str(c["version"]))
+    return table
+
+
+@consumer_group.command("connection")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@json_option
+def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
+    """A group's online consumers, how it consumes and what it subscribes."""
+    with _admin(namesrv) as admin:
+        cc = admin.examine_consumer_connection(group)
+    doc = {
+        "group": group,
+        "connections": _connections_json(cc.connections),
+        "consume_type": cc.consume_type,
+        "message_model": cc.message_model,
+        "consume_from_where": cc.consume_from_where,
+        "subscriptions": {
+            topic: {
+                "sub_string": sub.get("subString"),
+                "expression_type": sub.get("expressionType"),
+                "sub_version": sub.get("subVersion"),
+            }
+            for topic, sub in sorted(cc.subscriptions.items())
+        },
+    }
+    if as_json:
+        _dump(doc)
+        return
+    console = _console()
+    console.print(_connections_table(f"consumer group {group}", doc["connections"]))
+    subs = _table("subscriptions", [("Topic", "left"), ("Expression", "left")])
+    for topic, sub in doc["subscriptions"].items():
+        subs.add_row(topic, str(sub["sub_string"]))
+    console.print(subs)
+    console.print(f"ConsumeType: {cc.consume_type}")
+    console.print(f"MessageModel: {cc.message_model}")
+    console.print(f"ConsumeFromWhere: {cc.consume_from_where}")
+
+
+@consumer_group.command("reset-offset")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@click.option("--topic", "-t", required=True)
+@click.option(
+    "--time",
+    "timestamp",
+    type=int,
+    required=True,
+    help="store time in ms since the epoch (-1: the end of each queue)",
+)
+@click.option(
+    "--force/--no-force", default=True, show_default=True, help="also move offsets forward"
+)
+@json_option
+def consumer_reset_offset(
+    namesrv: str, group: str, topic: str, timestamp: int, force: bool, as_json: bool
+) -> None:
+    """Move a group's offsets on a topic to a point in time: online consumers are told by
+    their brokers; an offline group's offsets are set directly."""
+    if timestamp < -1:
+        raise click.BadParameter("must be a time in ms or -1", param_hint="--time")
+    with _admin(namesrv) as admin:
+        online, table = admin.reset_consumer_offset(group, topic, timestamp, force=force)
+    rows = [
+        {"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id, "offset": o}
+        for mq, o in sorted(table.items())
+    ]
+    if as_json:
+        _dump({"group": group, "topic": topic, "online": online, "queues": rows})
+        return
+    table_out = _table(
+        f"consumer group {group}: offsets reset "
+        + ("by its online clients" if online else "(the group is not online)"),
+        [("Topic", "left"), ("Broker Name", "left"), ("QID", "right"), ("Offset", "right")],
+    )
+    for row in rows:
+        table_out.add_row(
+            row["topic"], row["broker_name"], str(row["queue_id"]), str(row["offset"])
+        )
+    _console().print(table_out)
+
+
+@click.group("producer", cls=ClientGroup)
+def producer_group() -> None:
+    """Producers: who is connected."""
+
+
+@producer_group.command("connection")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="producer group")
+@click.option("--topic", "-t", default=None, help="ask the brokers of this topic's route")
+@json_option
+def producer_connection(namesrv: str, group: str, topic: str | None, as_json: bool) -> None:
+    """A producer group's connected clients."""
+    with _admin(namesrv) as admin:
+        found = admin.examine_producer_connection(group, topic)
+    if not found:
+        raise click.ClickException(
+            f"no producer of group {group} is connected to any broker"
+            + (f" of topic {topic}" if topic else "")
+        )
+    connections = _connections_json(found)
+    if as_json:
+        _dump({"group": group, "connections": connections})
+        return
+    _console().print(_connections_table(f"producer group {group}", connections))
+
+
+# ---- broker and name-server settings, broker counters ---------------------------------------
+
+
+@click.group("broker-config", cls=ClientGroup)
+def broker_config_group() -> None:
+    """A running broker's settings (RocketMQ's key names)."""
+
+
+@broker_config_group.command("get")
+@namesrv_option
+@cluster_option
+@broker_option
+@click.option("--key", "-k", "keys", multiple=True, help="only this key (repeatable)")
+@json_option
+def broker_config_get(
+    namesrv: str, cluster: str | None, broker: str | None, keys: tuple[str, ...], as_json: bool
+) -> None:
+    """GET_BROKER_CONFIG of a broker, or of every master."""
+    with _admin(namesrv) as admin:
+        configs = {addr: admin.broker_config(addr) for addr in _targets(admin, cluster, broker)}
+    if keys:
+        configs = {a: {k: c[k] for k in keys if k in c} for a, c in configs.items()}
+    if as_json:
+        _dump(configs)
+        return
+    for addr, config in configs.items():
+        click.echo(f"============{addr}============")
+        for key in sorted(config):
+            click.echo(f"{key:<50}=  {config[key]}")
+
+
+@broker_config_group.command("update")
+@namesrv_option
+@cluster_option
+@broker_option
+@click.option("--key", "-k", required=True, help="the setting's name, e.g. brokerPermission")
+@click.option("--value", "-v", required=True, help="its new value")
+def broker_config_update(
+    namesrv: str, cluster: str | None, broker: str | None, key: str, value: str
+) -> None:
+    """UPDATE_BROKER_CONFIG on a broker, or on every master: applied at once, in memory."""
+    with _admin(namesrv) as admin:
+        for addr in _targets(admin, cluster, broker):
+            remark = admin.update_broker_config(addr, {key: value})
+            click.echo(f"update broker config success, {addr}" + (f": {remark}" if remark else ""))
+
+
+def _stats_item(item: Any) -> dict[str, Any]:
+    return {"sum": item.sum, "tps": item.tps, "avgpt": item.avgpt}
+
+
+def _maybe_stats(admin: Any, addr: str, name: str, key: str) -> Any:
+    """One stats item, or None when the broker has none by that name and key."""
+    from ..client import ClientError
+
+    try:
+        return admin.broker_stats(addr, name, key)
+    except ClientError as exc:
+        if "not exist" in (exc.remark or ""):
+            return None
+        raise
+
+
+@click.command("broker-stats")
+@namesrv_option
+@cluster_option
+@broker_option
+@click.option("--name", "stats_name", default=None, help="one stats item: e.g. TOPIC_PUT_NUMS")
+@click.option("--key", "stats_key", default=None, help="its key: a topic, TOPIC@GROUP, ...")
+@json_option
+def broker_stats(
+    namesrv: str,
+    cluster: str | None,
+    broker: str | None,
+    stats_name: str | None,
+    stats_key: str | None,
+    as_json: bool,
+) -> None:
+    """Messages in and out of brokers over the last minute, hour and day (RocketMQ's stats
+    items); without --name, every topic's puts and every consuming group's gets."""
+    if (stats_name is None) != (stats_key is None):
+        raise click.UsageError("give --name and --key together, or neither")
+    rows: list[dict[str, Any]] = []
+    with _admin(namesrv) as admin:
+        for addr in _targets(admin, cluster, broker):
+            if stats_name is not None and stats_key is not None:
+                wanted = [(stats_name, stats_key)]
+            else:
+                wanted = []
+                for topic in sorted(admin.topic_configs(addr)):
+                    wanted.append(("TOPIC_PUT_NUMS", topic))
+                    for group in admin.topic_consumer_groups(addr, topic):
+                        wanted.append(("GROUP_GET_NUMS", f"{topic}@{group}"))
+            for name, key in wanted:
+                data = _maybe_stats(admin, addr, name, key)
+                if data is None:
+                    if stats_name is not None:
+                        raise click.ClickException(f"The stats <{name}> <{key}> not exist")
+                    continue
+                rows.append(
+                    {
+                        "broker": addr,
+                        "name": name,
+                        "key": key,
+                        "minute": _stats_item(data.minute),
+                        "hour": _stats_item(data.hour),
+                        "day": _stats_item(data.day),
+                    }
+                )
+    if as_json:
+        _dump(rows)
+        return
+    table = _table(
+        "broker stats",
+        [
+            ("Broker", "left"),
+            ("Stats", "left"),
+            ("Key", "left"),
+            ("TPS (minute)", "right"),
+            ("Minute", "right"),
+            ("Hour", "right"),
+            ("Day", "right"),
+        ],
+    )
+    for row in rows:
+        table.add_row(
+            row["broker"],
+            row["name"],
+            row["key"],
+            f"{row['minute']['tps']:.2f}",
+            str(row["minute"]["sum"]),
+            str(row["hour"]["sum"]),
+            str(row["day"]["sum"]),
+        )
+    _console().print(table)
+
+
+@click.group("namesrv-config", cls=ClientGroup)
+def namesrv_config_group() -> None:
+    """The name servers' settings."""
+
+
+@namesrv_config_group.command("get")
+@namesrv_option
+@json_option
+def namesrv_config_get(namesrv: str, as_json: bool) -> None:
+    """GET_NAMESRV_CONFIG of every name server given."""
+    with _admin(namesrv) as admin:
+        configs = admin.namesrv_configs()
+    if as_json:
+        _dump(configs)
+        return
+    for addr, config in configs.items():
+        click.echo(f"============{addr}============")
+        for key in sorted(config):
+            click.echo(f"{key:<50}=  {config[key]}")
+
+
+@namesrv_config_group.command("update")
+@namesrv_option
+@click.option("--key", "-k", required=True)
+@click.option("--value", "-v", required=True)
+def namesrv_config_update(namesrv: str, key: str, value: str) -> None:
+    """UPDATE_NAMESRV_CONFIG on every name server given (in memory)."""
+    with _admin(namesrv) as admin:
+        admin.update_namesrv_config({key: value})
+    click.echo(f"update name server config success: {key}={value}")
+
+
 # ---- message --------------------------------------------------------------------------------
 
 
@@ -648,4 +952,14 @@ def message_view(
         click.echo(f"{k:<{width}}  {v}")
 
 
-COMMANDS = [topic_group, cluster_group, subscription_group, consumer_group, message_group]
+COMMANDS = [
+    topic_group,
+    cluster_group,
+    subscription_group,
+    consumer_group,
+    producer_group,
+    broker_config_group,
+    broker_stats,
+    namesrv_config_group,
+    message_group,
+]

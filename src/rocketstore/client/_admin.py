@@ -8,20 +8,29 @@ Any thread (calls are serialised by the underlying RemotingClient).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..broker._admin_bodies import (
+    BrokerStatsData,
+    ClientConnection,
+    ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
+    QueryConsumeQueueBody,
     TopicOffset,
     decode_group_list,
     decode_kv_table,
+    decode_producer_connection,
+    decode_reset_offset,
     decode_topic_stats,
 )
 from ..broker._admin_bodies import loads as loads_body
 from ..broker._subscription_group import SubscriptionGroupConfig
 from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
+from ..namesrv._properties import format_properties, parse_properties
 from ..remoting import (
     RemotingClient,
     RemotingCommand,
@@ -52,6 +61,17 @@ GET_BROKER_CONFIG = 26
 GET_TOPIC_STATS_INFO = 202
 QUERY_TOPIC_CONSUME_BY_WHO = 300
 GET_CONSUMER_LIST_BY_GROUP = 38
+UPDATE_BROKER_CONFIG = 25
+UPDATE_NAMESRV_CONFIG = 318
+GET_NAMESRV_CONFIG = 319
+GET_CONSUMER_CONNECTION_LIST = 203
+GET_PRODUCER_CONNECTION_LIST = 204
+VIEW_BROKER_STATS_DATA = 315
+GET_BROKER_CONSUME_STATS = 317
+CLEAN_EXPIRED_CONSUMEQUEUE = 306
+CLEAN_UNUSED_TOPIC = 316
+QUERY_CONSUME_QUEUE = 321
+RESET_CONSUMER_OFFSET = 222
 PERM_READ_WRITE = 6
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's tools pull with (no offsets kept)
 
@@ -300,6 +320,39 @@ class AdminClient:
                 out[key] = value
         return out
 
+    def update_broker_config(self, addr: str, values: dict[str, str]) -> str:
+        """UPDATE_BROKER_CONFIG: change settings of the broker at ``addr`` while it runs; the
+        broker's remark (what it did) or ''. ClientError when it refuses (nothing applied)."""
+        body = format_properties(values).encode("utf-8")
+        r = self.client.invoke(addr, RemotingCommand.request(UPDATE_BROKER_CONFIG, {}, body=body))
+        if r.code != ResponseCode.SUCCESS:
+            raise ClientError(r.code, r.remark)
+        return r.remark or ""
+
+    def namesrv_configs(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every name server: address → its settings."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        out: dict[str, dict[str, str]] = {}
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(addr, RemotingCommand.request(GET_NAMESRV_CONFIG, {}))
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+            out[addr] = parse_properties(bytes(r.body))
+        return out
+
+    def update_namesrv_config(self, values: dict[str, str]) -> None:
+        """UPDATE_NAMESRV_CONFIG on every name server (each must accept)."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        body = format_properties(values).encode("utf-8")
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(
+                addr, RemotingCommand.request(UPDATE_NAMESRV_CONFIG, {}, body=body)
+            )
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+
     # ---- consumer progress ------------------------------------------------------------------
 
     def consume_stats(self, addr: str, group: str, topic: str | None = None) -> ConsumeStats:
@@ -328,6 +381,106 @@ class AdminClient:
         for addr in self.group_brokers(group, topic).values():
             result.merge(self.consume_stats(addr, group, topic))
         return result
+
+    def broker_consume_stats(self, addr: str, *, only_order: bool = False) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: every subscription group's progress on that broker."""
+        ext = {"isOrder": "true" if only_order else "false"}
+        return ConsumeStatsList.decode(self.call(addr, GET_BROKER_CONSUME_STATS, ext).body)
+
+    # ---- clients ----------------------------------------------------------------------------
+
+    def consumer_connection(self, addr: str, group: str) -> ConsumerConnection:
+        """GET_CONSUMER_CONNECTION_LIST: the group's consumers connected to that broker
+        (ClientError CONSUMER_NOT_ONLINE when none is)."""
+        r = self.call(addr, GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        return ConsumerConnection.decode(r.body)
+
+    def examine_consumer_connection(self, group: str) -> ConsumerConnection:
+        """The group's consumers on every broker of :meth:`group_brokers`, their connections
+        merged (ClientError CONSUMER_NOT_ONLINE when no broker has one)."""
+        found: ConsumerConnection | None = None
+        seen: dict[str, ClientConnection] = {}
+        for addr in self.group_brokers(group).values():
+            try:
+                answer = self.consumer_connection(addr, group)
+            except ClientError as exc:
+                if exc.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                    continue
+                raise
+            found = found or answer
+            for c in answer.connections:
+                seen.setdefault(c.client_id, c)
+        if found is None:
+            raise ClientError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        return dataclasses.replace(found, connections=tuple(seen.values()))
+
+    def producer_connection(self, addr: str, group: str) -> list[ClientConnection]:
+        """GET_PRODUCER_CONNECTION_LIST: the group's producers connected to that broker."""
+        r = self.call(addr, GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+        return decode_producer_connection(r.body)
+
+    def examine_producer_connection(
+        self, group: str, topic: str | None = None
+    ) -> list[ClientConnection]:
+        """The group's producers on the brokers of ``topic``'s route (every master without
+        one), merged by client id; [] when no broker knows the group."""
+        route = self.route(topic) if topic else None
+        if route is not None:
+            addrs = [a for b in route.brokers if (a := route.address(b)) is not None]
+        else:
+            addrs = list(self.masters().values())
+        seen: dict[str, ClientConnection] = {}
+        for addr in addrs:
+            r = self.call(
+                addr,
+                GET_PRODUCER_CONNECTION_LIST,
+                {"producerGroup": group},
+                ok=(ResponseCode.SYSTEM_ERROR,),
+            )
+            if r.code != ResponseCode.SUCCESS:
+                if "not exist" in (r.remark or ""):
+                    continue
+                raise ClientError(r.code, r.remark)
+            for c in decode_producer_connection(r.body):
+                seen.setdefault(c.client_id, c)
+        return list(seen.values())
+
+    # ---- consume queues ---------------------------------------------------------------------
+
+    def query_consume_queue(
+        self,
+        addr: str,
+        topic: str,
+        queue_id: int,
+        index: int,
+        count: int,
+        group: str | None = None,
+    ) -> QueryConsumeQueueBody | None:
+        """QUERY_CONSUME_QUEUE: ``count`` units of a consume queue from ``index``; None when
+        the index is outside the queue (the broker answers without a body)."""
+        ext = {"topic": topic, "queueId": str(queue_id), "index": str(index), "count": str(count)}
+        if group:
+            ext["consumerGroup"] = group
+        r = self.call(addr, QUERY_CONSUME_QUEUE, ext)
+        return QueryConsumeQueueBody.decode(r.body) if len(r.body) else None
+
+    def clean_expired_consume_queue(self, addr: str) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE on the broker at ``addr``."""
+        self.call(addr, CLEAN_EXPIRED_CONSUMEQUEUE)
+
+    def clean_unused_topic(self, addr: str) -> None:
+        """CLEAN_UNUSED_TOPIC on the broker at ``addr``."""
+        self.call(addr, CLEAN_UNUSED_TOPIC)
+
+    # ---- broker counters --------------------------------------------------------------------
+
+    def broker_stats(self, addr: str, stats_name: str, stats_key: str) -> BrokerStatsData:
+        """VIEW_BROKER_STATS_DATA: one stats item (TOPIC_PUT_NUMS by topic, GROUP_GET_NUMS by
+        ``topic@group``, BROKER_PUT_NUMS by cluster, ...) over the last minute, hour, day."""
+        ext = {"statsName": stats_name, "statsKey": stats_key}
+        return BrokerStatsData.decode(self.call(addr, VIEW_BROKER_STATS_DATA, ext).body)
 
     def consumer_ids(self, addr: str, group: str) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP: the client ids of the group's consumers connected to
@@ -396,6 +549,38 @@ class AdminClient:
             self.update_consumer_offset(addr, group, mq, new)
             out[mq] = (old, new)
         return out
+
+    def reset_consumer_offset(
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> tuple[bool, dict[MessageQueue, int]]:
+        """RESET_CONSUMER_OFFSET on every broker of ``topic``'s route (mqadmin's
+        resetOffsetByTime): the brokers tell the group's online clients to move to the offset
+        at ``timestamp_ms`` (-1: the end; ``force`` False only moves back). When the group is
+        not online the offsets are set here instead (:meth:`reset_offset_by_time`). Returns
+        (whether the clients were told, queue → new offset)."""
+        check_group(group)
+        route = self.route(topic)
+        if route is None:
+            raise TopicNotFoundError(topic, f"no route for topic {topic}")
+        ext = {
+            "topic": topic,
+            "group": group,
+            "timestamp": str(timestamp_ms),
+            "isForce": "true" if force else "false",
+        }
+        table: dict[MessageQueue, int] = {}
+        for broker_name in route.brokers:
+            addr = route.address(broker_name)
+            if addr is None:
+                continue
+            r = self.call(addr, RESET_CONSUMER_OFFSET, ext, ok=(ResponseCode.CONSUMER_NOT_ONLINE,))
+            if r.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                if timestamp_ms < 0:
+                    raise ClientError(r.code, r.remark)
+                old = self.reset_offset_by_time(group, topic, timestamp_ms)
+                return False, {mq: new for mq, (_, new) in old.items()}
+            table.update(decode_reset_offset(r.body))
+        return True, table
 
     def pull_messages(
         self, addr: str, mq: MessageQueue, offset: int, max_nums: int = 32

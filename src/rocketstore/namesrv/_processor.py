@@ -12,6 +12,12 @@ code   request                             ext fields → answer
 106    GET_BROKER_CLUSTER_INFO             → ClusterInfo
 206    GET_ALL_TOPIC_LIST_FROM_NAMESERVER  → TopicList
 216    DELETE_TOPIC_IN_NAMESRV             topic [, clusterName]
+318    UPDATE_NAMESRV_CONFIG               body: properties text → SUCCESS (applied in
+                                           memory; not written to a file); a key of the black
+                                           list: NO_PERMISSION; a typed key with a bad value or
+                                           listenPort: SYSTEM_ERROR, nothing applied
+319    GET_NAMESRV_CONFIG                  → ``key=value`` lines (NamesrvConfig's and the
+                                           server's keys, plus keys set by 318)
 322    QUERY_DATA_VERSION                  brokerName, brokerAddr, clusterName, brokerId; body
                                            DataVersion → ext changed; body the name server's
                                            DataVersion of that broker
@@ -52,6 +58,13 @@ from ._bodies import (
     RegisterBrokerBody,
     TopicConfigWrapper,
     encode_topic_list,
+)
+from ._properties import (
+    BLACK_LIST_REMARK,
+    NAMESRV_BLACK_LIST,
+    PropertiesError,
+    format_properties,
+    parse_properties,
 )
 from ._route_table import RouteInfoManager
 
@@ -94,6 +107,36 @@ def _success(ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> Rem
     return RemotingCommand.response(ResponseCode.SUCCESS, None, ext_fields, body)
 
 
+UPDATE_NAMESRV_CONFIG = 318
+GET_NAMESRV_CONFIG = 319
+# NamesrvConfig's keys that mean something here (their RocketMQ defaults) and the server's
+NAMESRV_DEFAULTS = {
+    "productEnvName": "center",
+    "clusterTest": "false",
+    "orderMessageEnable": "false",
+    "listenPort": "9876",
+    "serverChannelMaxIdleTimeSeconds": "120",
+}
+_BOOL_KEYS = frozenset({"clusterTest", "orderMessageEnable"})
+_INT_KEYS = frozenset({"serverChannelMaxIdleTimeSeconds"})
+_FIXED_KEYS = frozenset({"listenPort"})  # bound at start; cannot change while serving
+
+
+def check_namesrv_update(values: dict[str, str]) -> None:
+    """RequestError (SYSTEM_ERROR) for a key that cannot take the value; NO_PERMISSION is the
+    caller's, for the black list."""
+    for key, value in values.items():
+        if key in _FIXED_KEYS:
+            raise RequestError(f"{key} cannot change at run time: set it at start and restart")
+        if key in _BOOL_KEYS and value.lower() not in ("true", "false"):
+            raise RequestError(f"{key}: {value!r} is not true or false")
+        if key in _INT_KEYS:
+            try:
+                int(value)
+            except ValueError:
+                raise RequestError(f"{key}: {value!r} is not an integer") from None
+
+
 class NamesrvProcessor:
     """Serves the name server's request codes from a :class:`RouteInfoManager`.
     ``max_register_body``: what a compressed REGISTER_BROKER body may inflate to."""
@@ -103,6 +146,8 @@ class NamesrvProcessor:
     ) -> None:
         self.routes = routes
         self.max_register_body = max_register_body
+        # the name server's settings by RocketMQ's names (GET_NAMESRV_CONFIG), as text
+        self.config: dict[str, str] = dict(NAMESRV_DEFAULTS)
 
     def handlers(self) -> dict[int, Handler]:
         """Request code → handler, for a RemotingServer."""
@@ -114,8 +159,31 @@ class NamesrvProcessor:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            UPDATE_NAMESRV_CONFIG: self.update_config,
+            GET_NAMESRV_CONFIG: self.get_config,
         }
         return {int(code): fn for code, fn in table.items()}
+
+    def update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG: merge the body's properties into the settings (all or
+        none; not persisted: RocketMQ writes them to its configStorePath)."""
+        if not cmd.body:
+            return _success()
+        try:
+            values = parse_properties(cmd.body)
+        except PropertiesError as exc:
+            raise RequestError(f"string2Properties error: {exc}") from None
+        if NAMESRV_BLACK_LIST & values.keys():
+            return RemotingCommand.response(ResponseCode.NO_PERMISSION, BLACK_LIST_REMARK)
+        check_namesrv_update(values)
+        for key, value in values.items():
+            self.config[key] = value.lower() if key in _BOOL_KEYS else value
+        log.info("name server config updated by %s: %s", conn.peer, values)
+        return _success()
+
+    def get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG: the settings as ``key=value`` lines."""
+        return _success(None, format_properties(self.config).encode("utf-8"))
 
     def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         broker_name = _required_str(cmd, "brokerName")

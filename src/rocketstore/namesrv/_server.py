@@ -66,6 +66,7 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        self.processor.config["listenPort"] = self.address.rpartition(":")[2]
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
         log.info("name server listening on %s", self.address)
 
