@@ -90,9 +90,7 @@ def _modules() -> dict[str, tuple[Path, list[str]]]:
 
 # the compiled twins (Cython sources beside the modules they accelerate): modules too, with no
 # imports of the package's own
-COMPILED = {
-    ".".join(path.relative_to(SRC).with_suffix("").parts) for path in ROOT.rglob("*.pyx")
-}
+COMPILED = {".".join(path.relative_to(SRC).with_suffix("").parts) for path in ROOT.rglob("*.pyx")}
 
 
 def _imports() -> tuple[dict[str, tuple[Path, list[str]]], list[Import]]:
