@@ -659,6 +659,9 @@ def test_broker_applies_a_changed_file_without_a_restart(tmp_path: Path) -> None
         while (r := call(b, 310, send_ext("topicA"), USER, b"x")).code != RC.SUCCESS:
             assert time.monotonic() < deadline, r.remark
             time.sleep(0.2)
-        assert b.broker.store.get_max_offset_in_queue("topicA", 0) == 1
+        # dispatch into the consume queue follows the acknowledgement of the send
+        while b.broker.store.get_max_offset_in_queue("topicA", 0) != 1:
+            assert time.monotonic() < deadline + 10
+            time.sleep(0.05)
     finally:
         b.close()

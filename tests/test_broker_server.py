@@ -637,3 +637,28 @@ def test_a_compressed_body_is_inflated_by_the_consumer(
         [msg] = consumer.pull(MessageQueue("T_zip", BROKER, 0), 0).messages
     assert msg.body == plain
     assert msg.sys_flag & 1 == 0
+
+
+def test_a_send_is_stored_without_wait_in_java_order(
+    broker: RunningBroker, client: RemotingClient
+) -> None:
+    """Stored as RocketMQ 4.9's broker stores a send: its HashMap's order, CLUSTER added,
+    WAIT left out."""
+    from rocketstore.namesrv._java_order import java_order
+
+    text = "\x02".join(
+        f"{k}\x01{v}"
+        for k, v in (("KEYS", "order-1"), ("UNIQ_KEY", "7F0000014F2A18B4AAC2"), ("WAIT", "true"))
+    )
+    r = client.invoke(broker.addr, send_request("TProps", b"body", properties=text, TAGS="x"))
+    assert r.code == 0, r.remark
+    offset = int(r.ext_fields["queueOffset"])
+
+    async def stored_properties() -> dict[str, str]:
+        got = broker.controller.store.get_message("g", "TProps", 0, offset, 1)
+        return dict(got.messages[0].properties)
+
+    stored = broker.run(stored_properties())
+    assert "WAIT" not in stored
+    names = ["KEYS", "UNIQ_KEY", "WAIT", "CLUSTER"]
+    assert list(stored) == [k for k in java_order(names) if k != "WAIT"]

@@ -137,6 +137,25 @@ def test_wait_false_completes_at_once_under_sync_flush(
     assert bf.done() and bf.result().status is OK and bf.result().msg_count == 3
 
 
+def test_a_message_not_waiting_for_the_store_completes_at_once(
+    open_store: OpenStore, flush_control: Callable[[MessageStore], FlushControl]
+) -> None:
+    """wait_store_msg_ok=False is WAIT=false without the property in the record (the broker
+    keeps WAIT out of what it stores, as RocketMQ's does)."""
+    store = sync_store(open_store)
+    control = flush_control(store)
+    control.gate.clear()
+    fut = store.put_message_async(Message("W", b"no wait", 0, wait_store_msg_ok=False))
+    assert fut.done() and fut.result().status is OK
+    assert store.flushed_phy_offset() < end_of(fut.result())
+    got = store.look_message_by_offset(fut.result().wrote_offset)
+    assert got is not None and PROPERTY_WAIT not in got.properties
+    waiting = store.put_message_async(Message("W", b"waits", 0))
+    assert not waiting.done()  # the default still waits for the flush
+    control.gate.set()
+    assert waiting.result(timeout=10).status is OK
+
+
 def test_batch_waits_unless_every_message_says_wait_false(
     open_store: OpenStore, flush_control: Callable[[MessageStore], FlushControl]
 ) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from ..namesrv._java_order import java_order
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_int32, ext_str
 from ..store._config import StoreConfig
 from ..store._disk import disk_used_ratio
@@ -32,6 +33,7 @@ from ..store.log._message import Message, PutMessageResult, PutMessageStatus
 from ..store.log._record import (
     PROPERTY_DELAY,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_WAIT,
     SYSFLAG_TRANSACTION_MASK,
     string_to_properties,
 )
@@ -89,6 +91,24 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The properties' names as RocketMQ's broker stores them: in the order its HashMap of the
+    request's properties (with CLUSTER added) iterates them, WAIT left out. Key sets repeat
+    from message to message, so the order is worked out once for each."""
+    return tuple(k for k in java_order(keys) if k != PROPERTY_WAIT)
+
+
+def stored_properties(props: dict[str, str]) -> tuple[dict[str, str], bool]:
+    """A send's properties as RocketMQ's broker stores them (its HashMap's order, without
+    WAIT, as RocketMQ 4.9 keeps "WAIT=true" out of every stored message), and whether the
+    sender waits for the store (WAIT absent or "true", as Java's Boolean.parseBoolean reads
+    it)."""
+    value = props.get(PROPERTY_WAIT)
+    wait = value is None or value.lower() == "true"
+    return {k: props[k] for k in _stored_order(tuple(props))}, wait
 
 
 def disk_remark(config: StoreConfig) -> str:
@@ -192,6 +212,7 @@ class SendProcessor:
         topic, queue_id = checked
         props = string_to_properties(ext_str(ext, "properties") or "")
         props[PROPERTY_CLUSTER] = self.cluster
+        props, wait = stored_properties(props)
         sys_flag = ext_int32(ext, "sysFlag", 0) or 0
         reconsume = ext_int32(ext, "reconsumeTimes", 0) or 0
         flag = ext_int32(ext, "flag", 0) or 0
@@ -229,6 +250,7 @@ class SendProcessor:
             born_timestamp=born_timestamp,
             born_host=conn.peer or None,
             reconsume_times=reconsume,
+            wait_store_msg_ok=wait,
         )
         if prepared:
             self.broker.transactions.to_half(msg, ext_str(ext, "producerGroup"))

@@ -392,7 +392,7 @@ class CommitLog:
         props = msg.properties
         code = 0
         keys = uniq = None
-        wait = True
+        wait = msg.wait_store_msg_ok
         if props:
             if PROPERTY_DELAY in props and msg.__class__ is not RedeliveredMessage:
                 tran = sys_flag & SYSFLAG_TRANSACTION_MASK

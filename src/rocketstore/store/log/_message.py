@@ -33,6 +33,7 @@ class Message:
         "reconsume_times",
         "sys_flag",
         "topic",
+        "wait_store_msg_ok",
     )
 
     def __init__(
@@ -50,7 +51,11 @@ class Message:
         born_host: str | None = None,
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
+        wait_store_msg_ok: bool = True,
     ) -> None:
+        """``wait_store_msg_ok=False`` skips the wait for the flush (SYNC_FLUSH) as the WAIT=false
+        property does, without storing the property (RocketMQ's broker keeps WAIT out of the
+        stored properties)."""
         self.topic = topic
         self.body = body
         self.queue_id = queue_id
@@ -66,6 +71,7 @@ class Message:
         self.born_host = born_host
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
+        self.wait_store_msg_ok = wait_store_msg_ok
 
     @property
     def tags(self) -> str | None:
