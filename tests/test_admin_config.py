@@ -9,12 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from _waits import wait_until
 from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv._properties import PropertiesError, format_properties, parse_properties
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, invoke
+from test_broker_admin import Cluster, invoke, started_cluster
 
 RC = ResponseCode
 
@@ -35,13 +34,8 @@ def test_properties_text() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.run(c.start())
-        assert wait_until(lambda: c.ns is not None and len(c.ns.routes.live_brokers()) == 2)
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import ResponseCode
 from rocketstore.store._java_hash import java_string_hash
 from rocketstore.store._store import MessageStore
-from test_broker_admin import Cluster, create_everywhere, raw_call
+from test_broker_admin import Cluster, create_everywhere, raw_call, started_cluster
 
 RC = ResponseCode
 
@@ -41,13 +41,8 @@ def test_query_consume_queue_body() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.run(c.start())
-        assert wait_until(lambda: c.ns is not None and len(c.ns.routes.live_brokers()) == 2)
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

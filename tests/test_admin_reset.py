@@ -31,7 +31,7 @@ from rocketstore.broker._heartbeat import (
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
+from test_broker_admin import Cluster, create_everywhere, invoke, raw_call, started_cluster
 
 RC = ResponseCode
 TOPIC = "ResetTopic"
@@ -56,13 +56,8 @@ def test_reset_offset_bodies() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.run(c.start())
-        assert wait_until(lambda: c.ns is not None and len(c.ns.routes.live_brokers()) == 2)
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ them, plus the fastjson bodies byte for byte."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -188,15 +189,23 @@ async def _wrap(coro: Awaitable[T]) -> T:
     return await coro
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
+@contextlib.contextmanager
+def started_cluster(root: Path) -> Iterator[Cluster]:
+    """A name server and two brokers, both registered; stopped on the way out. Each test
+    module that uses it has a cluster of its own (a module-scoped ``cluster`` fixture)."""
+    c = Cluster(root)
     try:
         c.run(c.start())
         assert wait_until(lambda: c.ns is not None and len(c.ns.routes.live_brokers()) == 2)
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from _waits import wait_until
 from rocketstore.broker._admin import AdminProcessor
 from rocketstore.broker._controller import BrokerController
 from rocketstore.broker._subscription_group import SUBSCRIPTION_GROUP_FILE, SubscriptionGroupConfig
@@ -23,7 +22,7 @@ from rocketstore.cli import main as cli_main
 from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from test_broker_admin import CLUSTER, Cluster, raw_call
+from test_broker_admin import CLUSTER, Cluster, raw_call, started_cluster
 
 RC = ResponseCode
 CREATE = RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
@@ -33,13 +32,8 @@ DELETE = RequestCode.DELETE_SUBSCRIPTIONGROUP
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("groups"))
-    try:
-        c.run(c.start())
-        assert wait_until(lambda: c.ns is not None and len(c.ns.routes.live_brokers()) == 2)
+    with started_cluster(tmp_path_factory.mktemp("groups")) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture
