@@ -78,7 +78,10 @@ def main() -> None:
     print(f"\n{'scenario / figure':58} " + "  ".join(f"{v:>26}" for v in values))
     for (name, key), cols in table.items():
         cells = "  ".join(f"{' / '.join(_fmt(x) for x in col):>26}" for col in cols)
-        print(f"{name + ' ' + key:58} {cells}")
+        r = [b / a for a, b in zip(*cols, strict=False) if a]
+        v = "up" if r and min(r) > 1 else "down" if r and max(r) < 1 else "no measurable difference"
+        print(f"{name + ' ' + key:58} {cells}  by pair {' / '.join(f'{x:.2f}' for x in r)}: {v}")
+    print(f"load average after: {load()}")
 
 
 def _fmt(v: float) -> str:

@@ -295,6 +295,7 @@ def main() -> None:
             "mean": statistics.fmean(lat) if lat else float("nan"),
         }
     results["workload"] = {**work, "latency_rounds": opts.latency_rounds}
+    results["load_average_after"] = os.getloadavg()
     if opts.json:
         print(json.dumps(results, indent=2))
         return
