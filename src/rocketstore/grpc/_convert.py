@@ -25,6 +25,7 @@ from ..store.log._record import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    RESERVED_PROPERTIES,
     SYSFLAG_COMPRESSED,
     MessageExt,
 )
@@ -42,65 +43,9 @@ PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 
 # properties the system owns: a producer may not set them as user properties, and a consumer
-# does not get them back as user properties (RocketMQ's MessageConst.STRING_HASH_SET and the
-# ones v2 carries in system_properties)
-SYSTEM_PROPERTIES = frozenset(
-    {
-        "TRACE_ON",
-        "MSG_REGION",
-        PROPERTY_KEYS,
-        PROPERTY_TAGS,
-        "WAIT",
-        PROPERTY_DELAY,
-        "RETRY_TOPIC",
-        "REAL_TOPIC",
-        "REAL_QID",
-        PROPERTY_TRANSACTION_PREPARED,
-        "PGROUP",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        "BUYER_ID",
-        "ORIGIN_MESSAGE_ID",
-        "TRANSFER_FLAG",
-        "CORRECTION_FLAG",
-        "MQ2_FLAG",
-        "RECONSUME_TIME",
-        PROPERTY_UNIQ_KEY,
-        "MAX_RECONSUME_TIMES",
-        "CONSUME_START_TIME",
-        "POP_CK",
-        "POP_CK_OFFSET",
-        "1ST_POP_TIME",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        "DUP_INFO",
-        "EXTEND_UNIQ_INFO",
-        "INSTANCE_ID",
-        "CORRELATION_ID",
-        "REPLY_TO_CLIENT",
-        "TTL",
-        "ARRIVE_TIME",
-        "PUSH_REPLY_TIME",
-        PROPERTY_CLUSTER,
-        "MSG_TYPE",
-        "INNER_MULTI_QUEUE_OFFSET",
-        "TIMER_DELAY_MS",
-        "TIMER_DELAY_SEC",
-        PROPERTY_TIMER_DELIVER_MS,
-        "TIMER_ENQUEUE_MS",
-        "TIMER_DEQUEUE_MS",
-        "TIMER_ROLL_TIMES",
-        "TIMER_OUT_MS",
-        "TIMER_DEL_UNIQKEY",
-        "TIMER_DELAY_LEVEL",
-        PROPERTY_BORN_HOST,
-        "BORN_TIMESTAMP",
-        PROPERTY_DLQ_ORIGIN_TOPIC,
-        PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
-        "__CRC32#",
-        PROPERTY_SHARDING_KEY,
-        PROPERTY_TRACE_CONTEXT,
-    }
-)
+# does not get them back as user properties (RocketMQ's reserved names and the ones v2 carries in
+# system_properties)
+SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {PROPERTY_SHARDING_KEY}
 
 
 class GrpcError(Exception):

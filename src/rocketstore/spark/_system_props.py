@@ -24,73 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..store.log._record import (
-    PROPERTY_DELAY,
-    PROPERTY_REAL_TOPIC,
-)
+from ..store.log._record import PROPERTY_DELAY, PROPERTY_REAL_TOPIC, RESERVED_PROPERTIES
 
-SYSTEM_PROPERTIES = frozenset(
-    {
-        # RocketMQ 4.9.8 MessageConst.STRING_HASH_SET
-        "TRACE_ON",
-        "MSG_REGION",
-        "KEYS",
-        "TAGS",
-        "WAIT",
-        PROPERTY_DELAY,
-        "RETRY_TOPIC",
-        PROPERTY_REAL_TOPIC,
-        "REAL_QID",
-        "TRAN_MSG",
-        "PGROUP",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        "BUYER_ID",
-        "ORIGIN_MESSAGE_ID",
-        "TRANSFER_FLAG",
-        "CORRECTION_FLAG",
-        "MQ2_FLAG",
-        "RECONSUME_TIME",
-        "UNIQ_KEY",
-        "MAX_RECONSUME_TIMES",
-        "CONSUME_START_TIME",
-        "POP_CK",
-        "POP_CK_OFFSET",
-        "1ST_POP_TIME",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        "DUP_INFO",
-        "EXTEND_UNIQ_INFO",
-        "INSTANCE_ID",
-        "CORRELATION_ID",
-        "REPLY_TO_CLIENT",
-        "TTL",
-        "ARRIVE_TIME",
-        "PUSH_REPLY_TIME",
-        "CLUSTER",
-        "MSG_TYPE",
-        # transactions and dead letters (set by the broker, not in the set above)
-        "__transactionId__",
-        "TRANSACTION_CHECK_TIMES",
-        "CHECK_IMMUNITY_TIME_IN_SECONDS",
-        "DLQ_ORIGIN_TOPIC",
-        "DLQ_ORIGIN_MESSAGE_ID",
-        # RocketMQ 5.x names (timer messages, the gRPC front end)
-        "INNER_MULTI_QUEUE_OFFSET",
-        "TIMER_DELAY_SEC",
-        "TIMER_DELAY_MS",
-        "TIMER_DELIVER_MS",
-        "TIMER_ENQUEUE_MS",
-        "TIMER_DEQUEUE_MS",
-        "TIMER_ROLL_TIMES",
-        "TIMER_OUT_MS",
-        "TIMER_DEL_UNIQKEY",
-        "TIMER_DELAY_LEVEL",
-        "__BORNHOST",
-        "BORN_TIMESTAMP",
-        "TRACE_CONTEXT",
-        "__CRC32#",
-    }
-)
+SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {
+    # transactions (set by the broker, not among the reserved names)
+    "__transactionId__",
+    "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+}
 """Keys a write leaves out of a row's ``properties`` unless keepSystemProperties is set
 (DELAY: see the module docstring)."""
 

@@ -92,6 +92,67 @@ PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 KEY_SEPARATOR = " "
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
+# property keys the system owns, not the producer: RocketMQ 4.9.8's MessageConst.STRING_HASH_SET
+# and the names RocketMQ 5.x adds (timer messages, the gRPC protocol's system properties). The
+# gRPC front end and the Spark writer each add the few more they keep out.
+RESERVED_PROPERTIES = frozenset(
+    {
+        "TRACE_ON",
+        "MSG_REGION",
+        PROPERTY_KEYS,
+        PROPERTY_TAGS,
+        PROPERTY_WAIT,
+        PROPERTY_DELAY,
+        "RETRY_TOPIC",
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_TRANSACTION_PREPARED,
+        "PGROUP",
+        PROPERTY_MIN_OFFSET,
+        PROPERTY_MAX_OFFSET,
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        PROPERTY_UNIQ_KEY,
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
+        # RocketMQ 5.x
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        "TRACE_CONTEXT",
+        "__CRC32#",
+    }
+)
+
 # The fixed part up to and including BODYLENGTH, for IPv4 born and store hosts.
 HEAD_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
 HEAD_V4_SIZE = HEAD_V4.size  # 88
