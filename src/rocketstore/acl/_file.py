@@ -40,7 +40,9 @@ def default_acl_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get(ROCKETMQ_HOME_ENV) or ".") / "conf" / "plain_acl.yml"
 
 
-def _key_pairs(text: str, path: Path) -> dict[str, str]:
+def parse_key_pairs(text: str) -> dict[str, str]:
+    """``ak:sk`` pairs (``=`` may replace ``:``), separated by commas, semicolons or lines;
+    ``#`` starts a comment. AclConfigError names the first item that is not a pair."""
     out: dict[str, str] = {}
     for line in text.replace(";", "\n").replace(",", "\n").splitlines():
         item = line.strip()
@@ -49,24 +51,32 @@ def _key_pairs(text: str, path: Path) -> dict[str, str]:
         sep = ":" if ":" in item else "="
         ak, found, sk = item.partition(sep)
         if not found or not ak.strip() or not sk.strip():
-            raise AclConfigError(f"{path}: {item!r} is not access_key:secret_key")
+            raise AclConfigError(f"{item!r} is not access_key:secret_key")
         out[ak.strip()] = sk.strip()
     return out
+
+
+def parse_key_object(text: str) -> dict[str, str]:
+    """A JSON object of access key → secret key; AclConfigError when it is not one."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AclConfigError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in doc.items()
+    ):
+        raise AclConfigError("expected an object of access key → secret key")
+    return dict(doc)
 
 
 def parse_acl_text(text: str, path: Path) -> PlainAcl:
     """The rules of an ACL file's text (a plain_acl.yml or a key list)."""
     stripped = text.lstrip()
-    if stripped.startswith("{"):  # a JSON object of access key → secret key
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise AclConfigError(f"{path}: not JSON: {exc}") from None
-        if not isinstance(doc, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and k and v for k, v in doc.items()
-        ):
-            raise AclConfigError(f"{path}: expected an object of access key → secret key")
-        return admin_accounts(doc)
+    try:
+        if stripped.startswith("{"):  # a JSON object of access key → secret key
+            return admin_accounts(parse_key_object(text))
+    except AclConfigError as exc:
+        raise AclConfigError(f"{path}: {exc}") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -80,7 +90,10 @@ def parse_acl_text(text: str, path: Path) -> PlainAcl:
         except AclConfigError as exc:
             raise AclConfigError(f"{path}: {exc}") from None
     # neither a plain_acl.yml nor JSON: ak:sk lines
-    return admin_accounts(_key_pairs(text, path))
+    try:
+        return admin_accounts(parse_key_pairs(text))
+    except AclConfigError as exc:
+        raise AclConfigError(f"{path}: {exc}") from None
 
 
 def load_acl(path: str | os.PathLike[str]) -> PlainAcl:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
-import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -46,7 +45,8 @@ from typing import Any
 
 from ..acl import ANY, PUB, SUB, AccessDeniedError, retry_topic
 from ..acl._addresses import normalize_host
-from ..acl._errors import PermissionDeniedError
+from ..acl._errors import AclConfigError, PermissionDeniedError
+from ..acl._file import parse_key_object, parse_key_pairs
 from ..acl._remoting import AclSource
 from ..store._errors import StoreConfigError
 
@@ -226,17 +226,10 @@ def request_needs(method: str, request: Any) -> dict[str, int]:
 
 def parse_credentials(text: str) -> dict[str, str]:
     """``ak:sk[,ak:sk...]`` (``;`` or newlines also separate pairs, ``=`` may replace ``:``)."""
-    out: dict[str, str] = {}
-    for item in text.replace(";", ",").replace("\n", ",").split(","):
-        item = item.strip()
-        if not item or item.startswith("#"):
-            continue
-        sep = ":" if ":" in item else "="
-        ak, found, sk = item.partition(sep)
-        if not found or not ak.strip() or not sk.strip():
-            raise StoreConfigError(f"ACL credential {item!r} is not access_key:secret_key")
-        out[ak.strip()] = sk.strip()
-    return out
+    try:
+        return parse_key_pairs(text)
+    except AclConfigError as exc:
+        raise StoreConfigError(f"ACL credential {exc}") from None
 
 
 def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -245,14 +238,9 @@ def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
     text = Path(path).read_text(encoding="utf-8")
     if text.lstrip().startswith("{"):
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise StoreConfigError(f"{path}: not JSON: {exc}") from None
-        if not isinstance(doc, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and k and v for k, v in doc.items()
-        ):
-            raise StoreConfigError(f"{path}: expected an object of access key → secret key")
-        return dict(doc)
+            return parse_key_object(text)
+        except AclConfigError as exc:
+            raise StoreConfigError(f"{path}: {exc}") from None
     return parse_credentials(text)
 
 
