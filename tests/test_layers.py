@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_logs",),  # log files and the stats line, set up by the servers' commands
     ("metrics", "console"),  # Prometheus text and health endpoints; the web console (admin
     # requests through client/ only)
-    ("server",),  # the composition root; _serve.py re-exports its run_servers
+    ("server",),  # the composition root
     ("spark",),  # restricted further by SPARK_MAY_IMPORT
     ("bench",),
     ("cli",),  # the cli/ package
@@ -211,17 +211,12 @@ def _describe(cycle: list[str]) -> str:
 
 
 def package_of(module: str) -> str:
-    """The layer name of a module: its package under rocketstore, or for a top-level module
-    the package it belongs to."""
+    """The layer name of a module: its package under rocketstore (a top-level module is a
+    layer of its own)."""
     parts = module.split(".")
     if len(parts) == 1:
         return "store"  # rocketstore/__init__.py: the store's public names
-    first = parts[1]
-    if first == "cli" or first.startswith("_cli"):
-        return "cli"
-    if first == "_serve":
-        return "server"
-    return first
+    return parts[1]
 
 
 def _rank() -> dict[str, int]:
@@ -432,8 +427,6 @@ def test_store_rooms_import_only_rooms_below() -> None:
         ("rocketstore", "store"),
         ("rocketstore.cli", "cli"),
         ("rocketstore.cli._net", "cli"),
-        ("rocketstore._cli_net", "cli"),
-        ("rocketstore._serve", "server"),
         ("rocketstore.store.log._record", "store"),
     ],
 )

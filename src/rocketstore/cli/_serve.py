@@ -252,8 +252,8 @@ def namesrv_cmd(
     listen: str, verbose: bool, log_dir: str | None, log_level: str, log_levels: str | None
 ) -> None:
     """Run a name server (routes; brokers register with it)."""
-    from .._serve import run_servers
     from ..namesrv import NameServer
+    from ..server import run_servers
 
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
@@ -335,7 +335,7 @@ def broker_cmd(
     log_levels: str | None,
 ) -> None:
     """Run a broker over a store directory."""
-    from .._serve import run_servers
+    from ..server import run_servers
 
     store_dir = _store_dir(store, conf, None)
     _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
@@ -391,8 +391,8 @@ def serve_cmd(
     log_levels: str | None,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
-    from .._serve import run_servers
     from ..namesrv import NameServer
+    from ..server import run_servers
 
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
