@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,22 @@ from rocketstore import ManualClock, MessageStore, StoreConfig
 from rocketstore.store.log._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
+
+
+@pytest.fixture(autouse=True)
+def _project_logging_restored() -> Iterator[None]:
+    """A command run in-process (``broker``, ``serve``) installs the project's log files on the
+    ``rocketstore`` logger and stops it propagating; put that logger back after every test, so
+    later tests see the project's records through ``caplog``."""
+    root = logging.getLogger("rocketstore")
+    handlers, level, propagate = list(root.handlers), root.level, root.propagate
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+    root.propagate = propagate
 
 
 @pytest.fixture
