@@ -24,7 +24,7 @@ from typing import Any
 
 
 def decode(store: Path, rounds: int, columns: list[str] | None) -> float:
-    from rocketstore.spark._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder
+    from rocketstore.columns._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder
     from rocketstore.store.read._reader import StoreReader
 
     kw: dict[str, Any] = {}

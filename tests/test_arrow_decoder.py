@@ -35,7 +35,7 @@ from rocketstore.store.read._reader import StoreReader
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
 
-from rocketstore.spark._arrow import (  # noqa: E402
+from rocketstore.columns._arrow import (  # noqa: E402
     ARROW_SCHEMA,
     COLUMNS,
     QueueRange,

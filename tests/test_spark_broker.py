@@ -22,10 +22,10 @@ from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.client import MessageQueue, Producer
 from rocketstore.client._admin import AdminClient
+from rocketstore.columns._arrow import ARROW_SCHEMA
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import BrokerServer
-from rocketstore.spark._arrow import ARROW_SCHEMA
 from rocketstore.spark._broker import BrokerReadError, Cluster, drop_pool, pull_range
 from rocketstore.spark._broker_plan import plan_remote
 from rocketstore.spark._options import SourceOptions

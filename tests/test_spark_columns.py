@@ -13,13 +13,14 @@ from rocketstore.store.read._reader import StoreReader
 
 pa = pytest.importorskip("pyarrow")
 
-from rocketstore.spark._arrow import (  # noqa: E402
+from rocketstore.columns._arrow import (  # noqa: E402
     ARROW_SCHEMA,
     QueueRange,
     RangeDecoder,
     select_schema,
 )
-from rocketstore.spark._options import ColumnError, SourceOptions  # noqa: E402
+from rocketstore.columns._schema import ColumnError  # noqa: E402
+from rocketstore.spark._options import SourceOptions  # noqa: E402
 
 FMT = "rocketstore"
 

@@ -18,7 +18,7 @@ from rocketstore.store.read._reader import NotAStoreError, StoreReader
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
 
-from rocketstore.spark._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder  # noqa: E402
+from rocketstore.columns._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder  # noqa: E402
 from rocketstore.spark._options import (  # noqa: E402
     SourceOptionError,
     SourceOptions,

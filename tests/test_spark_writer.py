@@ -69,7 +69,7 @@ def _struct(*names: str, extra: pa.Field | None = None) -> StructType:
     ``extra``."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from rocketstore.spark._arrow import ARROW_SCHEMA
+    from rocketstore.columns._arrow import ARROW_SCHEMA
 
     fields = [f for f in ARROW_SCHEMA if not names or f.name in names]
     return from_arrow_schema(pa.schema(fields + ([extra] if extra is not None else [])))

@@ -121,7 +121,7 @@ def decode_rate(store: str, two_columns: bool, rounds: int = 3) -> float:
     """Rows/s of store → Arrow batches outside Spark (one thread, best of ``rounds``)."""
     import pyarrow as pa
 
-    from ..spark._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder
+    from ..columns._arrow import ARROW_SCHEMA, QueueRange, RangeDecoder
     from ..store.read._reader import StoreReader
 
     schema = ARROW_SCHEMA

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..client._route import RouteCache, TopicRoute
+from ..columns._arrow import RangeDecoder
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 from ..store._errors import CorruptRecordError
-from ._arrow import RangeDecoder
 from ._options import RemoteOptions, SourceOptionError
 
 log = logging.getLogger(__name__)

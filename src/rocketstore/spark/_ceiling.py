@@ -28,8 +28,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ._arrow import QueueRange, RangeDecoder
-from ._options import SCHEMA_DDL, SourceOptions, schema_ddl
+from ..columns._arrow import QueueRange, RangeDecoder
+from ..columns._schema import SCHEMA_DDL, schema_ddl
+from ._options import SourceOptions
 from ._path_plan import open_reader, plan_batch
 from ._path_reader import RangePartition
 from ._source import arrow_schema

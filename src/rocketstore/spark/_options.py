@@ -10,10 +10,11 @@ of spark/: every other module of it may import this one.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..columns._schema import parse_columns
 from ..store._errors import StoreError
 
 
@@ -32,15 +33,6 @@ NestedOffsets = dict[str, dict[str, dict[str, int]]]
 
 DEFAULT_GROUP = "rocketstore-spark"
 PULL_RETRIES = 4
-
-SCHEMA_DDL = (
-    "topic string, queue_id int, queue_offset long, commitlog_offset long, msg_id string, "
-    "body binary, tags string, keys array<string>, properties map<string,string>, "
-    "born_timestamp timestamp, store_timestamp timestamp, born_host string, store_host string, "
-    "reconsume_times int, sys_flag int"
-)
-
-COLUMN_TYPES = dict(part.strip().split(" ", 1) for part in SCHEMA_DDL.split(", "))
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -117,37 +109,6 @@ def parse_offsets(name: str, raw: str | None, default: int) -> int | Offsets:
 
 
 # ---- columns -------------------------------------------------------------------------------
-
-
-class ColumnError(SourceOptionError):
-    """A read asked for a column the data source does not have, or with another type."""
-
-
-def schema_ddl(columns: Sequence[str]) -> str:
-    """The DDL of ``columns`` (names of ``COLUMNS``) in that order."""
-    return ", ".join(f"{c} {COLUMN_TYPES[c]}" for c in columns)
-
-
-def parse_columns(raw: str) -> tuple[str, ...]:
-    """The ``columns`` option ("body,queue_id") → names, checked."""
-    names = tuple(c.strip() for c in raw.split(",") if c.strip())
-    if not names:
-        raise ColumnError("option columns is empty; give names like 'body,queue_id'")
-    check_names(names)
-    return names
-
-
-def check_names(names: Sequence[str]) -> None:
-    unknown = [c for c in names if c not in COLUMN_TYPES]
-    if unknown:
-        raise ColumnError(
-            f"unknown column(s) {', '.join(unknown)}; rocketstore has: {', '.join(COLUMN_TYPES)}"
-        )
-    seen: set[str] = set()
-    for c in names:
-        if c in seen:
-            raise ColumnError(f"column {c} is asked for twice")
-        seen.add(c)
 
 
 # ---- broker mode -----------------------------------------------------------------------------

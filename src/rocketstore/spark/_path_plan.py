@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..columns._arrow import QueueRange
 from ..store.read._reader import StoreReader, split_range
-from ._arrow import QueueRange
 from ._options import EARLIEST, LATEST, Offsets, SourceOptionError, SourceOptions
 
 

@@ -19,8 +19,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..columns._arrow import QueueRange, RangeDecoder
 from ..store.read._reader import split_range
-from ._arrow import QueueRange, RangeDecoder
 from ._options import Offsets, SourceOptionError, SourceOptions, canonical
 from ._path_plan import (
     Constraints,

@@ -26,8 +26,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from ._arrow import select_schema
-from ._options import SCHEMA_DDL, SourceOptionError, SourceOptions, is_remote, schema_ddl
+from ..columns._arrow import select_schema
+from ..columns._schema import SCHEMA_DDL, schema_ddl
+from ._options import SourceOptionError, SourceOptions, is_remote
 from ._path_reader import BatchReader, PushdownBatchReader, StreamReader
 
 NAME = "rocketstore"

@@ -19,7 +19,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ._arrow import COLUMNS
+from ..columns._arrow import COLUMNS
 from ._options import SourceOptionError
 from ._system_props import strip_system_properties
 

@@ -5,7 +5,7 @@ A read asks for some of the columns of ``ARROW_SCHEMA`` (any subset, any order: 
 at properties, hosts or times.
 
 Records are decoded a run at a time (the records of one queue in one commit-log file) by
-``_columns``: fixed header fields as numpy views, bodies and properties gathered with one Arrow
+``_kernels``: fixed header fields as numpy views, bodies and properties gathered with one Arrow
 kernel each, properties split with numpy and Arrow compute. Every record is checked first
 (magic, lengths, topic, queue id, queue offset, commit-log offset, body CRC unless
 ``check_crc`` is off); a record that fails, or whose properties are not UTF-8 or repeat a
@@ -36,8 +36,8 @@ import pyarrow as pa
 from ..store._errors import CorruptRecordError
 from ..store.log._record import MessageExt, decode_message
 from ..store.read._reader import StoreReader
-from . import _columns as col
-from ._options import COLUMN_TYPES, SCHEMA_DDL, ColumnError, check_names
+from . import _kernels as col
+from ._schema import COLUMN_TYPES, SCHEMA_DDL, ColumnError, check_names
 
 log = logging.getLogger(__name__)
 
