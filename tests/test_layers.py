@@ -21,6 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_inflate", "_speedups"),  # zlib with a size limit; whether the compiled twins are used
     ("store", "remoting"),  # "rocketstore" itself (the package's exports) counts as store
     ("columns",),  # messages as Arrow columns: the Spark source's and the tiered store's rows
+    ("tier",),  # sealed messages as Parquet with manifests; below the broker, which reads it
     ("acl",),
     ("namesrv",),
     ("broker",),
@@ -34,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench",),
     ("cli",),  # the cli/ package
 )
-SPARK_MAY_IMPORT = frozenset({"_inflate", "store", "remoting", "columns", "acl", "client"})
+SPARK_MAY_IMPORT = frozenset({"_inflate", "store", "remoting", "columns", "tier", "acl", "client"})
 
 # the store's rooms (store/<room>/), from bottom to top: the foundation modules at store/'s
 # top level, then each room; the facade store/_store.py (and store/__init__.py) on top
