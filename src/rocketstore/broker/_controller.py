@@ -31,6 +31,7 @@ from ..store._store import MessageStore
 from ._admin import AdminProcessor
 from ._admin_clients import ClientAdminProcessor
 from ._admin_config import ConfigAdminProcessor
+from ._admin_consumers import ConsumerAdminProcessor
 from ._admin_queue import QueueAdminProcessor
 from ._clients import ClientProcessor
 from ._config import BrokerConfig
@@ -172,6 +173,7 @@ class BrokerController:
             AdminProcessor(self),
             ClientAdminProcessor(self),
             ConfigAdminProcessor(self),
+            ConsumerAdminProcessor(self),
             QueueAdminProcessor(self),
             QueryProcessor(self),
             self.end_transaction,

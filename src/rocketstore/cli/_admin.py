@@ -629,6 +629,128 @@ def consumer_reset_offset(
     _console().print(table_out)
 
 
+def _running_info_doc(client_id: str, info: Any) -> dict[str, Any]:
+    return {
+        "client_id": client_id,
+        "properties": dict(sorted(info.properties.items())),
+        "subscriptions": info.subscriptions,
+        "queues": [
+            {
+                "topic": mq.topic,
+                "broker_name": mq.broker_name,
+                "queue_id": mq.queue_id,
+                **dataclasses.asdict(pq),
+            }
+            for mq, pq in sorted(info.mq_table.items())
+        ],
+        "status": {t: dataclasses.asdict(s) for t, s in sorted(info.status_table.items())},
+    }
+
+
+@consumer_group.command("status")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@click.option(
+    "--client", "-c", "client_id", default=None, help="one client id (default: every online one)"
+)
+@json_option
+def consumer_status(namesrv: str, group: str, client_id: str | None, as_json: bool) -> None:
+    """What each online consumer of a group tells of itself (mqadmin consumerStatus /
+    GET_CONSUMER_RUNNING_INFO): its settings, subscriptions, the queues it holds with their
+    committed offsets, its pull and consume rates."""
+    with _admin(namesrv) as admin:
+        if client_id is None:
+            ids = [c.client_id for c in admin.examine_consumer_connection(group).connections]
+        else:
+            ids = [client_id]
+        docs = [_running_info_doc(cid, admin.consumer_running_info(group, cid)) for cid in ids]
+    if as_json:
+        _dump(docs)
+        return
+    console = _console()
+    for doc in docs:
+        console.print(f"[bold]{doc['client_id']}[/bold]")
+        props = _table("properties", [("Key", "left"), ("Value", "left")])
+        for key, value in doc["properties"].items():
+            props.add_row(key, value)
+        console.print(props)
+        subs = _table("subscriptions", [("Topic", "left"), ("Expression", "left")])
+        for sub in doc["subscriptions"]:
+            subs.add_row(str(sub.get("topic")), str(sub.get("subString")))
+        console.print(subs)
+        queues = _table(
+            "queues",
+            [
+                ("Topic", "left"),
+                ("Broker Name", "left"),
+                ("QID", "right"),
+                ("Commit Offset", "right"),
+                ("Cached", "right"),
+                ("Locked", "left"),
+                ("Last Pull", "left"),
+            ],
+        )
+        for q in doc["queues"]:
+            queues.add_row(
+                q["topic"],
+                q["broker_name"],
+                str(q["queue_id"]),
+                str(q["commit_offset"]),
+                str(q["cached_msg_count"]),
+                _yes(q["locked"]),
+                _time(q["last_pull_timestamp"]),
+            )
+        console.print(queues)
+        rates = _table(
+            "rates",
+            [
+                ("Topic", "left"),
+                ("Pull TPS", "right"),
+                ("Pull RT", "right"),
+                ("Consume OK TPS", "right"),
+                ("Consume Failed TPS", "right"),
+                ("Consume RT", "right"),
+                ("Failed (1h)", "right"),
+            ],
+        )
+        for topic, s in doc["status"].items():
+            rates.add_row(
+                topic,
+                f"{s['pull_tps']:.2f}",
+                f"{s['pull_rt']:.2f}",
+                f"{s['consume_ok_tps']:.2f}",
+                f"{s['consume_failed_tps']:.2f}",
+                f"{s['consume_rt']:.2f}",
+                str(s["consume_failed_msgs"]),
+            )
+        console.print(rates)
+
+
+@consumer_group.command("clone-offset")
+@namesrv_option
+@click.option("--src-group", "-s", required=True, help="the group whose offsets are copied")
+@click.option("--dest-group", "-d", required=True, help="the group that gets them")
+@click.option("--topic", "-t", required=True)
+@click.option(
+    "--offline", is_flag=True, help="copy even when the online source group does not subscribe"
+)
+@json_option
+def consumer_clone_offset(
+    namesrv: str, src_group: str, dest_group: str, topic: str, offline: bool, as_json: bool
+) -> None:
+    """Copy a group's consumer offsets on a topic to another group, on every broker of the
+    topic's route (mqadmin cloneGroupOffset)."""
+    with _admin(namesrv) as admin:
+        brokers = admin.clone_group_offset(src_group, dest_group, topic, offline=offline)
+    if as_json:
+        _dump(
+            {"src_group": src_group, "dest_group": dest_group, "topic": topic, "brokers": brokers}
+        )
+        return
+    for addr in brokers:
+        click.echo(f"clone group offset success, {addr}: {src_group} -> {dest_group} on {topic}")
+
+
 @click.group("producer", cls=ClientGroup)
 def producer_group() -> None:
     """Producers: who is connected."""
