@@ -1,7 +1,8 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
 ``group update|delete|list``, ``consumer progress|connection|reset-offset``, ``producer connection``,
-``broker-config get|update``, ``broker-stats``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+``consumer status|clone-offset``, ``broker-config get|update``, ``broker-perm wipe|add``,
+``kv put|get|delete|list``, ``broker-stats``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
 """
@@ -824,6 +825,110 @@ def broker_config_update(
             click.echo(f"update broker config success, {addr}" + (f": {remark}" if remark else ""))
 
 
+@click.group("broker-perm", cls=ClientGroup)
+def broker_perm_group() -> None:
+    """A broker group's write permission in the name servers' routes (mqadmin wipeWritePerm /
+    addWritePerm): wipe it before taking a broker out of service, add it back after."""
+
+
+def _perm_command(name: str, doc: str, wipe: bool) -> Any:
+    @broker_perm_group.command(name, help=doc)
+    @namesrv_option
+    @click.option("--broker-name", "-b", required=True, help="the broker group, e.g. broker-a")
+    @json_option
+    def command(namesrv: str, broker_name: str, as_json: bool) -> None:
+        with _admin(namesrv) as admin:
+            if wipe:
+                counts = admin.wipe_write_perm(broker_name)
+            else:
+                counts = admin.add_write_perm(broker_name)
+        if as_json:
+            _dump({"broker_name": broker_name, "topic_counts": counts})
+            return
+        verb = "wipe" if wipe else "add"
+        for addr, count in counts.items():
+            click.echo(
+                f"{verb} write perm of broker[{broker_name}] in name server[{addr}] OK, {count}"
+            )
+
+    return command
+
+
+broker_wipe_write_perm = _perm_command(
+    "wipe", "Clear the write bit of the group's queue data on every name server.", True
+)
+broker_add_write_perm = _perm_command(
+    "add", "Give the group's queue data read and write again on every name server.", False
+)
+
+
+@click.group("kv", cls=ClientGroup)
+def kv_group() -> None:
+    """The name servers' KV config (mqadmin updateKvConfig / deleteKvConfig); the namespace
+    ORDER_TOPIC_CONFIG holds the order configuration routes carry."""
+
+
+namespace_option = click.option("--namespace", "-s", required=True, help="the namespace")
+key_option = click.option("--key", "-k", required=True, help="the key")
+
+
+@kv_group.command("put")
+@namesrv_option
+@namespace_option
+@key_option
+@click.option("--value", "-v", required=True, help="the value")
+def kv_put(namesrv: str, namespace: str, key: str, value: str) -> None:
+    """Set a value on every name server."""
+    with _admin(namesrv) as admin:
+        admin.put_kv_config(namespace, key, value)
+    click.echo(f"update kv config in namespace {namespace} success")
+
+
+@kv_group.command("delete")
+@namesrv_option
+@namespace_option
+@key_option
+def kv_delete(namesrv: str, namespace: str, key: str) -> None:
+    """Remove a value from every name server."""
+    with _admin(namesrv) as admin:
+        admin.delete_kv_config(namespace, key)
+    click.echo(f"delete kv config in namespace {namespace} success")
+
+
+@kv_group.command("get")
+@namesrv_option
+@namespace_option
+@key_option
+@json_option
+def kv_get(namesrv: str, namespace: str, key: str, as_json: bool) -> None:
+    """One value (from the first name server that answers)."""
+    with _admin(namesrv) as admin:
+        value = admin.get_kv_config(namespace, key)
+    if value is None:
+        raise click.ClickException(f"No config item, Namespace: {namespace} Key: {key}")
+    if as_json:
+        _dump({"namespace": namespace, "key": key, "value": value})
+        return
+    click.echo(value)
+
+
+@kv_group.command("list")
+@namesrv_option
+@namespace_option
+@json_option
+def kv_list(namesrv: str, namespace: str, as_json: bool) -> None:
+    """Every value of a namespace."""
+    with _admin(namesrv) as admin:
+        table = admin.kv_list(namespace)
+    if table is None:
+        raise click.ClickException(f"No config item, Namespace: {namespace}")
+    if as_json:
+        _dump({"namespace": namespace, "table": dict(sorted(table.items()))})
+        return
+    for key in sorted(table):
+        click.echo(f"{key}={table[key]}")
+
+
 def _stats_item(item: Any) -> dict[str, Any]:
     return {"sum": item.sum, "tps": item.tps, "avgpt": item.avgpt}
 
@@ -1081,6 +1186,8 @@ COMMANDS = [
     consumer_group,
     producer_group,
     broker_config_group,
+    broker_perm_group,
+    kv_group,
     broker_stats,
     namesrv_config_group,
     message_group,

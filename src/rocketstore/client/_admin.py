@@ -65,6 +65,12 @@ GET_CONSUMER_LIST_BY_GROUP = 38
 UPDATE_BROKER_CONFIG = 25
 UPDATE_NAMESRV_CONFIG = 318
 GET_NAMESRV_CONFIG = 319
+PUT_KV_CONFIG = 100
+GET_KV_CONFIG = 101
+DELETE_KV_CONFIG = 102
+GET_KVLIST_BY_NAMESPACE = 219
+WIPE_WRITE_PERM_OF_BROKER = 205
+ADD_WRITE_PERM_OF_BROKER = 327
 GET_CONSUMER_CONNECTION_LIST = 203
 GET_PRODUCER_CONNECTION_LIST = 204
 VIEW_BROKER_STATS_DATA = 315
@@ -356,6 +362,67 @@ class AdminClient:
             )
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
+
+    # ---- name servers' KV config and write permission ---------------------------------------
+
+    def _every_namesrv(self, code: int, ext: dict[str, str]) -> dict[str, RemotingCommand]:
+        """``code`` sent to every name server: address → its SUCCESS answer (ClientError on
+        any other, RemotingError when one is out of reach)."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        out: dict[str, RemotingCommand] = {}
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(addr, RemotingCommand.request(code, ext))
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise not_a_name_server(self.client, addr)
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+            out[addr] = r
+        return out
+
+    def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on every name server (mqadmin updateKvConfig)."""
+        self._every_namesrv(PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+
+    def delete_kv_config(self, namespace: str, key: str) -> None:
+        """DELETE_KV_CONFIG on every name server (mqadmin deleteKvConfig)."""
+        self._every_namesrv(DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+
+    def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG of the first name server that answers; None when it has no such
+        value (QUERY_NOT_FOUND)."""
+        try:
+            r = self._namesrv(GET_KV_CONFIG, {"namespace": namespace, "key": key})
+        except ClientError as exc:
+            if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                return None
+            raise
+        value = r.ext_fields.get("value")
+        return None if value is None else str(value)
+
+    def kv_list(self, namespace: str) -> dict[str, str] | None:
+        """GET_KVLIST_BY_NAMESPACE of the first name server that answers; None when it has no
+        such namespace."""
+        try:
+            r = self._namesrv(GET_KVLIST_BY_NAMESPACE, {"namespace": namespace})
+        except ClientError as exc:
+            if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                return None
+            raise
+        return decode_kv_table(r.body)
+
+    def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """WIPE_WRITE_PERM_OF_BROKER on every name server (mqadmin wipeWritePerm): the
+        broker group's routes lose their write permission, so producers send elsewhere.
+        Name-server address → how many topics of the group it changed."""
+        answers = self._every_namesrv(WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+        return {a: int(r.ext_fields.get("wipeTopicCount", 0)) for a, r in answers.items()}
+
+    def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """ADD_WRITE_PERM_OF_BROKER on every name server (mqadmin addWritePerm): the broker
+        group's routes read and write again. Name-server address → topics changed."""
+        answers = self._every_namesrv(ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+        return {a: int(r.ext_fields.get("addTopicCount", 0)) for a, r in answers.items()}
 
     # ---- consumer progress ------------------------------------------------------------------
 
