@@ -8,7 +8,8 @@ The body is properties text (``key=value`` lines, RocketMQ's key names). The ans
 - a key this broker reads on every use (:data:`RUNTIME_KEYS`) with a valid value: SUCCESS,
   applied at once, in memory only: the remark says so (RocketMQ rewrites its broker config
   file; put the key in broker.conf to keep it after a restart); ``brokerPermission`` is
-  registered with the name servers at once, as RocketMQ does;
+  registered with the name servers at once with a new data version, as RocketMQ does: a
+  permission that is not read-write replaces each topic's in the registered table;
 - a known setting that rocketstore fixes at start (the store's, the ports, ...), an unknown
   key, a value that does not parse or a body that is not properties text: SYSTEM_ERROR
   saying which, and nothing is applied.
@@ -138,7 +139,9 @@ class ConfigAdminProcessor:
         broker.topics.auto_create_topic_enable = broker.config.auto_create_topic_enable
         broker.groups.auto_create_subscription_group = broker.config.auto_create_subscription_group
         log.info("broker config updated by %s: %s", conn.peer, changes)
-        if broker.config.broker_permission != old.broker_permission:
+        if "brokerPermission" in keys:
+            # the name servers take the next registration's table, with the new permission
+            broker.topics.next_version()
             broker.topic_changed()
         remark = APPLIED_REMARK.format(keys=", ".join(sorted(keys)))
         return RemotingCommand.response(ResponseCode.SUCCESS, remark)
