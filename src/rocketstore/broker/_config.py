@@ -79,6 +79,8 @@ class BrokerConfig:
     max_connections: int = 10_000
     # unsent answers and large frames all connections may hold (see remoting.ServerLimits)
     max_buffered_bytes: int = 256 * 1024 * 1024
+    # the broker.conf the broker was started with ("": none); UPDATE_BROKER_CONFIG writes to it
+    config_file: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:

@@ -155,6 +155,7 @@ def _make_broker(
         broker_id=broker_id,
         acl_enable=True if acl_file else None,
         acl_file=acl_file,
+        config_file=conf,
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
