@@ -174,3 +174,25 @@ def test_update_broker_config_writes_the_config_file(cluster: Cluster, tmp_path:
         assert json.loads(raw_call(addr, 26, {}).ext_fields["version"])["counter"] == 1
     finally:
         broker.config = started
+
+
+def test_default_topic_queue_nums_is_rocketmqs(cluster: Cluster) -> None:
+    broker = cluster.brokers["broker-a"]
+    assert BrokerConfig().default_topic_queue_nums == 8
+    config = dict(
+        line.split("=", 1)
+        for line in bytes(raw_call(broker.address, 26, {}).body).decode().splitlines()
+    )
+    assert config["defaultTopicQueueNums"] == "8"
+    tbw = broker.topics.select("TBW102")
+    assert tbw is not None and (tbw.read_queue_nums, tbw.write_queue_nums) == (8, 8)
+    # a send asking for more gets the default topic's 8, one asking for 4 (the clients'
+    # default, RocketMQ 5's proxy) gets 4 (created on the broker's loop, as a send is)
+
+    async def create(topic: str, nums: str) -> int:
+        config = broker.create_topic_for_send(topic, {"defaultTopicQueueNums": nums})
+        assert config is not None
+        return config.write_queue_nums
+
+    assert cluster.run(create("AutoEight", "16")) == 8
+    assert cluster.run(create("AutoFour", "4")) == 4

@@ -56,7 +56,7 @@ class BrokerConfig:
     namesrv_addr: str = ""  # "host:port;host:port"
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
-    default_topic_queue_nums: int = 4
+    default_topic_queue_nums: int = 8
     broker_permission: int = 6
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
