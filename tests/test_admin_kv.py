@@ -180,8 +180,9 @@ def test_kv_commands(cluster: Cluster) -> None:
     assert json.loads(result.output) == {"namespace": "cli", "table": {"a": "1", "b": "x=y"}}
     result = invoke("kv", "list", "-n", n, "-s", "cli")
     assert result.output == "a=1\nb=x=y\n"
-    result = invoke("kv", "delete", "-n", n, "-s", "cli", "-k", "a")
+    result = invoke("kv", "delete", "-n", n, "-s", "cli", "-k", "a", "--json")
     assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"namespace": "cli", "key": "a", "namesrv": [n]}
     result = invoke("kv", "get", "-n", n, "-s", "cli", "-k", "a")
     assert result.exit_code == 1
     assert "No config item, Namespace: cli Key: a" in result.output

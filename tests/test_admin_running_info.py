@@ -185,6 +185,9 @@ def test_running_info_relayed_from_the_client(cluster: Cluster, admin: AdminClie
         }
         assert doc["subscriptions"][0]["topic"] == TOPIC
         assert doc["status"][TOPIC]["pull_tps"] == 1.5
+        result = invoke("consumer", "status", "-n", cluster.namesrv, "-g", GROUP)
+        assert result.exit_code == 0, result.output
+        assert CLIENT_ID in result.output and "CONSUME_PASSIVELY" in result.output
         # every online client of the group, without --client
         result = invoke("consumer", "status", "-n", cluster.namesrv, "-g", GROUP, "--json")
         assert result.exit_code == 0, result.output

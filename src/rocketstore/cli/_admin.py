@@ -818,7 +818,8 @@ def broker_config_get(
 def broker_config_update(
     namesrv: str, cluster: str | None, broker: str | None, key: str, value: str
 ) -> None:
-    """UPDATE_BROKER_CONFIG on a broker, or on every master: applied at once, in memory."""
+    """UPDATE_BROKER_CONFIG on a broker, or on every master: applied at once, and written to
+    the broker's broker.conf when it was started with one (else in memory only)."""
     with _admin(namesrv) as admin:
         for addr in _targets(admin, cluster, broker):
             remark = admin.update_broker_config(addr, {key: value})
@@ -877,10 +878,14 @@ key_option = click.option("--key", "-k", required=True, help="the key")
 @namespace_option
 @key_option
 @click.option("--value", "-v", required=True, help="the value")
-def kv_put(namesrv: str, namespace: str, key: str, value: str) -> None:
+@json_option
+def kv_put(namesrv: str, namespace: str, key: str, value: str, as_json: bool) -> None:
     """Set a value on every name server."""
     with _admin(namesrv) as admin:
         admin.put_kv_config(namespace, key, value)
+    if as_json:
+        _dump({"namespace": namespace, "key": key, "value": value, "namesrv": admin.namesrv_addrs})
+        return
     click.echo(f"update kv config in namespace {namespace} success")
 
 
@@ -888,10 +893,14 @@ def kv_put(namesrv: str, namespace: str, key: str, value: str) -> None:
 @namesrv_option
 @namespace_option
 @key_option
-def kv_delete(namesrv: str, namespace: str, key: str) -> None:
+@json_option
+def kv_delete(namesrv: str, namespace: str, key: str, as_json: bool) -> None:
     """Remove a value from every name server."""
     with _admin(namesrv) as admin:
         admin.delete_kv_config(namespace, key)
+    if as_json:
+        _dump({"namespace": namespace, "key": key, "namesrv": admin.namesrv_addrs})
+        return
     click.echo(f"delete kv config in namespace {namespace} success")
 
 
