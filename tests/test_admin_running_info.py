@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from _waits import wait_until
 from rocketstore.broker import _admin_consumers
 from rocketstore.broker._admin_bodies import BodyFormatError, MessageQueue
 from rocketstore.broker._admin_consumer_bodies import (
@@ -31,7 +32,7 @@ from rocketstore.broker._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.client import ClientError
+from rocketstore.client import ClientError, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
 from test_broker_admin import Cluster, create_everywhere, invoke, raw_call, started_cluster
@@ -282,3 +283,34 @@ def test_consumer_status_gathered_from_clients(cluster: Cluster, admin: AdminCli
     finally:
         for c in (one, two, three):
             cluster.run(_close(c))
+
+
+def test_rocketstore_pull_consumer_answers_the_broker(cluster: Cluster, admin: AdminClient) -> None:
+    topic = "RunningInfoOwn"
+    group = "G_running_own"
+    create_everywhere(admin, cluster, topic, queues=2)
+    with Producer(cluster.namesrv) as producer:
+        for i in range(3):
+            producer.send(topic, b"m%d" % i, queue=MessageQueue(topic, "broker-a", 0))
+    a0 = MessageQueue(topic, "broker-a", 0)
+    with PullConsumer(cluster.namesrv, group) as consumer:
+        client_id = consumer.join_group({topic: "*"})
+        assert wait_until(lambda: consumer.pull(a0, 0).status == "FOUND")
+        consumer.commit_offset(a0, 3)
+        assert client_id in admin.examine_consumer_connection(group).connections[0].client_id
+
+        info = admin.consumer_running_info(group, client_id)
+        assert info.properties["consumerGroup"] == group
+        assert info.properties[PROP_CONSUME_TYPE] == "CONSUME_ACTIVELY"
+        assert [s["topic"] for s in info.subscriptions] == [topic]
+        assert info.mq_table[a0].commit_offset == 3 and info.mq_table[a0].last_pull_timestamp > 0
+        assert info.status_table[topic].pull_tps > 0
+
+        assert admin.consumer_status(group, topic) == {client_id: {a0: 3}}
+        result = invoke("consumer", "status", "-n", cluster.namesrv, "-g", group, "--json")
+        assert result.exit_code == 0, result.output
+        [doc] = json.loads(result.output)
+        assert doc["client_id"] == client_id and doc["queues"][0]["commit_offset"] == 3
+    # closed: unregistered from the brokers at once
+    r = raw_call(cluster.addr("broker-a"), 307, {"consumerGroup": group, "clientId": client_id})
+    assert r.code == RC.SYSTEM_ERROR and r.remark.endswith("not online")
