@@ -162,7 +162,14 @@ def test_update_broker_config_writes_the_config_file(cluster: Cluster, tmp_path:
         # refused updates leave the file alone
         r = _call(addr, 25, b"shortPollingTimeMills=x\n")
         assert r.code == RC.SYSTEM_ERROR
+        r = _call(addr, 25, b"sendMessageThreadPoolNums=2\n")
+        assert (r.code, r.remark) == (
+            RC.SYSTEM_ERROR,
+            "sendMessageThreadPoolNums: RocketMQ's setting, not used by this broker "
+            "(GET_BROKER_CONFIG shows RocketMQ's default)",
+        )
         assert "shortPollingTimeMills=1500" in conf.read_text()
+        assert "sendMessageThreadPoolNums" not in conf.read_text()
 
         # a file that cannot be written: nothing applied
         broker.config = dataclasses.replace(

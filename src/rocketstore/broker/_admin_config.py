@@ -54,7 +54,7 @@ from ._admin import (
     _ok,
     config_texts,
 )
-from ._admin_config_keys import rocketmq_config_lines
+from ._admin_config_keys import ROCKETMQ_KEYS, rocketmq_config_lines
 from ._config import BrokerConfig
 from ._services import HasClock, HasGroups, HasStoreConfig, HasTopics
 
@@ -194,6 +194,12 @@ class ConfigAdminProcessor:
                 f"{', '.join(fixed)} cannot change while the broker runs: set "
                 f"{'them' if len(fixed) > 1 else 'it'} in broker.conf and restart (at run time: "
                 f"{', '.join(sorted(RUNTIME_KEYS))})"
+            )
+        unused = sorted(k for k in values if k not in RUNTIME_KEYS and k in ROCKETMQ_KEYS)
+        if unused:
+            raise RequestError(
+                f"{', '.join(unused)}: RocketMQ's setting{'s' if len(unused) > 1 else ''}, not "
+                "used by this broker (GET_BROKER_CONFIG shows RocketMQ's default)"
             )
         unknown = sorted(k for k in values if k not in RUNTIME_KEYS)
         if unknown:

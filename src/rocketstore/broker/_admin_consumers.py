@@ -145,9 +145,10 @@ class ConsumerAdminProcessor:
                     "the client does not support this feature. "
                     f"version={version_desc(client.version)}"
                 )
-        targets = [c for c in info.clients if not only or c.client_id == only][
-            : 1 if only else None
-        ]
+        # one client when named (the first of that id), else every one
+        targets = [c for c in info.clients if not only or c.client_id == only]
+        if only:
+            targets = targets[:1]
         header = {"topic": topic, "group": group}
         answers = await asyncio.gather(
             *(self._client_status(c.channel, c.client_id, header) for c in targets)

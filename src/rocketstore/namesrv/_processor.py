@@ -42,7 +42,8 @@ most a few a minute). REGISTER_BROKER's answer carries the ORDER_TOPIC_CONFIG na
 KV config (see ``_kv``) as a KVTable, when it exists; with ``orderMessageEnable`` on, a route
 carries the topic's order configuration from it (``orderTopicConf``).
 
-Handlers run on the name server's event loop thread and never block.
+Handlers run on the name server's event loop thread and never block, but for the KV config's
+changes: each rewrites the small kvConfig.json (two fsyncs), as RocketMQ writes it at once.
 """
 
 from __future__ import annotations
