@@ -9,7 +9,7 @@ code   request                       ext fields → answer
                                      broker registers with the name servers at once
 21     GET_ALL_TOPIC_CONFIG          → TopicConfigSerializeWrapper (compact fastjson)
 26     GET_BROKER_CONFIG             → ``key=value`` lines (RocketMQ's key names); ext
-                                     version (DataVersion JSON)
+                                     version (DataVersion JSON): served by ``_admin_config``
 28     GET_BROKER_RUNTIME_INFO       → KVTable: the store's runtime info and the broker's keys
 200    UPDATE_AND_CREATE_            body: SubscriptionGroupConfig JSON (camelCase; fields
        SUBSCRIPTIONGROUP             not given take the defaults, unknown ones are ignored)
@@ -193,7 +193,6 @@ class AdminProcessor:
         table: dict[int, Handler] = {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
-            GET_BROKER_CONFIG: self.get_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
@@ -432,19 +431,6 @@ class AdminProcessor:
             )
         return info
 
-    def get_broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        lines = [f"{k}={v}\n" for k, v in sorted(self.all_configs().items())]
-        version = f'{{"counter":0,"timestamp":{self.started_ms}}}'
-        return _ok("".join(lines).encode("utf-8"), version=version)
-
-    def all_configs(self) -> dict[str, str]:
-        """The broker's and the store's settings by RocketMQ's camelCase names (as text)."""
-        out = config_texts(self.broker.config, self.broker.store_config)
-        if self.broker.grpc_endpoint:
-            # where this broker's gRPC front end listens (other brokers route 5.x clients here)
-            out[GRPC_ENDPOINT_KEY] = self.broker.grpc_endpoint
-        return out
-
 
 # the store's settings whose RocketMQ names are not the camelCase of rocketstore's
 STORE_KEY_NAMES = {
@@ -464,6 +450,8 @@ def config_texts(config: Any, store_config: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     broker_names = {v: k for k, v in _CONF_KEYS.items()}
     for f in dataclasses.fields(config):
+        if f.name == "config_file":
+            continue
         out[broker_names.get(f.name) or _camel(f.name)] = _text(getattr(config, f.name))
     for f in dataclasses.fields(store_config):
         if f.name in ("extra", "store_host", "store_port"):

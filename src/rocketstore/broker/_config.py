@@ -56,7 +56,7 @@ class BrokerConfig:
     namesrv_addr: str = ""  # "host:port;host:port"
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
-    default_topic_queue_nums: int = 4
+    default_topic_queue_nums: int = 8
     broker_permission: int = 6
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
@@ -79,6 +79,8 @@ class BrokerConfig:
     max_connections: int = 10_000
     # unsent answers and large frames all connections may hold (see remoting.ServerLimits)
     max_buffered_bytes: int = 256 * 1024 * 1024
+    # the broker.conf the broker was started with ("": none); UPDATE_BROKER_CONFIG writes to it
+    config_file: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:

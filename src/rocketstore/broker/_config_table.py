@@ -100,6 +100,13 @@ class VersionedConfigTable(Generic[C]):
     def data_version(self) -> DataVersion:
         return self._version
 
+    def next_version(self) -> None:
+        """Bump the data version though the table did not change (RocketMQ's
+        ``dataVersion.nextVersion()``): the name servers take the next registration's table.
+        Any thread."""
+        with self._lock:
+            self._bump()
+
     def _bump(self) -> None:
         """Bump the data version (without persisting). Caller holds the lock."""
         self._version = self._version.next(self._clock.now_ms())

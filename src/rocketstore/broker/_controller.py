@@ -31,6 +31,7 @@ from ..store._store import MessageStore
 from ._admin import AdminProcessor
 from ._admin_clients import ClientAdminProcessor
 from ._admin_config import ConfigAdminProcessor
+from ._admin_consumers import ConsumerAdminProcessor
 from ._admin_queue import QueueAdminProcessor
 from ._clients import ClientProcessor
 from ._config import BrokerConfig
@@ -172,6 +173,7 @@ class BrokerController:
             AdminProcessor(self),
             ClientAdminProcessor(self),
             ConfigAdminProcessor(self),
+            ConsumerAdminProcessor(self),
             QueueAdminProcessor(self),
             QueryProcessor(self),
             self.end_transaction,
@@ -248,8 +250,12 @@ class BrokerController:
         return int(bound) if bound else self.store_config.ha_listen_port
 
     def topic_configs_for_registration(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        configs = self.topics.all()
+        perm = self.config.broker_permission
+        if perm & 0x6 != 0x6:  # not readable and writable: the broker's permission on each
+            configs = {name: c.replace(perm=perm) for name, c in configs.items()}
         return self.topics.data_version.to_json(), {
-            name: c.to_json() for name, c in self.topics.all().items()
+            name: c.to_json() for name, c in configs.items()
         }
 
     async def stop_registering(self) -> None:

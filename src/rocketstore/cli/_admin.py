@@ -1,7 +1,8 @@
 """The administration commands of ``rocketstore`` (mqadmin's topic, cluster, consumer,
 subscription-group and message commands): ``topic create|list|delete|route``, ``cluster list``,
 ``group update|delete|list``, ``consumer progress|connection|reset-offset``, ``producer connection``,
-``broker-config get|update``, ``broker-stats``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
+``consumer status|clone-offset``, ``broker-config get|update``, ``broker-perm wipe|add``,
+``kv put|get|delete|list``, ``broker-stats``, ``namesrv-config get|update``, ``message query|view``. Tables go to standard output with rich; ``--json`` prints JSON instead.
 A refused request or a broker out of reach ends the command with status 1 and the reason on
 standard error (``_cli_errors``).
 """
@@ -629,6 +630,128 @@ def consumer_reset_offset(
     _console().print(table_out)
 
 
+def _running_info_doc(client_id: str, info: Any) -> dict[str, Any]:
+    return {
+        "client_id": client_id,
+        "properties": dict(sorted(info.properties.items())),
+        "subscriptions": info.subscriptions,
+        "queues": [
+            {
+                "topic": mq.topic,
+                "broker_name": mq.broker_name,
+                "queue_id": mq.queue_id,
+                **dataclasses.asdict(pq),
+            }
+            for mq, pq in sorted(info.mq_table.items())
+        ],
+        "status": {t: dataclasses.asdict(s) for t, s in sorted(info.status_table.items())},
+    }
+
+
+@consumer_group.command("status")
+@namesrv_option
+@click.option("--group", "-g", required=True, help="consumer group")
+@click.option(
+    "--client", "-c", "client_id", default=None, help="one client id (default: every online one)"
+)
+@json_option
+def consumer_status(namesrv: str, group: str, client_id: str | None, as_json: bool) -> None:
+    """What each online consumer of a group tells of itself (mqadmin consumerStatus /
+    GET_CONSUMER_RUNNING_INFO): its settings, subscriptions, the queues it holds with their
+    committed offsets, its pull and consume rates."""
+    with _admin(namesrv) as admin:
+        if client_id is None:
+            ids = [c.client_id for c in admin.examine_consumer_connection(group).connections]
+        else:
+            ids = [client_id]
+        docs = [_running_info_doc(cid, admin.consumer_running_info(group, cid)) for cid in ids]
+    if as_json:
+        _dump(docs)
+        return
+    console = _console()
+    for doc in docs:
+        console.print(f"[bold]{doc['client_id']}[/bold]")
+        props = _table("properties", [("Key", "left"), ("Value", "left")])
+        for key, value in doc["properties"].items():
+            props.add_row(key, value)
+        console.print(props)
+        subs = _table("subscriptions", [("Topic", "left"), ("Expression", "left")])
+        for sub in doc["subscriptions"]:
+            subs.add_row(str(sub.get("topic")), str(sub.get("subString")))
+        console.print(subs)
+        queues = _table(
+            "queues",
+            [
+                ("Topic", "left"),
+                ("Broker Name", "left"),
+                ("QID", "right"),
+                ("Commit Offset", "right"),
+                ("Cached", "right"),
+                ("Locked", "left"),
+                ("Last Pull", "left"),
+            ],
+        )
+        for q in doc["queues"]:
+            queues.add_row(
+                q["topic"],
+                q["broker_name"],
+                str(q["queue_id"]),
+                str(q["commit_offset"]),
+                str(q["cached_msg_count"]),
+                _yes(q["locked"]),
+                _time(q["last_pull_timestamp"]),
+            )
+        console.print(queues)
+        rates = _table(
+            "rates",
+            [
+                ("Topic", "left"),
+                ("Pull TPS", "right"),
+                ("Pull RT", "right"),
+                ("Consume OK TPS", "right"),
+                ("Consume Failed TPS", "right"),
+                ("Consume RT", "right"),
+                ("Failed (1h)", "right"),
+            ],
+        )
+        for topic, s in doc["status"].items():
+            rates.add_row(
+                topic,
+                f"{s['pull_tps']:.2f}",
+                f"{s['pull_rt']:.2f}",
+                f"{s['consume_ok_tps']:.2f}",
+                f"{s['consume_failed_tps']:.2f}",
+                f"{s['consume_rt']:.2f}",
+                str(s["consume_failed_msgs"]),
+            )
+        console.print(rates)
+
+
+@consumer_group.command("clone-offset")
+@namesrv_option
+@click.option("--src-group", "-s", required=True, help="the group whose offsets are copied")
+@click.option("--dest-group", "-d", required=True, help="the group that gets them")
+@click.option("--topic", "-t", required=True)
+@click.option(
+    "--offline", is_flag=True, help="copy even when the online source group does not subscribe"
+)
+@json_option
+def consumer_clone_offset(
+    namesrv: str, src_group: str, dest_group: str, topic: str, offline: bool, as_json: bool
+) -> None:
+    """Copy a group's consumer offsets on a topic to another group, on every broker of the
+    topic's route (mqadmin cloneGroupOffset)."""
+    with _admin(namesrv) as admin:
+        brokers = admin.clone_group_offset(src_group, dest_group, topic, offline=offline)
+    if as_json:
+        _dump(
+            {"src_group": src_group, "dest_group": dest_group, "topic": topic, "brokers": brokers}
+        )
+        return
+    for addr in brokers:
+        click.echo(f"clone group offset success, {addr}: {src_group} -> {dest_group} on {topic}")
+
+
 @click.group("producer", cls=ClientGroup)
 def producer_group() -> None:
     """Producers: who is connected."""
@@ -695,11 +818,124 @@ def broker_config_get(
 def broker_config_update(
     namesrv: str, cluster: str | None, broker: str | None, key: str, value: str
 ) -> None:
-    """UPDATE_BROKER_CONFIG on a broker, or on every master: applied at once, in memory."""
+    """UPDATE_BROKER_CONFIG on a broker, or on every master: applied at once, and written to
+    the broker's broker.conf when it was started with one (else in memory only)."""
     with _admin(namesrv) as admin:
         for addr in _targets(admin, cluster, broker):
             remark = admin.update_broker_config(addr, {key: value})
             click.echo(f"update broker config success, {addr}" + (f": {remark}" if remark else ""))
+
+
+@click.group("broker-perm", cls=ClientGroup)
+def broker_perm_group() -> None:
+    """A broker group's write permission in the name servers' routes (mqadmin wipeWritePerm /
+    addWritePerm): wipe it before taking a broker out of service, add it back after."""
+
+
+def _perm_command(name: str, doc: str, wipe: bool) -> Any:
+    @broker_perm_group.command(name, help=doc)
+    @namesrv_option
+    @click.option("--broker-name", "-b", required=True, help="the broker group, e.g. broker-a")
+    @json_option
+    def command(namesrv: str, broker_name: str, as_json: bool) -> None:
+        with _admin(namesrv) as admin:
+            if wipe:
+                counts = admin.wipe_write_perm(broker_name)
+            else:
+                counts = admin.add_write_perm(broker_name)
+        if as_json:
+            _dump({"broker_name": broker_name, "topic_counts": counts})
+            return
+        verb = "wipe" if wipe else "add"
+        for addr, count in counts.items():
+            click.echo(
+                f"{verb} write perm of broker[{broker_name}] in name server[{addr}] OK, {count}"
+            )
+
+    return command
+
+
+broker_wipe_write_perm = _perm_command(
+    "wipe", "Clear the write bit of the group's queue data on every name server.", True
+)
+broker_add_write_perm = _perm_command(
+    "add", "Give the group's queue data read and write again on every name server.", False
+)
+
+
+@click.group("kv", cls=ClientGroup)
+def kv_group() -> None:
+    """The name servers' KV config (mqadmin updateKvConfig / deleteKvConfig); the namespace
+    ORDER_TOPIC_CONFIG holds the order configuration routes carry."""
+
+
+namespace_option = click.option("--namespace", "-s", required=True, help="the namespace")
+key_option = click.option("--key", "-k", required=True, help="the key")
+
+
+@kv_group.command("put")
+@namesrv_option
+@namespace_option
+@key_option
+@click.option("--value", "-v", required=True, help="the value")
+@json_option
+def kv_put(namesrv: str, namespace: str, key: str, value: str, as_json: bool) -> None:
+    """Set a value on every name server."""
+    with _admin(namesrv) as admin:
+        admin.put_kv_config(namespace, key, value)
+    if as_json:
+        _dump({"namespace": namespace, "key": key, "value": value, "namesrv": admin.namesrv_addrs})
+        return
+    click.echo(f"update kv config in namespace {namespace} success")
+
+
+@kv_group.command("delete")
+@namesrv_option
+@namespace_option
+@key_option
+@json_option
+def kv_delete(namesrv: str, namespace: str, key: str, as_json: bool) -> None:
+    """Remove a value from every name server."""
+    with _admin(namesrv) as admin:
+        admin.delete_kv_config(namespace, key)
+    if as_json:
+        _dump({"namespace": namespace, "key": key, "namesrv": admin.namesrv_addrs})
+        return
+    click.echo(f"delete kv config in namespace {namespace} success")
+
+
+@kv_group.command("get")
+@namesrv_option
+@namespace_option
+@key_option
+@json_option
+def kv_get(namesrv: str, namespace: str, key: str, as_json: bool) -> None:
+    """One value (from the first name server that answers)."""
+    with _admin(namesrv) as admin:
+        value = admin.get_kv_config(namespace, key)
+    if value is None:
+        raise click.ClickException(f"No config item, Namespace: {namespace} Key: {key}")
+    if as_json:
+        _dump({"namespace": namespace, "key": key, "value": value})
+        return
+    click.echo(value)
+
+
+@kv_group.command("list")
+@namesrv_option
+@namespace_option
+@json_option
+def kv_list(namesrv: str, namespace: str, as_json: bool) -> None:
+    """Every value of a namespace."""
+    with _admin(namesrv) as admin:
+        table = admin.kv_list(namespace)
+    if table is None:
+        raise click.ClickException(f"No config item, Namespace: {namespace}")
+    if as_json:
+        _dump({"namespace": namespace, "table": dict(sorted(table.items()))})
+        return
+    for key in sorted(table):
+        click.echo(f"{key}={table[key]}")
 
 
 def _stats_item(item: Any) -> dict[str, Any]:
@@ -959,6 +1195,8 @@ COMMANDS = [
     consumer_group,
     producer_group,
     broker_config_group,
+    broker_perm_group,
+    kv_group,
     broker_stats,
     namesrv_config_group,
     message_group,

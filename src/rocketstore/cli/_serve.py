@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -154,6 +155,7 @@ def _make_broker(
         broker_id=broker_id,
         acl_enable=True if acl_file else None,
         acl_file=acl_file,
+        config_file=conf,
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
@@ -245,19 +247,42 @@ def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str
         raise click.BadParameter(str(exc)) from None
 
 
+def _name_server(host: str, port: int, kv_config: str) -> Any:
+    """A NameServer keeping its KV config in ``kv_config``; a file that is not KV config
+    JSON (or cannot be read) ends the command with one line."""
+    from ..namesrv import KVConfigError, NameServer
+
+    try:
+        return NameServer(host, port, kv_config_path=kv_config)
+    except (KVConfigError, OSError) as exc:
+        click.echo(f"error: KV config: {exc}", err=True)
+        sys.exit(1)
+
+
 @click.command("namesrv")
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
+@click.option(
+    "--kv-config",
+    default=os.path.join("~", "namesrv", "kvConfig.json"),
+    show_default=True,
+    help="the file of the KV config (RocketMQ's kvConfigPath)",
+)
 @verbose_option
 def namesrv_cmd(
-    listen: str, verbose: bool, log_dir: str | None, log_level: str, log_levels: str | None
+    listen: str,
+    kv_config: str,
+    verbose: bool,
+    log_dir: str | None,
+    log_level: str,
+    log_levels: str | None,
 ) -> None:
     """Run a name server (routes; brokers register with it)."""
-    from ..namesrv import NameServer
     from ..server import run_servers
 
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
-    _run(run_servers(NameServer(host, port), [], announce=_announce))
+    ns = _name_server(host, port, os.path.expanduser(kv_config))
+    _run(run_servers(ns, [], announce=_announce))
 
 
 metrics_option = click.option(
@@ -391,14 +416,15 @@ def serve_cmd(
     log_levels: str | None,
 ) -> None:
     """A name server and a broker in one process: the embedded default."""
-    from ..namesrv import NameServer
     from ..server import run_servers
 
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
     store_dir = _store_dir(store, conf, "store")
     _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
-    ns = NameServer(host, port)
+    # the name server's KV config beside the store
+    root = store_dir or StoreConfig.from_broker_conf(conf or "").store_path_root_dir
+    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"))
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start

@@ -28,6 +28,7 @@ from ..broker._admin_bodies import (
     decode_topic_stats,
 )
 from ..broker._admin_bodies import loads as loads_body
+from ..broker._admin_consumer_bodies import ConsumerRunningInfo, ConsumerStatusBody
 from ..broker._subscription_group import SubscriptionGroupConfig
 from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
 from ..namesrv._properties import format_properties, parse_properties
@@ -64,6 +65,12 @@ GET_CONSUMER_LIST_BY_GROUP = 38
 UPDATE_BROKER_CONFIG = 25
 UPDATE_NAMESRV_CONFIG = 318
 GET_NAMESRV_CONFIG = 319
+PUT_KV_CONFIG = 100
+GET_KV_CONFIG = 101
+DELETE_KV_CONFIG = 102
+GET_KVLIST_BY_NAMESPACE = 219
+WIPE_WRITE_PERM_OF_BROKER = 205
+ADD_WRITE_PERM_OF_BROKER = 327
 GET_CONSUMER_CONNECTION_LIST = 203
 GET_PRODUCER_CONNECTION_LIST = 204
 VIEW_BROKER_STATS_DATA = 315
@@ -72,6 +79,9 @@ CLEAN_EXPIRED_CONSUMEQUEUE = 306
 CLEAN_UNUSED_TOPIC = 316
 QUERY_CONSUME_QUEUE = 321
 RESET_CONSUMER_OFFSET = 222
+INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
+GET_CONSUMER_RUNNING_INFO = 307
+CLONE_GROUP_OFFSET = 314
 PERM_READ_WRITE = 6
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's tools pull with (no offsets kept)
 
@@ -353,6 +363,67 @@ class AdminClient:
             if r.code != ResponseCode.SUCCESS:
                 raise ClientError(r.code, r.remark)
 
+    # ---- name servers' KV config and write permission ---------------------------------------
+
+    def _every_namesrv(self, code: int, ext: dict[str, str]) -> dict[str, RemotingCommand]:
+        """``code`` sent to every name server: address → its SUCCESS answer (ClientError on
+        any other, RemotingError when one is out of reach)."""
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address")
+        out: dict[str, RemotingCommand] = {}
+        for addr in self.namesrv_addrs:
+            r = self.client.invoke(addr, RemotingCommand.request(code, ext))
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise not_a_name_server(self.client, addr)
+            if r.code != ResponseCode.SUCCESS:
+                raise ClientError(r.code, r.remark)
+            out[addr] = r
+        return out
+
+    def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on every name server (mqadmin updateKvConfig)."""
+        self._every_namesrv(PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+
+    def delete_kv_config(self, namespace: str, key: str) -> None:
+        """DELETE_KV_CONFIG on every name server (mqadmin deleteKvConfig)."""
+        self._every_namesrv(DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+
+    def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG of the first name server that answers; None when it has no such
+        value (QUERY_NOT_FOUND)."""
+        try:
+            r = self._namesrv(GET_KV_CONFIG, {"namespace": namespace, "key": key})
+        except ClientError as exc:
+            if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                return None
+            raise
+        value = r.ext_fields.get("value")
+        return None if value is None else str(value)
+
+    def kv_list(self, namespace: str) -> dict[str, str] | None:
+        """GET_KVLIST_BY_NAMESPACE of the first name server that answers; None when it has no
+        such namespace."""
+        try:
+            r = self._namesrv(GET_KVLIST_BY_NAMESPACE, {"namespace": namespace})
+        except ClientError as exc:
+            if exc.code == ResponseCode.QUERY_NOT_FOUND:
+                return None
+            raise
+        return decode_kv_table(r.body)
+
+    def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """WIPE_WRITE_PERM_OF_BROKER on every name server (mqadmin wipeWritePerm): the
+        broker group's routes lose their write permission, so producers send elsewhere.
+        Name-server address → how many topics of the group it changed."""
+        answers = self._every_namesrv(WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+        return {a: int(r.ext_fields.get("wipeTopicCount", 0)) for a, r in answers.items()}
+
+    def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """ADD_WRITE_PERM_OF_BROKER on every name server (mqadmin addWritePerm): the broker
+        group's routes read and write again. Name-server address → topics changed."""
+        answers = self._every_namesrv(ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+        return {a: int(r.ext_fields.get("addTopicCount", 0)) for a, r in answers.items()}
+
     # ---- consumer progress ------------------------------------------------------------------
 
     def consume_stats(self, addr: str, group: str, topic: str | None = None) -> ConsumeStats:
@@ -415,6 +486,83 @@ class AdminClient:
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
         return dataclasses.replace(found, connections=tuple(seen.values()))
+
+    def consumer_running_info(
+        self, group: str, client_id: str, *, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO: what one client of the group tells of itself (its
+        settings, subscriptions, queues with their offsets, rates), asked through the first
+        broker of :meth:`group_brokers` the client is connected to. ClientError with the last
+        broker's answer when none can ask it."""
+        check_group(group)
+        ext = {
+            "consumerGroup": group,
+            "clientId": client_id,
+            "jstackEnable": "true" if jstack else "false",
+        }
+        last: ClientError | None = None
+        for addr in self.group_brokers(group).values():
+            r = self.client.invoke(addr, RemotingCommand.request(GET_CONSUMER_RUNNING_INFO, ext))
+            if r.code == ResponseCode.SUCCESS:
+                return ConsumerRunningInfo.decode(r.body)
+            last = ClientError(r.code, r.remark)
+            if r.code != ResponseCode.SYSTEM_ERROR or "not online" not in (r.remark or ""):
+                raise last
+        raise last or ClientError(
+            ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
+        )
+
+    def consumer_status(
+        self, group: str, topic: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS on every broker of ``topic``'s route: each
+        online client's (or only ``client_id``'s) offsets of the topic's queues, as the
+        clients hold them: client id → queue → offset, merged over the brokers."""
+        check_group(group)
+        route = self.route(topic)
+        if route is None:
+            raise TopicNotFoundError(topic, f"no route for topic {topic}")
+        ext = {"topic": topic, "group": group}
+        if client_id:
+            ext["clientAddr"] = client_id
+        out: dict[str, dict[MessageQueue, int]] = {}
+        for broker_name in route.brokers:
+            addr = route.address(broker_name)
+            if addr is None:
+                continue
+            body = ConsumerStatusBody.decode(
+                self.call(addr, INVOKE_BROKER_TO_GET_CONSUMER_STATUS, ext).body
+            )
+            for cid, offsets in body.consumers.items():
+                out.setdefault(cid, {}).update(offsets)
+        return out
+
+    def clone_group_offset(
+        self, src_group: str, dest_group: str, topic: str, *, offline: bool = False
+    ) -> list[str]:
+        """CLONE_GROUP_OFFSET on every master of ``topic``'s route (mqadmin
+        cloneGroupOffset): ``dest_group`` gets ``src_group``'s offsets on the topic (unless
+        ``offline``, not when the source group is online without subscribing it). Returns the
+        brokers' addresses."""
+        check_group(src_group)
+        check_group(dest_group)
+        route = self.route(topic)
+        if route is None:
+            raise TopicNotFoundError(topic, f"no route for topic {topic}")
+        ext = {
+            "srcGroup": src_group,
+            "destGroup": dest_group,
+            "topic": topic,
+            "offline": "true" if offline else "false",
+        }
+        done: list[str] = []
+        for broker_name in route.brokers:
+            addr = route.address(broker_name)
+            if addr is None:
+                continue
+            self.call(addr, CLONE_GROUP_OFFSET, ext)
+            done.append(addr)
+        return done
 
     def producer_connection(self, addr: str, group: str) -> list[ClientConnection]:
         """GET_PRODUCER_CONNECTION_LIST: the group's producers connected to that broker."""

@@ -1,14 +1,19 @@
 """A blocking pull consumer over the remoting protocol: the queues of a topic from its route,
 PULL_MESSAGE of exact offsets (optionally long-polling), consumer offsets kept on the broker.
+``join_group`` makes it a member of its group on the brokers (heartbeats; it answers the
+brokers' GET_CONSUMER_RUNNING_INFO and consumer status requests: see ``_membership``).
 Any thread (calls are serialised)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .._inflate import DEFAULT_MAX_BODY
 from ..remoting import RemotingClient, RemotingCommand, ResponseCode
 from ..store.log._record import INT32, MessageExt, decode_stored
+from ._membership import GroupMembership, QueueTracker
 from ._names import check_group, check_topic
 from ._route import ClientError, MessageQueue, RouteCache
 
@@ -75,7 +80,41 @@ class PullConsumer:
         self.group = check_group(group)
         self.decode = decode
         self.client = RemotingClient(timeout=timeout)
+        self.namesrv = namesrv
         self.routes = RouteCache(self.client, [a for a in namesrv.split(";") if a])
+        # the queues pulled and committed (what the brokers are told when asked)
+        self.tracker = QueueTracker()
+        self.membership: GroupMembership | None = None
+
+    def join_group(
+        self, subscriptions: Mapping[str, str], *, heartbeat_interval_s: float = 30.0
+    ) -> str:
+        """Become a member of the group on the brokers of ``subscriptions``' topics (topic →
+        tag expression): a heartbeat now and every ``heartbeat_interval_s``, the brokers'
+        requests about this client answered, until ``close``. Returns the client id."""
+        if self.membership is not None:
+            raise RuntimeError("the consumer is a member of its group already")
+        topics = [check_topic(t) for t in subscriptions]
+
+        def brokers() -> list[str]:
+            addrs: set[str] = set()
+            for topic in topics:
+                route = self.routes.get(topic, refresh=True, allow_missing=True)
+                if route is not None:
+                    addrs.update(a for b in route.brokers if (a := route.address(b)) is not None)
+            return sorted(addrs)
+
+        self.membership = GroupMembership(
+            self.group,
+            subscriptions,
+            self.tracker,
+            brokers,
+            namesrv=self.namesrv,
+            interval_s=heartbeat_interval_s,
+        )
+        self.membership.start()
+        self.membership.first_heartbeat.wait(10)
+        return self.membership.client_id
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """The topic's read queues; TopicNotFoundError when the name servers have no route."""
@@ -125,7 +164,9 @@ class PullConsumer:
             "subVersion": "0",
         }
         timeout = None if suspend_ms <= 0 else self.client.timeout + suspend_ms / 1000.0
+        began = time.monotonic()
         r = self._call(mq, 11, ext, timeout)
+        self.tracker.pulled(mq, (time.monotonic() - began) * 1000.0)
         status = _PULL_STATUS.get(r.code)
         if status is None:
             raise ClientError(r.code, r.remark)
@@ -167,6 +208,7 @@ class PullConsumer:
         r = self._call(mq, 15, ext)
         if r.code != ResponseCode.SUCCESS:
             raise ClientError(r.code, r.remark)
+        self.tracker.committed(mq, offset)
 
     def _offset(self, mq: MessageQueue, code: int, **extra: str) -> int:
         r = self._call(mq, code, {"topic": mq.topic, "queueId": str(mq.queue_id), **extra})
@@ -184,6 +226,9 @@ class PullConsumer:
         return self._offset(mq, 29, timestamp=str(timestamp_ms))
 
     def close(self) -> None:
+        if self.membership is not None:
+            self.membership.close()
+            self.membership = None
         self.client.close()
 
     def __enter__(self) -> PullConsumer:

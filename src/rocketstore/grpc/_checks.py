@@ -45,7 +45,9 @@ def topic_config(broker: CheckContext, topic: str, *, create: bool) -> TopicConf
     config = broker.topics.select(topic)
     if config is None and create and broker.config.auto_create_topic_enable:
         try:
-            config = broker.create_topic_for_send(topic, {})
+            # RocketMQ 5's proxy sends with defaultTopicQueueNums 4: the new topic gets
+            # min(4, the default topic's write queues)
+            config = broker.create_topic_for_send(topic, {"defaultTopicQueueNums": "4"})
         except InvalidTopicError as exc:
             raise GrpcError(Code.ILLEGAL_TOPIC, str(exc)) from None
     if config is None:

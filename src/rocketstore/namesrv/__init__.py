@@ -18,6 +18,8 @@ from ._bodies import TopicRouteData as TopicRouteData
 from ._bodies import decode_kv_table as decode_kv_table
 from ._bodies import decode_topic_list as decode_topic_list
 from ._bodies import topic_config as topic_config
+from ._kv import KVConfigError as KVConfigError
+from ._kv import KVConfigManager as KVConfigManager
 from ._processor import NamesrvProcessor as NamesrvProcessor
 from ._processor import body_crc32 as body_crc32
 from ._route_table import RouteInfoManager as RouteInfoManager
@@ -29,6 +31,8 @@ __all__ = [
     "BrokerData",
     "ClusterInfo",
     "DataVersion",
+    "KVConfigError",
+    "KVConfigManager",
     "NameServer",
     "NamesrvProcessor",
     "QueueData",

@@ -21,6 +21,16 @@ code   request                             ext fields → answer
 322    QUERY_DATA_VERSION                  brokerName, brokerAddr, clusterName, brokerId; body
                                            DataVersion → ext changed; body the name server's
                                            DataVersion of that broker
+100    PUT_KV_CONFIG                       namespace, key, value → SUCCESS (persisted)
+101    GET_KV_CONFIG                       namespace, key → ext value, or QUERY_NOT_FOUND "No
+                                           config item, Namespace: N Key: K"
+102    DELETE_KV_CONFIG                    namespace, key → SUCCESS (also when absent)
+219    GET_KVLIST_BY_NAMESPACE             namespace → KVTable, or QUERY_NOT_FOUND "No config
+                                           item, Namespace: N"
+205    WIPE_WRITE_PERM_OF_BROKER           brokerName → ext wipeTopicCount: the write bit of
+                                           the group's queue data cleared on its topics
+327    ADD_WRITE_PERM_OF_BROKER            brokerName → ext addTopicCount: its queue data read
+                                           and write again
 =====  ==================================  ===================================================
 
 A route goes out in fastjson's own form (bare integer keys) to clients older than 4.9.4, such as
@@ -28,14 +38,17 @@ the C++ client (version 63), and in the standard form to 4.9.4 and later (versio
 when the request asks for it. A required header field that is missing, a bad number or a body
 that does not decode (or inflates past ``max_register_body``) is answered with SYSTEM_ERROR and
 the reason (the handlers raise ValueErrors; the connection answers them and logs one line, at
-most a few a minute). REGISTER_BROKER's answer carries no body: RocketMQ sends the order-topic
-KV table there, and this name server keeps no KV config.
+most a few a minute). REGISTER_BROKER's answer carries the ORDER_TOPIC_CONFIG namespace of the
+KV config (see ``_kv``) as a KVTable, when it exists; with ``orderMessageEnable`` on, a route
+carries the topic's order configuration from it (``orderTopicConf``).
 
-Handlers run on the name server's event loop thread and never block.
+Handlers run on the name server's event loop thread and never block, but for the KV config's
+changes: each rewrites the small kvConfig.json (two fsyncs), as RocketMQ writes it at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import zlib
 from collections.abc import Callable
@@ -59,6 +72,7 @@ from ._bodies import (
     TopicConfigWrapper,
     encode_topic_list,
 )
+from ._kv import ORDER_TOPIC_CONFIG, KVConfigManager
 from ._properties import (
     BLACK_LIST_REMARK,
     NAMESRV_BLACK_LIST,
@@ -109,6 +123,12 @@ def _success(ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> Rem
 
 UPDATE_NAMESRV_CONFIG = 318
 GET_NAMESRV_CONFIG = 319
+PUT_KV_CONFIG = 100
+GET_KV_CONFIG = 101
+DELETE_KV_CONFIG = 102
+GET_KVLIST_BY_NAMESPACE = 219
+WIPE_WRITE_PERM_OF_BROKER = 205
+ADD_WRITE_PERM_OF_BROKER = 327
 # NamesrvConfig's keys that mean something here (their RocketMQ defaults) and the server's
 NAMESRV_DEFAULTS = {
     "productEnvName": "center",
@@ -142,10 +162,16 @@ class NamesrvProcessor:
     ``max_register_body``: what a compressed REGISTER_BROKER body may inflate to."""
 
     def __init__(
-        self, routes: RouteInfoManager, *, max_register_body: int = MAX_REGISTER_BODY
+        self,
+        routes: RouteInfoManager,
+        *,
+        max_register_body: int = MAX_REGISTER_BODY,
+        kv: KVConfigManager | None = None,
     ) -> None:
         self.routes = routes
         self.max_register_body = max_register_body
+        # the KV config (PUT_KV_CONFIG, ...; the order-topic namespace)
+        self.kv = kv if kv is not None else KVConfigManager()
         # the name server's settings by RocketMQ's names (GET_NAMESRV_CONFIG), as text
         self.config: dict[str, str] = dict(NAMESRV_DEFAULTS)
 
@@ -161,6 +187,12 @@ class NamesrvProcessor:
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
             UPDATE_NAMESRV_CONFIG: self.update_config,
             GET_NAMESRV_CONFIG: self.get_config,
+            PUT_KV_CONFIG: self.put_kv_config,
+            GET_KV_CONFIG: self.get_kv_config,
+            DELETE_KV_CONFIG: self.delete_kv_config,
+            GET_KVLIST_BY_NAMESPACE: self.get_kv_list_by_namespace,
+            WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
         }
         return {int(code): fn for code, fn in table.items()}
 
@@ -184,6 +216,61 @@ class NamesrvProcessor:
     def get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_NAMESRV_CONFIG: the settings as ``key=value`` lines."""
         return _success(None, format_properties(self.config).encode("utf-8"))
+
+    # ---- KV config --------------------------------------------------------------------------
+
+    def _persisted(self, change: Callable[[], None], what: str) -> RemotingCommand:
+        try:
+            change()
+        except OSError as exc:
+            raise RequestError(
+                f"{what} applied in memory but not written to {self.kv.path}: {exc}"
+            ) from None
+        return _success()
+
+    def put_kv_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        namespace = _required_str(cmd, "namespace")
+        key = _required_str(cmd, "key")
+        value = _required_str(cmd, "value")
+        return self._persisted(lambda: self.kv.put(namespace, key, value), "PUT_KV_CONFIG")
+
+    def get_kv_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        namespace = _required_str(cmd, "namespace")
+        key = _required_str(cmd, "key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return RemotingCommand.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"
+            )
+        return _success({"value": value})
+
+    def delete_kv_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        namespace = _required_str(cmd, "namespace")
+        key = _required_str(cmd, "key")
+        return self._persisted(lambda: self.kv.delete(namespace, key), "DELETE_KV_CONFIG")
+
+    def get_kv_list_by_namespace(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        namespace = _required_str(cmd, "namespace")
+        body = self.kv.encode_namespace(namespace)
+        if body is None:
+            return RemotingCommand.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
+            )
+        return _success(body=body)
+
+    # ---- broker write permission ------------------------------------------------------------
+
+    def wipe_write_perm(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker_name = _required_str(cmd, "brokerName")
+        count = self.routes.set_write_perm(broker_name, writable=False)
+        log.info("wipe write perm of broker[%s], client: %s, %d", broker_name, conn.peer, count)
+        return _success({"wipeTopicCount": str(count)})
+
+    def add_write_perm(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker_name = _required_str(cmd, "brokerName")
+        count = self.routes.set_write_perm(broker_name, writable=True)
+        log.info("add write perm of broker[%s], client: %s, %d", broker_name, conn.peer, count)
+        return _success({"addTopicCount": str(count)})
 
     def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         broker_name = _required_str(cmd, "brokerName")
@@ -223,7 +310,10 @@ class NamesrvProcessor:
             filter_servers,
             conn,
         )
-        return _success({"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr})
+        return _success(
+            {"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr},
+            self.kv.encode_namespace(ORDER_TOPIC_CONFIG) or b"",
+        )
 
     def unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         broker_name = _required_str(cmd, "brokerName")
@@ -241,6 +331,9 @@ class NamesrvProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 TOPIC_NOT_EXIST_REMARK.format(topic=topic, faq=APPLY_TOPIC_FAQ),
             )
+        if self.config.get("orderMessageEnable") == "true":
+            order_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+            route = dataclasses.replace(route, order_topic_conf=order_conf)
         standard = cmd.version >= V4_9_4 or ext_bool(cmd.ext_fields, "acceptStandardJsonOnly")
         return _success(body=route.encode(standard_json=standard))
 

@@ -34,6 +34,7 @@ calls it from its event loop thread only.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ from ._java_order import java_order
 log = logging.getLogger(__name__)
 
 BROKER_CHANNEL_EXPIRED_SECONDS = 120.0
+PERM_WRITE = 0x2  # PermName
+PERM_READ = 0x4
 
 # initial capacities of RocketMQ's tables (they decide the HashMap iteration order)
 _TOPIC_TABLE_CAPACITY = 1024
@@ -312,6 +315,21 @@ class RouteInfoManager:
     def live_brokers(self) -> list[str]:
         """The addresses of the brokers registered and not expired."""
         return list(self._live)
+
+    def set_write_perm(self, broker_name: str, writable: bool) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER (``writable`` False: the write bit of the broker group's
+        queue data cleared on every topic) or ADD_WRITE_PERM_OF_BROKER (True: read and write,
+        as RocketMQ sets it); returns how many topics the group has. Kept until the broker
+        registers a changed topic table."""
+        count = 0
+        for queues in self._topic_queues.values():
+            old = queues.get(broker_name)
+            if old is None:
+                continue
+            perm = old.perm & ~PERM_WRITE if not writable else PERM_READ | PERM_WRITE
+            queues[broker_name] = dataclasses.replace(old, perm=perm)
+            count += 1
+        return count
 
     def delete_topic(self, topic: str, cluster: str | None = None) -> None:
         """Forget a topic's queue data: everywhere, or only that of ``cluster``'s brokers."""

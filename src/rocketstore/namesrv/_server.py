@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 
 from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer, ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ._bodies import MAX_REGISTER_BODY
+from ._kv import KVConfigManager
 from ._processor import NamesrvProcessor
 from ._route_table import BROKER_CHANNEL_EXPIRED_SECONDS, RouteInfoManager
 
@@ -29,7 +31,9 @@ class NameServer:
     """A name server on ``host:port`` (port 0: any free port; ``address`` tells which after
     ``start``). ``routes`` is its route table. ``max_register_body``: what a compressed
     REGISTER_BROKER body may inflate to (larger ones are answered with SYSTEM_ERROR).
-    ``limits``: the connections and buffered bytes its clients may hold."""
+    ``limits``: the connections and buffered bytes its clients may hold. ``kv_config_path``:
+    the file of its KV config (RocketMQ's kvConfig.json), read here (KVConfigError when it is
+    not KV config JSON) and rewritten on each change; None keeps the KV config in memory."""
 
     def __init__(
         self,
@@ -43,12 +47,19 @@ class NameServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         max_register_body: int = MAX_REGISTER_BODY,
         limits: ServerLimits = DEFAULT_LIMITS,
+        kv_config_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.clock = clock
         self.scan_interval_s = scan_interval_s
         self.scan_initial_delay_s = scan_initial_delay_s
         self.routes = RouteInfoManager(clock, expiry_s=broker_expiry_s)
-        self.processor = NamesrvProcessor(self.routes, max_register_body=max_register_body)
+        self.kv = KVConfigManager(kv_config_path)
+        self.kv.load()
+        self.processor = NamesrvProcessor(
+            self.routes, max_register_body=max_register_body, kv=self.kv
+        )
+        if kv_config_path is not None:
+            self.processor.config["kvConfigPath"] = os.fspath(kv_config_path)
         self.server = RemotingServer(
             self.processor.handlers(),
             host,
