@@ -33,12 +33,8 @@ from pathlib import Path
 CLASSPATH = os.environ.get("ROCKETMQ_CLASSPATH", "")
 JAVA = shutil.which("java")
 
-JAVA_OPTS = [
-    "-Xms64m",
-    "-Xmx384m",
-    "-XX:MaxDirectMemorySize=256m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
+# RocketMQ 4.9.8 reaches into the JDK's buffers (unmapping, the direct buffer cleaner)
+OPENS = [
     "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
     "--add-opens=java.base/java.nio=ALL-UNNAMED",
     "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
@@ -47,6 +43,15 @@ JAVA_OPTS = [
     "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
     "--add-opens=java.base/java.lang=ALL-UNNAMED",
     "--add-opens=java.base/java.util=ALL-UNNAMED",
+]
+# for tests: small heaps, quick to start
+JAVA_OPTS = [
+    "-Xms64m",
+    "-Xmx384m",
+    "-XX:MaxDirectMemorySize=256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    *OPENS,
 ]
 
 # Each program reads $ROCKETMQ_HOME/conf/logback_<name>.xml; these send its log to a file.
@@ -109,11 +114,15 @@ def java_env(root: Path) -> dict[str, str]:
     return env
 
 
-def java_command(root: Path, main: str, *args: str) -> list[str]:
+# for measuring: a bigger heap and the JVM's usual collector and compilers
+BENCH_JAVA_OPTS = ["-Xms1g", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", *OPENS]
+
+
+def java_command(root: Path, main: str, *args: str, opts: list[str] | None = None) -> list[str]:
     assert JAVA is not None
     return [
         JAVA,
-        *JAVA_OPTS,
+        *(JAVA_OPTS if opts is None else opts),
         f"-Duser.home={root / 'user-home'}",
         "-cp",
         CLASSPATH,
@@ -122,7 +131,7 @@ def java_command(root: Path, main: str, *args: str) -> list[str]:
     ]
 
 
-def _kill(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 5.0) -> None:
+def kill_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 5.0) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
@@ -141,14 +150,25 @@ class RocketMQServers:
     root: Path
     namesrv: str
     broker: str
+    opts: list[str] | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
 
     @classmethod
-    def start(cls, root: Path, *, timeout: float = 60.0, **broker_conf: str) -> RocketMQServers:
+    def start(
+        cls,
+        root: Path,
+        *,
+        timeout: float = 60.0,
+        opts: list[str] | None = None,
+        ns_port: int = 0,
+        broker_port: int = 0,
+        **broker_conf: str,
+    ) -> RocketMQServers:
+        """``opts``: JVM options (default JAVA_OPTS); a port 0 is chosen here."""
         root.mkdir(parents=True, exist_ok=True)
-        ns_port, broker_port = free_port(), free_broker_port()
-        servers = cls(root, f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}")
+        ns_port, broker_port = ns_port or free_port(), broker_port or free_broker_port()
+        servers = cls(root, f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}", opts=opts)
         ns_conf = root / "namesrv.conf"
         ns_conf.write_text(
             f"listenPort={ns_port}\n"
@@ -186,7 +206,7 @@ class RocketMQServers:
         self.logs.append(log)
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                java_command(self.root, main, "-c", str(conf)),
+                java_command(self.root, main, "-c", str(conf), opts=self.opts),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -202,7 +222,7 @@ class RocketMQServers:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            _kill(proc)
+            kill_process(proc)
         self.procs.clear()
 
 
@@ -477,5 +497,5 @@ class AdminRunner:
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
-                _kill(self.proc)
+                kill_process(self.proc)
         self._stderr.close()
