@@ -229,7 +229,8 @@ class RocketMQServers:
 # One JVM, commands on standard input, one tab-separated command a line:
 #   admin <mqadmin arguments...>   -> "DONE <base64 stdout> <base64 stderr>"
 #   consume <namesrv> <group> <topic> <count> -> a push consumer (kept open) that takes
-#       <count> messages and commits their offsets; "DONE" with the count it got
+#       <count> messages and commits their offsets; "DONE" with the count it got, or with
+#       how far the offsets got when the broker does not hold them all within 20 s
 #   produce <namesrv> <group> <topic> -> a producer (kept open) that sends one message
 #   close -> shuts the consumers and producers down
 ADMIN_RUNNER = r"""
@@ -454,7 +455,9 @@ class AdminRunner:
             try:
                 line = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
-                raise RunnerError(f"no answer within {timeout} s") from None
+                # a late answer would be taken for the next command's: end the runner
+                kill_process(self.proc)
+                raise RunnerError(f"no answer within {timeout} s; the runner is stopped") from None
             if line is None:
                 err = (self.root / "runner.err").read_text("utf-8", "replace")[-3000:]
                 raise RunnerError(f"the runner JVM ended:\n{err}")
@@ -479,9 +482,9 @@ class AdminRunner:
         return self._send("admin", *args, timeout=timeout)
 
     def consume(self, namesrv: str, group: str, topic: str, count: int) -> int:
-        done = self._send("consume", namesrv, group, topic, str(count), timeout=45.0)
+        done = self._send("consume", namesrv, group, topic, str(count), timeout=70.0)
         if not done.out.strip().isdigit():
-            raise RunnerError(f"consume failed: {done.err[-2000:]}")
+            raise RunnerError(f"consume failed: {done.out}\n{done.err[-2000:]}")
         return int(done.out)
 
     def produce(self, namesrv: str, group: str, topic: str) -> Output:
