@@ -132,6 +132,10 @@ def test_namesrv_config(cluster: Cluster, admin: AdminClient) -> None:
     config = parse_properties(bytes(r.body))
     assert config["listenPort"] == port
     assert (config["productEnvName"], config["orderMessageEnable"]) == ("center", "false")
+    # RocketMQ's NamesrvConfig and NettyServerConfig keys, with its defaults
+    assert config["configBlackList"] == "configBlackList;configStorePath;kvConfigPath"
+    assert (config["serverWorkerThreads"], config["serverSocketBacklog"]) == ("8", "1024")
+    assert config["configStorePath"].endswith("namesrv.properties")
 
     admin.update_namesrv_config({"orderMessageEnable": "TRUE", "productEnvName": "test"})
     (got,) = admin.namesrv_configs().values()

@@ -334,6 +334,14 @@ def test_runtime_info_and_broker_config(cluster: Cluster, admin: AdminClient) ->
         "bootTimestamp",
     ):
         assert key in info, key
+    # every key RocketMQ 4.9.8's brokerStatus lists (mqadmin prints them all)
+    assert info["putMessageFailedTimes"] == "0"
+    assert float(info["putLatency99"]) >= 0 and float(info["putLatency999"]) >= 0
+    assert info["remainTransientStoreBufferNumbs"] == str(2**31 - 1)  # no write buffers
+    assert (info["sendThreadPoolQueueCapacity"], info["EndTransactionQueueSize"]) == ("10000", "0")
+    for key in ("msgPutTotalYesterdayMorning", "msgGetTotalTodayMorning"):
+        assert info[key] == "0", key  # recorded at the first midnight after start
+    assert int(info["msgGetTotalTodayNow"]) >= 0
     config = admin.broker_config(addr)
     assert config["brokerName"] == "broker-b"
     assert config["brokerClusterName"] == CLUSTER

@@ -67,7 +67,11 @@ class Bench:
 
 def _serve(root: Path) -> ServerProcess:
     root.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-c", "from rocketstore.cli import main; main()", "serve"]
+    # the store's places named in a broker.conf and ROCKETMQ_HOME set, as for RocketMQ's side
+    conf = root / "broker.conf"
+    conf.write_text(f"storePathCommitLog={root / 'store' / 'commitlog'}\n")
+    args = ["env", f"ROCKETMQ_HOME={root}", sys.executable, "-c"]
+    args += ["from rocketstore.cli import main; main()", "serve", "-c", str(conf)]
     args += ["--store", str(root / "store"), "--namesrv-listen", "127.0.0.1:0"]
     args += ["--listen", "127.0.0.1:0", "--grpc-listen", "", "--metrics-listen", ""]
     args += ["--console-listen", "", "--log-dir", str(root / "logs")]

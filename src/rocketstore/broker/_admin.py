@@ -404,10 +404,19 @@ class AdminProcessor:
             {
                 "brokerVersionDesc": BROKER_VERSION_DESC,
                 "brokerVersion": str(BROKER_VERSION),
-                "msgPutTotalTodayNow": str(stats.put_message_times_total),
+                **self.broker.stats.daily.totals(
+                    stats.put_message_times_total, stats.get_transferred_total
+                ),
+                # no request queues: requests are served as they arrive; the capacities are
+                # RocketMQ's defaults, as tools read them
                 "sendThreadPoolQueueSize": "0",
+                "sendThreadPoolQueueCapacity": "10000",
                 "pullThreadPoolQueueSize": "0",
+                "pullThreadPoolQueueCapacity": "100000",
                 "queryThreadPoolQueueSize": "0",
+                "queryThreadPoolQueueCapacity": "20000",
+                "EndTransactionQueueSize": "0",
+                "EndTransactionThreadPoolQueueCapacity": "100000",
                 "sendThreadPoolQueueHeadWaitTimeMills": "0",
                 "pullThreadPoolQueueHeadWaitTimeMills": "0",
                 "queryThreadPoolQueueHeadWaitTimeMills": "0",

@@ -47,7 +47,7 @@ from ._queue_locks import QueueLockProcessor
 from ._send import SendProcessor
 from ._send_back import SendBackProcessor
 from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
-from ._stats import BrokerStats
+from ._stats import BrokerStats, seconds_to_next_midnight
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
 from ._transaction import TransactionService
@@ -203,6 +203,7 @@ class BrokerController:
         config = self.config
         self._tasks.append(asyncio.create_task(self._persist_offsets_periodically()))
         self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
+        self._tasks.append(asyncio.create_task(self._record_daily_totals()))
         if self.store_config.broker_role == "SLAVE":
             self.slave_sync = SlaveSynchronizer(self)
             self.slave_sync.start()
@@ -343,6 +344,14 @@ class BrokerController:
                 await asyncio.to_thread(self.offsets.persist)
             except Exception:
                 log.exception("broker: persisting consumer offsets failed")
+
+    async def _record_daily_totals(self) -> None:
+        """At each local midnight, the store's put and get totals (brokerStatus's morning
+        figures), as RocketMQ's broker records them."""
+        while True:
+            await asyncio.sleep(seconds_to_next_midnight(self.clock.now_ms() / 1000) + 0.5)
+            stats = await asyncio.to_thread(self.store.statistics)
+            self.stats.daily.record(stats.put_message_times_total, stats.get_transferred_total)
 
     async def _scan_channels_periodically(self) -> None:
         while True:

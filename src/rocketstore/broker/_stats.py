@@ -79,6 +79,39 @@ def message_type(properties: str) -> str:
     return "normal"
 
 
+class DailyTotals:
+    """RocketMQ's BrokerStats: the store's totals of messages put and handed to consumers,
+    recorded at each local midnight (``record``, called by the broker's task), so brokerStatus
+    shows yesterday's and today's morning figures next to the current ones. Zero until the
+    first midnight after start, as RocketMQ's."""
+
+    def __init__(self) -> None:
+        self.put_yesterday_morning = self.put_today_morning = 0
+        self.get_yesterday_morning = self.get_today_morning = 0
+
+    def record(self, put_total: int, get_total: int) -> None:
+        self.put_yesterday_morning, self.put_today_morning = self.put_today_morning, put_total
+        self.get_yesterday_morning, self.get_today_morning = self.get_today_morning, get_total
+
+    def totals(self, put_now: int, get_now: int) -> dict[str, str]:
+        """The six ``msg{Put,Get}Total*`` keys of GET_BROKER_RUNTIME_INFO."""
+        return {
+            "msgPutTotalYesterdayMorning": str(self.put_yesterday_morning),
+            "msgPutTotalTodayMorning": str(self.put_today_morning),
+            "msgPutTotalTodayNow": str(put_now),
+            "msgGetTotalYesterdayMorning": str(self.get_yesterday_morning),
+            "msgGetTotalTodayMorning": str(self.get_today_morning),
+            "msgGetTotalTodayNow": str(get_now),
+        }
+
+
+def seconds_to_next_midnight(now: float) -> float:
+    """Seconds from ``now`` (epoch seconds) to the next local midnight."""
+    t = time.localtime(now)
+    midnight = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + 1, 0, 0, 0, 0, 0, -1))
+    return max(0.0, midnight - now)
+
+
 class BrokerStats:
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
@@ -91,6 +124,8 @@ class BrokerStats:
         self.message_size: dict[tuple[str, str], Histogram] = {}
         # RocketMQ's stats items (GROUP_GET_NUMS, ...) over the last minute, hour and day
         self.rolling = RollingStats()
+        # the store's put and get totals at the last two midnights (brokerStatus)
+        self.daily = DailyTotals()
 
     def note_out(self, topic: str, group: str, messages: int, size: int) -> None:
         """``messages`` of ``size`` bytes in all handed to ``group`` from ``topic``."""

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -131,11 +132,29 @@ WIPE_WRITE_PERM_OF_BROKER = 205
 ADD_WRITE_PERM_OF_BROKER = 327
 # NamesrvConfig's keys that mean something here (their RocketMQ defaults) and the server's
 NAMESRV_DEFAULTS = {
+    # RocketMQ 4.9.8's NamesrvConfig (rocketmqHome from ROCKETMQ_HOME, added when set)
+    "kvConfigPath": os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json"),
+    "configStorePath": os.path.join(os.path.expanduser("~"), "namesrv", "namesrv.properties"),
     "productEnvName": "center",
     "clusterTest": "false",
     "orderMessageEnable": "false",
+    "configBlackList": "configBlackList;configStorePath;kvConfigPath",
+    # its NettyServerConfig: the name server listens on 9876; the Netty settings have no
+    # counterpart here and are listed with RocketMQ's defaults, as tools read them
     "listenPort": "9876",
+    "serverWorkerThreads": "8",
+    "serverCallbackExecutorThreads": "0",
+    "serverSelectorThreads": "3",
+    "serverOnewaySemaphoreValue": "256",
+    "serverAsyncSemaphoreValue": "64",
     "serverChannelMaxIdleTimeSeconds": "120",
+    "serverSocketSndBufSize": "0",
+    "serverSocketRcvBufSize": "0",
+    "writeBufferHighWaterMark": "0",
+    "writeBufferLowWaterMark": "0",
+    "serverSocketBacklog": "1024",
+    "serverPooledByteBufAllocatorEnable": "true",
+    "useEpollNativeSelector": "false",
 }
 _BOOL_KEYS = frozenset({"clusterTest", "orderMessageEnable"})
 _INT_KEYS = frozenset({"serverChannelMaxIdleTimeSeconds"})
@@ -174,6 +193,9 @@ class NamesrvProcessor:
         self.kv = kv if kv is not None else KVConfigManager()
         # the name server's settings by RocketMQ's names (GET_NAMESRV_CONFIG), as text
         self.config: dict[str, str] = dict(NAMESRV_DEFAULTS)
+        home = os.environ.get("ROCKETMQ_HOME")
+        if home:
+            self.config["rocketmqHome"] = home
 
     def handlers(self) -> dict[int, Handler]:
         """Request code → handler, for a RemotingServer."""

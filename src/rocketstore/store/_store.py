@@ -57,6 +57,7 @@ from .services._stats import StoreStatistics, StoreStatsService
 if TYPE_CHECKING:
     from .log._batch_encode import EncodedBatch
 
+_PUT_OK = PutMessageStatus.PUT_OK
 log = logging.getLogger(__name__)
 
 
@@ -496,6 +497,8 @@ class MessageStore:
         elapsed = self._monotonic() - begin
         if elapsed >= 0.001:  # faster calls are counted as "[<=0ms]" without more work
             self.stats.note_slow_put(elapsed)
+        if r.status is not _PUT_OK and not r.status.ok:
+            self.stats.put_failed += 1
         return r
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
@@ -540,11 +543,13 @@ class MessageStore:
             return fut
         if count > 1:
             self.stats.note_batch(count)
-        fut.add_done_callback(lambda _f: self._note_async_latency(begin))
+        fut.add_done_callback(lambda f: self._note_async_latency(f, begin))
         return fut
 
-    def _note_async_latency(self, begin: float) -> None:
+    def _note_async_latency(self, fut: Future[PutMessageResult], begin: float) -> None:
         """The thread completing a non-blocking put's future."""
+        if fut.exception() is None and not fut.result().status.ok:
+            self.stats.put_failed += 1
         elapsed = self._monotonic() - begin
         if elapsed >= 0.001:
             self.stats.note_slow_put(elapsed)
@@ -573,6 +578,8 @@ class MessageStore:
     def _noted_batch(self, r: PutMessageResult, begin: float) -> PutMessageResult:
         """Statistics of a put (a batch or one message) that started at ``begin``."""
         elapsed = self._monotonic() - begin
+        if r.status is not _PUT_OK and not r.status.ok:
+            self.stats.put_failed += 1
         if r.msg_count > 1:
             self.stats.note_batch(r.msg_count)
         if elapsed >= 0.001:  # faster calls are counted as "[<=0ms]" without more work
@@ -659,6 +666,9 @@ class MessageStore:
         bytes; on a slave its master and client state)."""
         info = self.stats.runtime_info()
         info.update(self.ha.runtime_info())
+        # free write buffers; Java's Integer.MAX_VALUE when the store writes without them
+        free = self.pool.available_count() if self.pool is not None else 2**31 - 1
+        info["remainTransientStoreBufferNumbs"] = str(free)
         return info
 
     def statistics(self) -> StoreStatistics:

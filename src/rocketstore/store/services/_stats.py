@@ -27,7 +27,7 @@ import collections
 import logging
 import threading
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, NamedTuple
@@ -65,6 +65,22 @@ TPS_WINDOWS = (10, 60, 600)
 SAMPLE_INTERVAL_S = 1.0
 MAX_SAMPLES = TPS_WINDOWS[-1] + 1
 PRINT_INTERVAL_S = 60.0
+
+
+def latency_percentile(distribution: Sequence[int], px: float) -> float:
+    """The latency (ms) below which ``px`` of the puts of ``distribution`` (counts per
+    PUT_LATENCY_BUCKETS) fell, interpolated linearly inside the bucket it lands in, as RocketMQ
+    interpolates in its buckets; the open last bucket counts as ending at 10 s."""
+    total = sum(distribution)
+    target = int(total * px)
+    passed = 0
+    for i, count in enumerate(distribution):
+        if target <= passed + count:
+            upper = _BUCKET_UPPER_MS[min(i, len(_BUCKET_UPPER_MS) - 1)]
+            lower = _BUCKET_UPPER_MS[i - 1] if i > 0 else 0
+            return lower + ((upper - lower) * (target - passed) / count if count else 0.0)
+        passed += count
+    return 0.0
 
 
 def latency_bucket(ms: int) -> int:
@@ -128,6 +144,11 @@ class StoreStatistics:
     topics: Mapping[str, TopicPutStats]  # puts since start, by stored topic
     schedule: tuple[LevelProgress, ...]
     ha: HAStatistics | None = None  # replication (filled in by MessageStore.statistics)
+    put_message_failed_times: int = 0  # puts the store refused (not stored) since start
+    # put latency percentiles (ms) of the last full minute's distribution (RocketMQ's
+    # putLatency99 / putLatency999), interpolated within its buckets
+    put_latency_99: float = 0.0
+    put_latency_999: float = 0.0
 
 
 class _Sample(NamedTuple):
@@ -172,6 +193,8 @@ class StoreStatsService(ServiceThread):
         self._calls_at_reset = 0
         self.put_time_max_ms = 0
         self.get_time_max_ms = 0
+        self.put_failed = 0  # refused puts (any thread; a lost increment under a race is fine)
+        self._last_distribution: tuple[int, ...] = (0,) * len(PUT_LATENCY_BUCKETS)
 
     # ---- counting (any thread) --------------------------------------------------------------
 
@@ -202,6 +225,7 @@ class StoreStatsService(ServiceThread):
     def reset_distribution(self) -> tuple[int, ...]:
         """Start a new latency distribution; returns the one that ended."""
         ended = self.put_distribution()
+        self._last_distribution = ended
         self._calls_at_reset = self._put_calls()
         self._slow = [0] * len(PUT_LATENCY_BUCKETS)
         return ended
@@ -272,6 +296,9 @@ class StoreStatsService(ServiceThread):
             get_total_tps=tuple((f or 0.0) + (m or 0.0) for f, m in zip(found, miss, strict=True)),
             get_transferred_tps=self.tps("transferred"),
             dispatch_behind_bytes=self.dispatch_behind(),
+            put_message_failed_times=self.put_failed,
+            put_latency_99=latency_percentile(self._last_distribution, 0.99),
+            put_latency_999=latency_percentile(self._last_distribution, 0.999),
             commit_log_min_offset=cl.min_offset,
             commit_log_max_offset=cl.max_offset,
             commit_log_disk_ratio=self.disk_usage(self.commit_log_path),
@@ -299,6 +326,7 @@ class StoreStatsService(ServiceThread):
             "runtime": f"[ {days} days, {hours} hours, {minutes} minutes, {rest // 1000} seconds ]",
             "putMessageEntireTimeMax": str(s.put_message_entire_time_max_ms),
             "putMessageTimesTotal": str(times_total),
+            "putMessageFailedTimes": str(s.put_message_failed_times),
             "putMessageSizeTotal": str(s.put_message_size_total),
             "putMessageDistributeTime": "".join(
                 f"{name}:{n} "
@@ -312,6 +340,8 @@ class StoreStatsService(ServiceThread):
             "getMissTps": tps(s.get_miss_tps),
             "getTotalTps": tps(s.get_total_tps),
             "getTransferedTps": tps(s.get_transferred_tps),
+            "putLatency99": f"{s.put_latency_99:.2f}",
+            "putLatency999": f"{s.put_latency_999:.2f}",
             f"commitLogDiskRatio_{self.commit_log_path}": java_double(s.commit_log_disk_ratio),
             "commitLogDiskRatio": java_double(s.commit_log_disk_ratio),
             "consumeQueueDiskRatio": java_double(s.consume_queue_disk_ratio),
