@@ -18,6 +18,9 @@ import subprocess
 import sys
 from typing import Any
 
+# what a scenario prints about its own set-up: the same in both settings, not a measurement
+SETUP_FIGURES = frozenset(("messages_per_round", "rounds", "producers", "messages", "window"))
+
 SETTINGS = {
     "loop": ("ROCKETSTORE_BENCH_BROKER_LOOP", ("asyncio", "uvloop")),
     "pin": ("ROCKETSTORE_BENCH_PIN", ("0", "1")),
@@ -70,7 +73,11 @@ def main() -> None:
             print(f"run {run + 1}, {env_name}={value} (load {before})", flush=True)
             for name, figures in results.items():
                 for key, v in figures.items():
-                    if isinstance(v, (int, float)) and key != "seconds":
+                    if (
+                        isinstance(v, (int, float))
+                        and key != "seconds"
+                        and key not in SETUP_FIGURES
+                    ):
                         row = table.setdefault((name, key), [[] for _ in values])
                         row[values.index(value)].append(v)
                 if "error" in figures:

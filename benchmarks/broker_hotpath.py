@@ -1,7 +1,7 @@
 """The broker's request path without sockets: frames fed straight into a server connection.
 
     python benchmarks/broker_hotpath.py [--what send|pull|all] [--messages N] [--rounds 3]
-        [--profile FILE] [--flush ASYNC_FLUSH|SYNC_FLUSH]
+        [--profile FILE] [--top K] [--flush ASYNC_FLUSH|SYNC_FLUSH]
 
 A BrokerController runs in this process over a temporary store; a server connection with a
 transport that only counts what is written gets pre-encoded SEND_MESSAGE_V2 frames (1 KiB
@@ -11,7 +11,9 @@ message of this process (``time.process_time``), which is what the broker's loop
 request from the read buffer to the written answer: the frame and header codec, the
 processor, the store. Socket system calls and the event loop's own work are left out (see
 ``rocketstore bench --scenario broker-send`` for the whole). ``--profile`` writes cProfile
-stats of one more round (read with ``python -m pstats``).
+stats of one more round (read with ``python -m pstats``); ``--top K`` also prints that round's
+K functions with the most own time, in µs a message (the profiler slows Python calls several
+fold: the shares say where the time goes). The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import cProfile
 import os
+import pstats
 import shutil
 import tempfile
 import time
@@ -70,6 +73,27 @@ class CountingTransport:
 
     def close(self) -> None:
         pass
+
+
+def _print_top(path: str, messages: int, top: int) -> None:
+    """The ``top`` functions of a cProfile dump by own time, in µs a message and share."""
+    rows = pstats.Stats(path).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in rows.values())
+    print(f"  profiled round: {total / messages * 1e6:.1f} µs/msg under the profiler")
+    print(f"  {'own µs/msg':>10} {'share':>6} {'calls/msg':>9}  function")
+    for (file, line, name), (_, calls, own, _, _) in sorted(
+        rows.items(), key=lambda kv: kv[1][2], reverse=True
+    )[:top]:
+        where = f"{os.path.basename(file)}:{line}" if line else file
+        print(
+            f"  {own / messages * 1e6:10.2f} {own / total:6.1%} {calls / messages:9.2f}  "
+            f"{name} ({where})"
+        )
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def _feed(conn: Connection, frame: bytes) -> None:
@@ -142,6 +166,8 @@ async def run(args: argparse.Namespace) -> None:
                     if profiler:
                         profiler.disable()
                         profiler.dump_stats(args.profile + ".send")
+                        if args.top:
+                            _print_top(args.profile + ".send", n, args.top)
                     else:
                         print(f"send: {took / n * 1e6:.1f} µs/msg ({n / took:,.0f} msgs/s of CPU)")
             if args.what in ("pull", "all"):
@@ -163,6 +189,8 @@ async def run(args: argparse.Namespace) -> None:
                     if profiler:
                         profiler.disable()
                         profiler.dump_stats(args.profile + ".pull")
+                        if args.top:
+                            _print_top(args.profile + ".pull", per_queue * 4, args.top)
                     else:
                         got = (transport.written - before) / 1100
                         print(
@@ -183,7 +211,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"))
     ap.add_argument("--profile", default=None, help="cProfile stats to FILE.send / FILE.pull")
-    asyncio.run(run(ap.parse_args()))
+    ap.add_argument("--top", type=int, default=0, help="with --profile: print the top K")
+    args = ap.parse_args()
+    if args.top and not args.profile:
+        ap.error("--top needs --profile FILE")
+    print(f"load average before: {_load()}", flush=True)
+    asyncio.run(run(args))
+    print(f"load average after: {_load()}")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,12 @@ from rocketstore.bench import broker as b
 
 GROUPS = [
     ("collector (gc)", ["gc_collect"]),
-    ("kernel send", ["send (libc", "sendto (libc", "writev (libc", "write (libc"]),
-    ("kernel recv", ["recv (libc", "recvfrom (libc", "read (libc"]),
+    # the socket module's own frames too: py-spy often cannot name the libc frame below them
+    (
+        "kernel send",
+        ["send (libc", "sendto (libc", "writev (libc", "write (libc", "sock_send_impl"],
+    ),
+    ("kernel recv", ["recv (libc", "recvfrom (libc", "read (libc", "sock_recv_impl"]),
     ("epoll_wait", ["epoll_wait"]),
     ("remoting decode", ["decode_frame"]),
     ("remoting encode", ["RemotingCommand.encode", "encode_parts", "_encode_json_header"]),
@@ -44,7 +48,13 @@ GROUPS = [
     ("send processing", ["_send.py"]),
     ("pull processing", ["_pull.py"]),
     ("connection", ["_connection.py"]),
+    ("broker stats", ["broker/_stats.py"]),
 ]
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
@@ -100,6 +110,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="broker-profile-")
     out = args.keep or os.path.join(root, "samples.txt")
     n = args.messages
+    load_before = _load()
     try:
         with b.broker_server(os.path.join(root, "store"), flush=args.flush) as server:
             b._create_topic(server)
@@ -128,7 +139,10 @@ def main() -> None:
                 after = thread_cpu(server.proc.pid)
                 spy.send_signal(2)
                 spy.wait(60)
-        print(f"{args.load}, {args.flush}: {n / took:,.0f} msgs/s while sampled")
+        print(
+            f"{args.load}, {args.flush}: {n / took:,.0f} msgs/s while sampled "
+            f"(load average {load_before} before, {_load()} after)"
+        )
         print("broker CPU a message by thread (µs):")
         for tid, cpu in sorted(after.items(), key=lambda kv: -(kv[1] - before.get(kv[0], 0))):
             used = cpu - before.get(tid, 0.0)

@@ -12,8 +12,9 @@ PATH is one of:
 - ``decode``: the Spark reader's decoder outside Spark, every column (store → Arrow batches).
 
 It fills a fresh store under DIR (a temporary directory by default, removed afterwards), runs
-the path once to warm it, then once under cProfile, and prints the total in microseconds a
-message with and without the profiler, then the K functions with the most own time in
+the path once to warm it, once timed, then once under cProfile (a store's shutdown, which
+flushes every file, is left out of each), and prints the total in microseconds a message
+with and without the profiler, then the K functions with the most own time in
 microseconds a message and their share. The profiler slows Python calls several-fold, so the
 shares say where the time goes, the absolute figures only compare with each other.
 ``ROCKETSTORE_NO_EXTENSIONS=1`` in the environment profiles the pure-Python code.
@@ -37,6 +38,9 @@ from rocketstore.bench.storage import _messages
 
 FILE_SIZE = 256 * 1024 * 1024
 
+# a path's (prepare, run, finish): prepare before every run, run timed, finish once at the end
+Steps = tuple[Callable[[], None], Callable[[], None], Callable[[], None]]
+
 
 def _config(root: Path) -> StoreConfig:
     return StoreConfig(
@@ -58,11 +62,17 @@ def _fill(root: Path, n: int) -> None:
     store.shutdown()
 
 
-def _put(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+def _put(root: Path, n: int) -> Steps:
     msgs = _messages(n)
     state: dict[str, MessageStore] = {}
 
+    def finish() -> None:
+        store = state.pop("store", None)
+        if store is not None:
+            store.shutdown()
+
     def prepare() -> None:
+        finish()  # the last run's store: its shutdown (the flush of every file) is not timed
         shutil.rmtree(root, ignore_errors=True)
         store = MessageStore(_config(root))
         store.load()
@@ -73,12 +83,11 @@ def _put(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
         put = state["store"].put_message
         for msg in msgs:
             put(msg)
-        state["store"].shutdown()
 
-    return prepare, run
+    return prepare, run, finish
 
 
-def _get(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+def _get(root: Path, n: int) -> Steps:
     _fill(root, n)
     store = MessageStore(_config(root))
     store.load()
@@ -93,27 +102,34 @@ def _get(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
                     break
                 offset = got.next_begin_offset
 
-    return (lambda: None), run
+    return (lambda: None), run, store.shutdown
 
 
-def _recover(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+def _recover(root: Path, n: int) -> Steps:
     _fill(root, n)
     saved = root.with_name(root.name + "-killed")
+    state: dict[str, MessageStore] = {}
+
+    def finish() -> None:
+        store = state.pop("store", None)
+        if store is not None:
+            store.shutdown()
 
     def prepare() -> None:
+        finish()  # the last run's store: its shutdown (the flush of every file) is not timed
         shutil.rmtree(saved, ignore_errors=True)
         shutil.copytree(root, saved)
         (saved / "abort").touch()  # as a process killed before its clean shutdown leaves it
 
     def run() -> None:
         store = MessageStore(_config(saved))
+        state["store"] = store
         store.load()
-        store.shutdown()
 
-    return prepare, run
+    return prepare, run, finish
 
 
-def _decode(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]:
+def _decode(root: Path, n: int) -> Steps:
     from rocketstore.columns._arrow import QueueRange, RangeDecoder
     from rocketstore.store.read._reader import StoreReader
 
@@ -128,7 +144,7 @@ def _decode(root: Path, n: int) -> tuple[Callable[[], None], Callable[[], None]]
                     for _ in decoder.batches(r):
                         pass
 
-    return (lambda: None), run
+    return (lambda: None), run, lambda: None
 
 
 PATHS = {"put": _put, "get": _get, "recover": _recover, "decode": _decode}
@@ -144,18 +160,21 @@ def main() -> int:
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="rocketstore-profile-"))
     root = base / "store"
     try:
-        prepare, run = PATHS[args.path](root, args.messages)
-        prepare()
-        run()  # warm: files made, caches filled
-        prepare()
-        started = time.perf_counter()
-        run()
-        plain = time.perf_counter() - started
-        prepare()
-        profile = cProfile.Profile()
-        profile.enable()
-        run()
-        profile.disable()
+        prepare, run, finish = PATHS[args.path](root, args.messages)
+        try:
+            prepare()
+            run()  # warm: files made, caches filled
+            prepare()
+            started = time.perf_counter()
+            run()
+            plain = time.perf_counter() - started
+            prepare()
+            profile = cProfile.Profile()
+            profile.enable()
+            run()
+            profile.disable()
+        finally:
+            finish()
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
