@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketstore.remoting import _command
+from rocketstore.remoting._codes import RequestCode, ResponseCode
 from rocketstore.remoting._command import RemotingCommand, decode_frame
 
 pytest.importorskip("orjson")
@@ -170,7 +171,12 @@ field_value = st.one_of(
 )
 command_st = st.builds(
     RemotingCommand,
-    code=st.one_of(st.integers(-(2**31), 2**31), st.integers(-(2**70), 2**70), st.booleans()),
+    code=st.one_of(
+        st.integers(-(2**31), 2**31),
+        st.integers(-(2**70), 2**70),
+        st.booleans(),
+        st.sampled_from([*ResponseCode, *RequestCode]),
+    ),
     opaque=st.one_of(st.integers(0, 2**31), st.integers(-(2**66), 2**66)),
     flag=st.integers(0, 3),
     remark=st.one_of(st.none(), any_text),
@@ -187,6 +193,19 @@ command_st = st.builds(
 @given(command_st)
 def test_answers_encode_the_same(cmd: RemotingCommand) -> None:
     assert _encoded(cmd, True) == _encoded(cmd, False)
+
+
+def test_answers_with_a_response_code_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("orjson")
+    cmd = RemotingCommand.response(ResponseCode.SUCCESS, None, {"queueId": "1"})
+    reference = _encoded(cmd, False)
+
+    def refuse(_cmd: RemotingCommand) -> bytes:
+        raise AssertionError("the hand-written encoder was used")
+
+    monkeypatch.setattr(_command, "_encode_json_header_py", refuse)
+    assert _encoded(cmd, True) == reference
+    assert b'{"code":0,' in reference[1]
 
 
 def test_a_send_answer_encodes_the_same() -> None:

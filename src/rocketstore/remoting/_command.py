@@ -25,6 +25,7 @@ sends some as JSON numbers, so readers go through :func:`ext_int` / :func:`ext_s
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import struct
@@ -178,9 +179,12 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     the reference, for anything else or whatever orjson refuses (a lone surrogate, an integer
     beyond 64 bits, a key that is no text)."""
     dumps = _orjson_dumps
+    code = cmd.code
+    if type(code) is not int and isinstance(code, enum.IntEnum):
+        code = code.value  # a ResponseCode / RequestCode: written as its number either way
     if (
         dumps is not None
-        and type(cmd.code) is int
+        and type(code) is int
         and type(cmd.version) is int
         and type(cmd.opaque) is int
         and type(cmd.flag) is int
@@ -188,7 +192,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         and (cmd.remark is None or type(cmd.remark) is str)
     ):
         h: dict[str, Any] = {
-            "code": cmd.code,
+            "code": code,
             "language": cmd.language,
             "version": cmd.version,
             "opaque": cmd.opaque,
