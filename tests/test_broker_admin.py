@@ -678,3 +678,25 @@ def test_admin_client_errors(cluster: Cluster, admin: AdminClient) -> None:
     assert info.value.code == RC.SYSTEM_ERROR
     with pytest.raises(ValueError, match="no name server"):
         AdminClient().topic_list()
+
+
+def test_a_new_groups_retry_route_is_known_when_the_heartbeat_is_answered(
+    cluster: Cluster,
+) -> None:
+    group = "FreshHeartbeatGroup"
+    consumer = {
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+        "consumeType": "CONSUME_PASSIVELY",
+        "groupName": group,
+        "messageModel": "CLUSTERING",
+        "subscriptionDataSet": [],
+        "unitMode": False,
+    }
+    body = json.dumps({"clientID": "127.0.0.1@hb", "consumerDataSet": [consumer]}).encode()
+    assert cluster.route(f"%RETRY%{group}") is None
+    with RemotingClient(timeout=5) as client:
+        answer = client.invoke(cluster.addr("broker-a"), RemotingCommand.request(34, {}, body))
+        assert answer.code == ResponseCode.SUCCESS
+        # no wait: the broker registered the new retry topic before it answered
+        route = cluster.route(f"%RETRY%{group}")
+        assert route is not None and [b.broker_name for b in route.broker_datas] == ["broker-a"]

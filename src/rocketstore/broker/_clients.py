@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
 from ._consumer_manager import parse_heartbeat
 from ._errors import InvalidHeartbeatError
-from ._services import HasConsumers, HasGroups, HasProducers, TopicCreation
+from ._services import HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation
 from ._topic_config import PERM_READ, PERM_WRITE, retry_topic
 
 log = logging.getLogger(__name__)
 RC = ResponseCode
 
 
-class ClientContext(HasConsumers, HasGroups, HasProducers, TopicCreation, Protocol):
+class ClientContext(HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation, Protocol):
     """What heartbeats and client membership use of the broker."""
 
 
@@ -32,19 +33,28 @@ class ClientProcessor:
     def handlers(self) -> dict[int, Any]:
         return {34: self.heartbeat, 35: self.unregister_client, 38: self.consumer_list}
 
-    def heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def heartbeat(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Register the client's consumers and producers. A consumer group seen for the first
+        time gets its retry topic, and the answer waits for the name servers to know it (as
+        RocketMQ's broker registers before it answers), so the consumer finds the route at
+        once."""
         try:
             data = parse_heartbeat(cmd.body)
         except InvalidHeartbeatError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
         broker = self.broker
         conn.attributes["client_id"] = data.client_id
+        new_topic = False
         for consumer in data.consumers:
             group = consumer.group_name
             group_config = broker.groups.find_or_create(group)
             if group_config is not None and group_config.retry_queue_nums > 0:
+                topic = retry_topic(group)
+                new_topic = new_topic or broker.topics.select(topic) is None
                 broker.create_topic_for_send_back(
-                    retry_topic(group), group_config.retry_queue_nums, PERM_READ | PERM_WRITE, 0
+                    topic, group_config.retry_queue_nums, PERM_READ | PERM_WRITE, 0
                 )
             changed = broker.consumers.register_consumer(
                 group,
@@ -65,7 +75,12 @@ class ClientProcessor:
             broker.producers.register_producer(
                 group, conn, data.client_id, language=cmd.language, version=cmd.version
             )
-        return RemotingCommand.response(RC.SUCCESS)
+        answer = RemotingCommand.response(RC.SUCCESS)
+        return self._registered_then(answer) if new_topic else answer
+
+    async def _registered_then(self, answer: RemotingCommand) -> RemotingCommand:
+        await self.broker.register_topics_now()
+        return answer
 
     def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields

@@ -330,6 +330,14 @@ class BrokerController:
         if self.registrar is not None:
             self.registrar.register_now()
 
+    async def register_topics_now(self) -> None:
+        """One registration round with every name server, awaited (each bounded by the
+        registration timeout; failures are logged): what a new topic's creator waits for
+        before it answers, as RocketMQ's broker registers before answering a heartbeat that
+        created a retry topic. Loop thread."""
+        if self.registrar is not None:
+            await self.registrar.register_all()
+
     def _message_arriving(
         self, topic: str, queue_id: int, max_offset: int, _tags_code: int, _store_ts: int
     ) -> None:

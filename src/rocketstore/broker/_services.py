@@ -104,6 +104,8 @@ class TopicCreation(Protocol):
 
     def topic_changed(self) -> None: ...
 
+    async def register_topics_now(self) -> None: ...
+
 
 class HasEndpoints(Protocol):
     """Where the broker's front ends are reached: ``grpc_endpoint`` is set by a gRPC front end
