@@ -77,6 +77,7 @@ def store_config(root: Path, **over: object) -> StoreConfig:
         mapped_file_size_commit_log=FILE_SIZE,
         flush_interval_commit_log=10,
         commit_interval_commit_log=10,
+        flush_commit_log_least_pages=0,  # the flushed end follows every put
     )
     return dataclasses.replace(base, **over)  # type: ignore[arg-type]
 
