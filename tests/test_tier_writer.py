@@ -229,3 +229,14 @@ def test_text_bodies_take_less_than_seven_tenths_of_the_commit_log(tmp_path: Pat
     )
     assert written == sum(r.parquet_bytes for r in results)
     assert written <= 0.7 * source, (written, source)
+
+
+def test_the_benchmark_runs_small(tmp_path: Path) -> None:
+    from rocketstore.bench.tier import put_impact, tier_speed
+
+    speed = tier_speed(tmp_path / "speed", 1 << 20, files=2)
+    assert speed["commitlog_bytes"] == 2 << 20 and speed["parquet_over_commitlog"] < 0.7
+    assert len(speed["tier_s_per_file"]) == 2 and speed["messages_put"] > 1000
+    impact = put_impact(tmp_path / "impact", 1 << 20, backlog=2, count=2000, pairs=1)
+    assert len(impact["on_over_off"]) == 1 and impact["on_over_off"][0] > 0
+    assert not list((tmp_path / "impact").glob("run-*"))
