@@ -71,10 +71,11 @@ def _drain(tier: TierService) -> int:
 
 
 def test_the_service_tiers_sealed_files_in_order(live: tuple[MessageStore, StoreConfig]) -> None:
+    """Each range in a niced child process (the service's default)."""
     store, config = live
-    fill(store, 1200)
+    fill(store, 500)
     _settle(store)
-    tier = TierService(config, settled=store.flushed_phy_offset, duty=1.0)
+    tier = TierService(config, settled=store.flushed_phy_offset)
     assert tier.tier_once() is not None
     _drain(tier)
     last = store.max_phy_offset - store.max_phy_offset % FILE_SIZE
@@ -92,7 +93,9 @@ def test_a_seal_age_tiers_the_settled_part_of_the_last_file(
     config = dataclasses.replace(config, tiered_seal_age_ms=1000)
     fill(store, 700)
     _settle(store)
-    tier = TierService(config, settled=store.flushed_phy_offset, clock=clock, duty=1.0)
+    tier = TierService(
+        config, settled=store.flushed_phy_offset, clock=clock, duty=1.0, in_process=True
+    )
     _drain(tier)
     sealed = tier.covered()
     assert sealed % FILE_SIZE == 0 and sealed < store.max_phy_offset
@@ -120,7 +123,7 @@ def test_commit_log_cleaning_waits_for_covered(live: tuple[MessageStore, StoreCo
     _settle(store)
     files = _files(config)
     assert len(files) >= 5
-    tier = TierService(config, settled=store.flushed_phy_offset, duty=1.0)
+    tier = TierService(config, settled=store.flushed_phy_offset, duty=1.0, in_process=True)
     store.set_tiered_below(tier.covered)
     store.clean_commit_log.execute_delete_files_manually()
     assert store.cleaner.run_once() == 0  # nothing tiered: nothing may go
@@ -216,15 +219,16 @@ def test_leftovers_of_a_crash_are_deleted_listed_files_kept(tmp_path: Path) -> N
     assert all(not p.exists() for p in junk)
 
 
-def test_the_thread_stops_mid_range_and_leaves_no_temporaries(
-    live: tuple[MessageStore, StoreConfig],
+@pytest.mark.parametrize("in_process", [True, False], ids=["thread", "child"])
+def test_the_service_stops_mid_range_and_leaves_no_temporaries(
+    live: tuple[MessageStore, StoreConfig], in_process: bool
 ) -> None:
     store, config = live
     fill(store, 1500)
     _settle(store)
-    tier = TierService(config, settled=store.flushed_phy_offset, duty=0.05)
+    tier = TierService(config, settled=store.flushed_phy_offset, duty=0.05, in_process=in_process)
     tier.start()
-    time.sleep(0.3)
+    time.sleep(0.3 if in_process else 1.2)
     tier.stop()
     assert tier.error is None
     tiered = Path(config.tiered_dir)

@@ -13,7 +13,6 @@ import functools
 import os
 import random
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -128,28 +127,31 @@ def tier_speed(workdir: str | Path, file_size: int = DEFAULT_FILE_SIZE, files: i
 
 def _put_run(
     root: Path, file_size: int, bodies: list[bytes], backlog: int, count: int, tiering: bool
-) -> tuple[float, int]:
+) -> tuple[float, int, bool]:
     """Puts per second of ``count`` puts into a store holding ``backlog`` untiered sealed files,
-    with or without the tiering service running; and how far the tier got meanwhile."""
+    with or without the tiering service running; how far the tier got by the end, and whether
+    its worker was still at work when the puts ended."""
     from ..tier._service import TierService
 
     config = _config(root / "store", file_size, tiered_dir=str(root / "tier"))
     covered = 0
+    busy = False
     with MessageStore(config) as store:
         done = put_until(store, bodies, backlog * file_size + 1)
         tier = TierService(config, settled=store.flushed_phy_offset) if tiering else None
         if tier is not None:
             store.set_tiered_below(tier.covered)
             tier.start()
-            time.sleep(0.2)  # the service is into its first range
+        time.sleep(1.5)  # on: the worker is into its first range; off: the same pause
         began = time.perf_counter()
         put_count(store, bodies, count, done)
         rate = count / (time.perf_counter() - began)
         if tier is not None:
-            covered = tier.covered()
+            busy = tier.worker_pid is not None
             tier.stop()
+            covered = tier.covered()
     shutil.rmtree(root)
-    return rate, covered
+    return rate, covered, busy
 
 
 def put_impact(
@@ -166,12 +168,13 @@ def put_impact(
     on_rates: list[float] = []
     off_rates: list[float] = []
     tiered_bytes: list[int] = []
+    busy_at_end: list[bool] = []
     loads = [round(os.getloadavg()[0], 2)]
     for p in range(pairs):
         order = (False, True) if p % 2 == 0 else (True, False)
         got: dict[bool, float] = {}
         for tiering in order:
-            rate, covered = _put_run(
+            rate, covered, busy = _put_run(
                 Path(workdir) / f"run-{p}-{int(tiering)}",
                 file_size,
                 bodies,
@@ -182,6 +185,7 @@ def put_impact(
             got[tiering] = rate
             if tiering:
                 tiered_bytes.append(covered)
+                busy_at_end.append(busy)
         on_rates.append(round(got[True]))
         off_rates.append(round(got[False]))
         ratios.append(round(got[True] / got[False], 3))
@@ -193,9 +197,9 @@ def put_impact(
         "puts_per_s_off": off_rates,
         "puts_per_s_on": on_rates,
         "on_over_off": ratios,
-        "tiered_during_run_bytes": tiered_bytes,
+        "tiered_by_the_end_bytes": tiered_bytes,
+        "worker_busy_when_puts_ended": busy_at_end,
         "load_average_1m": loads,
-        "threads": threading.active_count(),
     }
 
 

@@ -10,9 +10,11 @@ been flushed for that long. Once a minute it applies the tier's retention.
 The store's cleaner asks ``covered()`` before deleting a commit-log file, so no message leaves
 the commit log before it is in the tier.
 
-Low priority: tiering shares the interpreter with the put path, so after each bounded step
-(a scan window of the file, a row group) it sleeps ``(1 - duty) / duty`` times as long as the
-step took. With the default duty of 0.5 the thread works at most half of the time.
+Low priority: each range is tiered in a child process at a lower CPU priority
+(``_service_worker``), so the put path keeps the interpreter and its share of the CPU; the
+thread only waits for the child. With ``in_process=True`` (tests, small stores) the range is
+tiered in the thread itself, which then sleeps ``(1 - duty) / duty`` times as long as each
+bounded step took (a scan window of the file, a row group).
 
 Threads: its own thread; ``covered()`` from any thread.
 """
@@ -30,6 +32,7 @@ from ..store._service import ServiceThread
 from ..store.read._reader import CommitLogView, _store_files
 from ._manifest import MANIFEST, STATE, TierError, crash_leftovers, load_covered, save_covered
 from ._retention import enforce_retention
+from ._service_worker import run_child
 from ._writer import DEFAULT_OPTIONS, RangeResult, WriterOptions, tier_range
 
 log = logging.getLogger(__name__)
@@ -76,6 +79,7 @@ class TierService(ServiceThread):
         options: WriterOptions = DEFAULT_OPTIONS,
         duty: float = 0.5,
         interval_s: float = 1.0,
+        in_process: bool = False,
     ) -> None:
         super().__init__("TierService")
         if not config.tiered_dir:
@@ -90,11 +94,13 @@ class TierService(ServiceThread):
         self.clock = clock
         self.options = options
         self.duty = duty
+        self.in_process = in_process
         self.interval_s = interval_s
         self._covered = load_covered(self.root)
         self._last_settled = -1
         self._settled_since_ms = 0
         self._step_began = 0.0
+        self.worker_pid: int | None = None  # the child tiering a range now
         self.results: list[RangeResult] = []
         self.last_error: str | None = None
 
@@ -114,6 +120,9 @@ class TierService(ServiceThread):
             if self.stopped:
                 raise _Stopping
         self._step_began = time.monotonic()
+
+    def _worker_started(self, pid: int) -> None:
+        self.worker_pid = pid
 
     # ---- one step ---------------------------------------------------------------------------
 
@@ -151,8 +160,30 @@ class TierService(ServiceThread):
             end = self._range_end(start)
             if end is None:
                 return None
-            self._step_began = time.monotonic()
-            result = tier_range(view, self.root, start, end, options=self.options, pace=self._pace)
+            if self.in_process:
+                self._step_began = time.monotonic()
+                result = tier_range(
+                    view, self.root, start, end, options=self.options, pace=self._pace
+                )
+            else:
+                child = run_child(
+                    self.commit_log_dir,
+                    self.file_size,
+                    self.root,
+                    start,
+                    end,
+                    self.options,
+                    stopping=lambda: self.stopped,
+                    started=self._worker_started,
+                )
+                self.worker_pid = None
+                if child is None:
+                    raise _Stopping
+                result = child
+                for d in result.damaged:
+                    log.error(
+                        "damaged record not tiered: %s position %d: %s", d.path, d.position, d.why
+                    )
         finally:
             view.close()
         self._covered = max(self._covered, result.end)
@@ -184,7 +215,8 @@ class TierService(ServiceThread):
                 elif result is not None:  # a damaged record it cannot step over
                     pause = ERROR_RETRY_S
                 self.last_error = None
-            except _Stopping:
+            except _Stopping:  # a range cut short: its files go now, it is tiered again later
+                remove_leftovers(self.root)
                 break
             except Exception as exc:  # logged, retried later
                 if str(exc) != self.last_error:
