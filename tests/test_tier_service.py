@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,3 +275,28 @@ def test_the_broker_without_a_tiered_dir_runs_no_tier(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert not (tmp_path / "tier").exists()
+
+
+def test_the_worker_reports_a_damaged_record_to_the_broker_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rocketstore.store.recovery._scan import _HEAD_SIZE as BODY_AT
+    from rocketstore.store.recovery._scan import scan_records
+
+    config = store_config(tmp_path / "store", tiered_dir=str(tmp_path / "tier"))
+    with MessageStore(config) as store:
+        fill(store, 400)
+    first = Path(config.commit_log_dir) / f"{0:020d}"
+    data = first.read_bytes()
+    found: list[tuple[int, ...]] = []
+    scan_records(data, 0, len(data), 0, check_crc=True, collect=found)  # type: ignore[arg-type]
+    phys = int(found[5][0])
+    with open(first, "r+b") as f:  # a byte of the body: the CRC fails, the length holds
+        f.seek(phys + BODY_AT + 2)
+        f.write(bytes([data[phys + BODY_AT + 2] ^ 0xFF]))
+    tier = TierService(config, settled=lambda: 10 * FILE_SIZE)
+    with caplog.at_level(logging.ERROR, logger="rocketstore.tier"):
+        result = tier.tier_once()
+    assert result is not None and result.complete and result.end == FILE_SIZE
+    assert [(d.path, d.position) for d in result.damaged] == [(str(first), phys)]
+    assert f"damaged record not tiered: {first} position {phys}" in caplog.text

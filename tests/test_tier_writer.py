@@ -240,3 +240,27 @@ def test_the_benchmark_runs_small(tmp_path: Path) -> None:
     impact = put_impact(tmp_path / "impact", 1 << 20, backlog=2, count=2000, pairs=1)
     assert len(impact["on_over_off"]) == 1 and impact["on_over_off"][0] > 0
     assert not list((tmp_path / "impact").glob("run-*"))
+
+
+def test_a_damaged_topic_name_is_skipped_not_made_a_directory(tmp_path: Path) -> None:
+    """The body CRC does not cover the topic: a damaged name still scans as a record."""
+    from rocketstore.store.recovery._scan import _HEAD_SIZE
+
+    store = _store(tmp_path, 700)
+    first = _files(store)[0]
+    pos, _size = _record_positions(store, first)[7]
+    path = store / "commitlog" / f"{first:020d}"
+    data = path.read_bytes()
+    body_len = int.from_bytes(data[pos + _HEAD_SIZE - 4 : pos + _HEAD_SIZE], "big")
+    with open(path, "r+b") as f:
+        f.seek(pos + _HEAD_SIZE + body_len + 1 + 2)  # the topic's third byte
+        f.write(b"/")
+    tiered = tmp_path / "tier"
+    results = _tier_all_sealed(store, tiered)
+    assert all(r.complete for r in results)
+    assert [(d.position, "not a topic's queue" in d.why) for d in results[0].damaged] == [
+        (pos, True)
+    ]
+    assert all("/" not in t for t in tiered_topics(tiered))
+    below, _ = split_at(source_rows(store), load_covered(tiered))
+    assert_same_rows(tier_rows(tiered), below)

@@ -153,6 +153,11 @@ class TopicManifest:
         return json.dumps(body, indent=1).encode()
 
 
+def is_topic_name(topic: str) -> bool:
+    """Whether ``topic`` is a name a topic can have (and so a directory of the tier)."""
+    return bool(_TOPIC.match(topic))
+
+
 def topic_dir(root: str | os.PathLike[str], topic: str) -> Path:
     if not _TOPIC.match(topic):
         raise TierError(f"topic {topic!r} is not a topic name (^[%|a-zA-Z0-9_-]+$)")

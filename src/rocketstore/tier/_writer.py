@@ -58,6 +58,7 @@ from ._manifest import (
     TierError,
     TierFile,
     TopicManifest,
+    is_topic_name,
     load_covered,
     load_manifest,
     part_name,
@@ -206,6 +207,15 @@ def scan_range(
                     continue
                 q = queues.get((topic, qid))
                 if q is None:
+                    if not is_topic_name(topic) or qid < 0:
+                        # the body CRC does not cover the topic and queue: damage there shows
+                        # only as a name no topic can have
+                        at = phys - base
+                        why = f"topic {topic!r} queue {qid} is not a topic's queue"
+                        log.error("damaged record skipped, not tiered: %s position %d: %s",
+                                  mf.path, at, why)  # fmt: skip
+                        damaged.append(Damaged(str(mf.path), at, why))
+                        continue
                     q = queues[(topic, qid)] = _Queue()
                 q.positions.append(phys - base)
                 q.sizes.append(size)
