@@ -119,6 +119,7 @@ def _make_broker(
     ha_master: str | None = None,
     grpc: Any = None,
     acl_file: str | None = None,
+    tiered_dir: str | None = None,
 ) -> Any:
     from ..broker._config import BrokerConfig
     from ..server import BrokerServer
@@ -144,6 +145,8 @@ def _make_broker(
         store_over["ha_listen_port"] = port + 1 if port else 0
     if ha_master:
         store_over["ha_master_address"] = ha_master
+    if tiered_dir:
+        store_over["tiered_dir"] = tiered_dir
     store_config = dataclasses.replace(base, **store_over)
     broker_config = BrokerConfig.from_store_config(
         store_config,
@@ -311,6 +314,12 @@ role_option = click.option(
     default=None,
     help="broker role (default ASYNC_MASTER or the conf's brokerRole)",
 )
+tiered_option = click.option(
+    "--tiered-dir",
+    default=None,
+    help="keep sealed commit-log files' messages as Parquet here (default: the conf's "
+    "tieredDir; none: off)",
+)
 flush_option = click.option(
     "--flush",
     type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
@@ -333,6 +342,7 @@ flush_option = click.option(
 @flush_option
 @click.option("--ha-listen", default=None, help="HA HOST:PORT (default the listen port + 1)")
 @click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
+@tiered_option
 @grpc_options(None)
 @metrics_option
 @verbose_option
@@ -348,6 +358,7 @@ def broker_cmd(
     flush: str | None,
     ha_listen: str | None,
     ha_master: str | None,
+    tiered_dir: str | None,
     grpc_listen: str | None,
     acl_file: str | None,
     grpc_acl: str | None,
@@ -378,7 +389,9 @@ def broker_cmd(
         ha_master,
         _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key),
         acl_file or grpc_acl,
+        tiered_dir,
     )
+    _announce_tier(broker)
     _run(run_servers(None, [broker], announce=_announce, metrics_listen=metrics_listen))
 
 
@@ -393,6 +406,7 @@ def broker_cmd(
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
+@tiered_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
 @console_option
@@ -403,6 +417,7 @@ def serve_cmd(
     namesrv_listen: str,
     listen: str | None,
     flush: str | None,
+    tiered_dir: str | None,
     grpc_listen: str | None,
     acl_file: str | None,
     grpc_acl: str | None,
@@ -441,8 +456,10 @@ def serve_cmd(
             flush,
             grpc=grpc,
             acl_file=acl_file or grpc_acl,
+            tiered_dir=tiered_dir,
         )
         _announce(f"name server listening on {ns.address}")
+        _announce_tier(broker)
         try:
             await run_servers(
                 None,
@@ -457,6 +474,12 @@ def serve_cmd(
             await ns.close()
 
     _run(main())
+
+
+def _announce_tier(broker: Any) -> None:
+    where = broker.store_config.tiered_dir
+    if where:
+        _announce(f"tiered store (sealed commit-log files as Parquet) in {where}")
 
 
 COMMANDS = [namesrv_cmd, broker_cmd, serve_cmd]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from ..acl import StaticAcl, admin_accounts
 from ..acl._remoting import AclSource
@@ -14,8 +15,12 @@ from ..grpc import GrpcConfig, GrpcFrontEnd
 from ..remoting import RemotingServer
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
+from ..store._errors import StoreConfigError
 from ..store._store import MessageStore
 from ._addresses import resolve_addresses
+
+if TYPE_CHECKING:
+    from ..tier._service import TierService
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +31,22 @@ def grpc_default_acl(grpc: GrpcConfig | None) -> AclSource | None:
     if grpc is None or grpc.credentials is None:
         return None
     return StaticAcl(admin_accounts(grpc.credentials))
+
+
+def _tier_service(store: MessageStore, config: StoreConfig, clock: Clock) -> TierService | None:
+    """With ``tiered_dir`` set: the tiering service of ``store``, its covered offset gating the
+    commit log's retention (set before the store starts its cleaner)."""
+    if not config.tiered_dir:
+        return None
+    try:
+        from ..tier._service import TierService
+    except ImportError as exc:
+        raise StoreConfigError(
+            f"tieredDir needs pyarrow ({exc}): pip install 'rocketstore[spark]'"
+        ) from None
+    tier = TierService(config, settled=store.flushed_phy_offset, clock=clock)
+    store.set_tiered_below(tier.covered)
+    return tier
 
 
 class BrokerServer:
@@ -50,6 +71,7 @@ class BrokerServer:
         self._broker: BrokerController | None = None
         self._remoting: RemotingServer | None = None
         self.grpc: GrpcFrontEnd | None = None
+        self.tier: TierService | None = None
         self._running = False
 
     @property
@@ -100,10 +122,14 @@ class BrokerServer:
             log.warning("broker configuration keys ignored (not supported): %s", ", ".join(ignored))
         acl = load_acl(config, grpc_default_acl(self.grpc_config))
         store = MessageStore(store_config, clock=self._clock)
+        tier = _tier_service(store, store_config, self._clock)
         await asyncio.to_thread(store.__enter__)  # load, recover, start
         self._store = store
         self._running = True
         try:
+            if tier is not None:
+                tier.start()
+                self.tier = tier
             broker = self._broker = BrokerController(store, config, clock=self._clock, acl=acl)
             remoting = RemotingServer(
                 broker.handlers(),
@@ -157,5 +183,8 @@ class BrokerServer:
                 await step()
             except Exception:
                 log.exception("broker %s: %s failed", self._config.broker_name, what)
+        if self.tier is not None:  # before the store: a range in progress is abandoned
+            await asyncio.to_thread(self.tier.stop)
+            self.tier = None
         if store is not None:
             await asyncio.to_thread(store.shutdown)

@@ -125,6 +125,13 @@ class StoreConfig:
     ha_reconnect_interval: int = 5000
     # os page cache
     os_page_cache_busy_timeout_mills: int = 1000
+    # the tiered store (not RocketMQ settings): where sealed commit-log files are kept as
+    # Parquet ("" = off), a last file counted as sealed once this idle (0 = only full files),
+    # how long and how much the tier keeps (0 = no limit)
+    tiered_dir: str = ""
+    tiered_seal_age_ms: int = 0
+    tiered_retention_hours: int = 0
+    tiered_max_bytes: int = 0
     # keys of a broker.conf that are not store settings, kept as read
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
@@ -171,7 +178,13 @@ class StoreConfig:
             raise StoreConfigError(f"store_port out of range: {self.store_port}")
         if not 0 <= self.ha_listen_port < 65536:
             raise StoreConfigError(f"ha_listen_port out of range: {self.ha_listen_port}")
-        for name in ("flush_commit_log_least_pages", "commit_commit_log_least_pages"):
+        for name in (
+            "flush_commit_log_least_pages",
+            "commit_commit_log_least_pages",
+            "tiered_seal_age_ms",
+            "tiered_retention_hours",
+            "tiered_max_bytes",
+        ):
             if getattr(self, name) < 0:
                 raise StoreConfigError(f"{name} must not be negative")
         self.delay_levels_ms()  # validates the level table
@@ -316,7 +329,7 @@ def _convert(name: str, hint: Any, value: Any) -> Any:
         except ValueError:
             raise StoreConfigError(f"{name}: {value!r} is not a number") from None
     if hint is str or isinstance(hint, types.UnionType):
-        if name in ("store_path_root_dir", "store_path_commit_log"):
+        if name in ("store_path_root_dir", "store_path_commit_log", "tiered_dir"):
             return os.path.expanduser(str(value).strip())
         return str(value).strip()
     return value

@@ -720,5 +720,10 @@ class MessageStore:
     def flushed_phy_offset(self) -> int:
         return self.commit_log.queue.flushed_where
 
+    def set_tiered_below(self, covered: Callable[[], int] | None) -> None:
+        """Retention deletes only commit-log files that end at or below ``covered()`` (the
+        tiered store's offset); None: by age and space alone. Before ``start``."""
+        self.clean_commit_log.tiered_below = covered
+
     def __repr__(self) -> str:
         return f"MessageStore({os.fspath(self.root)!r}, running={self._running})"

@@ -26,6 +26,11 @@ A topic's manifest::
                 "queues": {"0": [first, last]},   # queue offsets held, both ends included
                 "store_time": [min_ms, max_ms]}]}
 
+A crash while a range is tiered may leave some topics' files of it listed while ``covered`` has
+not moved past it yet (the next run lists the others, then moves ``covered``): a reader that
+also reads the commit log from ``covered`` on takes only the files whose range ends at or below
+``covered`` (``TopicManifest.covered_files``).
+
 Rows are the ``rocketstore`` data source's (``columns._schema.SCHEMA_DDL``), sorted by
 ``queue_id`` then ``queue_offset``. Files are listed in commit-log order; within one queue the
 offsets of later files are higher. Raises TierError on a manifest that cannot be read.
@@ -136,12 +141,21 @@ class TopicManifest:
             return None
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
 
+    def covered_files(self, covered: int) -> list[TierFile]:
+        """The files whose commit-log range ends at or below ``covered``."""
+        return [f for f in self.files if f.commitlog[1] <= covered]
+
     def queue_ids(self) -> list[int]:
         return sorted({q for f in self.files for q in f.queues})
 
     def to_bytes(self) -> bytes:
         body = {"version": VERSION, "topic": self.topic, "files": [f.to_json() for f in self.files]}
         return json.dumps(body, indent=1).encode()
+
+
+def is_topic_name(topic: str) -> bool:
+    """Whether ``topic`` is a name a topic can have (and so a directory of the tier)."""
+    return bool(_TOPIC.match(topic))
 
 
 def topic_dir(root: str | os.PathLike[str], topic: str) -> Path:
@@ -227,3 +241,15 @@ def unlisted_parts(root: str | os.PathLike[str], manifests: Iterable[TopicManife
             if leftover or (name.startswith(PART_PREFIX) and name not in listed):
                 out.append(entry)
     return sorted(out)
+
+
+def crash_leftovers(root: str | os.PathLike[str]) -> list[Path]:
+    """``unlisted_parts`` of every topic directory under ``root``, with a manifest or not (a
+    crash may come before a topic's first manifest)."""
+    base = Path(root)
+    if not base.is_dir():
+        return []
+    manifests = [
+        load_manifest(base, d.name) for d in base.iterdir() if d.is_dir() and _TOPIC.match(d.name)
+    ]
+    return unlisted_parts(base, manifests)

@@ -305,13 +305,17 @@ class MappedFileQueue:
         interval_forcibly_ms: int,
         clean_immediately: bool,
         sleep: Callable[[float], None] | None = None,
+        keep_from: int | None = None,
     ) -> int:
-        """Delete up to 10 files (never the last) older than ``expired_ms`` (or any, when forced)."""
+        """Delete up to 10 files (never the last) older than ``expired_ms`` (or any, when forced),
+        and with ``keep_from`` none that ends above it (the tiered store's ``covered``)."""
         files = self.files
         now = self.clock.now_ms()
         gone: list[MappedFile] = []
         for mf in files[:-1]:
             if now < mf.last_modified_ms() + expired_ms and not clean_immediately:
+                break
+            if keep_from is not None and mf.from_offset + mf.file_size > keep_from:
                 break
             if not mf.destroy(interval_forcibly_ms):
                 break

@@ -12,6 +12,8 @@ Every ``clean_resource_interval`` ms the CleanService thread runs, in order:
      whatever their age;
    - ``execute_delete_files_manually()`` was called within the last 20 runs (files older than the
      reserved time, at any hour).
+   With the tiered store on (``tiered_below``), never a file that ends above the tier's
+   ``covered`` offset, whatever the age or the disk says.
    At most 10 files per run, never the newest, ``delete_commit_log_files_interval`` ms apart so
    writers do not stall. A file a reader still holds is unmapped when its last reader lets go, or
    forcibly once ``destroy_mapped_file_interval_forcibly`` ms have passed; a first file left
@@ -95,6 +97,9 @@ class CleanCommitLogService:
         self.clean_immediately = False
         self.last_redelete_ms = clock.now_ms()
         self.deleted_files = 0
+        # with the tiered store on: the commit-log offset below which files are tiered (and
+        # so may go); None: files go by age and space alone
+        self.tiered_below: Callable[[], int] | None = None
 
     def execute_delete_files_manually(self) -> None:
         """Delete files older than the reserved time in the next 20 runs, at any hour."""
@@ -171,8 +176,14 @@ class CleanCommitLogService:
             if manual:
                 self.manual_runs -= 1
             at_once = self.clean_file_forcibly_enable_now()
+            keep_from = self.tiered_below() if self.tiered_below is not None else None
             deleted = self.queue.delete_expired_files_by_time(
-                self.reserved_ms, self.delete_interval_ms, self.forcibly_ms, at_once, self.sleep
+                self.reserved_ms,
+                self.delete_interval_ms,
+                self.forcibly_ms,
+                at_once,
+                self.sleep,
+                keep_from=keep_from,
             )
             if deleted:
                 self.deleted_files += deleted
