@@ -15,6 +15,7 @@ from ..remoting import RemotingServer
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
+from ..tier._read import TierReader
 from ._addresses import resolve_addresses
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,12 @@ class BrokerServer:
         *,
         clock: Clock = SYSTEM_CLOCK,
         grpc: GrpcConfig | None = None,
+        tiered_dir: str | None = None,
     ) -> None:
         self.grpc_config = grpc
+        # the tiered store pulls below the consume queues are answered from: this, else the
+        # store config's (empty: none)
+        self._tiered_dir = tiered_dir
         self._store_config = store_config
         self._config = config
         self._clock = clock
@@ -104,7 +109,11 @@ class BrokerServer:
         self._store = store
         self._running = True
         try:
-            broker = self._broker = BrokerController(store, config, clock=self._clock, acl=acl)
+            tiered = self._tiered_dir or getattr(store_config, "tiered_dir", "")
+            tier = TierReader(tiered) if tiered else None
+            broker = self._broker = BrokerController(
+                store, config, clock=self._clock, acl=acl, tier=tier
+            )
             remoting = RemotingServer(
                 broker.handlers(),
                 config.listen_host,
