@@ -5,8 +5,10 @@ time range, and all of it after retention removed the commit-log files the tier 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -223,3 +225,56 @@ def test_encode_rows_needs_the_record_columns(tiered: Path) -> None:
     tier = TierReader(tiered)
     with pytest.raises(TierError, match="body"):
         encode_rows(tier.read_rows("TA", 0, 0, 2, columns=["topic", "queue_id"]))
+
+
+# ---- the commands ------------------------------------------------------------------------------
+
+
+def cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from rocketstore.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_get_and_query_read_below_the_minimum_from_the_tier(
+    store: MessageStore, tiered: Path
+) -> None:
+    expire_oldest(store, 3)
+    root = config_root(store)
+    low = store.get_min_offset_in_queue("TA", 0)
+    end = store.get_max_offset_in_queue("TA", 0)
+    assert low > 0
+    plain = cli("get", "--store", root, "TA", "0", "0", "--json")
+    assert plain.exit_code == 1 and '"OFFSET_TOO_SMALL"' in plain.output
+
+    got = cli("get", "--store", root, "TA", "0", "0", "--count", "1000", "--json",
+              "--tiered-dir", str(tiered))  # fmt: skip
+    assert got.exit_code == 0, got.output
+    lines = [json.loads(line) for line in got.output.splitlines()]
+    msgs, summary = lines[:-1], lines[-1]
+    assert [m["queue_offset"] for m in msgs] == list(range(end))  # the tier, then the store
+    assert msgs[0]["body"] == body("TA", 0).decode() and msgs[0]["flag"] == 0
+    assert summary["tiered"] == list(TierReader(tiered).queue_range("TA", 0))  # type: ignore[arg-type]
+    assert summary["min_offset"] == low and summary["next_offset"] == end
+
+    tagged = cli("get", "--store", root, "TA", "0", "0", "--count", "5", "--tags", "tag2",
+                 "--json", "--tiered-dir", str(tiered))  # fmt: skip
+    assert tagged.exit_code == 0, tagged.output
+    assert {json.loads(line).get("tags") for line in tagged.output.splitlines()[:-1]} == {"tag2"}
+
+    no_tier = cli("query", "--store", root, "--topic", "TA", "--key", "k7")
+    assert no_tier.exit_code == 1
+    found = cli("query", "--store", root, "--topic", "TA", "--key", "k7", "--json",
+                "--tiered-dir", str(tiered))  # fmt: skip
+    assert found.exit_code == 0, found.output
+    assert [json.loads(line)["properties"]["p"] for line in found.output.splitlines()] == ["7"]
+    late = f"k{COUNT - 1}"  # still in the commit log: found once, from the store
+    both = cli("query", "--store", root, "--topic", "TA", "--key", late, "--tiered-dir",
+               str(tiered))  # fmt: skip
+    assert both.exit_code == 0 and "1 message(s)" in both.output
+
+    missing = cli("get", "--store", root, "TA", "0", "0", "--tiered-dir", str(tiered / "nope"))
+    assert missing.exit_code != 0 and "no tiered store at" in missing.output
+    assert "Traceback" not in missing.output
