@@ -246,7 +246,7 @@ class TierReader:
         held = self.queue_range(topic, queue_id)
         if held is None or not held[0] <= offset < held[1]:
             return TierRecords(b"", 0, offset)
-        window = max(max_count, 32) if tags_codes is None else max(max_count, 512)
+        window = max_count if tags_codes is None else max(max_count, 512)
         table = self.read_rows(topic, queue_id, offset, min(window, held[1] - offset))
         if not table.num_rows:
             return TierRecords(b"", 0, offset)
