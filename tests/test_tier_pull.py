@@ -149,3 +149,36 @@ def test_pulls_below_the_minimum_are_answered_from_the_tier(broker: Broker) -> N
         moved = consumer.pull(mq, gap, 32)
         assert (moved.status, moved.next_begin_offset) == (OFFSET_ILLEGAL, low)
         assert consumer.pull(mq, 0, 32).status == FOUND
+
+
+def test_a_held_pull_woken_into_a_tier_read_is_answered_by_it() -> None:
+    from rocketstore.broker._pull import _chain
+    from rocketstore.remoting import RemotingCommand
+
+    async def run() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        answer = RemotingCommand.response(0, "FOUND")
+        out: list[Any] = []
+        for outcome in ("result", "error", "cancel", "done"):
+            task: asyncio.Future[Any] = loop.create_future()
+            fut: asyncio.Future[Any] = loop.create_future()
+            if outcome == "done":
+                fut.set_result(None)  # the connection answered already: left alone
+            task.add_done_callback(lambda t, f=fut: _chain(t, f))
+            if outcome == "result":
+                task.set_result(answer)
+            elif outcome == "error":
+                task.set_exception(RuntimeError("tier read failed"))
+            else:
+                task.cancel()
+            await asyncio.sleep(0)
+            if fut.cancelled():
+                out.append("cancelled")
+            elif fut.exception() is not None:
+                out.append(str(fut.exception()))
+            else:
+                out.append(fut.result())
+        return [answer, *out]
+
+    answer, *got = asyncio.run(run())
+    assert got == [answer, "tier read failed", "cancelled", None]
