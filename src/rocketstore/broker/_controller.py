@@ -54,6 +54,7 @@ from ._transaction import TransactionService
 
 if TYPE_CHECKING:
     from ..acl._remoting import AclSource
+    from ..tier._read import TierReader
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +86,14 @@ class BrokerController:
         *,
         clock: Clock = SYSTEM_CLOCK,
         acl: AclSource | None = None,
+        tier: TierReader | None = None,
     ) -> None:
         """The broker's state over ``store``, open and started, its config carrying the
         broker's address (``rocketstore.server`` builds both): topic configs, subscription
         groups, consumer offsets, client membership, held pulls, transactions. ``acl``: the
-        accounts every port checks (None: no ACL; see ``load_acl``). Built on the event loop
-        the broker serves from (held pulls are woken there)."""
+        accounts every port checks (None: no ACL; see ``load_acl``). ``tier``: the tiered
+        store pulls below a queue's minimum are answered from (None: none). Built on the event
+        loop the broker serves from (held pulls are woken there)."""
         self.config = config
         self.clock = clock
         self.store = store
@@ -108,6 +111,7 @@ class BrokerController:
         self.pop_state: PopState | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
         self.acl: AclSource | None = acl
+        self._tier = tier
         # messages handed to consumers, request latency (see rocketstore.metrics)
         self.stats = BrokerStats()
         self.config_dir.mkdir(parents=True, exist_ok=True)
@@ -145,6 +149,10 @@ class BrokerController:
     def address(self) -> str:
         """The address clients reach the broker at (written into every stored record)."""
         return f"{self.config.advertised_host}:{self.config.listen_port}"
+
+    def tier_reader(self) -> TierReader | None:
+        """The tiered store of this broker's messages (None: none)."""
+        return self._tier
 
     def enable_acl(self, source: AclSource) -> None:
         """Check every remoting request against ``source`` from now on (a gRPC front end

@@ -7,6 +7,12 @@ when a message arrives for its queue (the store's message-arriving listener) or 
 runs out. Tags are filtered by the consume-queue units' hash codes, as RocketMQ's broker does;
 the client checks the tag strings.
 
+A pull below a queue's minimum offset (retention removed its records) whose offset the tiered
+store holds (``HasTier``) is answered from the tier: the records rebuilt from its rows, read in
+a worker thread, within the same count and size limits as a read of the commit log on disk,
+``nextBeginOffset`` right after them. Offsets the tier does not hold get today's answer
+(OFFSET_MOVED).
+
 Loop thread only.
 """
 
@@ -19,6 +25,8 @@ from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_s
 from ..store._errors import CorruptRecordError
 from ..store.log._message import GetMessageStatus
 from ..store.read._raw_read import RawGetResult, get_raw
+from ..tier._manifest import TierError
+from ..tier._read import TierReader
 from ._errors import InvalidSubscriptionError
 from ._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ._services import (
@@ -30,6 +38,7 @@ from ._services import (
     HasStats,
     HasStore,
     HasStoreConfig,
+    HasTier,
     HasTopics,
 )
 from ._topic_config import PERM_READ
@@ -49,6 +58,10 @@ _CODES = {
     S.OFFSET_OVERFLOW_BADLY: RC.PULL_OFFSET_MOVED,
     S.OFFSET_TOO_SMALL: RC.PULL_OFFSET_MOVED,
 }
+# what a read below the consume queue's minimum (or of a queue retention emptied) gives
+_BELOW_STORE = frozenset(
+    {S.OFFSET_TOO_SMALL, S.MESSAGE_WAS_REMOVING, S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE}
+)
 
 
 class PullContext(
@@ -60,6 +73,7 @@ class PullContext(
     HasOffsets,
     HasStore,
     HasStoreConfig,
+    HasTier,
     HasTopics,
     Protocol,
 ):
@@ -73,6 +87,7 @@ class PullProcessor:
         self.reader = broker.store.reader
         self.topics = broker.topics
         self.is_slave = broker.store_config.broker_role == "SLAVE"
+        self.tier = broker.tier_reader()
         self._codes: dict[str, frozenset[int] | None] = {}  # header subscriptions, parsed
 
     def handlers(self) -> dict[int, Any]:
@@ -173,6 +188,26 @@ class PullProcessor:
             r = get_raw(self.reader, topic, queue_id, offset, max_nums, codes)
         except CorruptRecordError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, f"store error: {exc}")
+        tier = self.tier
+        if tier is not None and r.status in _BELOW_STORE:
+            try:
+                held = tier.holds(topic, queue_id, offset)
+            except TierError as exc:
+                return RemotingCommand.response(RC.SYSTEM_ERROR, f"tier error: {exc}")
+            if held:
+                commit = allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.is_slave
+                return self._from_tier(
+                    tier,
+                    conn,
+                    group,
+                    topic,
+                    queue_id,
+                    offset,
+                    max_nums,
+                    codes,
+                    r,
+                    commit_offset if commit else None,
+                )
         code = self._code(r, offset)
         broker.stats.note_out(topic, group, r.msg_count, len(r.data))
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.is_slave:
@@ -199,6 +234,54 @@ class PullProcessor:
             r.data,
         )
         return response
+
+    async def _from_tier(
+        self,
+        tier: TierReader,
+        conn: Connection,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        codes: frozenset[int] | None,
+        store: RawGetResult,
+        commit_offset: int | None,
+    ) -> RemotingCommand:
+        """The answer to a pull of ``offset``, which the tier holds and the store no longer
+        does: FOUND with the tier's records (NO_MATCHED_MESSAGE when the tags pass none)."""
+        reader = self.reader
+        try:
+            got = await asyncio.to_thread(
+                tier.records,
+                topic,
+                queue_id,
+                offset,
+                min(max_nums, reader.max_count_disk),
+                reader.max_bytes_disk,
+                codes,
+            )
+            held = await asyncio.to_thread(tier.queue_range, topic, queue_id)
+        except TierError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, f"tier error: {exc}")
+        first = held[0] if held is not None else offset
+        end = held[1] if held is not None else got.next_offset
+        broker = self.broker
+        broker.stats.note_out(topic, group, got.count, len(got.data))
+        if commit_offset is not None:
+            broker.offsets.commit_offset(conn.peer, group, topic, queue_id, commit_offset)
+        status = S.FOUND if got.count else S.NO_MATCHED_MESSAGE
+        return RemotingCommand.response(
+            _CODES[status],
+            status.name,
+            {
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(got.next_offset),
+                "minOffset": str(min(first, store.min_offset) if store.max_offset else first),
+                "maxOffset": str(max(store.max_offset, end)),
+            },
+            got.data,
+        )
 
     def _code(self, r: RawGetResult, offset: int) -> int:
         status = r.status
@@ -229,11 +312,28 @@ class PullProcessor:
                 fut.set_result(None)
                 return
             try:
-                fut.set_result(self.process(cmd, conn, allow_suspend=False))
+                result = self.process(cmd, conn, allow_suspend=False)
             except Exception as exc:  # answered with SYSTEM_ERROR by the connection
                 fut.set_exception(exc)
+                return
+            if asyncio.iscoroutine(result):  # answered from the tier
+                asyncio.ensure_future(result).add_done_callback(lambda t: _chain(t, fut))
+            else:
+                fut.set_result(result)
 
         hold = self.broker.holds.hold(topic, queue_id, offset, timeout_s, wake)
         # the connection cancels its waiting requests when it closes: the hold goes with it
         fut.add_done_callback(lambda f: hold.cancel() if f.cancelled() else None)
         return fut
+
+
+def _chain(task: asyncio.Future[Any], fut: asyncio.Future[RemotingCommand | None]) -> None:
+    """Complete ``fut`` as ``task`` completed (unless it is done already)."""
+    if fut.done():
+        return
+    if task.cancelled():
+        fut.cancel()
+    elif task.exception() is not None:
+        fut.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        fut.set_result(task.result())

@@ -23,6 +23,7 @@ from ..remoting import Connection
 from ..store._clock import Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
+from ..tier._read import TierReader
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
 from ._consumer_offset import ConsumerOffsetManager
@@ -57,6 +58,12 @@ class HasStore(Protocol):
 
     @property
     def store(self) -> MessageStore: ...
+
+
+class HasTier(Protocol):
+    """The tiered store the broker answers pulls below the consume queues' minimum from."""
+
+    def tier_reader(self) -> TierReader | None: ...
 
 
 class HasTopics(Protocol):

@@ -178,6 +178,29 @@ def _open_read_only(
     return ReadOnlyStore(store, **kw)
 
 
+tiered_option = click.option(
+    "--tiered-dir",
+    default=None,
+    help="the tiered store (default: tieredDir of --conf): offsets below the consume "
+    "queue's minimum are read from it",
+)
+
+
+def _tier(conf: str | None, tiered_dir: str | None) -> Any:
+    """A TierReader of --tiered-dir, else of --conf's tieredDir; None when neither names one."""
+    from ..tier._read import TierReader
+
+    if not tiered_dir and conf:
+        tiered_dir = StoreConfig.from_broker_conf(conf).tiered_dir or None
+    if not tiered_dir:
+        return None
+    import os
+
+    if not os.path.isdir(tiered_dir):
+        raise click.ClickException(f"no tiered store at {tiered_dir}: check --tiered-dir")
+    return TierReader(tiered_dir)
+
+
 def _delay_levels(conf: str | None) -> tuple[int, ...]:
     cfg = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
     return cfg.delay_levels_ms()
@@ -257,6 +280,7 @@ entries_option = click.option(
 @click.option("--tags", default=None, help='tag filter, e.g. "TagA || TagB"')
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @body_option
+@tiered_option
 def get(
     store: str,
     conf: str | None,
@@ -267,18 +291,21 @@ def get(
     tags: str | None,
     as_json: bool,
     body: str,
+    tiered_dir: str | None,
 ) -> None:
     """Read COUNT messages of TOPIC / QUEUE from logical OFFSET. Read-only: the store is not
     changed (a running broker's store can be read); damaged records are skipped and reported
-    on standard error (exit status 1), the others are all printed."""
+    on standard error (exit status 1), the others are all printed. With a tiered store,
+    offsets below the consume queue's minimum are read from it."""
     from ..store.queue._filter import TagFilter
 
     flt = TagFilter(tags) if tags else None
     with _store_errors(store), _open_read_only(store, conf) as rs:
+        tier = _tier(conf, tiered_dir)
         got = 0
         status = None
         while got < count:
-            r = rs.get_message(topic, queue_id, offset, min(32, count - got), flt)
+            r = _get_some(rs, tier, topic, queue_id, offset, min(32, count - got), flt)
             status = r.status
             for m in r.messages:
                 if as_json:
@@ -303,6 +330,9 @@ def get(
             "min_offset": rs.min_offset(topic, queue_id),
             "max_offset": rs.max_offset(topic, queue_id),
         }
+        held = tier.queue_range(topic, queue_id) if tier is not None else None
+        if held is not None:
+            summary["tiered"] = list(held)
         warnings = list(rs.warnings)
     click.echo(json.dumps(summary), err=not as_json)
     _report_damage(warnings)
@@ -312,6 +342,25 @@ def get(
         and status.name not in ("OFFSET_OVERFLOW_ONE", "NO_MESSAGE_IN_QUEUE")
     ):
         sys.exit(1)
+
+
+def _get_some(rs: Any, tier: Any, topic: str, queue_id: int, offset: int, n: int, flt: Any) -> Any:
+    """Up to ``n`` messages from ``offset``: from the tier when it holds ``offset`` and the
+    store no longer does (``next_begin_offset`` right after them), else from the store."""
+    if tier is not None and offset < rs.min_offset(topic, queue_id):
+        held = tier.queue_range(topic, queue_id)
+        if held is not None and held[0] <= offset < held[1]:
+            from ..store.log._message import GetMessageResult, GetMessageStatus
+
+            msgs = tier.messages(topic, queue_id, offset, n)
+            nxt = msgs[-1].queue_offset + 1 if msgs else offset
+            if flt is not None:
+                msgs = [m for m in msgs if flt.is_matched_by_commit_log(m)]
+            status = GetMessageStatus.FOUND if msgs else GetMessageStatus.NO_MATCHED_MESSAGE
+            result = GetMessageResult(status, nxt, held[0], rs.max_offset(topic, queue_id))
+            result.messages = msgs
+            return result
+    return rs.get_message(topic, queue_id, offset, n, flt)
 
 
 @click.command()
@@ -333,6 +382,7 @@ def get(
 @body_option
 @slots_option
 @entries_option
+@tiered_option
 def query(
     store: str,
     conf: str | None,
@@ -346,17 +396,23 @@ def query(
     body: str,
     slots: int | None,
     entries: int | None,
+    tiered_dir: str | None,
 ) -> None:
     """Find messages by key (the index; --topic and --key) or by message id (--id). Read-only:
-    the store is not changed."""
+    the store is not changed. With a tiered store, a key is looked up in it too."""
     if (key is None) == (msg_id is None):
         raise click.UsageError("give either --key (with --topic) or --id")
     if key is not None and topic is None:
         raise click.UsageError("--key needs --topic")
     with _store_errors(store), _open_read_only(store, conf, slots, entries) as rs:
+        tier = _tier(conf, tiered_dir)
         if key is not None:
             assert topic is not None
             messages = rs.query_message(topic, key, max_num, begin, end).messages
+            if tier is not None:
+                found = {m.commitlog_offset: m for m in tier.query(topic, key, max_num, begin, end)}
+                found.update((m.commitlog_offset, m) for m in messages)
+                messages = [found[o] for o in sorted(found)][-max_num:]
         else:
             assert msg_id is not None
             messages = _by_id(rs, topic, msg_id, max_num, begin, end)

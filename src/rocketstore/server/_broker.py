@@ -17,6 +17,7 @@ from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 from ..store._store import MessageStore
+from ..tier._read import TierReader
 from ._addresses import resolve_addresses
 
 if TYPE_CHECKING:
@@ -62,8 +63,12 @@ class BrokerServer:
         *,
         clock: Clock = SYSTEM_CLOCK,
         grpc: GrpcConfig | None = None,
+        tiered_dir: str | None = None,
     ) -> None:
         self.grpc_config = grpc
+        # the tiered store pulls below the consume queues are answered from: this, else the
+        # store config's (empty: none); the store's tiering service writes the store config's
+        self._tiered_dir = tiered_dir
         self._store_config = store_config
         self._config = config
         self._clock = clock
@@ -130,7 +135,11 @@ class BrokerServer:
             if tier is not None:
                 tier.start()
                 self.tier = tier
-            broker = self._broker = BrokerController(store, config, clock=self._clock, acl=acl)
+            tiered = self._tiered_dir or store_config.tiered_dir
+            reader = TierReader(tiered) if tiered else None
+            broker = self._broker = BrokerController(
+                store, config, clock=self._clock, acl=acl, tier=reader
+            )
             remoting = RemotingServer(
                 broker.handlers(),
                 config.listen_host,

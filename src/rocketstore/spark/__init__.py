@@ -8,6 +8,10 @@ installed (Spark finds the top-level ``pyspark_rocketstore`` module); to registe
 
 pyspark is imported on first use of ``RocketStoreDataSource``, so importing this package (or
 rocketstore itself) never needs it.
+
+``read_topic`` reads a topic from its tiered store (Parquet) and the store as one DataFrame;
+``tier_snapshot`` (``tier_files``, ``tiered_boundary``) gives the tier's files and a stream's
+starting offsets past them (docs/spark.md, "Reading a tiered topic").
 """
 
 from __future__ import annotations
@@ -16,8 +20,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._source import RocketStoreDataSource as RocketStoreDataSource
+    from ._tiered import TierSnapshot as TierSnapshot
+    from ._tiered import read_topic as read_topic
+    from ._tiered import tier_files as tier_files
+    from ._tiered import tier_snapshot as tier_snapshot
+    from ._tiered import tiered_boundary as tiered_boundary
 
-__all__ = ["RocketStoreDataSource"]
+__all__ = [
+    "RocketStoreDataSource",
+    "TierSnapshot",
+    "read_topic",
+    "tier_files",
+    "tier_snapshot",
+    "tiered_boundary",
+]
+_TIERED = frozenset(
+    {"TierSnapshot", "read_topic", "tier_files", "tier_snapshot", "tiered_boundary"}
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +44,8 @@ def __getattr__(name: str) -> Any:
         from ._source import RocketStoreDataSource
 
         return RocketStoreDataSource
+    if name in _TIERED:
+        from . import _tiered
+
+        return getattr(_tiered, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
