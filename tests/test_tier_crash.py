@@ -9,6 +9,7 @@ moments, again and again, each run going on from what the last one left. After e
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -97,8 +98,9 @@ def _cycles(tmp_path: Path, store: tuple[Path, pa.Table, float], count: int, see
     root, expected, took = store
     rng = random.Random(seed)
     tiered = tmp_path / "tier"
-    kills = torn = 0
-    for _ in range(count):
+    kills = torn = cycles = 0
+    while kills < count and cycles < 4 * count:  # a run that ends before its kill is no cycle
+        cycles += 1
         proc = _start(root, tiered)
         time.sleep(rng.uniform(0, took))
         if proc.poll() is None:
@@ -120,15 +122,19 @@ def _cycles(tmp_path: Path, store: tuple[Path, pa.Table, float], count: int, see
     whole = tier_rows(tiered)
     below, _ = split_at(expected, load_covered(tiered))
     assert_same_rows(whole, below)
-    assert kills >= count // 2
+    assert kills == count, f"only {kills} of {cycles} runs were killed before they ended"
     assert torn >= 1, "no kill came in the middle of a range"
 
 
 def test_kill_during_tiering(tmp_path: Path, store: tuple[Path, pa.Table, float]) -> None:
-    _cycles(tmp_path, store, 24, seed=7)
+    _cycles(tmp_path, store, 16, seed=7)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("ROCKETSTORE_LONG_TESTS"),
+    reason="100 kills take minutes: set ROCKETSTORE_LONG_TESTS=1",
+)
 def test_kill_during_tiering_many_times(
     tmp_path: Path, store: tuple[Path, pa.Table, float]
 ) -> None:
