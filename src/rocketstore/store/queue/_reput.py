@@ -33,6 +33,7 @@ from ..log._record import (
     DispatchRequest,
 )
 from ._consume_queue import ConsumeQueueTable
+from ._unit_write import put_next_unit
 
 if TYPE_CHECKING:
     from .._checkpoint import StoreCheckpoint
@@ -210,15 +211,23 @@ class ReputMessageService(ServiceThread):
         made yet, a record after a BLANK, the index's first file, or a unit ``put_unit``
         refuses (which ``dispatch`` then reports) take the general path.
         """
-        index = self.index
-        if phys == self.reput_from_offset and self.inline and (index is None or index.files):
-            cq = self.consume_queues.find(topic, queue_id)
+        if (
+            phys == self.reput_from_offset
+            and self.inline
+            and ((index := self.index) is None or index.files)
+        ):
+            table = self.consume_queues
+            by_id = table.queues.get(topic)  # table.find(topic, queue_id), without the call
+            cq = by_id.get(queue_id) if by_id is not None else None
             try:
-                done = cq is not None and cq.put_unit(phys, size, tags_code, queue_offset)
+                done = cq is not None and (
+                    put_next_unit(cq, phys, size, tags_code, queue_offset)
+                    or cq.put_unit(phys, size, tags_code, queue_offset)
+                )
             except StoreError:
                 done = False  # the general path below reports it and hands over to the thread
             if done:
-                self.consume_queues.last_store_timestamp = store_ts
+                table.last_store_timestamp = store_ts
                 if self.physic_at_dispatch and self.checkpoint is not None:
                     self.checkpoint.physic_msg_timestamp = store_ts
                 self.reput_from_offset = phys + size
