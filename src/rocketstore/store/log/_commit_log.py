@@ -309,6 +309,16 @@ class CommitLog:
         held_ms = (self._now_ns() - begin) // 1_000_000
         return self._watch.busy_timeout_ms < held_ms < _BUSY_LIMIT_MS
 
+    def _early_refusal(self) -> PutMessageResult | None:
+        """What every put checks before it prepares its messages and takes the put lock:
+        refused writes (the first reason), then OS_PAGECACHE_BUSY; None to go on. The put
+        paths call it only when one of them may apply (``_refusal`` set, the lock's begin
+        time set), and check ``_refusal`` again under the lock (shutdown may begin between)."""
+        refusal = self._refusal
+        if refusal is not None:
+            return _refused(*refusal)
+        return self._busy_refusal()
+
     def _busy_refusal(self) -> PutMessageResult | None:
         """OS_PAGECACHE_BUSY when the put lock has been held too long (checked, as RocketMQ
         checks it, before a put waits for the lock), else None."""
@@ -566,11 +576,9 @@ class CommitLog:
 
         Any thread. Takes the put lock for the append only.
         """
-        refusal = self._refusal
-        if refusal is not None:
-            return _refused(*refusal)
-        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
-            return busy
+        if self._refusal is not None or self._watch.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
         p = self._prepare(msg)
         if p.__class__ is PutMessageResult:
             return p  # type: ignore[return-value]
@@ -770,11 +778,9 @@ class CommitLog:
         client refuses to build a batch whose messages disagree on WAIT and the broker goes by
         the batch's flag, the first message's; for a batch that agrees this is the same.)
         """
-        refusal = self._refusal
-        if refusal is not None:
-            return _refused(*refusal)
-        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
-            return busy
+        if self._refusal is not None or self._watch.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
         if not msgs:
             return _refused(_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
@@ -999,11 +1005,9 @@ class CommitLog:
 
         import numpy as np  # the spark extra; the rest of the store does without it
 
-        refusal = self._refusal
-        if refusal is not None:
-            return _refused(*refusal)
-        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
-            return busy
+        if self._refusal is not None or self._watch.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
         n = len(bodies)
         if not n or len(properties) != n or len(tags) != n or len(keys) != n:
             return _refused(_ILLEGAL, "empty batch or columns of different lengths")

@@ -40,7 +40,6 @@ class UnitQueue(Protocol):
     """What ``put_next_unit`` reads and moves of a consume queue (``ConsumeQueue``)."""
 
     queue: MappedFileQueue
-    file_size: int
     max_physic_offset: int
 
 
@@ -48,7 +47,7 @@ def put_next_unit_py(
     cq: UnitQueue, phys_offset: int, size: int, tags_code: int, offset: int, /
 ) -> bool:
     """Write the unit of logical ``offset`` when it is the next one of ``cq``'s last file
-    (which has room and disk blocks for it), or skip it when its record was dispatched
+    (which has disk blocks for it, so room: a file's blocks never pass its size), or skip it when its record was dispatched
     before (a re-dispatch after a restart): True. False, with nothing written, for anything
     else. struct.error when a field is out of its range (checked first), IndexError when the
     file's mapping is shorter than its size says: nothing written then."""
@@ -61,12 +60,7 @@ def put_next_unit_py(
         mf = files[-1]
         pos = mf.wrote_position
         stop = pos + 20
-        if (
-            pos
-            and stop <= mf.allocated
-            and stop <= cq.file_size
-            and mf.from_offset + pos == offset * 20
-        ):
+        if pos and stop <= mf.allocated and mf.from_offset + pos == offset * 20:
             mf.mm[pos:stop] = unit  # (mmap: IndexError past its end)
             mf.wrote_position = stop
             cq.max_physic_offset = end

@@ -67,7 +67,7 @@ def put_next_unit(cq, phys_offset, size, tags_code, offset, /):
     mf = files[len(files) - 1]
     wrote = mf.wrote_position
     stop = wrote + UNIT_SIZE
-    if not wrote or stop > mf.allocated or stop > cq.file_size or mf.from_offset + wrote != offset * 20:
+    if not wrote or stop > mf.allocated or mf.from_offset + wrote != offset * 20:
         return False
     pos = wrote
     _writable(mf.mm, &view)
