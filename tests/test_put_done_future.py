@@ -57,6 +57,12 @@ def test_a_done_future_is_a_future(open_store: Callable[..., MessageStore]) -> N
     fut.add_done_callback(seen.append)  # runs at once
     assert seen == [fut]
 
+    def bad(_f: Future[Any]) -> None:
+        raise ValueError("a callback's own error")
+
+    fut.add_done_callback(bad)  # logged, as Future logs it; the put is unaffected
+    assert fut.result().status is PutMessageStatus.PUT_OK
+
     other: Future[int] = Future()
     threading.Timer(0.05, other.set_result, (1,)).start()
     done, not_done = concurrent.futures.wait([fut, other], timeout=5)

@@ -63,6 +63,32 @@ class DoneFuture(Future[PutMessageResult]):
         self._waiters = []
         self._done_callbacks: list[Callable[[Future[PutMessageResult]], object]] = []
 
+    # its state never changes: the answers need no lock
+    def done(self) -> bool:
+        return True
+
+    def running(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def result(self, timeout: float | None = None) -> PutMessageResult:
+        return self._result  # type: ignore[return-value]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return None
+
+    def add_done_callback(self, fn: Callable[[Future[PutMessageResult]], object]) -> None:
+        """Runs ``fn`` at once, as Future does for a done future (its exception logged)."""
+        try:
+            fn(self)
+        except Exception:
+            log.exception("exception calling callback for %r", self)
+
 
 def settle(future: Future[PutMessageResult], result: PutMessageResult) -> None:
     """Complete ``future`` with ``result``; a future its holder cancelled is left alone."""
