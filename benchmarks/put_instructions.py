@@ -2,8 +2,9 @@
 
     python benchmarks/put_instructions.py [--python PY] [--dir DIR] [--mode MODE]
 
-MODE is ``single`` (put_message, the default), ``batch`` (put_messages of 32) or ``floor`` (the
-minimal pure-Python writer of ``rocketstore bench``). Each runs under ``valgrind
+MODE is ``single`` (put_message, the default), ``async`` (put_message_async, its future's
+result taken), ``batch`` (put_messages of 32) or ``floor`` (the minimal pure-Python writer of
+``rocketstore bench``). Each runs under ``valgrind
 --tool=callgrind`` twice, with 10,000 and with 30,000 messages into a fresh store (4 queues,
 dispatch in the put path as configured by default, the timed flushes and maintenance off); the
 difference divided by 20,000 is the figure, free of start-up. ``ROCKETSTORE_NO_EXTENSIONS=1``
@@ -43,6 +44,11 @@ def run(root: str, mode: str, n: int) -> None:
             for i in range(0, n, 32):
                 if store.put_messages(msgs[i : i + 32]).status is not ok:
                     raise RuntimeError("put failed")
+        elif mode == "async":
+            put_async = store.put_message_async
+            for m in msgs:
+                if put_async(m).result().status is not ok:
+                    raise RuntimeError("put failed")
         else:
             put = store.put_message
             for m in msgs:
@@ -68,7 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="interpreter to count")
     ap.add_argument("--dir", default=None, help="where to make the scratch stores (default: temp)")
-    ap.add_argument("--mode", choices=["single", "batch", "floor"], default="single")
+    ap.add_argument("--mode", choices=["single", "async", "batch", "floor"], default="single")
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--run", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()

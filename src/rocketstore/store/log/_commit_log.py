@@ -36,11 +36,12 @@ from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitServ
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
 from ._message import Message, PutMessageResult, PutMessageStatus
-from ._put_stages import PutCompletion, PutStage, run_stages, settle
+from ._put_stages import DoneFuture, PutCompletion, PutStage, run_stages
 from ._record import (
     BLANK,
     BLANK_MAGIC,
     DEFAULT_BORN_HOST,
+    HEAD_V4_8,
     HEAD_V4_FIELDS,
     HEAD_V4_SIZE,
     INT16,
@@ -68,6 +69,7 @@ from ._record import (
     tags_code,
     write_batch_v4,
     write_v4,
+    write_v4_py,
 )
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,11 @@ class _Prepared(NamedTuple):
 
 
 DELAY_TAGS_CODE = -1
+# transaction types whose records go to their consume queue (a constant: no tuple a put)
+_IN_QUEUE_TYPES = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
+# the pure-Python single put packs its record in place (one pack_into, two copies): the
+# reference write_v4_py checks again what _prepare checked and packs the head into a copy
+_COMPILED_WRITE = write_v4 is not write_v4_py
 _MESSAGE_MAGICS = (MAGIC_V1, MAGIC_V2)
 _new_result = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -155,13 +162,17 @@ _CREATE_FAILED = _refused(
 )
 
 
-def _settle_error(fut: Future[PutMessageResult], exc: Exception) -> None:
-    """A non-blocking put that raised: the error goes to its future (unless a service
-    completed it already)."""
+def _failed_future(
+    pending: list[Future[PutMessageResult]], exc: Exception
+) -> Future[PutMessageResult]:
+    """A non-blocking put that raised: the error goes to its future, the one handed to the
+    services already or a new one (unless a service completed it already)."""
+    fut: Future[PutMessageResult] = pending[0] if pending else Future()
     try:
         fut.set_exception(exc)
     except InvalidStateError:
         log.exception("a put failed after its result was settled")
+    return fut
 
 
 class _LockWatch:
@@ -298,6 +309,16 @@ class CommitLog:
         held_ms = (self._now_ns() - begin) // 1_000_000
         return self._watch.busy_timeout_ms < held_ms < _BUSY_LIMIT_MS
 
+    def _early_refusal(self) -> PutMessageResult | None:
+        """What every put checks before it prepares its messages and takes the put lock:
+        refused writes (the first reason), then OS_PAGECACHE_BUSY; None to go on. The put
+        paths call it only when one of them may apply (``_refusal`` set, the lock's begin
+        time set), and check ``_refusal`` again under the lock (shutdown may begin between)."""
+        refusal = self._refusal
+        if refusal is not None:
+            return _refused(*refusal)
+        return self._busy_refusal()
+
     def _busy_refusal(self) -> PutMessageResult | None:
         """OS_PAGECACHE_BUSY when the put lock has been held too long (checked, as RocketMQ
         checks it, before a put waits for the lock), else None."""
@@ -396,7 +417,7 @@ class CommitLog:
         if props:
             if PROPERTY_DELAY in props and msg.__class__ is not RedeliveredMessage:
                 tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-                if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                if tran in _IN_QUEUE_TYPES:
                     rewritten = self._delay_rewrite(topic, queue_id, props)
                     if isinstance(rewritten, PutMessageResult):
                         return rewritten
@@ -543,23 +564,21 @@ class CommitLog:
         return None
 
     def put_message(
-        self, msg: Message, deferred: Future[PutMessageResult] | None = None
+        self, msg: Message, deferred: list[Future[PutMessageResult]] | None = None
     ) -> PutMessageResult:
         """Append one message; waits for the flush under SYNC_FLUSH and for the put stages
         (unless WAIT=false).
 
         With ``deferred`` (``put_message_async``) it waits for nothing: once the record is
-        appended, ``deferred`` goes to the flush service and the stages, which complete it, and
-        the append's result (PUT_OK) returns. A put refused before the append returns its
-        result and leaves ``deferred`` alone.
+        appended, a future goes to the flush service and the stages, which complete it, and
+        into ``deferred``, and the append's result (PUT_OK) returns. A put with nothing to wait
+        for, or refused before the append, returns its result and leaves ``deferred`` empty.
 
         Any thread. Takes the put lock for the append only.
         """
-        refusal = self._refusal
-        if refusal is not None:
-            return _refused(*refusal)
-        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
-            return busy
+        if self._refusal is not None or self._watch.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
         p = self._prepare(msg)
         if p.__class__ is PutMessageResult:
             return p  # type: ignore[return-value]
@@ -583,7 +602,7 @@ class CommitLog:
             wait,
         ) = p  # type: ignore[misc]
         tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-        in_queue = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        in_queue = tran in _IN_QUEUE_TYPES
         key = (topic, queue_id)
         with self.put_lock:
             refusal = self._refusal  # again under the lock: shutdown may have begun
@@ -601,36 +620,31 @@ class CommitLog:
                     begin = self._monotonic()
                     got = self._writable_file(total, now)
                     self._note_latency(self._monotonic() - begin)
-                    if got.__class__ is PutMessageResult:
-                        return got  # type: ignore[return-value]
-                    mf = got  # type: ignore[assignment]
-                assert mf is not None  # for mypy; costs nothing under -O, little otherwise
+                    if isinstance(got, PutMessageResult):  # (a roll: isinstance costs nothing)
+                        return got
+                    mf = got
                 pos = mf.wrote_position
                 target = mf.write_target
                 phys = mf.from_offset + pos
                 table = self.topic_queue_table
                 qoff = table.get(key, 0) if in_queue else 0
                 if len(born_host) == 8 and not self._store_host_extra:
-                    write_v4(
-                        target,
-                        pos,
-                        total,
-                        MAGIC_V1,
-                        crc,
-                        queue_id,
-                        flag,
-                        qoff,
-                        phys,
-                        sys_flag,
-                        born_ts or now,
-                        born_host,
-                        now,
-                        self.store_host,
-                        reconsume,
-                        prepared,
-                        body,
-                        tail,
-                    )
+                    if _COMPILED_WRITE:
+                        write_v4(
+                            target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys,
+                            sys_flag, born_ts or now, born_host, now, self.store_host, reconsume,
+                            prepared, body, tail,
+                        )  # fmt: skip
+                    else:  # write_v4_py's work without its checks (_prepare made the parts)
+                        blen = len(body)
+                        HEAD_V4_8.pack_into(
+                            target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys,
+                            sys_flag, born_ts or now, born_host, now, self.store_host, reconsume,
+                            prepared, blen,
+                        )  # fmt: skip
+                        q = pos + HEAD_V4_SIZE + blen
+                        target[pos + HEAD_V4_SIZE : q] = body
+                        target[q : pos + total] = tail
                 else:
                     target[pos : pos + total] = encode_record(
                         topic=topic,
@@ -652,12 +666,14 @@ class CommitLog:
                 mf.store_timestamp = now
                 if in_queue:
                     table[key] = qoff + 1
-                inline = self.inline_dispatch
-                handoff = self.dispatch_handoff
-                if inline is not None or handoff is not None:
+                plain = self.inline_plain  # set only with inline_dispatch
+                if plain is not None and not (tran or keys or uniq) and code != DELAY_TAGS_CODE:
+                    plain(topic, queue_id, phys, total, code, now, qoff)  # the commonest record
+                elif (inline := self.inline_dispatch) is not None or (
+                    handoff := self.dispatch_handoff
+                ) is not None:
                     if code == DELAY_TAGS_CODE:
                         code = self.delivery_time(queue_id + 1, now)
-                    plain = self.inline_plain
                     if plain is not None and not tran and not keys and not uniq:
                         plain(topic, queue_id, phys, total, code, now, qoff)
                     else:
@@ -709,23 +725,24 @@ class CommitLog:
         Any thread, an event loop's included: it takes the put lock for the append and never
         waits for a flush. Bridge to asyncio with ``asyncio.wrap_future``.
         """
-        fut: Future[PutMessageResult] = Future()
+        pending: list[Future[PutMessageResult]] = []
         try:
-            r = self.put_message(msg, fut)
+            r = self.put_message(msg, pending)
         except Exception as exc:
-            _settle_error(fut, exc)
-            return fut
-        if r.status is not _PUT_OK:  # refused before the append
-            settle(fut, r)
-        return fut
+            return _failed_future(pending, exc)
+        return pending[0] if pending else DoneFuture(r)  # complete: no Future's Condition
 
-    def _defer(self, fut: Future[PutMessageResult], result: PutMessageResult, wait: bool) -> None:
-        """The non-blocking put's tail: hand ``fut`` to the flush wait and the stages, or
-        complete it at once when there is nothing to wait for. Calling thread, no lock."""
+    def _defer(
+        self, pending: list[Future[PutMessageResult]], result: PutMessageResult, wait: bool
+    ) -> None:
+        """The non-blocking put's tail: a future for the flush wait and the stages, handed to
+        them and put into ``pending``; nothing when there is nothing to wait for (the result
+        is final). Calling thread, no lock."""
         waits = self._waits
         if not wait or waits is None:
-            settle(fut, result)
             return
+        fut: Future[PutMessageResult] = Future()
+        pending.append(fut)
         group_commit, timeout, stages = waits
         completion = PutCompletion(fut, result.wrote_offset + result.wrote_bytes, result, stages)
         if group_commit is not None:
@@ -747,7 +764,7 @@ class CommitLog:
         return result
 
     def put_messages(
-        self, msgs: Sequence[Message], deferred: Future[PutMessageResult] | None = None
+        self, msgs: Sequence[Message], deferred: list[Future[PutMessageResult]] | None = None
     ) -> PutMessageResult:
         """Append a batch (one topic and queue, no delay, no transaction) as one append.
 
@@ -761,11 +778,9 @@ class CommitLog:
         client refuses to build a batch whose messages disagree on WAIT and the broker goes by
         the batch's flag, the first message's; for a batch that agrees this is the same.)
         """
-        refusal = self._refusal
-        if refusal is not None:
-            return _refused(*refusal)
-        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
-            return busy
+        if self._refusal is not None or self._watch.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
         if not msgs:
             return _refused(_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
@@ -816,7 +831,7 @@ class CommitLog:
                 first_pos = pos = mf.wrote_position
                 first_qoff = qoff = self.topic_queue_table.get(key, 0)
                 collect = self.dispatch_handoff is not None or self.inline_dispatch is not None
-                if fast:
+                if fast and _COMPILED_WRITE:
                     offsets = write_batch_v4(
                         target, pos, base, queue_id, qoff, now, store_host, prepared
                     )
@@ -827,19 +842,32 @@ class CommitLog:
                             if r[14] or r[15]:
                                 req = (topic, queue_id, offsets[i], r[12], r[13], now, qoff + i)
                                 indexed.append(DispatchRequest(*req, r[14], r[15], r[6], r[10]))
-                else:
+                else:  # pure Python (packed in place, as put_message does), or IPv6 hosts
                     for (
-                        _t, _tail, _q, body, _crc, flag, sys_flag, born_ts, born_host, reconsume,
+                        _t, tail, _q, body, crc, flag, sys_flag, born_ts, born_host, reconsume,
                         prepared_offset, props, size, code, keys, uniq, _w,
                     ) in prepared:  # fmt: skip
                         phys = base + pos
-                        target[pos : pos + size] = encode_record(
-                            topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
-                            queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
-                            born_timestamp=born_ts or now, born_host=born_host, store_timestamp=now,
-                            store_host=store_host, reconsume_times=reconsume,
-                            prepared_transaction_offset=prepared_offset, properties=props.decode(),
-                        )  # fmt: skip
+                        if fast:
+                            blen = len(body)
+                            HEAD_V4_8.pack_into(
+                                target, pos, size, MAGIC_V1, crc, queue_id, flag, qoff, phys,
+                                sys_flag, born_ts or now, born_host, now, store_host, reconsume,
+                                prepared_offset, blen,
+                            )  # fmt: skip
+                            q = pos + HEAD_V4_SIZE + blen
+                            target[pos + HEAD_V4_SIZE : q] = body
+                            target[q : pos + size] = tail
+                        else:
+                            target[pos : pos + size] = encode_record(
+                                topic=topic, body=bytes(body), queue_id=queue_id, flag=flag,
+                                queue_offset=qoff, phys_offset=phys, sys_flag=sys_flag,
+                                born_timestamp=born_ts or now, born_host=born_host,
+                                store_timestamp=now, store_host=store_host,
+                                reconsume_times=reconsume,
+                                prepared_transaction_offset=prepared_offset,
+                                properties=props.decode(),
+                            )  # fmt: skip
                         offsets.append(phys)
                         if collect:
                             sizes.append(size)
@@ -876,15 +904,12 @@ class CommitLog:
     def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
         """``put_messages`` without the waits: a future of the batch's result, completed as
         ``put_message_async``'s. Any thread, an event loop's included."""
-        fut: Future[PutMessageResult] = Future()
+        pending: list[Future[PutMessageResult]] = []
         try:
-            r = self.put_messages(msgs, fut)
+            r = self.put_messages(msgs, pending)
         except Exception as exc:
-            _settle_error(fut, exc)
-            return fut
-        if r.status is not _PUT_OK:  # refused before the append
-            settle(fut, r)
-        return fut
+            return _failed_future(pending, exc)
+        return pending[0] if pending else DoneFuture(r)
 
     def _publish_batch(
         self,
@@ -931,7 +956,7 @@ class CommitLog:
         now: int,
         offsets: tuple[int, ...],
         wait: bool,
-        deferred: Future[PutMessageResult] | None = None,
+        deferred: list[Future[PutMessageResult]] | None = None,
     ) -> PutMessageResult:
         """After a batch: wake dispatch, then the waits (or ``deferred``'s hand-over, as in
         ``put_message``), the result."""
@@ -980,11 +1005,9 @@ class CommitLog:
 
         import numpy as np  # the spark extra; the rest of the store does without it
 
-        refusal = self._refusal
-        if refusal is not None:
-            return _refused(*refusal)
-        if self._watch.begin_ns and (busy := self._busy_refusal()) is not None:
-            return busy
+        if self._refusal is not None or self._watch.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
         n = len(bodies)
         if not n or len(properties) != n or len(tags) != n or len(keys) != n:
             return _refused(_ILLEGAL, "empty batch or columns of different lengths")

@@ -31,8 +31,10 @@ or None and later calls ``done(answer)`` (no future to build and complete).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from concurrent.futures._base import FINISHED
 
 from ._message import PutMessageResult, PutMessageStatus
 
@@ -40,6 +42,52 @@ log = logging.getLogger(__name__)
 
 PutStage = Callable[[int, PutMessageResult], "Future[PutMessageResult] | PutMessageResult"]
 _PUT_OK = PutMessageStatus.PUT_OK
+
+
+_DONE_CONDITION = threading.Condition()  # shared by every DoneFuture (see there)
+
+
+class DoneFuture(Future[PutMessageResult]):
+    """The future of a non-blocking put that is complete on return (ASYNC_FLUSH without
+    stages, WAIT=false, a refused put): a ``concurrent.futures.Future`` in every respect (done,
+    its result, callbacks run at once, ``wait``, ``as_completed``, ``asyncio.wrap_future``),
+    built without the ``threading.Condition`` every Future makes for itself. It never changes
+    state, so nobody waits on its condition: they all share one, which its methods hold only
+    for a moment (``concurrent.futures.wait`` takes it once per future, reentrantly)."""
+
+    def __init__(self, result: PutMessageResult) -> None:  # no Future.__init__: its Condition
+        self._condition = _DONE_CONDITION
+        self._state = FINISHED
+        self._result = result
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks: list[Callable[[Future[PutMessageResult]], object]] = []
+
+    # its state never changes: the answers need no lock
+    def done(self) -> bool:
+        return True
+
+    def running(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
+    def result(self, timeout: float | None = None) -> PutMessageResult:
+        return self._result  # type: ignore[return-value]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return None
+
+    def add_done_callback(self, fn: Callable[[Future[PutMessageResult]], object]) -> None:
+        """Runs ``fn`` at once, as Future does for a done future (its exception logged)."""
+        try:
+            fn(self)
+        except Exception:
+            log.exception("exception calling callback for %r", self)
 
 
 def settle(future: Future[PutMessageResult], result: PutMessageResult) -> None:

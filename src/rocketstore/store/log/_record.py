@@ -582,7 +582,8 @@ def encode_record(
     return out
 
 
-_HEAD_8 = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts, packed as one
+HEAD_V4_8 = struct.Struct(">iiiiiqqiq8sq8siqi")  # HEAD_V4 with 8-byte hosts, packed as one
+_HEAD_8 = HEAD_V4_8
 _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 

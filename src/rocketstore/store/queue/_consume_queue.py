@@ -23,7 +23,6 @@ FlushConsumeQueueService; readers from any thread (files are held while read).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import struct
@@ -35,11 +34,12 @@ from .._errors import CorruptFileError, translate_os_errors
 from ..log._flush import PeriodicPageService
 from ..log._mapped_file import MappedFile, SelectMappedBufferResult
 from ..log._mapped_file_queue import MappedFileQueue
+from ._unit_write import UNIT as UNIT
+from ._unit_write import UNIT_SIZE as UNIT_SIZE
+from ._unit_write import pack_units, put_next_unit
 
 log = logging.getLogger(__name__)
 
-UNIT = struct.Struct(">qiq")
-UNIT_SIZE = UNIT.size  # 20
 UNIT_WITHOUT_TAGS = struct.Struct(">qi8x")  # (commit-log offset, size): reads that need no tags
 TAGS_CODE = struct.Struct(">q")
 OFFSET_TAGS_CODE = 12
@@ -56,12 +56,6 @@ def is_valid_unit(phys_offset: int, size: int) -> bool:
 
 def is_blank_unit(phys_offset: int, size: int, tags_code: int) -> bool:
     return phys_offset == 0 and size == BLANK_SIZE and tags_code == 0
-
-
-@functools.lru_cache(maxsize=64)
-def _units_struct(n: int) -> struct.Struct:
-    """``n`` consume-queue units packed at once."""
-    return struct.Struct(">" + "qiq" * n)
 
 
 class ConsumeQueue:
@@ -277,11 +271,7 @@ class ConsumeQueue:
             if pos and end <= self.file_size and mf.from_offset + pos == first_offset * UNIT_SIZE:
                 if end > mf.allocated:
                     mf.ensure_allocated(end)
-                fmt = _units_struct(n)
-                fields = [
-                    v for unit in zip(phys_offsets, sizes, tags_codes, strict=True) for v in unit
-                ]
-                fmt.pack_into(mf.mm, pos, *fields)
+                pack_units(mf.mm, pos, phys_offsets, sizes, tags_codes)
                 mf.wrote_position = end
                 self.max_physic_offset = phys_offsets[-1] + sizes[-1]
                 return True
@@ -295,21 +285,11 @@ class ConsumeQueue:
 
         Dispatcher thread only. False when no file could be created.
         """
-        if phys_offset + size <= self.max_physic_offset:
-            return True  # dispatched before (re-dispatch after a restart)
+        if put_next_unit(self, phys_offset, size, tags_code, offset):
+            return True  # the usual case, or a record dispatched before (after a restart)
         expect = offset * UNIT_SIZE
         files = self.queue.files
         mf = files[-1] if files else None
-        if mf is not None:
-            pos = mf.wrote_position
-            if pos < self.file_size and mf.from_offset + pos == expect and pos:
-                # the usual case: the next unit of a file already in use
-                if pos + UNIT_SIZE > mf.allocated:
-                    mf.ensure_allocated(pos + UNIT_SIZE)
-                UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
-                mf.wrote_position = pos + UNIT_SIZE
-                self.max_physic_offset = phys_offset + size
-                return True
         if mf is None or mf.wrote_position >= self.file_size:
             mf = self.queue.get_last_mapped_file(expect)
             if mf is None:

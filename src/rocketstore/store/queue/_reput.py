@@ -33,6 +33,7 @@ from ..log._record import (
     DispatchRequest,
 )
 from ._consume_queue import ConsumeQueueTable
+from ._unit_write import put_next_unit
 
 if TYPE_CHECKING:
     from .._checkpoint import StoreCheckpoint
@@ -211,25 +212,51 @@ class ReputMessageService(ServiceThread):
         refuses (which ``dispatch`` then reports) take the general path.
         """
         index = self.index
-        if phys == self.reput_from_offset and self.inline and (index is None or index.files):
-            cq = self.consume_queues.find(topic, queue_id)
+        # the general path is the short branch: a long jump (EXTENDED_ARG) after a comparison
+        # keeps CPython 3.11 from specialising it, and every put pays for that
+        if (
+            phys != self.reput_from_offset
+            or not self.inline
+            or (index is not None and not index.files)
+        ):
+            self._dispatch_request(topic, queue_id, phys, size, tags_code, store_ts, queue_offset)
+            return
+        table = self.consume_queues
+        by_id = table.queues.get(topic)  # table.find(topic, queue_id), without the call
+        cq = by_id.get(queue_id) if by_id is not None else None
+        try:
+            done = cq is not None and (
+                put_next_unit(cq, phys, size, tags_code, queue_offset)
+                or cq.put_unit(phys, size, tags_code, queue_offset)
+            )
+        except StoreError:
+            done = False  # the general path reports it and hands over to the thread
+        if not done:
+            self._dispatch_request(topic, queue_id, phys, size, tags_code, store_ts, queue_offset)
+            return
+        table.last_store_timestamp = store_ts
+        if self.physic_at_dispatch and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = store_ts
+        self.reput_from_offset = phys + size
+        self.dispatched += 1
+        listener = self.listener
+        if listener is not None:
             try:
-                done = cq is not None and cq.put_unit(phys, size, tags_code, queue_offset)
-            except StoreError:
-                done = False  # the general path below reports it and hands over to the thread
-            if done:
-                self.consume_queues.last_store_timestamp = store_ts
-                if self.physic_at_dispatch and self.checkpoint is not None:
-                    self.checkpoint.physic_msg_timestamp = store_ts
-                self.reput_from_offset = phys + size
-                self.dispatched += 1
-                listener = self.listener
-                if listener is not None:
-                    try:
-                        listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
-                    except Exception:
-                        log.exception("message arriving listener failed")
-                return
+                listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
+            except Exception:
+                log.exception("message arriving listener failed")
+
+    def _dispatch_request(
+        self,
+        topic: str,
+        queue_id: int,
+        phys: int,
+        size: int,
+        tags_code: int,
+        store_ts: int,
+        queue_offset: int,
+    ) -> None:
+        """``dispatch_plain``'s general path: the record as a DispatchRequest."""
         req = DispatchRequest(
             topic, queue_id, phys, size, tags_code, store_ts, queue_offset, None, None, 0, 0
         )
