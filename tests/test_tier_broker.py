@@ -53,10 +53,14 @@ ORDER = ["store_host", "topic", "queue_id", "queue_offset"]
 
 class Cluster:
     """A name server, the broker groups of ``TIERED`` (each with a tiered directory) and
-    ``broker-c`` without one, on an event loop thread."""
+    ``broker-c`` without one, on an event loop thread. ``service``: the tiered groups run the
+    tiering service (``tieredDir`` in their store config: sealed files tiered in the
+    background, the commit log's cleaner held back by ``covered``); otherwise the test tiers
+    their stores and the brokers only read their tiers."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, service: bool = False) -> None:
         self.root = root
+        self.service = service
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -81,6 +85,7 @@ class Cluster:
         self.namesrv = NameServer(port=0)
         await self.namesrv.start()
         for name in (*TIERED, "broker-c"):
+            tiered = str(self.tiered(name)) if name in TIERED else None
             store = StoreConfig(
                 store_path_root_dir=self.store_dir(name),
                 mapped_file_size_commit_log=FILE_SIZE,
@@ -88,9 +93,9 @@ class Cluster:
                 file_reserved_time=1,
                 delete_commit_log_files_interval=0,
                 ha_listen_port=0,
+                tiered_dir=tiered if tiered and self.service else "",
             )
             config = BrokerConfig(listen_port=0, namesrv_addr=self.ns, broker_name=name)
-            tiered = str(self.tiered(name)) if name in TIERED else None
             server = BrokerServer(store, config, tiered_dir=tiered)
             self.brokers[name] = server  # stopped by stop() even when the start fails
             await server.start()
@@ -153,14 +158,33 @@ def fill(c: Cluster) -> int:
     for name in TIERED:
         store = c.brokers[name].store
         wait_dispatched(store)
-        assert len(store.commit_log.queue.files) > TIERED_FILES + 1
-        assert tier_store(c.store_dir(name), c.tiered(name), files=TIERED_FILES) > 0
+        files = len(store.commit_log.queue.files)
+        assert files > TIERED_FILES + 1
+        if not c.service:
+            assert tier_store(c.store_dir(name), c.tiered(name), files=TIERED_FILES) > 0
+            continue
+        service = c.brokers[name].tier
+        assert service is not None
+        deadline = time.monotonic() + 4 * WAIT_S
+        while service.covered() < (files - 1) * FILE_SIZE:  # every sealed file
+            assert time.monotonic() < deadline, f"{name}: tiering did not catch up"
+            time.sleep(0.05)
     return sent
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
+    try:
+        c.sent = fill(c)  # type: ignore[attr-defined]
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def tiering_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, service=True)
     try:
         c.sent = fill(c)  # type: ignore[attr-defined]
         yield c
@@ -318,11 +342,13 @@ def test_read_topic_arguments() -> None:
 
 def test_read_topic_through_brokers_equals_the_source_and_outlives_retention(
     spark: Any,
-    cluster: Cluster,
+    tiering_cluster: Cluster,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from rocketstore.spark import read_topic
+
+    cluster = tiering_cluster
 
     def rows(df: Any) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in df.orderBy(*ORDER).collect()]
