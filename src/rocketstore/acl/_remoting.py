@@ -7,6 +7,7 @@ its retry topic's)::
     CONSUMER_SEND_MSG_BACK                    the group: SUB
     PULL_MESSAGE                              the topic and the group: SUB
     QUERY_MESSAGE                             the topic: SUB
+    GET_TIER_MANIFEST (rocketstore's own)     the topic: SUB
     HEART_BEAT                                each consumer group and subscribed topic: SUB
     UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP   the group: SUB
     UPDATE_CONSUMER_OFFSET                    the topic and the group: SUB
@@ -109,7 +110,7 @@ def request_needs(cmd: RemotingCommand) -> dict[str, int]:
         _add(needs, _get(ext, "topic"), SUB)
         group = _get(ext, "consumerGroup")
         _add(needs, None if group is None else retry_topic(group), SUB)
-    elif code == RequestCode.QUERY_MESSAGE:
+    elif code in (RequestCode.QUERY_MESSAGE, RequestCode.GET_TIER_MANIFEST):
         _add(needs, _get(ext, "topic"), SUB)
     elif code == RequestCode.HEART_BEAT:
         _heartbeat_needs(needs, cmd.body)

@@ -49,6 +49,7 @@ from ._send_back import SendBackProcessor
 from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
 from ._stats import BrokerStats, seconds_to_next_midnight
 from ._subscription_group import SubscriptionGroupManager
+from ._tier_admin import TierAdminProcessor
 from ._topic_config import TopicConfig, TopicConfigManager
 from ._transaction import TransactionService
 
@@ -184,6 +185,7 @@ class BrokerController:
             ConsumerAdminProcessor(self),
             QueueAdminProcessor(self),
             QueryProcessor(self),
+            TierAdminProcessor(self),
             self.end_transaction,
         ):
             handlers.update(processor.handlers())

@@ -42,6 +42,7 @@ from ..remoting import (
 )
 from ..remoting._client import FROM_ENV, Signer
 from ..store.log._record import MessageExt, decode_msg_id
+from ..tier._answer import NO_TIER, TierBodyError, TierManifestBody
 from ._consumer import FLAG_SUBSCRIPTION, decode_records, plain_body
 from ._names import check_group, check_topic
 from ._route import (
@@ -621,6 +622,26 @@ class AdminClient:
     def clean_unused_topic(self, addr: str) -> None:
         """CLEAN_UNUSED_TOPIC on the broker at ``addr``."""
         self.call(addr, CLEAN_UNUSED_TOPIC)
+
+    # ---- tiered store -----------------------------------------------------------------------
+
+    def tier_manifest(self, broker_addr: str, topic: str) -> TierManifestBody | None:
+        """GET_TIER_MANIFEST (rocketstore's own request): the broker's tiered directory and the
+        files of ``topic`` below its covered offset, with each queue's first offset past them.
+        None when the broker keeps no tier (or does not know the request: RocketMQ's brokers,
+        older rocketstore ones); ClientError otherwise (TOPIC_NOT_EXIST, ACL, ...)."""
+        ok = (ResponseCode.SYSTEM_ERROR, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+        r = self.call(broker_addr, RequestCode.GET_TIER_MANIFEST, {"topic": topic}, ok=ok)
+        if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return None
+        if r.code != ResponseCode.SUCCESS:
+            if r.ext_fields.get(NO_TIER) == "false":
+                return None
+            raise ClientError(r.code, r.remark)
+        try:
+            return TierManifestBody.decode(r.body)
+        except TierBodyError as exc:
+            raise ClientError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
 
     # ---- broker counters --------------------------------------------------------------------
 

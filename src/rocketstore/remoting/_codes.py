@@ -44,6 +44,8 @@ class RequestCode(IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
+    # rocketstore's own requests (9000 on: no code RocketMQ 4.9.8 or 5.x uses)
+    GET_TIER_MANIFEST = 9001
 
 
 class ResponseCode(IntEnum):

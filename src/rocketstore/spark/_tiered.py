@@ -12,6 +12,9 @@ A stream cannot be the union of a static Parquet read and a stream; ``tier_snaps
 tier's files and the ``startingOffsets`` of a stream that takes over where they end, from one
 reading of the manifests (see docs/spark.md).
 
+With ``namesrv`` instead of a path, ``read_topic`` asks the running brokers where their tiers
+are and reads the files of those it can reach itself (``_tiered_broker``).
+
 Driver only.
 """
 
@@ -29,6 +32,20 @@ from ..tier._manifest import TopicManifest, topic_dir
 from ..tier._read import TierReader
 
 EARLIEST = -2
+# options of the source read that read_topic sets itself (a start of its own would read some
+# of the tier's messages twice)
+_SET_HERE = frozenset(
+    {
+        "startingOffsets",
+        "startingTimestamp",
+        "topics",
+        "topic",
+        "columns",
+        "path",
+        "namesrv",
+        "broker",
+    }
+)
 
 
 def _topics(topics: str | Iterable[str]) -> list[str]:
@@ -99,27 +116,44 @@ def tiered_boundary(path: str, topics: str | Iterable[str], tiered_dir: str) -> 
 
 def read_topic(
     spark: Any,
-    path: str,
-    topics: str | Iterable[str],
+    path: str | None = None,
+    topics: str | Iterable[str] | None = None,
     columns: Sequence[str] | None = None,
     tiered_dir: str | None = None,
     options: Mapping[str, str] | None = None,
+    *,
+    namesrv: str | None = None,
 ) -> Any:
-    """``topics`` (names, or one comma-separated string) of the store at ``path`` and its tiered
-    store ``tiered_dir`` as one DataFrame with ``columns`` (default: every column, in the
-    schema's order): the tier's listed Parquet files, union by name with the ``rocketstore``
-    source read from each queue's first offset past the tier. ``options``: more options of the
-    source read (``failOnDataLoss``, ``checkCrc``, ...; not ``startingOffsets``, ``topics``,
-    ``columns``). Without ``tiered_dir`` it is the source read alone.
+    """``topics`` (names, or one comma-separated string) as one DataFrame with ``columns``
+    (default: every column, in the schema's order): a tier's listed Parquet files, union by
+    name with the ``rocketstore`` source read from each queue's first offset past the tier.
 
-    ValueError when a topic is neither in the tier nor in the store."""
+    Path mode (``path``, the store directory, and its tiered store ``tiered_dir``; without it
+    the source read alone). Broker mode (``namesrv``, ``host:port[;host:port]``, instead of
+    ``path``): each broker group of the topics' routes tells where its tier is
+    (GET_TIER_MANIFEST); the files of the tiers reachable here are read as Parquet and the
+    pulls start past them, the other groups are read by pulling alone (``_tiered_broker``).
+
+    ``options``: more options of the source read (``failOnDataLoss``, ``checkCrc``, ...; not
+    ``startingOffsets``, ``startingTimestamp``, ``topics``, ``columns``, ``path``,
+    ``namesrv``, ``broker``).
+    ValueError when a topic is unknown, or for both or neither of ``path`` and ``namesrv``."""
     names = list(columns) if columns is not None else list(COLUMNS)
     check_names(names)
+    if (path is None) == (namesrv is None):
+        raise ValueError("give either path (a store directory) or namesrv (running brokers)")
+    if topics is None:
+        raise ValueError("give at least one topic")
     wanted = _topics(topics)
     extra = dict(options or {})
-    clash = {"startingOffsets", "topics", "topic", "columns", "path"} & set(extra)
+    clash = _SET_HERE & set(extra)
     if clash:
         raise ValueError(f"read_topic sets option(s) {', '.join(sorted(clash))} itself")
+    if namesrv is not None:
+        if tiered_dir:
+            raise ValueError("tiered_dir is for path mode: brokers tell where their tiers are")
+        return _read_brokers(spark, namesrv, wanted, names, extra)
+    assert path is not None
     manifests = _manifests(tiered_dir, wanted)
     with StoreReader(path) as reader:
         present = set(reader.topics())
@@ -153,7 +187,37 @@ def read_topic(
         for key, value in extra.items():
             source = source.option(key, value)
         frames.append(source.load().select(*names))
+    return _union(frames)
+
+
+def _union(frames: list[Any]) -> Any:
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)
     return out
+
+
+def _read_brokers(
+    spark: Any, namesrv: str, topics: list[str], names: list[str], extra: dict[str, str]
+) -> Any:
+    """Broker mode of ``read_topic``: the reachable tiers' files, then the pulls past them."""
+    from ..client._admin import AdminClient
+    from ._tiered_broker import broker_tiers
+
+    with AdminClient(namesrv) as admin:
+        tiers = broker_tiers(admin, topics)
+    frames = []
+    if tiers.files:
+        frames.append(spark.read.schema(schema_ddl(names)).parquet(*tiers.files).select(*names))
+    source = (
+        spark.read.format("rocketstore")
+        .option("namesrv", namesrv)
+        .option("topics", ",".join(topics))
+        .option("columns", ",".join(names))
+    )
+    if tiers.starting:
+        source = source.option("startingOffsets", json.dumps(tiers.starting))
+    for key, value in extra.items():
+        source = source.option(key, value)
+    frames.append(source.load().select(*names))
+    return _union(frames)
