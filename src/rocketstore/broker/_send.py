@@ -106,6 +106,7 @@ _FAST_NAMES_V2 = ("b", "e", "i", "m", "f", "h", "g", "j")
 _PUT_OK = PutMessageStatus.PUT_OK
 _SUCCESS = int(RC.SUCCESS)
 _INT32_LIMIT = 1 << 31
+_SMALL_TEXT = {str(i): i for i in range(1024)}  # the usual queue ids, flags and counts
 _PLAN_LIMIT = 1024  # property key sets whose stored order is kept
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
@@ -222,6 +223,13 @@ class SendProcessor:
         # a send's property names (as sent) -> the stored order with CLUSTER, or None when a
         # name asks for the general path (a delay, a transaction, a timer)
         self._plans: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+        # ASYNC_FLUSH without replication waits: a put is complete once appended, so the fast
+        # path puts without a future (unless a put stage has been added since)
+        self._commit_log = self.store.commit_log
+        self._puts_never_wait = (
+            broker.store_config.flush_disk_type == "ASYNC_FLUSH"
+            and broker.store_config.broker_role != "SYNC_MASTER"
+        )
 
     def handlers(self) -> dict[int, Any]:
         return {10: self.send, 310: self.send_v2, 320: self.send_batch_request}
@@ -281,7 +289,11 @@ class SendProcessor:
         ):
             return None
         config = self.topics.select(topic)
-        queue_id = _plain_int(ext.get(queue_name), 10)
+        small = _SMALL_TEXT.get
+        value = ext.get(queue_name)
+        queue_id = small(value) if type(value) is str else value if type(value) is int else None
+        if queue_id is None or queue_id < 0:
+            queue_id = _plain_int(value, 10)
         if (
             config is None
             or queue_id is None
@@ -289,10 +301,19 @@ class SendProcessor:
         ):
             return None
         text = ext.get(props_name)
-        sys_flag = _plain_int(ext.get(sys_flag_name), 10)
-        flag = _plain_int(ext.get(flag_name), 10)
+        value = ext.get(sys_flag_name)
+        sys_flag = small(value) if type(value) is str else value if type(value) is int else None
+        if sys_flag is None or sys_flag < 0:
+            sys_flag = _plain_int(value, 10)
+        value = ext.get(flag_name)
+        flag = small(value) if type(value) is str else value if type(value) is int else None
+        if flag is None or flag < 0:
+            flag = _plain_int(value, 10)
+        value = ext.get(reconsume_name)
+        reconsume = small(value) if type(value) is str else value if type(value) is int else None
+        if reconsume is None or reconsume < 0:
+            reconsume = _plain_int(value, 10)
         born = _plain_int(ext.get(born_name), 18)
-        reconsume = _plain_int(ext.get(reconsume_name), 10)
         if (
             type(text) is not str
             or sys_flag is None
@@ -314,7 +335,7 @@ class SendProcessor:
         if order is None:
             return None
         props[PROPERTY_CLUSTER] = self.cluster
-        value = props.get(PROPERTY_WAIT)
+        wait = props.get(PROPERTY_WAIT)
         msg = Message(
             topic,
             cmd.body if type(cmd.body) is bytes else bytes(cmd.body),
@@ -325,27 +346,30 @@ class SendProcessor:
             born_timestamp=born,
             born_host=conn.peer or None,
             reconsume_times=reconsume,
-            wait_store_msg_ok=value is None or value.lower() == "true",
+            wait_store_msg_ok=wait is None or wait.lower() == "true",
         )
-        fut = self.store.put_message_async(msg)
-        if fut.done():
+        if self._puts_never_wait and not self._commit_log.put_stages:
+            r = self.store.put_message(msg)  # returns once appended: nothing to wait for
+        else:
+            fut = self.store.put_message_async(msg)
+            if not fut.done():
+                return self._finish(fut, queue_id, batch=False)
             r = fut.result()
-            if r.status is _PUT_OK:
-                return RemotingCommand(
-                    _SUCCESS,
-                    0,
-                    RESPONSE_FLAG,
-                    None,
-                    {
-                        "msgId": r.msg_id,
-                        "queueId": str(queue_id),
-                        "queueOffset": str(r.queue_offset),
-                        "MSG_REGION": "DefaultRegion",
-                        "TRACE_ON": "true",
-                    },
-                )
-            return self._answer(r, queue_id, False)
-        return self._finish(fut, queue_id, batch=False)
+        if r.status is _PUT_OK:
+            return RemotingCommand(
+                _SUCCESS,
+                0,
+                RESPONSE_FLAG,
+                None,
+                {
+                    "msgId": r.msg_id,
+                    "queueId": str(queue_id),
+                    "queueOffset": str(r.queue_offset),
+                    "MSG_REGION": "DefaultRegion",
+                    "TRACE_ON": "true",
+                },
+            )
+        return self._answer(r, queue_id, False)
 
     def _plan(self, keys: tuple[str, ...]) -> tuple[str, ...] | None:
         """The stored order of a send's properties once CLUSTER is added (``stored_properties``),
