@@ -61,7 +61,9 @@ class RecordingTransport:
         pass
 
     def close(self) -> None:
-        pass
+        self.closed = True
+
+    closed = False
 
 
 def v2(**changes: Any) -> dict[str, Any]:
@@ -188,10 +190,18 @@ def free_port() -> int:
 
 
 def run_sends(
-    root: Path, frames: list[bytes], *, topics: dict[str, int], port: int, flush: str
+    root: Path,
+    frames: list[bytes],
+    *,
+    topics: dict[str, int],
+    port: int,
+    flush: str,
+    reads: list[bytes] | None = None,
+    transport: RecordingTransport | None = None,
 ) -> list[bytes]:
-    """Feed ``frames`` one read each into a broker's server connection; the answers written.
-    ``port``: the broker's (a message id names the store's host and port)."""
+    """Feed ``frames`` one read each (or the bytes of ``reads`` as they are cut) into a
+    broker's server connection; the answers written. ``port``: the broker's (a message id
+    names the store's host and port)."""
 
     async def go() -> list[bytes]:
         store_config = StoreConfig(
@@ -207,19 +217,19 @@ def run_sends(
             assert broker.broker is not None
             for name, queues in topics.items():
                 broker.broker.topics.update(TopicConfig(name, queues, queues))
-            transport = RecordingTransport()
+            sink = transport or RecordingTransport()
             conn = Connection(broker.server.handlers, backpressure=True)
-            conn.connection_made(transport)  # type: ignore[arg-type]
+            conn.connection_made(sink)  # type: ignore[arg-type]
             random.seed(7)  # a send to queue -1 picks a queue at random
-            for frame in frames:
+            for frame in frames if reads is None else reads:
                 buf = conn.get_buffer(len(frame))
                 buf[: len(frame)] = frame
                 conn.buffer_updated(len(frame))
             for _ in range(100):  # every answer written (a put may complete off the loop)
-                if len(transport.writes) >= len(frames):
+                if len(frames_by_opaque(sink.writes)) >= len(frames) or sink.closed:
                     break
                 await asyncio.sleep(0.01)
-            return transport.writes
+            return sink.writes
         finally:
             await broker.shutdown()
 
@@ -312,3 +322,50 @@ def test_recorded_cpp_client_sends_store_and_answer_the_same(
         assert sorted(ours) == sorted(recorded)
         for name in ("queueId", "queueOffset", "MSG_REGION", "TRACE_ON"):
             assert ours[name] == recorded[name], name
+
+
+def test_the_sends_of_one_read_are_answered_in_one_write(tmp_path: Path) -> None:
+    """A pipelining client's frames that arrive in one read are served in one call and their
+    answers go out in one write; a frame cut across reads is answered with the read that
+    completes it."""
+    requests = [RemotingCommand(310, i, 0, None, v2(e=i % 4), b"m%d" % i) for i in range(20)]
+    frames = [r.encode() for r in requests]
+    whole = b"".join(frames)
+    cut = len(b"".join(frames[:12])) + 30  # the 13th frame's first 30 bytes end a read
+    transport = RecordingTransport()
+    writes = run_sends(
+        tmp_path,
+        frames,
+        topics={TOPIC: 4},
+        port=free_port(),
+        flush="ASYNC_FLUSH",
+        reads=[whole[:cut], whole[cut:]],
+        transport=transport,
+    )
+    assert len(writes) == 2
+    assert sorted(frames_by_opaque(writes[:1])) == list(range(12))
+    assert sorted(frames_by_opaque(writes[1:])) == list(range(12, 20))
+    assert all(a.code == 0 for a in answers_of(writes).values())
+
+
+def test_a_bad_frame_after_good_ones_answers_them_then_closes(tmp_path: Path) -> None:
+    """The frames before one whose length is out of bounds are stored and answered (in one
+    write) before the connection closes; nothing after it is read."""
+    good = [RemotingCommand(310, i, 0, None, v2(), b"m%d" % i).encode() for i in range(3)]
+    bad = (64 * 1024 * 1024).to_bytes(4, "big") + b"\0" * 16
+    after = RemotingCommand(310, 9, 0, None, v2(), b"after").encode()
+    transport = RecordingTransport()
+    writes = run_sends(
+        tmp_path,
+        good,
+        topics={TOPIC: 4},
+        port=free_port(),
+        flush="ASYNC_FLUSH",
+        reads=[b"".join(good) + bad + after],
+        transport=transport,
+    )
+    assert transport.closed
+    assert len(writes) == 1
+    assert sorted(frames_by_opaque(writes)) == [0, 1, 2]
+    stored = commit_log_bytes(tmp_path)
+    assert b"m2" in stored and b"after" not in stored
