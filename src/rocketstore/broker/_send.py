@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from ..namesrv._java_order import java_order
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_int32, ext_str
+from ..remoting._command import RESPONSE_FLAG
 from ..store._config import StoreConfig
 from ..store._disk import disk_used_ratio
 from ..store.log._message import Message, PutMessageResult, PutMessageStatus
@@ -88,6 +89,25 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     ),
     PutMessageStatus.UNKNOWN_ERROR: (RC.SYSTEM_ERROR, "UNKNOWN_ERROR"),
 }
+
+# the ext field names a plain send's fast path reads, for SEND_MESSAGE and SEND_MESSAGE_V2:
+# topic, queue id, properties, batch, sys flag, flag, born timestamp, reconsume times
+_FAST_NAMES_V1 = (
+    "topic",
+    "queueId",
+    "properties",
+    "batch",
+    "sysFlag",
+    "flag",
+    "bornTimestamp",
+    "reconsumeTimes",
+)
+_FAST_NAMES_V2 = ("b", "e", "i", "m", "f", "h", "g", "j")
+_PUT_OK = PutMessageStatus.PUT_OK
+_SUCCESS = int(RC.SUCCESS)
+_INT32_LIMIT = 1 << 31
+_SMALL_TEXT = {str(i): i for i in range(1024)}  # the usual queue ids, flags and counts
+_PLAN_LIMIT = 1024  # property key sets whose stored order is kept
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")
@@ -175,7 +195,22 @@ _TIMER_KEYS = frozenset(
 )
 
 
+def _plain_int(value: Any, digits: int) -> int | None:
+    """A non-negative integer ext field of at most ``digits`` decimal digits, sent as a JSON
+    number or as ASCII digits; None for anything else (absent, empty, signed, spaced, out of
+    range): the general path reads those, and refuses what it must."""
+    if type(value) is int:
+        return value if 0 <= value < 10**digits else None
+    if type(value) is str and 0 < len(value) <= digits and value.isdigit() and value.isascii():
+        return int(value)
+    return None
+
+
 class SendProcessor:
+    fast_path = True
+    """Plain sends (see ``_send_fast``) skip the general path; False sends every request
+    through it (the differential tests compare the two)."""
+
     def __init__(self, broker: SendContext) -> None:
         self.broker = broker
         self.store = broker.store
@@ -185,6 +220,16 @@ class SendProcessor:
         self.is_slave = broker.store_config.broker_role == "SLAVE"
         self._waits: _PutWaits | None = None
         self._levels_ms = broker.store_config.delay_levels_ms()
+        # a send's property names (as sent) -> the stored order with CLUSTER, or None when a
+        # name asks for the general path (a delay, a transaction, a timer)
+        self._plans: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+        # ASYNC_FLUSH without replication waits: a put is complete once appended, so the fast
+        # path puts without a future (unless a put stage has been added since)
+        self._commit_log = self.store.commit_log
+        self._puts_never_wait = (
+            broker.store_config.flush_disk_type == "ASYNC_FLUSH"
+            and broker.store_config.broker_role != "SYNC_MASTER"
+        )
 
     def handlers(self) -> dict[int, Any]:
         return {10: self.send, 310: self.send_v2, 320: self.send_batch_request}
@@ -192,8 +237,12 @@ class SendProcessor:
     # ---- requests ---------------------------------------------------------------------------
 
     def send_v2(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        if self.fast_path:
+            answer = self._send_fast(cmd, conn, _FAST_NAMES_V2)
+            if answer is not None:
+                return answer
         cmd.ext_fields = v2_to_v1(cmd.ext_fields)
-        return self.send(cmd, conn)
+        return self._send(cmd, conn)
 
     def send_batch_request(self, cmd: RemotingCommand, conn: Connection) -> Any:
         """SEND_BATCH_MESSAGE: clients send it with SEND_MESSAGE_V2's short header names (the
@@ -203,6 +252,145 @@ class SendProcessor:
         return self.send_batch(cmd, conn)
 
     def send(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        if self.fast_path:
+            answer = self._send_fast(cmd, conn, _FAST_NAMES_V1)
+            if answer is not None:
+                return answer
+        return self._send(cmd, conn)
+
+    def _send_fast(
+        self, cmd: RemotingCommand, conn: Connection, names: tuple[str, ...]
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand] | None:
+        """A plain send (no batch, a known topic that is neither a retry topic nor refused, a
+        queue id in range, no delay, transaction or timer property, every number plain) from
+        the header to the store's put, storing and answering exactly as ``_send`` does; None
+        for anything else, which ``_send`` serves."""
+        ext = cmd.ext_fields
+        (
+            topic_name,
+            queue_name,
+            props_name,
+            batch_name,
+            sys_flag_name,
+            flag_name,
+            born_name,
+            reconsume_name,
+        ) = names
+        batch = ext.get(batch_name)
+        if not (batch is None or batch is False or batch == "false" or batch == "0"):
+            return None
+        topic = ext.get(topic_name)
+        if (
+            type(topic) is not str
+            or self.is_slave
+            or not self.broker.config.broker_permission & PERM_WRITE
+            or is_not_allowed_send_topic(topic)
+            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ):
+            return None
+        config = self.topics.select(topic)
+        small = _SMALL_TEXT.get
+        value = ext.get(queue_name)
+        queue_id = small(value) if type(value) is str else value if type(value) is int else None
+        if queue_id is None or queue_id < 0:
+            queue_id = _plain_int(value, 10)
+        if (
+            config is None
+            or queue_id is None
+            or queue_id >= max(config.write_queue_nums, config.read_queue_nums)
+        ):
+            return None
+        text = ext.get(props_name)
+        value = ext.get(sys_flag_name)
+        sys_flag = small(value) if type(value) is str else value if type(value) is int else None
+        if sys_flag is None or sys_flag < 0:
+            sys_flag = _plain_int(value, 10)
+        value = ext.get(flag_name)
+        flag = small(value) if type(value) is str else value if type(value) is int else None
+        if flag is None or flag < 0:
+            flag = _plain_int(value, 10)
+        value = ext.get(reconsume_name)
+        reconsume = small(value) if type(value) is str else value if type(value) is int else None
+        if reconsume is None or reconsume < 0:
+            reconsume = _plain_int(value, 10)
+        born = _plain_int(ext.get(born_name), 18)
+        if (
+            type(text) is not str
+            or sys_flag is None
+            or sys_flag >= _INT32_LIMIT
+            or flag is None
+            or flag >= _INT32_LIMIT
+            or born is None
+            or reconsume is None
+            or reconsume >= _INT32_LIMIT
+        ):
+            return None
+        props = string_to_properties(text)
+        keys = tuple(props)
+        plans = self._plans
+        try:
+            order = plans[keys]
+        except KeyError:
+            order = self._plan(keys)
+        if order is None:
+            return None
+        props[PROPERTY_CLUSTER] = self.cluster
+        wait = props.get(PROPERTY_WAIT)
+        msg = Message(
+            topic,
+            cmd.body if type(cmd.body) is bytes else bytes(cmd.body),
+            queue_id,
+            properties={k: props[k] for k in order},
+            flag=flag,
+            sys_flag=sys_flag,
+            born_timestamp=born,
+            born_host=conn.peer or None,
+            reconsume_times=reconsume,
+            wait_store_msg_ok=wait is None or wait.lower() == "true",
+        )
+        if self._puts_never_wait and not self._commit_log.put_stages:
+            r = self.store.put_message(msg)  # returns once appended: nothing to wait for
+        else:
+            fut = self.store.put_message_async(msg)
+            if not fut.done():
+                return self._finish(fut, queue_id, batch=False)
+            r = fut.result()
+        if r.status is _PUT_OK:
+            return RemotingCommand(
+                _SUCCESS,
+                0,
+                RESPONSE_FLAG,
+                None,
+                {
+                    "msgId": r.msg_id,
+                    "queueId": str(queue_id),
+                    "queueOffset": str(r.queue_offset),
+                    "MSG_REGION": "DefaultRegion",
+                    "TRACE_ON": "true",
+                },
+            )
+        return self._answer(r, queue_id, False)
+
+    def _plan(self, keys: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The stored order of a send's properties once CLUSTER is added (``stored_properties``),
+        or None when one of them asks for the general path; kept for the next send with the
+        same names."""
+        if (
+            PROPERTY_DELAY in keys
+            or PROPERTY_TRANSACTION_PREPARED in keys
+            or not _TIMER_KEYS.isdisjoint(keys)
+        ):
+            order = None
+        else:
+            order = _stored_order(keys if PROPERTY_CLUSTER in keys else (*keys, PROPERTY_CLUSTER))
+        plans = self._plans
+        if len(plans) >= _PLAN_LIMIT:
+            plans.clear()
+        plans[keys] = order
+        return order
+
+    def _send(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        """The general path of SEND_MESSAGE (long header names)."""
         ext = cmd.ext_fields
         if is_batch(ext):
             return self.send_batch(cmd, conn)
