@@ -30,12 +30,14 @@ from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_i
 from ..remoting._command import RESPONSE_FLAG
 from ..store._config import StoreConfig
 from ..store._disk import disk_used_ratio
-from ..store.log._message import Message, PutMessageResult, PutMessageStatus
+from ..store.log._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
 from ..store.log._record import (
     PROPERTY_DELAY,
+    PROPERTY_SEPARATOR,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT,
     SYSFLAG_TRANSACTION_MASK,
+    properties_to_string,
     string_to_properties,
 )
 from ..store.services._schedule import (
@@ -155,11 +157,11 @@ def v2_to_v1(ext: dict[str, Any]) -> dict[str, Any]:
     return {_V2_NAMES.get(k, k): v for k, v in ext.items()}
 
 
-def decode_batch(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, dict[str, str]]]:
-    """A SEND_BATCH_MESSAGE body → (flag, body, properties) per message. ValueError when the
-    body does not parse."""
+def decode_batch(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
+    """A SEND_BATCH_MESSAGE body → (flag, body, properties text) per message. ValueError when
+    the body does not parse (UnicodeDecodeError when a text is not UTF-8)."""
     view = memoryview(body)
-    out: list[tuple[int, bytes, dict[str, str]]] = []
+    out: list[tuple[int, bytes, str]] = []
     pos = 0
     end = len(view)
     while pos < end:
@@ -174,9 +176,26 @@ def decode_batch(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes,
         if props_len < 0 or props_at + 2 + props_len != pos + total:
             raise ValueError(f"bad properties length in batch body at {pos}")
         text = bytes(view[props_at + 2 : props_at + 2 + props_len]).decode("utf-8")
-        out.append((flag, bytes(view[start:props_at]), string_to_properties(text)))
+        out.append((flag, bytes(view[start:props_at]), text))
         pos += total
     return out
+
+
+def batch_properties_text(header_properties: str, cluster: str) -> str:
+    """The properties every message of a batch is stored with after its own, as RocketMQ's
+    broker writes them: the request's ``properties`` (the batch's WAIT, most often) with
+    CLUSTER added, in its HashMap's order."""
+    props = string_to_properties(header_properties)
+    props[PROPERTY_CLUSTER] = cluster
+    return properties_to_string({k: props[k] for k in java_order(props)})
+
+
+def joined_properties(own: str, shared: str) -> str:
+    """A batched message's stored properties: its own text, a separator when both are there
+    and its own does not end in one, then the batch's (RocketMQ 4.9's batch encoder)."""
+    if own and shared and not own.endswith(PROPERTY_SEPARATOR):
+        return f"{own}{PROPERTY_SEPARATOR}{shared}"
+    return own + shared
 
 
 def is_batch(ext: dict[str, Any]) -> bool:
@@ -470,15 +489,15 @@ class SendProcessor:
         if not items:
             return RemotingCommand.response(RC.MESSAGE_ILLEGAL, "empty batch")
         host = conn.peer or None
-        msgs = []
-        for flag, body, props in items:
-            props[PROPERTY_CLUSTER] = self.cluster
+        shared = batch_properties_text(ext_str(ext, "properties") or "", self.cluster)
+        msgs: list[Message] = []
+        for flag, body, text in items:
             msgs.append(
-                Message(
+                BatchedMessage(
                     topic,
                     body,
                     queue_id,
-                    properties=props,
+                    joined_properties(text, shared),
                     flag=flag,
                     born_timestamp=born,
                     born_host=host,

@@ -35,7 +35,7 @@ from .._errors import CorruptRecordError, StoreIOError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
-from ._message import Message, PutMessageResult, PutMessageStatus
+from ._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
 from ._put_stages import DoneFuture, PutCompletion, PutStage, run_stages
 from ._record import (
     BLANK,
@@ -424,15 +424,18 @@ class CommitLog:
                     if rewritten is not None:
                         topic, queue_id, props = rewritten
                         topic_tail = self._topic_tail(topic)
-            if len(props) == 1:
-                ((k, v),) = props.items()
-                text = f"{k}\x01{v}"
+            if msg.__class__ is BatchedMessage:  # stored as given (a name may be there twice)
+                text = msg.properties_text  # type: ignore[attr-defined]
             else:
-                text = "\x02".join([f"{k}\x01{v}" for k, v in props.items()])
-            if text.count("\x01") != len(props) or text.count("\x02") != len(props) - 1:
-                return _refused(
-                    _ILLEGAL, "property names and values must not contain \\x01 or \\x02"
-                )
+                if len(props) == 1:
+                    ((k, v),) = props.items()
+                    text = f"{k}\x01{v}"
+                else:
+                    text = "\x02".join([f"{k}\x01{v}" for k, v in props.items()])
+                if text.count("\x01") != len(props) or text.count("\x02") != len(props) - 1:
+                    return _refused(
+                        _ILLEGAL, "property names and values must not contain \\x01 or \\x02"
+                    )
             pbytes = text.encode()
             if len(pbytes) > self.max_properties_size:
                 return _refused(

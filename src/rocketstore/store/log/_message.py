@@ -13,6 +13,7 @@ from ._record import (
     PROPERTY_TAGS,
     MessageExt,
     make_msg_id,
+    string_to_properties,
 )
 
 
@@ -86,6 +87,38 @@ class Message:
         return (
             f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes)"
         )
+
+
+class BatchedMessage(Message):
+    """A message of a sent batch whose stored properties text is given as RocketMQ's broker
+    writes it: the message's own text as the batch carried it, then the batch's properties
+    (the request's and CLUSTER), so a name can be there twice (WAIT, most often).
+    ``properties`` is that text parsed (the later of a twice-given name wins, as a Java map
+    built from it)."""
+
+    __slots__ = ("properties_text",)
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int,
+        properties_text: str,
+        *,
+        flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: str | None = None,
+    ) -> None:
+        super().__init__(
+            topic,
+            body,
+            queue_id,
+            properties=string_to_properties(properties_text),
+            flag=flag,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+        )
+        self.properties_text = properties_text
 
 
 class PutMessageStatus(enum.Enum):
