@@ -278,3 +278,21 @@ def test_get_and_query_read_below_the_minimum_from_the_tier(
     missing = cli("get", "--store", root, "TA", "0", "0", "--tiered-dir", str(tiered / "nope"))
     assert missing.exit_code != 0 and "no tiered store at" in missing.output
     assert "Traceback" not in missing.output
+
+
+def test_query_by_id_finds_tiered_messages(store: MessageStore, tiered: Path) -> None:
+    expire_oldest(store, 3)
+    root = config_root(store)
+    first = TierReader(tiered).messages("TA", 0, 0, 1)[0]
+    assert store.get_min_offset_in_queue("TA", 0) > 0  # the commit log no longer holds it
+    gone = cli("query", "--store", root, "--id", first.msg_id)
+    assert gone.exit_code == 1
+    found = cli("query", "--store", root, "--id", first.msg_id, "--json",
+                "--tiered-dir", str(tiered))  # fmt: skip
+    assert found.exit_code == 0, found.output
+    (line,) = found.output.splitlines()
+    got = json.loads(line)
+    assert (got["topic"], got["queue_id"], got["queue_offset"]) == ("TA", 0, 0)
+    assert got["commitlog_offset"] == first.commitlog_offset
+    other = TierReader(tiered).at_commitlog_offset(first.commitlog_offset + 1)
+    assert other is None  # no record starts there

@@ -415,7 +415,7 @@ def query(
                 messages = [found[o] for o in sorted(found)][-max_num:]
         else:
             assert msg_id is not None
-            messages = _by_id(rs, topic, msg_id, max_num, begin, end)
+            messages = _by_id(rs, tier, topic, msg_id, max_num, begin, end)
         warnings = list(rs.warnings)
     for m in messages:
         if as_json:
@@ -431,11 +431,26 @@ def query(
         sys.exit(1)
 
 
-def _by_id(rs: Any, topic: str | None, msg_id: str, max_num: int, begin: int, end: int) -> Any:
+def _by_id(
+    rs: Any, tier: Any, topic: str | None, msg_id: str, max_num: int, begin: int, end: int
+) -> Any:
     """Messages with UNIQ_KEY ``msg_id`` (through the index: of ``topic``, or of every topic),
-    and the message an offset message id ``msg_id`` names (read at its commit-log offset)."""
+    and the message an offset message id ``msg_id`` names (read at its commit-log offset); with
+    a tiered store, also those the tier holds (the commit log may have been cleaned below
+    them)."""
+    from ..store.log._record import decode_msg_id
+
     found: dict[int, Any] = {}
     by_offset = rs.look_offset_msg_id(msg_id)
+    if by_offset is None and tier is not None:
+        try:
+            _host, phys = decode_msg_id(msg_id)
+        except ValueError:
+            pass
+        else:
+            by_offset = tier.at_commitlog_offset(phys, topic)
+            if by_offset is not None and by_offset.msg_id != msg_id.upper():
+                by_offset = None  # an id of another kind that happens to decode
     if by_offset is not None and (topic is None or by_offset.topic == topic):
         found[by_offset.commitlog_offset] = by_offset
     topics = [topic] if topic else sorted({t for t, _q in rs.queues()})
@@ -443,6 +458,11 @@ def _by_id(rs: Any, topic: str | None, msg_id: str, max_num: int, begin: int, en
         for m in rs.query_message(t, msg_id, max_num, begin, end).messages:
             if m.uniq_key == msg_id:
                 found[m.commitlog_offset] = m
+    if tier is not None:
+        for t in [topic] if topic else tier.topics():
+            for m in tier.query(t, msg_id, max_num, begin, end):
+                if m.uniq_key == msg_id:
+                    found.setdefault(m.commitlog_offset, m)
     return [found[o] for o in sorted(found)][-max_num:]
 
 

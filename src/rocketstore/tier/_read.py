@@ -45,7 +45,14 @@ from ..store.log._record import (
     pack_host,
     tags_code,
 )
-from ._manifest import MANIFEST, TierError, TopicManifest, load_manifest, topic_dir
+from ._manifest import (
+    MANIFEST,
+    TierError,
+    TopicManifest,
+    load_manifest,
+    tiered_topics,
+    topic_dir,
+)
 
 _ORDER = ("queue_id", "queue_offset")
 _FOOTERS = 256  # Parquet footers kept
@@ -221,6 +228,26 @@ class TierReader:
         if not parts:
             return schema.empty_table()
         return pa.concat_tables(parts)
+
+    def topics(self) -> list[str]:
+        """The topics the tier has a manifest for, sorted."""
+        return tiered_topics(self.root)
+
+    def at_commitlog_offset(self, offset: int, topic: str | None = None) -> MessageExt | None:
+        """The message that was stored at commit-log ``offset`` (of ``topic``, or of any tiered
+        topic), or None: the file whose commit-log range holds it is found in the manifests,
+        and in it only the rows at that offset are kept."""
+        for t in [topic] if topic else self.topics():
+            for entry in self.manifest(t).files:
+                if not entry.commitlog[0] <= offset < entry.commitlog[1]:
+                    continue
+                path = topic_dir(self.root, t) / entry.name
+                groups = range(self._footer(path).metadata.num_row_groups)
+                table = self._read_groups(path, groups, list(COLUMNS))
+                table = table.filter(pc.equal(table.column("commitlog_offset"), offset))
+                if table.num_rows:
+                    return _message(encode_rows(table.slice(0, 1))[0])
+        return None
 
     # ---- messages -----------------------------------------------------------------------------
 
