@@ -21,6 +21,7 @@ from rocketstore.broker._config import BrokerConfig
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._consumer import FOUND, OFFSET_ILLEGAL
 from rocketstore.namesrv import NameServer
+from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.server import BrokerServer
 from rocketstore.tier._manifest import load_manifest, save_manifest
 
@@ -109,6 +110,16 @@ def walk(consumer: PullConsumer, mq: MessageQueue, expression: str = "*") -> lis
     raise AssertionError("the walk did not end")
 
 
+def min_offset(broker: Broker) -> int:
+    """GET_MIN_OFFSET of queue 0 of TOPIC."""
+    assert broker.server is not None
+    request = RemotingCommand.request(31, {"topic": TOPIC, "queueId": "0"})
+    with RemotingClient(timeout=5) as client:
+        answer = client.invoke(broker.server.address, request)
+    assert answer.code == 0, answer.remark
+    return int(answer.ext_fields["offset"])
+
+
 def test_pulls_below_the_minimum_are_answered_from_the_tier(broker: Broker) -> None:
     with Producer(broker.ns, timeout=5.0) as producer:
         for n in range(COUNT):
@@ -126,6 +137,7 @@ def test_pulls_below_the_minimum_are_answered_from_the_tier(broker: Broker) -> N
         expire_oldest(store, 3)
         low = store.get_min_offset_in_queue(TOPIC, 0)
         assert low > 32
+        assert min_offset(broker) == 0  # the tier's first: pulls from there are served
 
         first = consumer.pull(mq, 0, 32)
         n = store.config.max_transfer_count_on_message_in_disk  # a pull of cold records
@@ -148,6 +160,7 @@ def test_pulls_below_the_minimum_are_answered_from_the_tier(broker: Broker) -> N
         assert gap < low
         moved = consumer.pull(mq, gap, 32)
         assert (moved.status, moved.next_begin_offset) == (OFFSET_ILLEGAL, low)
+        assert min_offset(broker) == low  # the tier no longer reaches the commit log
         assert consumer.pull(mq, 0, 32).status == FOUND
 
 

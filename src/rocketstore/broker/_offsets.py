@@ -21,12 +21,13 @@ from ..remoting import (
     ext_int32,
     ext_str,
 )
-from ._services import HasOffsets, HasStore
+from ..tier._manifest import TierError
+from ._services import HasOffsets, HasStore, HasTier
 
 RC = ResponseCode
 
 
-class OffsetContext(HasOffsets, HasStore, Protocol):
+class OffsetContext(HasOffsets, HasStore, HasTier, Protocol):
     """What the consumer offset codes use of the broker."""
 
 
@@ -112,8 +113,20 @@ class OffsetProcessor:
         return _ok(offset=self.store.get_max_offset_in_queue(topic, queue_id))
 
     def get_min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """The queue's first offset a pull can read: with a tiered store that holds the
+        offsets right below the consume queue's minimum, the tier's first (as RocketMQ 5's
+        tiered store answers), since pulls below the minimum are served from it."""
         topic, queue_id = self._queue(cmd.ext_fields)
-        return _ok(offset=self.store.get_min_offset_in_queue(topic, queue_id))
+        low = self.store.get_min_offset_in_queue(topic, queue_id)
+        tier = self.broker.tier_reader() if low > 0 else None
+        if tier is not None:
+            try:
+                held = tier.queue_range(topic, queue_id)
+            except TierError:
+                held = None  # a manifest that cannot be read: the commit log's answer
+            if held is not None and held[0] < low <= held[1]:
+                low = held[0]
+        return _ok(offset=low)
 
     def get_earliest_msg_store_time(
         self, cmd: RemotingCommand, conn: Connection
