@@ -110,3 +110,22 @@ def synced_ranges(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
     monkeypatch.setattr(MappedFile, "sync_range", recording)
     return synced
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A name server and two registered brokers (test_broker_admin's Cluster), one for each
+    test module that asks for it; a module may define its own ``cluster`` instead."""
+    from test_broker_admin import started_cluster
+
+    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
+@pytest.fixture
+def admin(cluster: Any) -> Iterator[Any]:
+    """An AdminClient of ``cluster``'s name server."""
+    from rocketstore.client._admin import AdminClient
+
+    with AdminClient(cluster.namesrv) as a:
+        yield a

@@ -8,10 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from rocketstore import StoreConfig
 from rocketstore.broker._admin import config_texts
@@ -23,10 +20,9 @@ from rocketstore.broker._admin_config_keys import (
     rocketmq_config_lines,
 )
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.store._java_hash import java_hash_unsigned
-from test_broker_admin import Cluster, raw_call, started_cluster
+from test_broker_admin import Cluster, raw_call
 
 RC = ResponseCode
 
@@ -71,18 +67,6 @@ def test_rewrite_conf_text() -> None:
         "# my broker\nbrokerName = b1\n\nshortPollingTimeMills=1500\nbrokerPermission=4\n"
         "slaveReadEnable=true\n"
     )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def test_get_broker_config_as_rocketmq_prints_it(cluster: Cluster) -> None:

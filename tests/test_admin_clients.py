@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -38,7 +37,7 @@ from rocketstore.broker._stats import RollingCounter
 from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import CLUSTER, Cluster, create_everywhere, invoke, raw_call, started_cluster
+from test_broker_admin import CLUSTER, Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 TOPIC = "ConnTopic"
@@ -120,18 +119,6 @@ def test_rolling_counter_windows() -> None:
 
 
 # ---- a cluster --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def heartbeat(client: RemotingClient, addr: str, client_id: str) -> None:

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from rocketstore.broker._heartbeat import (
     ConsumeFromWhere,
@@ -23,24 +20,12 @@ from rocketstore.broker._heartbeat import (
 from rocketstore.client import MessageQueue, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call, started_cluster
+from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 T1 = "CloneTopic1"
 T2 = "CloneTopic2"
 SRC = "G_clone_src"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def commit(cluster: Cluster, group: str, topic: str, offsets: dict[int, int]) -> None:

@@ -5,7 +5,6 @@ server; raw, through AdminClient and through ``rocketstore broker-config|namesrv
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,7 +12,7 @@ from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv._properties import PropertiesError, format_properties, parse_properties
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, invoke, started_cluster
+from test_broker_admin import Cluster, invoke
 
 RC = ResponseCode
 
@@ -30,18 +29,6 @@ def test_properties_text() -> None:
     for bad in (b"novalue\n", b"=1\n", b"\xff\xfe=1"):
         with pytest.raises(PropertiesError):
             parse_properties(bad)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def test_broker_config_uses_rocketmq_key_names(cluster: Cluster, admin: AdminClient) -> None:

@@ -6,7 +6,6 @@ registration answers; raw, through AdminClient and ``rocketstore kv``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv import KVConfigError, KVConfigManager, NameServer, decode_kv_table
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, started_cluster
+from test_broker_admin import Cluster, create_everywhere, invoke
 
 RC = ResponseCode
 ORDER = "ORDER_TOPIC_CONFIG"
@@ -57,18 +56,6 @@ def test_kv_file_is_rocketmqs(tmp_path: Path) -> None:
     blank = KVConfigManager(path)
     blank.load()
     assert blank.namespace("ns") is None
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 async def _start_ns(path: Path) -> NameServer:

@@ -6,29 +6,14 @@ UPDATE_BROKER_CONFIG reaching the routes at its registration."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from _waits import wait_until
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call, started_cluster
+from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 TOPIC = "PermTopic"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def perms(cluster: Cluster, topic: str = TOPIC) -> dict[str, int]:

@@ -5,7 +5,6 @@ QueryConsumeQueueResponseBody byte for byte."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,7 +19,7 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import ResponseCode
 from rocketstore.store._java_hash import java_string_hash
 from rocketstore.store._store import MessageStore
-from test_broker_admin import Cluster, create_everywhere, raw_call, started_cluster
+from test_broker_admin import Cluster, create_everywhere, raw_call
 
 RC = ResponseCode
 
@@ -37,18 +36,6 @@ def test_query_consume_queue_body() -> None:
     assert QueryConsumeQueueBody.decode(body.encode()) == body
     with pytest.raises(BodyFormatError):
         QueryConsumeQueueBody.decode(b'{"queueData":[1]}')
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def test_query_consume_queue(cluster: Cluster, admin: AdminClient) -> None:

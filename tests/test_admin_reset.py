@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -31,7 +30,7 @@ from rocketstore.broker._heartbeat import (
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call, started_cluster
+from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 TOPIC = "ResetTopic"
@@ -52,18 +51,6 @@ def test_reset_offset_bodies() -> None:
         assert decode_reset_offset(body) == table
     with pytest.raises(BodyFormatError):
         decode_reset_offset(b'{"offsetTable":{{"brokerName":"a","queueId":0,"topic":"T"}:"x"}}')
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 def queues() -> list[MessageQueue]:

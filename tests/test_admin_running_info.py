@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,7 +35,7 @@ from rocketstore.broker._heartbeat import (
 from rocketstore.client import ClientError, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call, started_cluster
+from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 TOPIC = "RunningInfoTopic"
@@ -88,18 +88,6 @@ def test_consumer_status_body() -> None:
     assert ConsumerStatusBody.decode(body.encode()) == body
     with pytest.raises(BodyFormatError):
         ConsumerStatusBody.decode(b'{"messageQueueTable":{{"brokerName":"b","queueId":0}:1}}')
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
-        yield c
-
-
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
 
 
 Answer = Callable[[RemotingCommand, Connection], Any]

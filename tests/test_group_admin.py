@@ -36,12 +36,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture
-def admin(cluster: Cluster) -> Iterator[AdminClient]:
-    with AdminClient(cluster.namesrv) as a:
-        yield a
-
-
 def send_body(addr: str, body: bytes) -> RemotingCommand:
     with RemotingClient(timeout=5) as client:
         return client.invoke(addr, RemotingCommand.request(CREATE, {}, body))
