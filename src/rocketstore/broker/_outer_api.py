@@ -15,7 +15,6 @@ loop. The topic-config provider is called on that loop and must not block.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -92,6 +91,7 @@ class NamesrvRegistrar:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     async def start(self) -> None:
         """Register with every name server (failures are logged), then keep registering."""
@@ -178,11 +178,16 @@ class NamesrvRegistrar:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_at = loop.time() + self.initial_delay_s
-        while True:
+        while not self._closing:
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_at - loop.time()))
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that arrives as its wait ends
+                async with asyncio.timeout(max(0.0, next_at - loop.time())):
+                    await self._wake.wait()
             except TimeoutError:
                 next_at = max(next_at + self.period_s, loop.time())
+            if self._closing:
+                return
             self._wake.clear()
             try:
                 await self.register_all()
@@ -190,12 +195,22 @@ class NamesrvRegistrar:
                 log.exception("%s: registration round failed", self.broker_name)
 
     async def close(self, *, unregister: bool = True) -> None:
-        """Stop registering and (by default) unregister from every name server."""
+        """Stop registering and (by default) unregister from every name server. The periodic
+        task is told twice (a flag it checks after each wait and round, and a cancellation), so
+        a cancellation lost inside a round (asyncio.wait_for on Python 3.11 can swallow one)
+        ends it after that round instead of a period later."""
+        self._closing = True
+        self._wake.set()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_s + 1.0)
+            if not done:
+                log.warning("%s: the registration task did not stop", self.broker_name)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning(
+                    "%s: the registration task failed: %s", self.broker_name, task.exception()
+                )
         if unregister:
             await asyncio.gather(*(self._unregister(addr) for addr in self.namesrv_addrs))
         if self._own_client:

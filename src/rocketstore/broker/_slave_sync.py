@@ -93,7 +93,8 @@ class SlaveSynchronizer:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), SYNC_INTERVAL_S)
+                async with asyncio.timeout(SYNC_INTERVAL_S):  # not wait_for: see _outer_api
+                    await self._wake.wait()
                 self._wake.clear()
                 await asyncio.sleep(FIRST_SYNC_S)
             except TimeoutError:
