@@ -1,7 +1,7 @@
-"""Closing the name-server registrar while a registration round runs: the periodic task ends
-after that round even when the round loses the cancellation (asyncio.wait_for on Python 3.11
-can swallow one that arrives as its wait ends), not a whole period later (a broker's shutdown
-hung for the 30 s period that way)."""
+"""The name-server registrar's periodic task: closing it while a round runs ends it after that
+round even when the round loses the cancellation (asyncio.wait_for on Python 3.11 can swallow
+one that arrives as its wait ends), not a whole period later (a broker's shutdown hung for the
+30 s period that way); waiting for a round shares the one asked for."""
 
 from __future__ import annotations
 
@@ -43,3 +43,26 @@ def test_close_during_a_round_that_loses_the_cancellation() -> None:
 
     took = asyncio.run(main())
     assert took < 2.0, took  # the round's rest, not the 30 s period
+
+
+def test_waiting_for_a_round_shares_the_one_asked_for() -> None:
+    async def main() -> tuple[int, int, int]:
+        registrar = NamesrvRegistrar(
+            [], "C", "b", 0, "127.0.0.1:1", "127.0.0.1:2", lambda: ({"counter": 1}, {}),
+            initial_delay_s=30.0,
+        )  # fmt: skip
+        await registrar.start()
+        await asyncio.sleep(0)  # the periodic task reaches its wait
+        before = registrar.rounds
+        # two creators of topics wait for the name servers to know them, and the first topic
+        # asked for a round as well
+        waits = [asyncio.create_task(registrar.registered()) for _ in range(2)]
+        registrar.register_now()
+        await asyncio.wait_for(asyncio.gather(*waits), 5.0)
+        shared = registrar.rounds - before
+        await registrar.close(unregister=False)
+        await asyncio.wait_for(registrar.registered(), 5.0)  # closed: a round of its own
+        return before, shared, registrar.rounds
+
+    before, shared, after = asyncio.run(main())
+    assert (before, shared, after) == (1, 1, 3)

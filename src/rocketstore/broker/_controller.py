@@ -341,12 +341,13 @@ class BrokerController:
             self.registrar.register_now()
 
     async def register_topics_now(self) -> None:
-        """One registration round with every name server, awaited (each bounded by the
-        registration timeout; failures are logged): what a new topic's creator waits for
+        """A registration round with every name server that began after this call, awaited
+        (each bounded by the registration timeout; failures are logged; the round
+        ``topic_changed`` asked for serves too): what a new topic's creator waits for
         before it answers, as RocketMQ's broker registers before answering a heartbeat that
         created a retry topic. Loop thread."""
         if self.registrar is not None:
-            await self.registrar.register_all()
+            await self.registrar.registered()
 
     def _message_arriving(
         self, topic: str, queue_id: int, max_offset: int, _tags_code: int, _store_ts: int

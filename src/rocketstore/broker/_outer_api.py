@@ -92,6 +92,7 @@ class NamesrvRegistrar:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._waiting: list[asyncio.Future[None]] = []  # registered() calls for the next round
 
     async def start(self) -> None:
         """Register with every name server (failures are logged), then keep registering."""
@@ -102,6 +103,18 @@ class NamesrvRegistrar:
         """Ask for a registration round as soon as possible (after a topic was created);
         requests made while a round runs lead to one more round."""
         self._wake.set()
+
+    async def registered(self) -> None:
+        """``register_now``, then wait until a round that began after this call has ended
+        (requests close together share the round). Without the periodic task (not started,
+        or closed) the round runs here."""
+        if self._task is None or self._closing:
+            await self.register_all()
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append(done)
+        self._wake.set()
+        await done
 
     async def register_all(self) -> list[RegisterBrokerResult]:
         """One registration round: every name server at once. Returns the answers of those
@@ -189,10 +202,13 @@ class NamesrvRegistrar:
             if self._closing:
                 return
             self._wake.clear()
+            waiting, self._waiting = self._waiting, []
             try:
                 await self.register_all()
             except Exception:
                 log.exception("%s: registration round failed", self.broker_name)
+            finally:
+                _release(waiting)
 
     async def close(self, *, unregister: bool = True) -> None:
         """Stop registering and (by default) unregister from every name server. The periodic
@@ -211,6 +227,8 @@ class NamesrvRegistrar:
                 log.warning(
                     "%s: the registration task failed: %s", self.broker_name, task.exception()
                 )
+        waiting, self._waiting = self._waiting, []
+        _release(waiting)  # no round will come for them
         if unregister:
             await asyncio.gather(*(self._unregister(addr) for addr in self.namesrv_addrs))
         if self._own_client:
@@ -237,3 +255,9 @@ class NamesrvRegistrar:
                 response.code,
                 response.remark,
             )
+
+
+def _release(waiting: list[asyncio.Future[None]]) -> None:
+    for done in waiting:
+        if not done.done():
+            done.set_result(None)
