@@ -236,13 +236,15 @@ class TierReader:
     def at_commitlog_offset(self, offset: int, topic: str | None = None) -> MessageExt | None:
         """The message that was stored at commit-log ``offset`` (of ``topic``, or of any tiered
         topic), or None: the file whose commit-log range holds it is found in the manifests,
-        and in it only the rows at that offset are kept."""
+        and in it only the row groups whose commit-log offset statistics can hold it are read."""
         for t in [topic] if topic else self.topics():
             for entry in self.manifest(t).files:
                 if not entry.commitlog[0] <= offset < entry.commitlog[1]:
                     continue
                 path = topic_dir(self.root, t) / entry.name
-                groups = range(self._footer(path).metadata.num_row_groups)
+                groups = self._row_groups(self._footer(path), _offset_groups(offset))
+                if not groups:
+                    continue
                 table = self._read_groups(path, groups, list(COLUMNS))
                 table = table.filter(pc.equal(table.column("commitlog_offset"), offset))
                 if table.num_rows:
@@ -342,6 +344,14 @@ def _queue_groups(
         if o is None or qmin != qmax:  # offsets of several queues: no bound on this one's
             return True
         return o[0] < hi and o[1] >= lo  # type: ignore[operator]
+
+    return keep
+
+
+def _offset_groups(offset: int) -> Callable[[dict[str, tuple[object, object] | None]], bool]:
+    def keep(stats: dict[str, tuple[object, object] | None]) -> bool:
+        o = stats.get("commitlog_offset")
+        return o is None or o[0] <= offset <= o[1]  # type: ignore[operator]
 
     return keep
 
