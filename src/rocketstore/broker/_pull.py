@@ -19,14 +19,13 @@ Loop thread only.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ..store._errors import CorruptRecordError
 from ..store.log._message import GetMessageStatus
 from ..store.read._raw_read import RawGetResult, get_raw
 from ..tier._manifest import TierError
-from ..tier._read import TierReader
 from ._errors import InvalidSubscriptionError
 from ._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ._services import (
@@ -62,6 +61,10 @@ _CODES = {
 _BELOW_STORE = frozenset(
     {S.OFFSET_TOO_SMALL, S.MESSAGE_WAS_REMOVING, S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE}
 )
+
+
+if TYPE_CHECKING:  # the tier reads Parquet (the spark extra): imported where a tier is read
+    from ..tier._read import TierReader
 
 
 class PullContext(

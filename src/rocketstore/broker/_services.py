@@ -16,14 +16,13 @@ transaction service's piece, ``HasTransactions``, is in ``_transaction.py`` besi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..acl._remoting import AclSource
 from ..remoting import Connection
 from ..store._clock import Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
-from ..tier._read import TierReader
 from ._config import BrokerConfig
 from ._consumer_manager import ConsumerManager, ProducerManager
 from ._consumer_offset import ConsumerOffsetManager
@@ -32,6 +31,9 @@ from ._pop import PopState
 from ._stats import BrokerStats
 from ._subscription_group import SubscriptionGroupManager
 from ._topic_config import TopicConfig, TopicConfigManager
+
+if TYPE_CHECKING:  # the tier reads Parquet (the spark extra); a broker without a tier needs none
+    from ..tier._read import TierReader
 
 
 class HasConfig(Protocol):

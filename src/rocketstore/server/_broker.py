@@ -17,10 +17,10 @@ from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 from ..store._store import MessageStore
-from ..tier._read import TierReader
 from ._addresses import resolve_addresses
 
 if TYPE_CHECKING:
+    from ..tier._read import TierReader
     from ..tier._service import TierService
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,11 @@ class BrokerServer:
                 tier.start()
                 self.tier = tier
             tiered = self._tiered_dir or store_config.tiered_dir
-            reader = TierReader(tiered) if tiered else None
+            reader: TierReader | None = None
+            if tiered:
+                from ..tier._read import TierReader  # pyarrow: only with a tier
+
+                reader = TierReader(tiered)
             broker = self._broker = BrokerController(
                 store, config, clock=self._clock, acl=acl, tier=reader
             )
