@@ -4,6 +4,12 @@ The hot per-message loops have Cython twins (``*_c.pyx`` beside the module they 
 Cython comes from ``[build-system] requires``. The extensions are optional: without a C
 compiler or the Python headers the build says so in one line and the package installs in pure
 Python (``rocketstore._speedups`` then uses the Python code, which is the reference anyway).
+
+The modules of the per-message path that are glue between those loops (the send processor,
+the commit log's put, dispatch, the index, the remoting codec and connection) are compiled as
+they are by mypyc (from mypy, also in ``[build-system] requires``), from the same typed
+sources: there is no second copy of them. ``ROCKETSTORE_NO_EXTENSIONS=1`` loads their sources
+instead (``rocketstore._speedups``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,21 @@ SOURCES = {
     "rocketstore.store.queue._unit_write_c": "src/rocketstore/store/queue/_unit_write_c.pyx",
 }
 
+# compiled by mypyc as they are (rocketstore._speedups.COMPILED_MODULES names the same modules)
+MYPYC_MODULES = (
+    "src/rocketstore/broker/_send.py",
+    "src/rocketstore/broker/_stats.py",
+    "src/rocketstore/broker/_long_poll.py",
+    "src/rocketstore/remoting/_command.py",
+    "src/rocketstore/remoting/_connection.py",
+    "src/rocketstore/store/_store.py",
+    "src/rocketstore/store/log/_commit_log.py",
+    "src/rocketstore/store/queue/_reput.py",
+    "src/rocketstore/store/queue/_index.py",
+    "src/rocketstore/store/queue/_consume_queue.py",
+)
+MYPYC_GROUP = "rocketstore"  # the shared library: rocketstore__mypyc
+
 
 class OptionalBuildExt(build_ext):
     """build_ext that installs the package without its compiled core when compiling fails."""
@@ -30,11 +51,26 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # no compiler, no headers: the pure-Python package still works
             self._skip(exc)
 
-    def build_extension(self, ext: Extension) -> None:
+    def build_extensions(self) -> None:
+        # mypyc's modules are small shims over one shared library: build that first, and
+        # none of the shims without it (a shim that cannot load would hide the .py source)
+        library = [e for e in self.extensions if e.name.endswith("__mypyc")]
+        others = [e for e in self.extensions if e not in library]
+        shims = [e for e in others if _is_mypyc_shim(e)]
+        self.check_extensions_list(self.extensions)
+        for ext in library:
+            if not self._build(ext):
+                others = [e for e in others if e not in shims]
+        for ext in others:
+            self._build(ext)
+
+    def _build(self, ext: Extension) -> bool:
         try:
-            super().build_extension(ext)
+            self.build_extension(ext)
         except Exception as exc:
             self._skip(exc, ext.name)
+            return False
+        return True
 
     @staticmethod
     def _skip(exc: Exception, name: str = "the compiled core") -> None:
@@ -44,7 +80,13 @@ class OptionalBuildExt(build_ext):
         )
 
 
-def extensions() -> list[Extension]:
+def _is_mypyc_shim(ext: Extension) -> bool:
+    return any(str(src).endswith(".c") and "__native" not in str(src) for src in ext.sources) and (
+        ext.name.replace(".", "/") + ".py"
+    ) in {m.removeprefix("src/") for m in MYPYC_MODULES}
+
+
+def cython_extensions() -> list[Extension]:
     try:
         from Cython.Build import cythonize
     except ImportError:
@@ -54,6 +96,25 @@ def extensions() -> list[Extension]:
         return []
     exts = [Extension(name, [src], optional=True) for name, src in SOURCES.items()]
     return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
+
+
+def mypyc_extensions() -> list[Extension]:
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("rocketstore: mypyc is not available; the glue modules stay Python", file=sys.stderr)
+        return []
+    try:  # third-party imports are not needed to compile (the build may not have them)
+        return mypycify(
+            ["--ignore-missing-imports", *MYPYC_MODULES], group_name=MYPYC_GROUP, opt_level="3"
+        )
+    except BaseException as exc:  # mypyc exits on a type error: the package still installs
+        print(f"rocketstore: mypyc failed ({exc!r}); the glue modules stay Python", file=sys.stderr)
+        return []
+
+
+def extensions() -> list[Extension]:
+    return cython_extensions() + mypyc_extensions()
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("prometheus_client")
 
-from rocketstore.broker._stats import BrokerStats, code_name, message_type
+from rocketstore.broker._stats import BrokerStats, code_name, message_type, message_type_parsed
 from rocketstore.metrics import (
     ConsumerConnections,
     ConsumerLag,
@@ -288,6 +290,25 @@ def test_stats_out_counts_per_topic_and_group() -> None:
 )
 def test_message_type(properties: str, kind: str) -> None:
     assert message_type(properties) == kind
+    assert message_type_parsed(properties) == kind
+
+
+_TYPE_NAMES = st.sampled_from(
+    [
+        "TRAN_MSG", "__SHARDINGKEY", "__STARTDELIVERTIME", "DELAY", "TIMER_DELIVER_MS",
+        "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TAGS", "KEYS", "UNIQ_KEY", "XDELAY", "TRAN_MSGX",
+        "a\x01DELAY", "",
+    ]
+)  # fmt: skip
+_TYPE_VALUES = st.sampled_from(["true", "false", "1", "", "x\x01true", "TRAN_MSG", "DELAY"])
+
+
+@given(st.lists(st.tuples(_TYPE_NAMES, _TYPE_VALUES), max_size=6), st.booleans())
+def test_message_type_shortcut_matches_the_parse(
+    pairs: list[tuple[str, str]], trailing: bool
+) -> None:
+    text = "\x02".join(f"{k}\x01{v}" for k, v in pairs) + ("\x02" if trailing else "")
+    assert message_type(text) == message_type_parsed(text)
 
 
 # ---- HTTP ----------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def test_a_done_future_is_a_future(open_store: Callable[..., MessageStore]) -> N
     assert asyncio.run(awaited()).status is PutMessageStatus.PUT_OK
 
 
+@pytest.mark.sources_only
 def test_refused_and_failed_async_puts(
     open_store: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,6 +86,7 @@ def test_puts_racing_shutdown_are_ok_before_it_and_refused_after(
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+@pytest.mark.sources_only
 def test_a_put_that_reaches_the_lock_after_shutdown_began_is_refused(
     tmp_path: Path, flush: str
 ) -> None:

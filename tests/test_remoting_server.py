@@ -24,6 +24,7 @@ from _remoting import (
     read_command,
     serve,
 )
+from rocketstore._speedups import compiled_glue
 from rocketstore.remoting import (
     AsyncRemotingClient,
     Connection,
@@ -331,11 +332,16 @@ def test_unknown_code_raising_handler_and_bad_results(server: Served) -> None:
         r = client.invoke(server.address, RemotingCommand.request(NOT_A_COMMAND))
         assert r.code == ResponseCode.SYSTEM_ERROR
         r = client.invoke(server.address, RemotingCommand.request(BAD_RESPONSE))
-        assert r.code == ResponseCode.SYSTEM_ERROR and "encoded" in (r.remark or "")
+        # the sources refuse it when encoding; mypyc's RemotingCommand when it is built
+        expected = "int object expected; got str" if compiled_glue() else "encoded"
+        assert r.code == ResponseCode.SYSTEM_ERROR and expected in (r.remark or "")
         r = client.invoke(server.address, RemotingCommand.request(CANCELLED))
         assert r.code == ResponseCode.SYSTEM_ERROR and "cancelled" in (r.remark or "")
         r = client.invoke(server.address, RemotingCommand.request(SUBCLASS))
-        assert r.code == 0 and r.remark == "subclass"
+        if compiled_glue():  # mypyc's classes take no interpreted subclasses
+            assert r.code == ResponseCode.SYSTEM_ERROR and "inherit" in (r.remark or "")
+        else:
+            assert r.code == 0 and r.remark == "subclass"
         # the same connection keeps serving
         r = client.invoke(server.address, RemotingCommand.request(ECHO, {}, b"still"))
         assert r.code == 0 and r.body == b"still"

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from _waits import wait_dispatched
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store.queue._consume_queue import UNIT_SIZE
@@ -268,6 +270,7 @@ def test_inline_dispatch_across_rolls_matches_the_dispatch_thread(
     assert cq_bytes(roots[True]) == cq_bytes(roots[False])
 
 
+@pytest.mark.sources_only
 def test_inline_dispatch_failure_hands_over_to_the_dispatch_thread(
     open_store: Callable[..., MessageStore],
     make_config: Callable[..., StoreConfig],

@@ -287,6 +287,7 @@ def answers_of(writes: list[bytes]) -> dict[int, RemotingCommand]:
     return {o: decode_frame(f[4:]) for o, f in frames_by_opaque(writes).items()}
 
 
+@pytest.mark.sources_only
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_plain_and_unusual_sends_store_and_answer_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: str
@@ -306,6 +307,7 @@ def test_plain_and_unusual_sends_store_and_answer_the_same(
     assert answers[100 + refused].code != 0
 
 
+@pytest.mark.sources_only
 def test_recorded_cpp_client_sends_store_and_answer_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

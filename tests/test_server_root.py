@@ -31,6 +31,7 @@ def _server(root: Path, **grpc: object) -> BrokerServer:
     )
 
 
+@pytest.mark.sources_only
 def test_start_and_shutdown_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 

@@ -1,5 +1,6 @@
 """rocketstore: Apache RocketMQ's message store in Python."""
 
+from . import _speedups as _speedups  # first: it decides which builds the modules below use
 from .store._clock import Clock as Clock
 from .store._clock import ManualClock as ManualClock
 from .store._clock import SystemClock as SystemClock

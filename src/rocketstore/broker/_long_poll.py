@@ -59,8 +59,6 @@ class LongPollStats:
 class PullHold:
     """A held pull request; ``cancel`` it when its connection closes."""
 
-    __slots__ = ("_service", "_timer", "done", "key", "offset", "wake")
-
     def __init__(
         self, service: PullRequestHoldService, key: QueueKey, offset: int, wake: Callable[[], None]
     ) -> None:

@@ -484,8 +484,8 @@ class SendProcessor:
             )
         try:
             items = decode_batch(cmd.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        except (ValueError, UnicodeDecodeError) as bad:
+            return RemotingCommand.response(RC.MESSAGE_ILLEGAL, f"bad batch body: {bad}")
         if not items:
             return RemotingCommand.response(RC.MESSAGE_ILLEGAL, "empty batch")
         host = conn.peer or None
@@ -533,8 +533,8 @@ class SendProcessor:
             )
         try:
             queue_id = ext_int32(ext, "queueId", 0)
-        except ValueError as exc:
-            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        except ValueError as bad:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(bad))
         assert queue_id is not None
         nums = max(config.write_queue_nums, config.read_queue_nums)
         if queue_id < 0:

@@ -38,8 +38,6 @@ _NAME_SEPARATOR = "\x01"
 class Histogram:
     """Bucket counts (not cumulative; one more than ``bounds`` for +Inf), sum and count."""
 
-    __slots__ = ("bounds", "counts", "sum")
-
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
@@ -67,6 +65,18 @@ def code_name(code: int | None, names: type[RequestCode] | type[ResponseCode]) -
 
 def message_type(properties: str) -> str:
     """RocketMQ 5's message type of a sent message, from its properties string."""
+    if (
+        "TRAN_MSG" not in properties
+        and "__SHARDINGKEY" not in properties
+        and "DELAY" not in properties  # DELAY and TIMER_DELAY_*
+        and "DELIVER" not in properties  # __STARTDELIVERTIME and TIMER_DELIVER_MS
+    ):
+        return "normal"  # none of the names message_type_parsed looks for can be there
+    return message_type_parsed(properties)
+
+
+def message_type_parsed(properties: str) -> str:
+    """``message_type`` by splitting the properties (the reference for its shortcut)."""
     names = {p.split(_NAME_SEPARATOR, 1)[0]: p for p in properties.split(_PROPERTY_SEPARATOR)}
     if names.get("TRAN_MSG", "").endswith(_NAME_SEPARATOR + "true"):
         return "transaction"
@@ -244,8 +254,6 @@ class RollingCounter:
     samples taken every 10 s, 10 min and 1 h, from which the last minute's, hour's and day's
     sum, TPS and average per addition are computed (RocketMQ's StatsItem). Samples are taken
     when the counter is touched or read, not by a timer. Loop thread only."""
-
-    __slots__ = ("samples", "times", "value")
 
     def __init__(self) -> None:
         self.value = 0

@@ -369,8 +369,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         try:
             result = handler(cmd, self)
-        except Exception as exc:
-            self._failed(cmd, exc)
+        except Exception as failure:
+            self._failed(cmd, failure)
             return
         if result is None:
             return
@@ -391,8 +391,8 @@ class Connection(asyncio.BufferedProtocol):
                 task: asyncio.Future[Any] = asyncio.Task(result, loop=self._loop, eager_start=True)  # type: ignore[call-arg]
             else:
                 task = asyncio.ensure_future(result)  # type: ignore[arg-type]
-        except TypeError as exc:  # neither a command nor an awaitable
-            self._failed(cmd, exc)
+        except TypeError as wrong:  # neither a command nor an awaitable
+            self._failed(cmd, wrong)
             return
         if task.done():
             self._finished(cmd, task)

@@ -40,6 +40,11 @@ class StoreIOError(StoreError, OSError):
     """An operating-system error while reading or writing store files."""
 
 
+class IndexWriteError(StoreIOError):
+    """Dispatch could not write the index (the StoreIOError it got, errno kept): the store
+    reports WRITE_INDEX_FILE_ERROR rather than WRITE_LOGICS_QUEUE_ERROR."""
+
+
 class CorruptFileError(StoreError):
     """A store file has the wrong size, name or contents."""
 

@@ -28,7 +28,7 @@ from ._disk import (
     disk_used_ratio,
 )
 from ._durable import fsync_dir, is_disk_full
-from ._errors import StoreClosedError, StoreIOError, translate_os_errors
+from ._errors import IndexWriteError, StoreClosedError, StoreIOError, translate_os_errors
 from ._lock import StoreLock
 from .ha import HAService
 from .log._allocate import AllocateMappedFileService
@@ -46,7 +46,7 @@ from .log._transient_pool import TransientStorePool
 from .queue._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from .queue._filter import MessageFilter
 from .queue._index import IndexService
-from .queue._reput import IndexWriteError, MessageArrivingListener, ReputMessageService
+from .queue._reput import MessageArrivingListener, ReputMessageService
 from .read._read_api import ReadApi
 from .recovery._loader import LoadResult, StoreLoader
 from .services._clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
@@ -405,7 +405,9 @@ class MessageStore:
         self._lock.release()
         self._loaded = False
 
-    close = shutdown
+    def close(self) -> None:
+        """``shutdown``."""
+        self.shutdown()
 
     def _catch_up_dispatch(self) -> None:
         """Dispatch whatever the loader left behind (nothing, unless something was written

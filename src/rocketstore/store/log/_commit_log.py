@@ -35,7 +35,13 @@ from .._errors import CorruptRecordError, StoreIOError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from ._mapped_file import MappedFile, SelectMappedBufferResult
 from ._mapped_file_queue import MappedFileQueue
-from ._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
+from ._message import (
+    BatchedMessage,
+    Message,
+    PutMessageResult,
+    PutMessageStatus,
+    RedeliveredMessage,
+)
 from ._put_stages import DoneFuture, PutCompletion, PutStage, run_stages
 from ._record import (
     BLANK,
@@ -89,14 +95,6 @@ def _parse_properties(raw: bytes) -> dict[str, str]:
 
 class InvalidTopicError(ValueError):
     pass
-
-
-class RedeliveredMessage(Message):
-    """A due delayed message going back to its real topic (ScheduleMessageService): its
-    properties keep DELAY, REAL_TOPIC and REAL_QID as RocketMQ 4.9.8 stores them, but DELAY
-    does not send it to SCHEDULE_TOPIC_XXXX again."""
-
-    __slots__ = ()
 
 
 def validate_topic(topic: str) -> bytes:
@@ -179,8 +177,6 @@ class _LockWatch:
     """The put lock seen from other threads: since when a put holds it (RocketMQ's
     beginTimeInLock, 0 while nobody does), and whether a full disk was reported already.
     Written under the put lock, read by any thread."""
-
-    __slots__ = ("begin_ns", "busy_timeout_ms", "disk_full_logged")
 
     def __init__(self, busy_timeout_ms: int) -> None:
         self.begin_ns = 0
@@ -457,8 +453,8 @@ class CommitLog:
         if msg.born_host:
             try:
                 host = pack_host(msg.born_host)
-            except ValueError as exc:
-                return _refused(_ILLEGAL, str(exc))
+            except ValueError as bad:
+                return _refused(_ILLEGAL, str(bad))
         else:
             host = DEFAULT_BORN_HOST
         total = HEAD_V4_SIZE + blen + len(topic_tail) + self._store_host_extra
@@ -826,9 +822,10 @@ class CommitLog:
             try:
                 begin = self._monotonic()
                 now = now_ns // 1_000_000
-                mf = self._writable_file(total, now)  # type: ignore[assignment]
-                if isinstance(mf, PutMessageResult):
-                    return mf
+                got = self._writable_file(total, now)
+                if isinstance(got, PutMessageResult):
+                    return got
+                mf = got
                 target = mf.write_target
                 base = mf.from_offset
                 first_pos = pos = mf.wrote_position
@@ -1071,9 +1068,10 @@ class CommitLog:
             try:
                 begin = self._monotonic()
                 now = now_ns // 1_000_000
-                mf = self._writable_file(total, now)  # type: ignore[assignment]
-                if isinstance(mf, PutMessageResult):
-                    return mf
+                got = self._writable_file(total, now)
+                if isinstance(got, PutMessageResult):
+                    return got
+                mf = got
                 wpos = mf.wrote_position
                 first_phys = mf.from_offset + wpos
                 first_qoff = self.topic_queue_table.get(key, 0)

@@ -149,6 +149,14 @@ _STORED = frozenset(
 )
 
 
+class RedeliveredMessage(Message):
+    """A due delayed message going back to its real topic (ScheduleMessageService): its
+    properties keep DELAY, REAL_TOPIC and REAL_QID as RocketMQ 4.9.8 stores them, but DELAY
+    does not send it to SCHEDULE_TOPIC_XXXX again."""
+
+    __slots__ = ()
+
+
 class PutMessageResult(NamedTuple):
     """Result of one put (immutable). For a batch, the offsets are those of the first message,
     ``offsets`` has one commit-log offset per message and ``msg_ids`` one id per message."""

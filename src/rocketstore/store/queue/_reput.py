@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._durable import is_disk_full
-from .._errors import CorruptRecordError, StoreError, StoreIOError
+from .._errors import CorruptRecordError, IndexWriteError, StoreError, StoreIOError
 from .._service import ServiceThread
 from ..log._record import (
     SYSFLAG_TRANSACTION_MASK,
@@ -49,11 +49,6 @@ BUSY_WAIT_S = 0.001
 IDLE_WAIT_S = 0.1
 IDLE_ROUNDS = 50
 MAX_BATCH = 4096
-
-
-class IndexWriteError(StoreIOError):
-    """Dispatch could not write the index (the StoreIOError it got, errno kept): the store
-    reports WRITE_INDEX_FILE_ERROR rather than WRITE_LOGICS_QUEUE_ERROR."""
 
 
 class ReputMessageService(ServiceThread):

@@ -44,8 +44,7 @@ from typing import NamedTuple
 from .._clock import Clock
 from .._durable import fsync_dir, replace_synced
 from .._service import ServiceThread
-from ..log._commit_log import RedeliveredMessage
-from ..log._message import Message, PutMessageResult, PutMessageStatus
+from ..log._message import Message, PutMessageResult, PutMessageStatus, RedeliveredMessage
 from ..log._record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
