@@ -176,3 +176,38 @@ def test_compiled_and_sources_write_the_same_bytes(tmp_path: Path) -> None:
         assert compiled[name] == sources[name], name
     answers = compiled["answers.bin"]
     assert answers.count(b'"queueOffset"') >= 200  # the sends were answered
+
+
+@pytest.mark.skipif(not _built(), reason="mypyc's modules are not built in this tree")
+def test_a_library_that_fails_to_load_falls_back_to_the_sources() -> None:
+    """Built modules whose shared library cannot be loaded (a broken install): the sources
+    load instead, and the one warning line names the library."""
+    code = (
+        "import importlib.abc, importlib.machinery, logging, sys\n"
+        "class Broken(importlib.abc.Loader):\n"
+        "    def create_module(self, spec): raise ImportError('broken library')\n"
+        "    def exec_module(self, module): pass\n"
+        "class Finder(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'rocketstore__mypyc':\n"
+        "            return importlib.machinery.ModuleSpec(name, Broken())\n"
+        "sys.meta_path.insert(0, Finder())\n"
+        "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+        "import rocketstore._speedups as s, rocketstore.store.log._commit_log as c\n"
+        "print(c.__file__, s.compiled_glue(), s.missing_modules())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(no_extensions=False),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [
+        str(_source("rocketstore.store.log._commit_log")),
+        "False",
+        "('rocketstore__mypyc',)",
+    ]
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and "rocketstore__mypyc" in warnings[0]
