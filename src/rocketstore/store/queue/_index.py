@@ -25,6 +25,8 @@ Files are sparse: the header page, each slot page and the entries (in steps of
 ENTRY_ALLOCATE_AHEAD) get their disk blocks before they are first written, so a full disk raises
 StoreIOError (ENOSPC) with nothing written instead of a write into a hole (SIGBUS).
 
+A record's keys are hashed and written by ``_index_write.put_keys`` (compiled when built).
+
 Threads: keys are added by the dispatcher only; queries from any thread.
 """
 
@@ -58,6 +60,7 @@ from ..log._record import (
     TRANSACTION_ROLLBACK_TYPE,
     DispatchRequest,
 )
+from ._index_write import put_keys
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,11 +101,18 @@ class KeyHasher:
     def __call__(self, topic: str, key: str) -> int:
         hp = self._prefix.get(topic)
         if hp is None:
+            hp = self.prefix(topic)
+        h = hp * power31(utf16_length(key)) + java_hash_unsigned(key)
+        return index_key_hash(to_signed(h))
+
+    def prefix(self, topic: str) -> int:
+        """``java_hash_unsigned(topic + "#")``, remembered for up to 100,000 topics."""
+        hp = self._prefix.get(topic)
+        if hp is None:
             hp = java_hash_unsigned(topic + "#")
             if len(self._prefix) < 100_000:
                 self._prefix[topic] = hp
-        h = hp * power31(utf16_length(key)) + java_hash_unsigned(key)
-        return index_key_hash(to_signed(h))
+        return hp
 
 
 def _time_diff(begin: int, store_timestamp: int) -> int:
@@ -692,16 +702,17 @@ class IndexService:
             return
         if req.sys_flag & SYSFLAG_TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
             return
-        topic = req.topic
-        ts = req.store_timestamp
-        hasher = self.hasher
-        if req.uniq_key:
-            f = self._put(f, hasher(topic, req.uniq_key), phys, ts)
-        keys = req.keys
-        if keys:
-            for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    f = self._put(f, hasher(topic, key), phys, ts)
+        prefix = self.hasher.prefix(req.topic)
+        uniq_key, keys, ts = req.uniq_key, req.keys, req.store_timestamp
+        done = put_keys(f, prefix, uniq_key, keys, phys, ts, 0)
+        while done >= 0:  # the file is full: the next file takes the record's other keys
+            f.write_header()
+            log.info("index file %s is full; starting another", f.name)
+            f = self._last_file()
+            more = put_keys(f, prefix, uniq_key, keys, phys, ts, done)
+            if more == done:
+                raise CorruptFileError(f"{f.path}: a new index file refused an entry")
+            done = more
         if write_header:
             f.write_header()
 
@@ -766,16 +777,6 @@ class IndexService:
         files = self.files
         if files and not self.read_only:
             files[-1].write_header()
-
-    def _put(self, f: IndexFile, key_hash: int, phys: int, ts: int) -> IndexFile:
-        if f.put_key(key_hash, phys, ts):
-            return f
-        f.write_header()
-        log.info("index file %s is full; starting another", f.name)
-        f = self._last_file()
-        if not f.put_key(key_hash, phys, ts):
-            raise CorruptFileError(f"{f.path}: a new index file refused an entry")
-        return f
 
     # ---- reading ----------------------------------------------------------------------------
 
