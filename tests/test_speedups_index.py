@@ -30,7 +30,9 @@ from rocketstore.store.queue._index import (
     HEADER_SIZE,
     INT32_MAX,
     SLOT,
+    SLOT_PAGE_CHUNK,
     SLOT_SIZE,
+    IndexFile,
     IndexService,
     KeyHasher,
     index_file_size,
@@ -500,3 +502,84 @@ def test_the_twin_uses_the_layout_of_the_index() -> None:
         _index.INVALID_INDEX,
     )
     assert _index_write.KEY_SEPARATOR == KEY_SEPARATOR == " "
+
+
+# ---- slot pages reserved in chunks ------------------------------------------------------------
+
+
+def _counting(f: IndexFile, fail: Callable[[int, int], bool] = lambda lo, hi: False) -> list[Any]:
+    calls: list[tuple[int, int]] = []
+    real = f.mf.allocate_range
+
+    def allocate_range(start: int, end: int) -> None:
+        calls.append((start, end))
+        if fail(start, end):
+            raise StoreIOError(errno.ENOSPC, "no space left on device")
+        real(start, end)
+
+    f.mf.allocate_range = allocate_range  # type: ignore[method-assign]
+    return calls
+
+
+def test_slot_pages_get_their_blocks_in_chunks(tmp_path: Path) -> None:
+    slot_num = 300_000  # 293 slot pages, 5 chunks
+    f = IndexFile(tmp_path / "0", slot_num, 40_000)
+    try:
+        calls = _counting(f)
+        hasher = KeyHasher()
+        for i in range(20_000):
+            assert f.put_key(hasher("T", f"key{i}"), i, BASE_TS)
+        pages = len(f._slot_pages)
+        assert all(f._slot_pages)
+        slot_calls = [c for c in calls if c[0] < HEADER_SIZE + slot_num * SLOT_SIZE]
+        assert len(slot_calls) == -(-pages // SLOT_PAGE_CHUNK) - 1  # chunk 0 came with the header
+        chunk = SLOT_PAGE_CHUNK * OS_PAGE_SIZE
+        assert all(lo % chunk == 0 and hi - lo <= chunk for lo, hi in slot_calls)
+    finally:
+        f.close()
+
+
+def test_a_chunk_the_disk_cannot_hold_falls_back_to_the_page(tmp_path: Path) -> None:
+    f = IndexFile(tmp_path / "0", 300_000, 100)
+    try:
+        page = 200
+        calls = _counting(f, fail=lambda lo, hi: hi - lo > OS_PAGE_SIZE)
+        f.allocate_slot_pages((page,))
+        assert calls[-1] == (page * OS_PAGE_SIZE, (page + 1) * OS_PAGE_SIZE)
+        assert f._slot_pages[page] and sum(f._slot_pages) == SLOT_PAGE_CHUNK + 1
+        # neither fits: StoreIOError, no flag set, nothing written
+        _counting(f, fail=lambda lo, hi: True)
+        before = bytes(f.mf.mm[: HEADER_SIZE + 300_000 * SLOT_SIZE])
+        hasher = KeyHasher()
+        key = next(
+            k
+            for k in (f"k{i}" for i in range(10_000))
+            if not f._slot_pages[(HEADER_SIZE + hasher("T", k) % 300_000 * SLOT_SIZE) // 4096]
+        )
+        for put in (put_keys_py, index_c.put_keys):
+            with pytest.raises(StoreIOError):
+                put(f, hasher.prefix("T"), None, key, 1, BASE_TS, 0)
+            assert f.index_count == 1
+        assert sum(f._slot_pages) == SLOT_PAGE_CHUNK + 1
+        assert bytes(f.mf.mm[: HEADER_SIZE + 300_000 * SLOT_SIZE]) == before
+    finally:
+        f.close()
+
+
+def test_a_reopened_file_with_chunks_reserved_is_written_and_read(tmp_path: Path) -> None:
+    """Pages reserved with their chunk but never written read as empty slots after a restart,
+    whether the file system reports them as data or as holes."""
+    keys = [f"key{i}" for i in range(300)]
+    service = IndexService(tmp_path, slot_num=300_000, index_num=1000, clock=ManualClock(1))
+    for i, key in enumerate(keys[:150]):
+        service.build_index(DispatchRequest("T", 0, i + 1, 1, 0, BASE_TS, i, key, None, 0, 0))
+    service.shutdown()
+    again = IndexService(tmp_path, slot_num=300_000, index_num=1000, clock=ManualClock(1))
+    again.load()
+    for i, key in enumerate(keys[150:], 150):
+        again.build_index(DispatchRequest("T", 0, i + 1, 1, 0, BASE_TS, i, key, None, 0, 0))
+    try:
+        for i, key in enumerate(keys):
+            assert again.query("T", key, 4, 0, 2**62)[0] == [i + 1], key
+    finally:
+        again.shutdown()

@@ -21,9 +21,10 @@ previous file's end offset and time. Keys of a message: ``topic#UNIQ_KEY`` and `
 for every KEYS token. A query walks files newest to oldest and each chain newest to oldest;
 hashes collide, so callers re-check the messages.
 
-Files are sparse: the header page, each slot page and the entries (in steps of
-ENTRY_ALLOCATE_AHEAD) get their disk blocks before they are first written, so a full disk raises
-StoreIOError (ENOSPC) with nothing written instead of a write into a hole (SIGBUS).
+Files are sparse: the header page, each slot page (with the pages around it, SLOT_PAGE_CHUNK
+pages at a time: about 80 reservations cover the default 20 MB slot table) and the entries (in
+steps of ENTRY_ALLOCATE_AHEAD) get their disk blocks before they are first written, so a full
+disk raises StoreIOError (ENOSPC) with nothing written instead of a write into a hole (SIGBUS).
 
 A record's keys are hashed and written by ``_index_write.put_keys`` (compiled when built).
 
@@ -80,6 +81,7 @@ MAX_QUERY_NUM = 64  # RocketMQ's maxMsgsNumBatch
 BULK_MIN_RECORDS = 16  # smaller batches cost less through build_index than numpy's set-up
 _MASK32 = 0xFFFFFFFF
 ENTRY_ALLOCATE_AHEAD = 64 * 1024  # disk blocks reserved ahead of the entries written
+SLOT_PAGE_CHUNK = 64  # slot pages given disk blocks together (256 KiB, aligned)
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -242,12 +244,20 @@ class IndexFile:
 
     def allocate_slot_pages(self, pages: Iterable[int]) -> None:
         """Disk blocks for the slot table's pages ``pages`` (page numbers in the file) before
-        slots in them are written. Raises StoreIOError (ENOSPC) with nothing written."""
+        slots in them are written, a chunk of SLOT_PAGE_CHUNK pages at a time (only the page
+        when the disk has no room for its chunk). Raises StoreIOError (ENOSPC) with nothing
+        written."""
         flags = self._slot_pages
         for page in pages:
             if not flags[page]:
-                self.mf.allocate_range(page * OS_PAGE_SIZE, (page + 1) * OS_PAGE_SIZE)
-                flags[page] = 1
+                lo = page - page % SLOT_PAGE_CHUNK
+                hi = min(lo + SLOT_PAGE_CHUNK, len(flags))
+                try:
+                    self.mf.allocate_range(lo * OS_PAGE_SIZE, hi * OS_PAGE_SIZE)
+                except StoreIOError:
+                    self.mf.allocate_range(page * OS_PAGE_SIZE, (page + 1) * OS_PAGE_SIZE)
+                    lo, hi = page, page + 1
+                flags[lo:hi] = b"\x01" * (hi - lo)
 
     def allocate_entries(self, end: int) -> None:
         """Disk blocks for the entries up to byte ``end`` of the file, reserved up to
