@@ -24,6 +24,7 @@ SOURCES = {
     "rocketstore.store._java_hash_c": "src/rocketstore/store/_java_hash_c.pyx",
     "rocketstore.store.read._raw_read_c": "src/rocketstore/store/read/_raw_read_c.pyx",
     "rocketstore.store.queue._unit_write_c": "src/rocketstore/store/queue/_unit_write_c.pyx",
+    "rocketstore.store.queue._index_write_c": "src/rocketstore/store/queue/_index_write_c.pyx",
 }
 
 # compiled by mypyc as they are (rocketstore._speedups.COMPILED_MODULES names the same modules)

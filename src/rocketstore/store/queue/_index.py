@@ -21,9 +21,12 @@ previous file's end offset and time. Keys of a message: ``topic#UNIQ_KEY`` and `
 for every KEYS token. A query walks files newest to oldest and each chain newest to oldest;
 hashes collide, so callers re-check the messages.
 
-Files are sparse: the header page, each slot page and the entries (in steps of
-ENTRY_ALLOCATE_AHEAD) get their disk blocks before they are first written, so a full disk raises
-StoreIOError (ENOSPC) with nothing written instead of a write into a hole (SIGBUS).
+Files are sparse: the header page, each slot page (with the pages around it, SLOT_PAGE_CHUNK
+pages at a time: about 80 reservations cover the default 20 MB slot table) and the entries (in
+steps of ENTRY_ALLOCATE_AHEAD) get their disk blocks before they are first written, so a full
+disk raises StoreIOError (ENOSPC) with nothing written instead of a write into a hole (SIGBUS).
+
+A record's keys are hashed and written by ``_index_write.put_keys`` (compiled when built).
 
 Threads: keys are added by the dispatcher only; queries from any thread.
 """
@@ -58,6 +61,7 @@ from ..log._record import (
     TRANSACTION_ROLLBACK_TYPE,
     DispatchRequest,
 )
+from ._index_write import put_keys
 
 if TYPE_CHECKING:
     import numpy as np
@@ -77,6 +81,7 @@ MAX_QUERY_NUM = 64  # RocketMQ's maxMsgsNumBatch
 BULK_MIN_RECORDS = 16  # smaller batches cost less through build_index than numpy's set-up
 _MASK32 = 0xFFFFFFFF
 ENTRY_ALLOCATE_AHEAD = 64 * 1024  # disk blocks reserved ahead of the entries written
+SLOT_PAGE_CHUNK = 64  # slot pages given disk blocks together (256 KiB, aligned)
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -98,11 +103,18 @@ class KeyHasher:
     def __call__(self, topic: str, key: str) -> int:
         hp = self._prefix.get(topic)
         if hp is None:
+            hp = self.prefix(topic)
+        h = hp * power31(utf16_length(key)) + java_hash_unsigned(key)
+        return index_key_hash(to_signed(h))
+
+    def prefix(self, topic: str) -> int:
+        """``java_hash_unsigned(topic + "#")``, remembered for up to 100,000 topics."""
+        hp = self._prefix.get(topic)
+        if hp is None:
             hp = java_hash_unsigned(topic + "#")
             if len(self._prefix) < 100_000:
                 self._prefix[topic] = hp
-        h = hp * power31(utf16_length(key)) + java_hash_unsigned(key)
-        return index_key_hash(to_signed(h))
+        return hp
 
 
 def _time_diff(begin: int, store_timestamp: int) -> int:
@@ -232,12 +244,20 @@ class IndexFile:
 
     def allocate_slot_pages(self, pages: Iterable[int]) -> None:
         """Disk blocks for the slot table's pages ``pages`` (page numbers in the file) before
-        slots in them are written. Raises StoreIOError (ENOSPC) with nothing written."""
+        slots in them are written, a chunk of SLOT_PAGE_CHUNK pages at a time (only the page
+        when the disk has no room for its chunk). Raises StoreIOError (ENOSPC) with nothing
+        written."""
         flags = self._slot_pages
         for page in pages:
             if not flags[page]:
-                self.mf.allocate_range(page * OS_PAGE_SIZE, (page + 1) * OS_PAGE_SIZE)
-                flags[page] = 1
+                lo = page - page % SLOT_PAGE_CHUNK
+                hi = min(lo + SLOT_PAGE_CHUNK, len(flags))
+                try:
+                    self.mf.allocate_range(lo * OS_PAGE_SIZE, hi * OS_PAGE_SIZE)
+                except StoreIOError:
+                    self.mf.allocate_range(page * OS_PAGE_SIZE, (page + 1) * OS_PAGE_SIZE)
+                    lo, hi = page, page + 1
+                flags[lo:hi] = b"\x01" * (hi - lo)
 
     def allocate_entries(self, end: int) -> None:
         """Disk blocks for the entries up to byte ``end`` of the file, reserved up to
@@ -692,16 +712,17 @@ class IndexService:
             return
         if req.sys_flag & SYSFLAG_TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
             return
-        topic = req.topic
-        ts = req.store_timestamp
-        hasher = self.hasher
-        if req.uniq_key:
-            f = self._put(f, hasher(topic, req.uniq_key), phys, ts)
-        keys = req.keys
-        if keys:
-            for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    f = self._put(f, hasher(topic, key), phys, ts)
+        prefix = self.hasher.prefix(req.topic)
+        uniq_key, keys, ts = req.uniq_key, req.keys, req.store_timestamp
+        done = put_keys(f, prefix, uniq_key, keys, phys, ts, 0)
+        while done >= 0:  # the file is full: the next file takes the record's other keys
+            f.write_header()
+            log.info("index file %s is full; starting another", f.name)
+            f = self._last_file()
+            more = put_keys(f, prefix, uniq_key, keys, phys, ts, done)
+            if more == done:
+                raise CorruptFileError(f"{f.path}: a new index file refused an entry")
+            done = more
         if write_header:
             f.write_header()
 
@@ -766,16 +787,6 @@ class IndexService:
         files = self.files
         if files and not self.read_only:
             files[-1].write_header()
-
-    def _put(self, f: IndexFile, key_hash: int, phys: int, ts: int) -> IndexFile:
-        if f.put_key(key_hash, phys, ts):
-            return f
-        f.write_header()
-        log.info("index file %s is full; starting another", f.name)
-        f = self._last_file()
-        if not f.put_key(key_hash, phys, ts):
-            raise CorruptFileError(f"{f.path}: a new index file refused an entry")
-        return f
 
     # ---- reading ----------------------------------------------------------------------------
 
