@@ -94,6 +94,14 @@ class AsyncRemotingClient:
         finally:
             self._connecting.pop(address, None)
 
+    def connected(self, address: str) -> Connection | None:
+        """The open connection to ``address``, or None when there is none (nothing is
+        connected here: ``connection`` does that)."""
+        conn = self._conns.get(address)
+        if conn is None or conn.closed:
+            return None
+        return conn
+
     async def invoke(
         self, address: str, cmd: RemotingCommand, timeout: float = 3.0
     ) -> RemotingCommand:
