@@ -6,6 +6,7 @@ mark get no template. And plain_properties is message_properties' text for a pla
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -141,3 +142,11 @@ def test_ids_at_a_time_have_the_message_id_form() -> None:
     assert a[:20] == b[:20] == UNIQ_IDS._prefix
     assert a[20:28] == b[20:28] == f"{(now - UNIQ_IDS._start) & 0xFFFFFFFF:08X}"
     assert (int(b[28:], 16) - int(a[28:], 16)) & 0xFFFF == 1
+    c, d = UNIQ_IDS.at(now + 5), UNIQ_IDS.at(now)
+    assert c[20:28] == f"{(now + 5 - UNIQ_IDS._start) & 0xFFFFFFFF:08X}"
+    assert d[20:28] == a[20:28]
+    assert (int(d[28:], 16) - int(c[28:], 16)) & 0xFFFF == 1
+    before = int(time.time() * 1000)
+    e = UNIQ_IDS.next()
+    after = int(time.time() * 1000)
+    assert before - UNIQ_IDS._start <= int(e[20:28], 16) <= after - UNIQ_IDS._start

@@ -55,15 +55,19 @@ class _UniqIds:
         self._prefix = (ip + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
         self._counter = itertools.count()
         self._start = int(time.time() * 1000)
+        self._stem: tuple[int, str] = (-1, "")
 
     def next(self) -> str:
         return self.at(int(time.time() * 1000))
 
     def at(self, now_ms: int) -> str:
         """The next id, for a message born at ``now_ms`` (milliseconds since the epoch)."""
-        diff = (now_ms - self._start) & 0xFFFFFFFF
         n = next(self._counter) & 0xFFFF
-        return f"{self._prefix}{diff:08X}{n:04X}"
+        stem = self._stem  # (ms, the id up to the counter): one tuple, consistent in any thread
+        if stem[0] != now_ms:
+            stem = (now_ms, f"{self._prefix}{(now_ms - self._start) & 0xFFFFFFFF:08X}")
+            self._stem = stem
+        return f"{stem[1]}{n:04X}"
 
 
 UNIQ_IDS = _UniqIds()
