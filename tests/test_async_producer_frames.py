@@ -502,16 +502,16 @@ def test_a_closed_producer_fails_its_sends() -> None:
 def test_plain_sends_after_the_first_take_their_header_from_the_template(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rocketstore.client._producer import TemplateSend
+    from rocketstore.client._producer import SendTemplate
 
     templated: list[int] = []
-    encode_header = TemplateSend.encode_header
+    head = SendTemplate.head
 
-    def counting(self: TemplateSend) -> bytes:
-        templated.append(self.opaque)
-        return encode_header(self)
+    def counting(self: SendTemplate, opaque: int, born_ms: int, uniq: str, size: int) -> bytes:
+        templated.append(opaque)
+        return head(self, opaque, born_ms, uniq, size)
 
-    monkeypatch.setattr(TemplateSend, "encode_header", counting)
+    monkeypatch.setattr(SendTemplate, "head", counting)
 
     async def main() -> list[bytes]:
         async with fake_broker() as fake:

@@ -294,3 +294,54 @@ def test_answers_in_pieces_and_several_in_one_read_reach_their_waiters(kind: str
     assert all(r.body == bytes(range(256)) * 400 for r in pieces)
     assert len({r.remark for r in pieces + pairs}) == 6
     assert buffer_size <= 64 * 1024  # the large answers' buffer was let go
+
+
+def _encoded(code: int, body: bytes = b"") -> tuple[bytes, bytes, int]:
+    cmd = RemotingCommand.request(code, {"k": "v"}, body)
+    head, _ = cmd.encode_parts()
+    return head, body, cmd.opaque
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_encoded_requests_are_answered_timed_and_refused_like_commands(kind: str) -> None:
+    async def main() -> dict[str, Any]:
+        async with peer() as (address, peers):
+            client = AsyncRemotingClient(signer=None)
+            out: dict[str, Any] = {}
+            try:
+                conn = await client.connection(address)
+                head, body, opaque = _encoded(1, b"small")
+                r = await conn.invoke_encoded(head, body, opaque, 1, 2.0)
+                out["small"] = (r.remark, opaque)
+                head, body, opaque = _encoded(1, bytes(100_000))
+                r = await conn.invoke_encoded(head, body, opaque, 1, 2.0)
+                out["large"] = (r.remark, opaque)
+                head, body, opaque = _encoded(2)
+                wait = asyncio.ensure_future(conn.invoke_encoded(head, body, opaque, 2, 0.3))
+                await asyncio.sleep(0.05)
+                try:
+                    await conn.invoke_encoded(head, body, opaque, 2, 0.3)
+                except ValueError as exc:
+                    out["twice"] = str(exc)
+                out["late"] = await asyncio.gather(wait, return_exceptions=True)
+                out["left"] = (len(conn._deadlines), len(conn._pending))
+                assert peers[0].transport is not None
+                peers[0].transport.close()
+                await asyncio.sleep(0.1)
+                head, body, opaque = _encoded(1)
+                try:
+                    await conn.invoke_encoded(head, body, opaque, 1, 1.0)
+                except RemotingError as exc:
+                    out["closed"] = str(exc)
+            finally:
+                client.close()
+            return out
+
+    out = run(kind, main())
+    assert out["small"][0] == str(out["small"][1])
+    assert out["large"][0] == str(out["large"][1])
+    assert "in flight" in out["twice"]
+    (late,) = out["late"]
+    assert isinstance(late, RemotingError) and "code 2 in 0.3 s" in str(late)
+    assert out["left"] == (0, 0)
+    assert "closed" in out["closed"]

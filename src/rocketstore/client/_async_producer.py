@@ -15,14 +15,20 @@ import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..remoting import AsyncRemotingClient, RemotingCommand, RemotingError, ResponseCode
+from ..remoting import (
+    AsyncRemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+)
+from ..remoting._command import next_opaque
 from ._producer import (
     _RETRYABLE,
     DEFAULT_TOPIC,
     UNIQ_IDS,
     SendResult,
     SendTemplate,
-    TemplateSend,
     batch_body,
     choose_queue,
     message_properties,
@@ -41,6 +47,7 @@ from ._route import (
 )
 
 GET_ROUTEINFO_BY_TOPIC = 105
+SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 
 
 class AsyncProducer:
@@ -164,8 +171,9 @@ class AsyncProducer:
                         conn = self.client.connected(addr)
                         if conn is None:
                             conn = await self.client.connection(addr)
-                        cmd = TemplateSend(template, born, uniq, body)
-                        r = await conn.invoke(cmd, self.timeout)
+                        opaque = next_opaque()
+                        head = template.head(opaque, born, uniq, len(body))
+                        r = await conn.invoke_encoded(head, body, opaque, SEND_V2, self.timeout)
                     except RemotingError as exc:
                         props = plain_properties(tags, delay_level, uniq)
                         return await self._send(

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
-from ..remoting._command import next_opaque
 from ..store.log._record import body_crc
 from ._names import check_group, check_topic
 from ._route import ClientError, MessageQueue, RouteCache, TopicNotFoundError, TopicRoute
@@ -196,13 +195,14 @@ def send_result(r: RemotingCommand, topic: str, mq: MessageQueue, uniq: str) -> 
 _OPAQUE_MARK = 1975308642
 _BORN_MARK = 8642097531975
 _UNIQ_MARK = "0F1E2D3C4B5A69788796A5B4C3D2E1F0"
+_PREFIX = struct.Struct(">ii")  # frame length, serialize type (JSON: 0) << 24 | header length
 
 
 class SendTemplate:
     """SEND_MESSAGE_V2's header for the plain messages (no keys, no user properties) of one
     group, topic, queue, tags and delay level, encoded once by the reference encoder
     (``send_request`` → ``RemotingCommand.encode_header``) with marks where the opaque, the
-    born time and the UNIQ_KEY go: :meth:`header` puts a message's values in their place, the
+    born time and the UNIQ_KEY go: :meth:`head` puts a message's values in their place, the
     same bytes as the reference gives for them. Immutable; any thread."""
 
     __slots__ = ("_after_born", "_after_opaque", "_after_uniq", "_before_opaque")
@@ -236,10 +236,10 @@ class SendTemplate:
         pieces.append(rest)
         return cls(pieces)
 
-    def header(self, opaque: int, born_ms: int, uniq: str) -> bytes:
-        """The header of the message with ``uniq`` (ASCII) born at ``born_ms``, sent with
-        ``opaque``."""
-        return b"%b%d%b%d%b%b%b" % (
+    def head(self, opaque: int, born_ms: int, uniq: str, body_size: int) -> bytes:
+        """The frame's length prefix and header for the message with ``uniq`` (ASCII), born
+        at ``born_ms``, of ``body_size`` bytes, sent with ``opaque``."""
+        header = b"%b%d%b%d%b%b%b" % (
             self._before_opaque,
             opaque,
             self._after_opaque,
@@ -248,27 +248,8 @@ class SendTemplate:
             uniq.encode("ascii"),
             self._after_uniq,
         )
-
-
-class TemplateSend(RemotingCommand):
-    """A SEND_MESSAGE_V2 request whose header is its template's, written with the request's
-    opaque when it is encoded; ``ext_fields`` stays empty (the template holds them), so it is
-    not for a client that signs requests."""
-
-    __slots__ = ("born_ms", "template", "uniq")
-
-    def __init__(
-        self, template: SendTemplate, born_ms: int, uniq: str, body: bytes | bytearray
-    ) -> None:
-        RemotingCommand.__init__(
-            self, RequestCode.SEND_MESSAGE_V2, next_opaque(), 0, None, {}, body
-        )
-        self.template = template
-        self.born_ms = born_ms
-        self.uniq = uniq
-
-    def encode_header(self) -> bytes:
-        return self.template.header(self.opaque, self.born_ms, self.uniq)
+        size = len(header)
+        return _PREFIX.pack(4 + size + body_size, size) + header
 
 
 def batch_body(bodies: Sequence[bytes], tags: str | None) -> tuple[bytes, str]:

@@ -134,6 +134,50 @@ class ClientConnection(Connection):
             if entry is not None and entry[1] is fut:
                 del deadlines[opaque]
 
+    async def invoke_encoded(
+        self,
+        head: bytes,
+        body: bytes | bytearray | memoryview,
+        opaque: int,
+        code: int,
+        timeout: float,
+    ) -> RemotingCommand:
+        """``invoke`` for a request encoded already: ``head`` its length prefix and header (with
+        ``opaque``, from ``next_opaque``), ``body`` the rest of the frame; RemotingError on
+        close or timeout, ValueError when a request with ``opaque`` is in flight here."""
+        loop = self._loop
+        transport = self.transport
+        if self.closed or loop is None or transport is None or transport.is_closing():
+            raise RemotingError(f"connection to {self.peer} closed")
+        pending = self._pending
+        if opaque in pending:
+            raise ValueError(f"a request with opaque {opaque} is in flight already")
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        pending[opaque] = fut
+        deadline = loop.time() + timeout
+        deadlines = self._deadlines
+        deadlines[opaque] = (deadline, fut, code, timeout)
+        if self._timer is None or deadline < self._timer_at:
+            self._set_timer(loop, deadline)
+        try:
+            cork = self._cork
+            if len(body) > _JOIN_LIMIT:  # a large body is not copied into a joined frame
+                if cork:
+                    self._flush(cork)
+                transport.write(head)
+                transport.write(body)
+            elif cork is not None:  # sent while a read is parsed: after the answers before it
+                cork.append(head + body)
+            else:
+                transport.write(head + body)
+            return await fut
+        finally:
+            if pending.get(opaque) is fut:
+                del pending[opaque]
+            entry = deadlines.get(opaque)
+            if entry is not None and entry[1] is fut:
+                del deadlines[opaque]
+
     def _set_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -210,10 +254,10 @@ class AsyncRemotingClient:
         self.max_frame = max_frame
         # signs each request before it is sent (ACL); see remoting._signing
         self.signer: Signer | None = signer_from_env() if signer is FROM_ENV else signer
-        self._conns: dict[str, Connection] = {}
-        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._conns: dict[str, ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Future[ClientConnection]] = {}
 
-    async def connection(self, address: str) -> Connection:
+    async def connection(self, address: str) -> ClientConnection:
         """The open connection to ``address``, made when there is none (one connect for
         callers that ask at the same time); RemotingError when it cannot be made."""
         conn = self._conns.get(address)
@@ -223,7 +267,7 @@ class AsyncRemotingClient:
         if pending is not None:
             return await asyncio.shield(pending)
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Connection] = loop.create_future()
+        fut: asyncio.Future[ClientConnection] = loop.create_future()
         self._connecting[address] = fut
         try:
             host, port = split_address(address)
@@ -251,7 +295,7 @@ class AsyncRemotingClient:
         finally:
             self._connecting.pop(address, None)
 
-    def connected(self, address: str) -> Connection | None:
+    def connected(self, address: str) -> ClientConnection | None:
         """The open connection to ``address``, or None when there is none (nothing is
         connected here: ``connection`` does that)."""
         conn = self._conns.get(address)
