@@ -266,6 +266,8 @@ def test_sends_with_tags_keys_properties_delay_and_queues_are_the_reference_fram
         {"properties": {"UNIQ_KEY": "MYOWNID", "WAIT": "false"}},
         {"delay_level": 3},
         {"tags": "T", "keys": "K", "properties": {"a": "b"}, "delay_level": 2},
+        {"tags": ["not", "text"]},  # written as the reference writes it, as before
+        {"delay_level": 2.0},
     ]
 
     async def main() -> tuple[list[bytes], list[SendResult]]:

@@ -148,7 +148,13 @@ class AsyncProducer:
     ) -> SendResult:
         """Send one message and wait for the broker's answer (stored, and flushed when the
         broker flushes synchronously); ClientError when the broker refuses it."""
-        if keys is None and properties is None and queue is None:
+        if (
+            keys is None
+            and properties is None
+            and queue is None
+            and (tags is None or type(tags) is str)
+            and type(delay_level) is int
+        ):
             # a plain message to a topic with a known route, on an open connection: its
             # header from the template, its answer read here; anything else (a refusal, a
             # failed connection) continues as the second attempt of the reference way
