@@ -6,6 +6,12 @@ Each producer has its own connections (one per address): sixty-four producers ar
 connections to the broker, as sixty-four client processes would be. Many sends may be in
 flight on one producer at once; they share its connection.
 
+A plain message (no keys, no user properties, no queue named) to a topic whose route is cached
+takes the short way: its frame is a :class:`SendTemplate` (the header encoded once per topic,
+queue, tags and delay level) with its opaque, born time and UNIQ_KEY put in, written in one
+piece on the open connection. The bytes are those of the general way (``send_request``), which
+everything else takes, and which such a send continues in when its first attempt fails.
+
 Loop thread only (the loop the producer was first used on).
 """
 

@@ -1,5 +1,9 @@
 """Remoting clients: an asyncio one (many requests in flight on one connection per address)
 and a blocking one over plain sockets (the CLI, Spark executors, benchmarks).
+
+The asyncio client's connections are Connections with a client's shortcuts: one timer for all
+the requests in flight, requests sent encoded already (``invoke_encoded``), and a read holding
+one plain JSON response handed to its waiter without the general parser (``lean_response``).
 """
 
 from __future__ import annotations
