@@ -33,12 +33,15 @@ def run(kind: str, coro: Any) -> Any:
 
 class Answering(asyncio.Protocol):
     """Answers requests of code 1 at once (the remark: the request's opaque), of code 3 in
-    pieces with a large body, of code 4 two at a time in one write; others never."""
+    pieces with a large body, of code 4 two at a time in one write, of code 5 after a request
+    of its own (code 40), of code 6 with a frame that is no command; others never. Keeps what
+    the client sends that is no request (its answers to code 40)."""
 
     def __init__(self, peers: list[Answering]) -> None:
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.held: list[bytes] = []
+        self.answers: list[RemotingCommand] = []
         self.tasks: set[asyncio.Future[None]] = set()
         peers.append(self)
 
@@ -53,6 +56,9 @@ class Answering(asyncio.Protocol):
                 return
             cmd = decode_frame(bytes(self.buf[4 : 4 + length]))
             del self.buf[: 4 + length]
+            if cmd.is_response:
+                self.answers.append(cmd)
+                continue
             r = RemotingCommand.response(0, str(cmd.opaque))
             r.opaque = cmd.opaque
             assert self.transport is not None
@@ -61,6 +67,12 @@ class Answering(asyncio.Protocol):
             elif cmd.code == 3:  # the answer in pieces, a large body
                 r.body = bytes(range(256)) * 400
                 self.tasks.add(asyncio.ensure_future(self.pieces(r.encode())))
+            elif cmd.code == 5:  # a request to the client first, then the answer
+                ask = RemotingCommand.request(40, {"from": "server"})
+                self.transport.write(ask.encode())
+                self.transport.write(r.encode())
+            elif cmd.code == 6:  # a frame that is no command: the client closes the connection
+                self.transport.write(struct.pack(">ii", 8, 4) + b"nope")
             elif cmd.code == 4:  # held until the next code 4: both answers in one write
                 self.held.append(r.encode())
                 if len(self.held) == 2:
@@ -193,83 +205,6 @@ def test_a_cancelled_wait_leaves_nothing_behind() -> None:
     assert deadlines == 0 and pending == 0 and remark.isdigit()
 
 
-def _frame(header: bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
-    return struct.pack(">i", (serialize_type << 24) | len(header)) + header + body
-
-
-HEADERS = [
-    b'{"code":0,"extFields":{"msgId":"7F0000010000A","queueId":"1","queueOffset":"42",'
-    b'"MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":7,'
-    b'"serializeTypeCurrentRPC":"JSON","version":409}',
-    b'{"code":0,"flag":1,"language":"PYTHON","opaque":7,"version":409}',
-    b'{"code":17,"flag":1,"opaque":3,"remark":"topic not exist \\u00e9"}',
-    b'{"code":0,"flag":3,"opaque":3,"extFields":null}',
-    b'{"code":0,"flag":1,"opaque":3,"extFields":{"queueId":1,"queueOffset":5,"x":null}}',
-    b'{"code":0,"flag":1,"opaque":3,"extFields":{"a":true}}',
-    b'{"code":0,"flag":1}',
-    b' {"code":0,"flag":1,"opaque":1} ',
-    b'{"code":0,"flag":0,"opaque":3}',  # a request
-    b'{"code":0,"opaque":3}',
-    b'{"code":0,"flag":1,"opaque":3,"extFields":{"big":123456789012345678901234567890}}',
-    b'{"code":0,"flag":1,"opaque":3,"extFields":{"f":1.5}}',
-    b'{"code":0,"flag":1,"opaque":3,"extFields":{"o":{"k":1}}}',
-    b'{"code":0,"flag":1,"opaque":3,"extFields":[1]}',
-    b'{"code":0,"flag":1,"opaque":3,"other":[1]}',
-    b'{"code":0,"flag":1,"opaque":3,"other":1.0}',
-    b'{"code":"0","flag":1,"opaque":3}',
-    b'{"code":0,"flag":true,"opaque":3}',
-    b'{"code":0,"flag":1,"opaque":true}',
-    b'{"code":0,"flag":1,"opaque":3,"remark":5}',
-    b'{"code":0,"flag":1,"opaque":3,"version":"409"}',
-    b'{"code":0,"flag":1,"opaque":3,"language":1}',
-    b'{"code":0,"flag":1,"opaque":123456789012345678901234567890}',
-    b'{"code":0,"flag":1,"opaque":3,"remark":"\\ud800"}',
-    b'{"code":0,"flag":1,"opaque":3,"code":1}',
-    b"[1,2]",
-    b"not json",
-    b'{"code":0,"flag":1,"opaque":3',
-    b"\xff\xfe",
-]
-
-
-@pytest.mark.parametrize("header", HEADERS)
-@pytest.mark.parametrize("body", [b"", b"\x00body\xff"])
-def test_the_lean_response_reader_decodes_as_decode_frame_or_leaves_it(
-    header: bytes, body: bytes
-) -> None:
-    from rocketstore.remoting._client import lean_response
-    from rocketstore.remoting._command import FrameError
-
-    frame = _frame(header, body)
-    lean = lean_response(memoryview(frame))
-    try:
-        want = decode_frame(frame)
-    except FrameError:
-        assert lean is None
-        return
-    if lean is not None:
-        assert lean == want
-        assert type(lean.body) is bytes
-
-
-def test_the_lean_reader_takes_the_brokers_answers_and_leaves_other_frames() -> None:
-    from rocketstore.remoting._client import lean_response
-    from rocketstore.remoting._command import _orjson_loads
-
-    if _orjson_loads is None:
-        pytest.skip("orjson is not in use")
-    answer = RemotingCommand.response(0, None, {"msgId": "X", "queueId": "1", "queueOffset": "2"})
-    answer.opaque = 9
-    assert lean_response(memoryview(answer.encode()[4:])) == decode_frame(answer.encode()[4:])
-    assert lean_response(memoryview(_frame(HEADERS[0]))) is not None
-    request = RemotingCommand.request(10, {"a": "b"}).encode()[4:]
-    assert lean_response(memoryview(request)) is None
-    answer.serialize_type = 1
-    assert lean_response(memoryview(answer.encode()[4:])) is None
-    assert lean_response(memoryview(b"\x00\x00")) is None
-    assert lean_response(memoryview(_frame(b"{}")[:3] + b"\x00\x00\x00\x40")) is None
-
-
 @pytest.mark.parametrize("kind", LOOPS)
 def test_answers_in_pieces_and_several_in_one_read_reach_their_waiters(kind: str) -> None:
     async def main() -> tuple[list[RemotingCommand], list[RemotingCommand], int]:
@@ -345,3 +280,37 @@ def test_encoded_requests_are_answered_timed_and_refused_like_commands(kind: str
     assert isinstance(late, RemotingError) and "code 2 in 0.3 s" in str(late)
     assert out["left"] == (0, 0)
     assert "closed" in out["closed"]
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_requests_from_the_server_reach_the_handlers_and_bad_frames_close(kind: str) -> None:
+    async def main() -> tuple[list[Any], str, list[RemotingCommand], str]:
+        asked: list[Any] = []
+
+        def handler(cmd: RemotingCommand, conn: Any) -> RemotingCommand:
+            asked.append(cmd.ext_fields.get("from"))
+            return RemotingCommand.response(0, "handled")
+
+        async with peer() as (address, peers):
+            client = AsyncRemotingClient({40: handler}, signer=None)
+            try:
+                conn = await client.connection(address)
+                r = await conn.invoke(RemotingCommand.request(5), 5.0)
+                for _ in range(100):
+                    if peers[0].answers:
+                        break
+                    await asyncio.sleep(0.01)
+                try:
+                    await conn.invoke(RemotingCommand.request(6), 5.0)
+                    closed = "no error"
+                except RemotingError as exc:
+                    closed = str(exc)
+                return asked, r.remark or "", peers[0].answers, closed
+            finally:
+                client.close()
+
+    asked, remark, answers, closed = run(kind, main())
+    assert asked == ["server"]
+    assert remark.isdigit()
+    assert [a.remark for a in answers] == ["handled"]
+    assert "closed" in closed

@@ -3,7 +3,7 @@ and a blocking one over plain sockets (the CLI, Spark executors, benchmarks).
 
 The asyncio client's connections are Connections with a client's shortcuts: one timer for all
 the requests in flight, requests sent encoded already (``invoke_encoded``), and a read holding
-one plain JSON response handed to its waiter without the general parser (``lean_response``).
+one response handed to its waiter without the general parser's steps.
 """
 
 from __future__ import annotations
@@ -21,18 +21,15 @@ from typing import Any
 from ._codes import ResponseCode
 from ._command import (
     _INT32,
-    _PLAIN_TYPES,
     DEFAULT_MAX_FRAME,
     ONEWAY_FLAG,
     RESPONSE_FLAG,
-    SERIALIZE_JSON,
     FrameError,
     RemotingCommand,
     decode_frame,
     frame_length,
     next_opaque,
 )
-from ._command import _orjson_loads as _orjson_loads
 from ._connection import _JOIN_LIMIT, _READ_SIZE, Connection, Handler, RemotingError
 from ._signing import signer_from_env
 
@@ -47,52 +44,6 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"not a host:port address: {address!r}")
     return host.strip("[]"), int(port)
-
-
-def lean_response(frame: memoryview) -> RemotingCommand | None:
-    """A response frame (without its length prefix) with a JSON header orjson reads and whose
-    values are all plain (str, int, bool, null; extFields an object of such) decoded as
-    ``decode_frame`` decodes it, in fewer steps; None for anything else (requests, the binary
-    header, other forms), which ``decode_frame`` decides."""
-    loads = _orjson_loads
-    size = len(frame)
-    if loads is None or size < 4:
-        return None
-    mark: int = _unpack_int32(frame, 0)[0]
-    header_end = 4 + (mark & 0xFFFFFF)
-    if mark >> 24 != SERIALIZE_JSON or header_end > size:
-        return None
-    try:
-        h = loads(frame[4:header_end])
-    except ValueError:
-        return None
-    if type(h) is not dict:
-        return None
-    ext = h.pop("extFields", None)
-    plain = _PLAIN_TYPES.issuperset(map(type, h.values()))
-    if ext is None:
-        ext = {}
-    elif type(ext) is not dict or not _PLAIN_TYPES.issuperset(map(type, ext.values())):
-        return None
-    code = h.get("code")
-    opaque = h.get("opaque", 0)
-    flag = h.get("flag", 0)
-    remark = h.get("remark")
-    version = h.get("version", 0)
-    language = h.get("language", "JAVA")
-    if (
-        not plain
-        or type(code) is not int
-        or type(opaque) is not int
-        or type(flag) is not int
-        or not flag & RESPONSE_FLAG
-        or type(version) is not int
-        or type(language) is not str
-        or (remark is not None and type(remark) is not str)
-    ):
-        return None
-    body = frame[header_end:].tobytes() if header_end < size else b""
-    return RemotingCommand(code, opaque, flag, remark, ext, body, language, version)
 
 
 _EARLY = 0.001  # a timer may fire this much before its time (the loop's millisecond clock)
@@ -210,16 +161,20 @@ class ClientConnection(Connection):
             self._set_timer(loop, later)
 
     def _parse(self) -> None:
-        """A read that holds one whole frame, a response in the common form (see
-        :func:`lean_response`), goes to its waiter here; anything else to Connection's parser."""
+        """A read that holds one whole frame, a response, goes to its waiter here; anything
+        else (several frames, part of one, a request, a frame that does not decode) to
+        Connection's parser, which decides as it always does."""
         pos = self._rstart
         end = self._rend
         if end - pos > 4:
             buf = self._rbuf
             length: int = _unpack_int32(buf, pos)[0]
             if pos + 4 + length == end and length <= self.max_frame:
-                cmd = lean_response(self._rview[pos + 4 : end])
-                if cmd is not None:
+                try:
+                    cmd: RemotingCommand | None = decode_frame(self._rview[pos + 4 : end])
+                except FrameError:
+                    cmd = None
+                if cmd is not None and cmd.flag & RESPONSE_FLAG:
                     self._need = 0
                     self._rstart = self._rend = 0
                     if len(buf) > self._rsize:  # one large frame's buffer: let it go
