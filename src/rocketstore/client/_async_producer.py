@@ -6,6 +6,12 @@ Each producer has its own connections (one per address): sixty-four producers ar
 connections to the broker, as sixty-four client processes would be. Many sends may be in
 flight on one producer at once; they share its connection.
 
+A plain message (no keys, no user properties, no queue named) to a topic whose route is cached
+takes the short way: its frame is a :class:`SendTemplate` (the header encoded once per topic,
+queue, tags and delay level) with its opaque, born time and UNIQ_KEY put in, written in one
+piece on the open connection. The bytes are those of the general way (``send_request``), which
+everything else takes, and which such a send continues in when its first attempt fails.
+
 Loop thread only (the loop the producer was first used on).
 """
 
@@ -15,14 +21,24 @@ import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..remoting import AsyncRemotingClient, RemotingCommand, RemotingError, ResponseCode
+from ..remoting import (
+    AsyncRemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+)
+from ..remoting._command import next_opaque
 from ._producer import (
     _RETRYABLE,
     DEFAULT_TOPIC,
+    UNIQ_IDS,
     SendResult,
+    SendTemplate,
     batch_body,
     choose_queue,
     message_properties,
+    plain_properties,
     send_request,
     send_result,
 )
@@ -37,6 +53,7 @@ from ._route import (
 )
 
 GET_ROUTEINFO_BY_TOPIC = 105
+SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 
 
 class AsyncProducer:
@@ -66,6 +83,12 @@ class AsyncProducer:
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._writes: dict[str, tuple[float, TopicRoute, list[MessageQueue], bool]] = {}
         self._turn = itertools.count()
+        # (topic, tags, delay level) → the write route entry they were made for and, per write
+        # queue, the queue, its master's address and the header template of plain sends
+        self._plain: dict[
+            tuple[str, str | None, int],
+            tuple[object, list[tuple[MessageQueue, str, SendTemplate]]],
+        ] = {}
 
     # ---- routes -----------------------------------------------------------------------------
 
@@ -131,8 +154,81 @@ class AsyncProducer:
     ) -> SendResult:
         """Send one message and wait for the broker's answer (stored, and flushed when the
         broker flushes synchronously); ClientError when the broker refuses it."""
+        if (
+            keys is None
+            and properties is None
+            and queue is None
+            and (tags is None or type(tags) is str)
+            and type(delay_level) is int
+        ):
+            # a plain message to a topic with a known route, on an open connection: its
+            # header from the template, its answer read here; anything else (a refusal, a
+            # failed connection) continues as the second attempt of the reference way
+            w = self._writes.get(topic)
+            if (
+                w is not None
+                and not w[3]
+                and time.monotonic() - w[0] < self.route_ttl_s
+                and self.client.signer is None
+            ):
+                plain = self._plain.get((topic, tags, delay_level))
+                if plain is None or plain[0] is not w:
+                    plain = self._plain_targets(topic, tags, delay_level, w)
+                targets = plain[1]
+                if targets:
+                    mq, addr, template = targets[next(self._turn) % len(targets)]
+                    born = int(time.time() * 1000)
+                    uniq = UNIQ_IDS.at(born)
+                    try:
+                        conn = self.client.connected(addr)
+                        if conn is None:
+                            conn = await self.client.connection(addr)
+                        opaque = next_opaque()
+                        head = template.head(opaque, born, uniq, len(body))
+                        r = await conn.invoke_encoded(head, body, opaque, SEND_V2, self.timeout)
+                    except RemotingError as exc:
+                        props = plain_properties(tags, delay_level, uniq)
+                        return await self._send(
+                            topic, body, props, None, uniq, batch=False, first=1, last=exc
+                        )
+                    result = send_result(r, topic, mq, uniq)
+                    if result is not None:
+                        return result
+                    last = ClientError(r.code, r.remark)
+                    if r.code not in _RETRYABLE or self.retries < 1:
+                        raise last
+                    await self.route(topic, refresh=True)
+                    props = plain_properties(tags, delay_level, uniq)
+                    return await self._send(
+                        topic, body, props, None, uniq, batch=False, first=1, last=last
+                    )
         props = message_properties(tags, keys, properties, delay_level)
         return await self._send(topic, body, props, queue, props["UNIQ_KEY"], batch=False)
+
+    def _plain_targets(
+        self,
+        topic: str,
+        tags: str | None,
+        delay_level: int,
+        w: tuple[float, TopicRoute, list[MessageQueue], bool],
+    ) -> tuple[object, list[tuple[MessageQueue, str, SendTemplate]]]:
+        """The write queues of ``w`` (the topic's cached write route) with their masters and
+        templates; none when a queue has no master or no template (such sends go the
+        reference way, which reports the error)."""
+        route, queues = w[1], w[2]
+        targets: list[tuple[MessageQueue, str, SendTemplate]] = []
+        for mq in queues:
+            addr = route.master(mq.broker_name)
+            template = SendTemplate.make(self.group, topic, mq.queue_id, tags, delay_level)
+            if addr is None or template is None:
+                targets = []
+                break
+            targets.append((mq, addr, template))
+        if len(self._plain) >= 1024:  # tags and delay levels are few; many topics: start over
+            self._plain.clear()
+        entry: tuple[object, list[tuple[MessageQueue, str, SendTemplate]]] = (w, targets)
+        self._plain[(topic, tags, delay_level)] = entry
+        return entry
 
     async def send_batch(
         self,
@@ -155,9 +251,11 @@ class AsyncProducer:
         uniq: str,
         *,
         batch: bool,
+        first: int = 0,
+        last: Exception | None = None,
     ) -> SendResult:
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
+        """Send, attempts ``first`` to ``retries`` (``last``: the error of the one before)."""
+        for attempt in range(first, self.retries + 1):
             route, queues, via_default = await self._write_route(topic)
             mq, addr = choose_queue(route, queues, self._turn, queue)
             cmd = send_request(self.group, topic, mq, props, body, batch=batch)

@@ -1,5 +1,9 @@
 """Remoting clients: an asyncio one (many requests in flight on one connection per address)
 and a blocking one over plain sockets (the CLI, Spark executors, benchmarks).
+
+The asyncio client's connections are Connections with a client's shortcuts: one timer for all
+the requests in flight, requests sent encoded already (``invoke_encoded``), and a read holding
+one response handed to its waiter without the general parser's steps.
 """
 
 from __future__ import annotations
@@ -16,18 +20,22 @@ from typing import Any
 
 from ._codes import ResponseCode
 from ._command import (
+    _INT32,
     DEFAULT_MAX_FRAME,
     ONEWAY_FLAG,
+    RESPONSE_FLAG,
     FrameError,
     RemotingCommand,
     decode_frame,
     frame_length,
+    next_opaque,
 )
 from ._connection import _JOIN_LIMIT, _READ_SIZE, Connection, Handler, RemotingError
 from ._signing import signer_from_env
 
 Signer = Callable[[RemotingCommand], None]
 FROM_ENV: Any = object()  # sign with ROCKETSTORE_ACCESS_KEY / ROCKETSTORE_SECRET_KEY when set
+_unpack_int32 = _INT32.unpack_from
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -36,6 +44,156 @@ def split_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"not a host:port address: {address!r}")
     return host.strip("[]"), int(port)
+
+
+_EARLY = 0.001  # a timer may fire this much before its time (the loop's millisecond clock)
+
+
+class ClientConnection(Connection):
+    """A client's connection: the requests in flight share one timer, set for the earliest
+    deadline among them and set again for the next when it fires, where each would have a
+    timer of its own (made and cancelled: some 2 µs a request); ``invoke`` uses the loop the
+    connection was made on. Loop thread only."""
+
+    def __init__(self, handlers: dict[int, Handler], *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        super().__init__(handlers, max_frame=max_frame)
+        # opaque → (deadline on the loop's clock, the response's future, code, timeout)
+        self._deadlines: dict[int, tuple[float, asyncio.Future[RemotingCommand], int, float]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response; RemotingError on close or timeout."""
+        loop = self._loop
+        if self.closed or loop is None:
+            raise RemotingError(f"connection to {self.peer} closed")
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        pending = self._pending
+        if cmd.opaque in pending:  # the same command sent twice at once: give it a new id
+            cmd.opaque = next_opaque()
+        opaque = cmd.opaque
+        pending[opaque] = fut
+        deadline = loop.time() + timeout
+        deadlines = self._deadlines
+        deadlines[opaque] = (deadline, fut, cmd.code, timeout)
+        if self._timer is None or deadline < self._timer_at:
+            self._set_timer(loop, deadline)
+        try:
+            if not self.send(cmd):
+                raise RemotingError(f"connection to {self.peer} closed")
+            return await fut
+        finally:
+            if pending.get(opaque) is fut:
+                del pending[opaque]
+            entry = deadlines.get(opaque)
+            if entry is not None and entry[1] is fut:
+                del deadlines[opaque]
+
+    async def invoke_encoded(
+        self,
+        head: bytes,
+        body: bytes | bytearray | memoryview,
+        opaque: int,
+        code: int,
+        timeout: float,
+    ) -> RemotingCommand:
+        """``invoke`` for a request encoded already: ``head`` its length prefix and header (with
+        ``opaque``, from ``next_opaque``), ``body`` the rest of the frame; RemotingError on
+        close or timeout, ValueError when a request with ``opaque`` is in flight here."""
+        loop = self._loop
+        transport = self.transport
+        if self.closed or loop is None or transport is None or transport.is_closing():
+            raise RemotingError(f"connection to {self.peer} closed")
+        pending = self._pending
+        if opaque in pending:
+            raise ValueError(f"a request with opaque {opaque} is in flight already")
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        pending[opaque] = fut
+        deadline = loop.time() + timeout
+        deadlines = self._deadlines
+        deadlines[opaque] = (deadline, fut, code, timeout)
+        if self._timer is None or deadline < self._timer_at:
+            self._set_timer(loop, deadline)
+        try:
+            cork = self._cork
+            if len(body) > _JOIN_LIMIT:  # a large body is not copied into a joined frame
+                if cork:
+                    self._flush(cork)
+                transport.write(head)
+                transport.write(body)
+            elif cork is not None:  # sent while a read is parsed: after the answers before it
+                cork.append(head + body)
+            else:
+                transport.write(head + body)
+            return await fut
+        finally:
+            if pending.get(opaque) is fut:
+                del pending[opaque]
+            entry = deadlines.get(opaque)
+            if entry is not None and entry[1] is fut:
+                del deadlines[opaque]
+
+    def _set_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._expire_due)
+        self._timer_at = when
+
+    def _expire_due(self) -> None:
+        """Fail the requests whose time is up; set the timer for the next deadline."""
+        self._timer = None
+        loop = self._loop
+        if loop is None or self.closed:
+            return
+        now = loop.time() + _EARLY
+        deadlines = self._deadlines
+        later: float | None = None
+        for opaque, (deadline, fut, code, timeout) in list(deadlines.items()):
+            if deadline <= now:
+                del deadlines[opaque]
+                if not fut.done():
+                    fut.set_exception(
+                        RemotingError(f"no response from {self.peer} to code {code} in {timeout} s")
+                    )
+            elif later is None or deadline < later:
+                later = deadline
+        if later is not None:
+            self._set_timer(loop, later)
+
+    def _parse(self) -> None:
+        """A read that holds one whole frame, a response, goes to its waiter here; anything
+        else (several frames, part of one, a request, a frame that does not decode) to
+        Connection's parser, which decides as it always does."""
+        pos = self._rstart
+        end = self._rend
+        if end - pos > 4:
+            buf = self._rbuf
+            length: int = _unpack_int32(buf, pos)[0]
+            if pos + 4 + length == end and length <= self.max_frame:
+                try:
+                    cmd: RemotingCommand | None = decode_frame(self._rview[pos + 4 : end])
+                except FrameError:
+                    cmd = None
+                if cmd is not None and cmd.flag & RESPONSE_FLAG:
+                    self._need = 0
+                    self._rstart = self._rend = 0
+                    if len(buf) > self._rsize:  # one large frame's buffer: let it go
+                        self._rbuf = bytearray(self._rsize)
+                        self._rview = memoryview(self._rbuf)
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                    if self._loop is not None:
+                        self.last_active = self._loop.time()
+                    return
+        super()._parse()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._deadlines.clear()
+        super().connection_lost(exc)
 
 
 class AsyncRemotingClient:
@@ -55,10 +213,10 @@ class AsyncRemotingClient:
         self.max_frame = max_frame
         # signs each request before it is sent (ACL); see remoting._signing
         self.signer: Signer | None = signer_from_env() if signer is FROM_ENV else signer
-        self._conns: dict[str, Connection] = {}
-        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._conns: dict[str, ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Future[ClientConnection]] = {}
 
-    async def connection(self, address: str) -> Connection:
+    async def connection(self, address: str) -> ClientConnection:
         """The open connection to ``address``, made when there is none (one connect for
         callers that ask at the same time); RemotingError when it cannot be made."""
         conn = self._conns.get(address)
@@ -68,14 +226,16 @@ class AsyncRemotingClient:
         if pending is not None:
             return await asyncio.shield(pending)
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Connection] = loop.create_future()
+        fut: asyncio.Future[ClientConnection] = loop.create_future()
         self._connecting[address] = fut
         try:
             host, port = split_address(address)
             try:
                 _, made = await asyncio.wait_for(
                     loop.create_connection(
-                        lambda: Connection(self.handlers, max_frame=self.max_frame), host, port
+                        lambda: ClientConnection(self.handlers, max_frame=self.max_frame),
+                        host,
+                        port,
                     ),
                     self.connect_timeout,
                 )
@@ -93,6 +253,14 @@ class AsyncRemotingClient:
             raise
         finally:
             self._connecting.pop(address, None)
+
+    def connected(self, address: str) -> ClientConnection | None:
+        """The open connection to ``address``, or None when there is none (nothing is
+        connected here: ``connection`` does that)."""
+        conn = self._conns.get(address)
+        if conn is None or conn.closed:
+            return None
+        return conn
 
     async def invoke(
         self, address: str, cmd: RemotingCommand, timeout: float = 3.0
