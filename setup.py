@@ -34,6 +34,7 @@ MYPYC_MODULES = (
     "src/rocketstore/broker/_long_poll.py",
     "src/rocketstore/remoting/_command.py",
     "src/rocketstore/remoting/_connection.py",
+    "src/rocketstore/remoting/_client.py",  # its ClientConnection derives from Connection
     "src/rocketstore/store/_store.py",
     "src/rocketstore/store/log/_commit_log.py",
     "src/rocketstore/store/queue/_reput.py",

@@ -41,6 +41,7 @@ COMPILED_MODULES = frozenset(
         "rocketstore.broker._long_poll",
         "rocketstore.remoting._command",
         "rocketstore.remoting._connection",
+        "rocketstore.remoting._client",
         "rocketstore.store._store",
         "rocketstore.store.log._commit_log",
         "rocketstore.store.queue._reput",

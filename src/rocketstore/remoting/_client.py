@@ -244,11 +244,11 @@ class AsyncRemotingClient:
             self._conns[address] = made
             fut.set_result(made)
             return made
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):  # the others were not cancelled
+        except BaseException as failure:
+            if isinstance(failure, asyncio.CancelledError):  # the others were not cancelled
                 fut.set_exception(RemotingError(f"connecting to {address} was cancelled"))
             else:
-                fut.set_exception(exc)
+                fut.set_exception(failure)
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waits
             raise
         finally:
