@@ -6,6 +6,7 @@ numbers, fastjson's bare integer keys in route bodies); malformed input is a Fra
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import json
 import random
@@ -479,3 +480,11 @@ def test_random_bytes_never_raise_anything_but_frame_error() -> None:
             decode_frame(data)
         except FrameError:
             pass
+
+
+def test_a_copied_command_is_equal_and_shares_its_fields() -> None:
+    cmd = RemotingCommand(310, 7, 0, "r", {"a": "1"}, b"body", "JAVA", 401, 0)
+    twin = copy.copy(cmd)
+    assert twin == cmd and twin is not cmd
+    assert twin.ext_fields is cmd.ext_fields  # a shallow copy, as copy.copy makes
+    assert twin.encode() == cmd.encode()

@@ -270,6 +270,24 @@ def test_inline_dispatch_across_rolls_matches_the_dispatch_thread(
     assert cq_bytes(roots[True]) == cq_bytes(roots[False])
 
 
+def test_the_dispatch_thread_sleeps_while_the_put_path_dispatches(
+    open_store: Callable[..., MessageStore], make_config: Callable[..., StoreConfig]
+) -> None:
+    """With dispatch in the put path, the service thread has nothing to poll for: it wakes
+    about ten times a second, not every millisecond (each round takes the interpreter lock
+    from the thread that puts)."""
+    store = open_store(make_config(**{**SMALL, "dispatch_in_put_path": True}))
+    assert store.reput.inline
+    before = store.reput.rounds
+    began = time.monotonic()
+    while time.monotonic() - began < 1.0:
+        assert store.put_message(Message("R", b"r" * 100, 0)).ok
+        time.sleep(0.001)
+    rounds = store.reput.rounds - before
+    assert 1 <= rounds <= 30, rounds
+    assert store.get_max_offset_in_queue("R", 0) > 100
+
+
 @pytest.mark.sources_only
 def test_inline_dispatch_failure_hands_over_to_the_dispatch_thread(
     open_store: Callable[..., MessageStore],

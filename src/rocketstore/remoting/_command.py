@@ -29,7 +29,7 @@ import enum
 import itertools
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from json.encoder import encode_basestring as _json_str  # ensure_ascii=False, the C version
 from typing import Any
 
@@ -90,20 +90,57 @@ def next_opaque() -> int:
     return next(_opaques) & 0x7FFFFFFF
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemotingCommand:
     """One request or response. ``ext_fields`` values are ``str`` when we build them; decoded
     ones keep what the peer sent (``str`` or a JSON number). A decoded body is ``bytes``."""
 
     code: int
-    opaque: int = 0
-    flag: int = 0
-    remark: str | None = None
-    ext_fields: dict[str, Any] = field(default_factory=dict)
-    body: bytes | bytearray | memoryview = b""
-    language: str = "PYTHON"
-    version: int = SERVER_VERSION
-    serialize_type: int = SERIALIZE_JSON
+    opaque: int
+    flag: int
+    remark: str | None
+    ext_fields: dict[str, Any]
+    body: bytes | bytearray | memoryview
+    language: str
+    version: int
+    serialize_type: int
+
+    # written out (not the dataclass's generated one) so that a compiled build compiles it:
+    # a command is made for every request and every answer
+    def __init__(
+        self,
+        code: int,
+        opaque: int = 0,
+        flag: int = 0,
+        remark: str | None = None,
+        ext_fields: dict[str, Any] | None = None,
+        body: bytes | bytearray | memoryview = b"",
+        language: str = "PYTHON",
+        version: int = SERVER_VERSION,
+        serialize_type: int = SERIALIZE_JSON,
+    ) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = {} if ext_fields is None else ext_fields
+        self.body = body
+        self.language = language
+        self.version = version
+        self.serialize_type = serialize_type
+
+    def __copy__(self) -> RemotingCommand:
+        return RemotingCommand(
+            self.code,
+            self.opaque,
+            self.flag,
+            self.remark,
+            self.ext_fields,
+            self.body,
+            self.language,
+            self.version,
+            self.serialize_type,
+        )
 
     @classmethod
     def request(

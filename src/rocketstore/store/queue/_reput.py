@@ -69,6 +69,7 @@ class ReputMessageService(ServiceThread):
         self.listener = listener
         self.reput_from_offset = 0
         self.inline = False  # the put path dispatches (see dispatch_inline)
+        self.rounds = 0  # the service thread's rounds (each one takes the interpreter lock)
         self._limit = limit or commit_log.queue.get_max_offset
         self._request_flush = request_flush
         self._idle = False
@@ -421,6 +422,7 @@ class ReputMessageService(ServiceThread):
     def run(self) -> None:
         idle_rounds = 0
         while not self.stopped:
+            self.rounds += 1
             try:
                 n = self.do_reput()
             except Exception as exc:
@@ -431,6 +433,9 @@ class ReputMessageService(ServiceThread):
             if self.failing is not None:
                 self._failed(None)
             if n >= MAX_BATCH:
+                continue
+            if self.inline:  # the put path dispatches; a failure there wakes this thread
+                self.wait_for_running(IDLE_WAIT_S)
                 continue
             if n:
                 idle_rounds = 0
