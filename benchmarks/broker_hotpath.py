@@ -1,7 +1,7 @@
 """The broker's request path without sockets: frames fed straight into a server connection.
 
     python benchmarks/broker_hotpath.py [--what send|pull|all] [--messages N] [--rounds 3]
-        [--profile FILE] [--top K] [--flush ASYNC_FLUSH|SYNC_FLUSH]
+        [--profile FILE] [--top K] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--clock process|thread]
 
 A BrokerController runs in this process over a temporary store; a server connection with a
 transport that only counts what is written gets pre-encoded SEND_MESSAGE_V2 frames (1 KiB
@@ -13,7 +13,10 @@ processor, the store. Socket system calls and the event loop's own work are left
 ``rocketstore bench --scenario broker-send`` for the whole). ``--profile`` writes cProfile
 stats of one more round (read with ``python -m pstats``); ``--top K`` also prints that round's
 K functions with the most own time, in µs a message (the profiler slows Python calls several
-fold: the shares say where the time goes). The load average is printed before and after.
+fold: the shares say where the time goes). ``--clock thread`` counts the loop thread's CPU
+alone (``time.thread_time``), without the store's service threads; it also prints that
+thread's user and system share and its page faults a message. The load average is printed
+before and after.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import asyncio
 import cProfile
 import os
 import pstats
+import resource
 import shutil
 import tempfile
 import time
@@ -135,6 +139,7 @@ def _pull_frames(per_queue: int, queues: int) -> list[bytes]:
 
 
 async def run(args: argparse.Namespace) -> None:
+    clock = time.thread_time if args.clock == "thread" else time.process_time
     root = tempfile.mkdtemp(prefix="broker-hotpath-")
     try:
         store_config = StoreConfig(
@@ -157,19 +162,29 @@ async def run(args: argparse.Namespace) -> None:
                     profiler = cProfile.Profile() if args.profile and r == args.rounds else None
                     if profiler:
                         profiler.enable()
-                    t = time.process_time()
+                    usage = resource.getrusage(resource.RUSAGE_THREAD)
+                    t = clock()
                     for f in frames:
                         _feed(conn, f)
                         if args.flush == "SYNC_FLUSH":
                             await asyncio.sleep(0)
-                    took = time.process_time() - t
+                    took = clock() - t
+                    after = resource.getrusage(resource.RUSAGE_THREAD)
                     if profiler:
                         profiler.disable()
                         profiler.dump_stats(args.profile + ".send")
                         if args.top:
                             _print_top(args.profile + ".send", n, args.top)
                     else:
-                        print(f"send: {took / n * 1e6:.1f} µs/msg ({n / took:,.0f} msgs/s of CPU)")
+                        line = f"send: {took / n * 1e6:.1f} µs/msg ({n / took:,.0f} msgs/s of CPU)"
+                        if args.clock == "thread":
+                            user = (after.ru_utime - usage.ru_utime) / n * 1e6
+                            system = (after.ru_stime - usage.ru_stime) / n * 1e6
+                            faults = (after.ru_minflt - usage.ru_minflt) / n
+                            line += (
+                                f" user {user:.1f} sys {system:.1f} µs, {faults:.2f} page faults"
+                            )
+                        print(line)
             if args.what in ("pull", "all"):
                 per_queue = n // 4
                 if args.what == "pull":  # the sends above filled the queues otherwise
@@ -182,10 +197,10 @@ async def run(args: argparse.Namespace) -> None:
                     if profiler:
                         profiler.enable()
                     before = transport.written
-                    t = time.process_time()
+                    t = clock()
                     for f in frames:
                         _feed(conn, f)
-                    took = time.process_time() - t
+                    took = clock() - t
                     if profiler:
                         profiler.disable()
                         profiler.dump_stats(args.profile + ".pull")
@@ -212,6 +227,12 @@ def main() -> None:
     ap.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"))
     ap.add_argument("--profile", default=None, help="cProfile stats to FILE.send / FILE.pull")
     ap.add_argument("--top", type=int, default=0, help="with --profile: print the top K")
+    ap.add_argument(
+        "--clock",
+        choices=("process", "thread"),
+        default="process",
+        help="CPU of the whole process (default) or of the loop thread alone",
+    )
     args = ap.parse_args()
     if args.top and not args.profile:
         ap.error("--top needs --profile FILE")
