@@ -49,7 +49,12 @@ def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def run(kind: str, coro: Any) -> Any:
-    with asyncio.Runner(loop_factory=_loop_factory(kind)) as runner:
+    try:
+        factory = _loop_factory(kind)
+    except BaseException:  # skipped: the coroutine never runs
+        coro.close()
+        raise
+    with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(asyncio.wait_for(coro, 30))
 
 

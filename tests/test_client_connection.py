@@ -23,7 +23,11 @@ LOOPS = ["asyncio", "uvloop"]
 
 def run(kind: str, coro: Any) -> Any:
     if kind == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
+        try:
+            uvloop = pytest.importorskip("uvloop")
+        except BaseException:  # skipped: the coroutine never runs
+            coro.close()
+            raise
         factory = uvloop.new_event_loop
     else:
         factory = asyncio.new_event_loop
