@@ -492,15 +492,16 @@ def test_the_index_uses_the_selected_writer() -> None:
     assert (_index_write.put_keys is index_c.put_keys) == (not env_on)
 
 
-def test_the_twin_uses_the_layout_of_the_index() -> None:
+def test_the_writer_uses_rocketmqs_index_layout() -> None:
     w = _index_write
-    assert (w.HEADER_SIZE, w.SLOT.format, w.ENTRY.format, w.INT32_MAX, w.INVALID_INDEX) == (
-        HEADER_SIZE,
-        SLOT.format,
-        ENTRY.format,
-        INT32_MAX,
-        _index.INVALID_INDEX,
+    assert (w.HEADER.format, w.HEADER_SIZE, w.SLOT.format, w.ENTRY.format) == (
+        ">qqqqii",
+        40,
+        ">i",
+        ">iqii",
     )
+    assert (w.INT32_MAX, w.INVALID_INDEX) == (2**31 - 1, 0)
+    assert (HEADER_SIZE, SLOT, ENTRY, INT32_MAX) == (w.HEADER_SIZE, w.SLOT, w.ENTRY, w.INT32_MAX)
     assert _index_write.KEY_SEPARATOR == KEY_SEPARATOR == " "
 
 

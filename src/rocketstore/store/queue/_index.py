@@ -37,7 +37,6 @@ import datetime
 import functools
 import logging
 import os
-import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -61,7 +60,15 @@ from ..log._record import (
     TRANSACTION_ROLLBACK_TYPE,
     DispatchRequest,
 )
-from ._index_write import put_keys
+from ._index_write import ENTRY as ENTRY
+from ._index_write import ENTRY_SIZE as ENTRY_SIZE
+from ._index_write import HEADER as HEADER
+from ._index_write import HEADER_SIZE as HEADER_SIZE
+from ._index_write import INT32_MAX as INT32_MAX
+from ._index_write import INVALID_INDEX as INVALID_INDEX
+from ._index_write import SLOT as SLOT
+from ._index_write import SLOT_SIZE as SLOT_SIZE
+from ._index_write import put_entry, put_keys, time_diff
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,14 +76,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct(">qqqqii")
-HEADER_SIZE = HEADER.size  # 40
-SLOT = struct.Struct(">i")
-SLOT_SIZE = SLOT.size  # 4
-ENTRY = struct.Struct(">iqii")
-ENTRY_SIZE = ENTRY.size  # 20
-INVALID_INDEX = 0
-INT32_MAX = 0x7FFFFFFF
 MAX_QUERY_NUM = 64  # RocketMQ's maxMsgsNumBatch
 BULK_MIN_RECORDS = 16  # smaller batches cost less through build_index than numpy's set-up
 _MASK32 = 0xFFFFFFFF
@@ -115,14 +114,6 @@ class KeyHasher:
             if len(self._prefix) < 100_000:
                 self._prefix[topic] = hp
         return hp
-
-
-def _time_diff(begin: int, store_timestamp: int) -> int:
-    """An entry's timeDiff: whole seconds since the file's begin time (0 before the first
-    entry), at most INT32_MAX."""
-    if begin <= 0 or store_timestamp < begin:
-        return 0
-    return min((store_timestamp - begin) // 1000, INT32_MAX)
 
 
 class IndexFile:
@@ -216,30 +207,9 @@ class IndexFile:
 
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add one entry (the header is written by ``write_header``). False when full."""
-        count = self.index_count
-        if count >= self.index_num:
+        if self.index_count >= self.index_num:
             return False
-        mm = self.mf.mm
-        slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * SLOT_SIZE
-        entry_pos = HEADER_SIZE + self.slot_num * SLOT_SIZE + count * ENTRY_SIZE
-        if not self._slot_pages[slot_pos // OS_PAGE_SIZE]:
-            self.allocate_slot_pages((slot_pos // OS_PAGE_SIZE,))
-        if entry_pos + ENTRY_SIZE > self._entries_allocated:
-            self.allocate_entries(entry_pos + ENTRY_SIZE)
-        slot_value = SLOT.unpack_from(mm, slot_pos)[0]
-        if slot_value <= INVALID_INDEX or slot_value > count:
-            slot_value = INVALID_INDEX
-        diff = _time_diff(self.begin_timestamp, store_timestamp)
-        ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, diff, slot_value)
-        SLOT.pack_into(mm, slot_pos, count)
-        if count <= 1:
-            self.begin_phy_offset = phy_offset
-            self.begin_timestamp = store_timestamp
-        if slot_value == INVALID_INDEX:
-            self.hash_slot_count += 1
-        self.index_count = count + 1
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
+        put_entry(self, key_hash, phy_offset, store_timestamp)
         return True
 
     def allocate_slot_pages(self, pages: Iterable[int]) -> None:
@@ -521,10 +491,10 @@ def _put_block(
     prev[order[1:]] = numbers[order[:-1]]
     firsts = order[first]
     begin = f.begin_timestamp
-    first_diff = _time_diff(begin, ts)
+    first_diff = time_diff(begin, ts)
     if count <= 1:
         begin = ts  # entry 1 sets the file's begin time, which later entries count from
-    diffs = np.full(m, _time_diff(begin, ts), dtype=np.int64)
+    diffs = np.full(m, time_diff(begin, ts), dtype=np.int64)
     diffs[0] = first_diff
     mm = f.mf.mm
     entry_at = HEADER_SIZE + f.slot_num * SLOT_SIZE + count * ENTRY_SIZE

@@ -6,8 +6,9 @@
 token of its KEYS value, in that order. Each key's hash is RocketMQ's: abs(Java hashCode of
 ``topic#key``) (Integer.MIN_VALUE → 0), computed from the topic prefix's hash ``prefix_hash``
 (``java_hash_unsigned(topic + "#")``, which ``KeyHasher`` caches) by running the hash on over
-the key's UTF-16 code units. Each entry is written exactly as ``IndexFile.put_key`` writes it,
-and the file's counters and begin/end offsets and times are moved as it moves them.
+the key's UTF-16 code units. Each entry is written by ``put_entry``, which
+``IndexFile.put_key`` also uses, and which moves the file's counters and begin/end offsets and
+times.
 
 ``put_keys`` stops at the first key that does not fit (the file is full) and returns its number;
 the caller starts the next file and calls again from there. It returns -1 when every key from
@@ -34,7 +35,9 @@ from .._java_hash import java_hash_unsigned, power31, utf16_length
 from ..log._mapped_file import OS_PAGE_SIZE
 from ..log._record import KEY_SEPARATOR
 
-HEADER_SIZE = 40
+# the index file's layout (drawn in ``_index``, which takes these from here)
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size  # 40
 SLOT = struct.Struct(">i")
 SLOT_SIZE = SLOT.size  # 4
 ENTRY = struct.Struct(">iqii")
@@ -81,6 +84,45 @@ def _bad64(value: object) -> bool:
     return False
 
 
+def time_diff(begin: int, store_timestamp: int) -> int:
+    """An entry's timeDiff: whole seconds since the file's begin time (0 before the first
+    entry), at most INT32_MAX."""
+    if begin <= 0 or store_timestamp < begin:
+        return 0
+    return min((store_timestamp - begin) // 1000, INT32_MAX)
+
+
+def put_entry(f: KeyedFile, key_hash: int, phy_offset: int, ts: int, bad_phy: bool = False) -> None:
+    """Write entry number ``f.index_count`` (the file has room for it) and its slot, and move
+    the file's counters and begin/end offsets and times. The slot page and the entry get their
+    disk blocks first. ``bad_phy``: raise struct.error before a byte of the entry is written."""
+    count = f.index_count
+    slot_num = f.slot_num
+    slot_pos = HEADER_SIZE + (key_hash % slot_num) * SLOT_SIZE
+    entry_pos = HEADER_SIZE + slot_num * SLOT_SIZE + count * ENTRY_SIZE
+    if not f._slot_pages[slot_pos // OS_PAGE_SIZE]:
+        f.allocate_slot_pages((slot_pos // OS_PAGE_SIZE,))
+    if entry_pos + ENTRY_SIZE > f._entries_allocated:
+        f.allocate_entries(entry_pos + ENTRY_SIZE)
+    mm = f.mf.mm
+    slot_value = SLOT.unpack_from(mm, slot_pos)[0]
+    if slot_value <= INVALID_INDEX or slot_value > count:
+        slot_value = INVALID_INDEX
+    diff = time_diff(f.begin_timestamp, ts)
+    if bad_phy:
+        raise struct.error("the commit-log offset is out of range or not an integer")
+    ENTRY.pack_into(mm, entry_pos, key_hash, phy_offset, diff, slot_value)
+    SLOT.pack_into(mm, slot_pos, count)
+    if count <= 1:
+        f.begin_phy_offset = phy_offset
+        f.begin_timestamp = ts
+    if slot_value == INVALID_INDEX:
+        f.hash_slot_count += 1
+    f.index_count = count + 1
+    f.end_phy_offset = phy_offset
+    f.end_timestamp = ts
+
+
 def record_keys(uniq_key: str | None, keys: str | None) -> list[str]:
     """The keys ``put_keys`` indexes for a record, in order."""
     out = [uniq_key] if uniq_key else []
@@ -114,44 +156,18 @@ def put_keys_py(
         phy_offset
     )
     number = 0
-    ts = store_timestamp
     for key in todo:
         if not key:
             continue
         if number < done:
             number += 1
             continue
-        count = f.index_count
-        if count >= f.index_num:
+        if f.index_count >= f.index_num:
             return number
         h = (prefix_hash * power31(utf16_length(key)) + java_hash_unsigned(key)) & _MASK32
         if h & 0x80000000:  # abs of the signed value; Integer.MIN_VALUE gives 0
             h = 0x100000000 - h if h != 0x80000000 else 0
-        slot_num = f.slot_num
-        slot_pos = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
-        entry_pos = HEADER_SIZE + slot_num * SLOT_SIZE + count * ENTRY_SIZE
-        if not f._slot_pages[slot_pos // OS_PAGE_SIZE]:
-            f.allocate_slot_pages((slot_pos // OS_PAGE_SIZE,))
-        if entry_pos + ENTRY_SIZE > f._entries_allocated:
-            f.allocate_entries(entry_pos + ENTRY_SIZE)
-        mm = f.mf.mm
-        slot_value = SLOT.unpack_from(mm, slot_pos)[0]
-        if slot_value <= INVALID_INDEX or slot_value > count:
-            slot_value = INVALID_INDEX
-        begin = f.begin_timestamp
-        diff = 0 if begin <= 0 or ts < begin else min((ts - begin) // 1000, INT32_MAX)
-        if bad_phy:
-            raise struct.error("the commit-log offset is out of range or not an integer")
-        ENTRY.pack_into(mm, entry_pos, h, phy_offset, diff, slot_value)
-        SLOT.pack_into(mm, slot_pos, count)
-        if count <= 1:
-            f.begin_phy_offset = phy_offset
-            f.begin_timestamp = ts
-        if slot_value == INVALID_INDEX:
-            f.hash_slot_count += 1
-        f.index_count = count + 1
-        f.end_phy_offset = phy_offset
-        f.end_timestamp = ts
+        put_entry(f, h, phy_offset, store_timestamp, bad_phy)
         number += 1
     return -1
 
