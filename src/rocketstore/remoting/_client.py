@@ -67,27 +67,16 @@ class ClientConnection(Connection):
         loop = self._loop
         if self.closed or loop is None:
             raise RemotingError(f"connection to {self.peer} closed")
-        fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        pending = self._pending
-        if cmd.opaque in pending:  # the same command sent twice at once: give it a new id
+        if cmd.opaque in self._pending:  # the same command sent twice at once: a new id
             cmd.opaque = next_opaque()
         opaque = cmd.opaque
-        pending[opaque] = fut
-        deadline = loop.time() + timeout
-        deadlines = self._deadlines
-        deadlines[opaque] = (deadline, fut, cmd.code, timeout)
-        if self._timer is None or deadline < self._timer_at:
-            self._set_timer(loop, deadline)
+        fut = self._await_response(loop, opaque, cmd.code, timeout)
         try:
             if not self.send(cmd):
                 raise RemotingError(f"connection to {self.peer} closed")
             return await fut
         finally:
-            if pending.get(opaque) is fut:
-                del pending[opaque]
-            entry = deadlines.get(opaque)
-            if entry is not None and entry[1] is fut:
-                del deadlines[opaque]
+            self._forget(opaque, fut)
 
     async def invoke_encoded(
         self,
@@ -104,34 +93,38 @@ class ClientConnection(Connection):
         transport = self.transport
         if self.closed or loop is None or transport is None or transport.is_closing():
             raise RemotingError(f"connection to {self.peer} closed")
-        pending = self._pending
-        if opaque in pending:
+        if opaque in self._pending:
             raise ValueError(f"a request with opaque {opaque} is in flight already")
-        fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        pending[opaque] = fut
-        deadline = loop.time() + timeout
-        deadlines = self._deadlines
-        deadlines[opaque] = (deadline, fut, code, timeout)
-        if self._timer is None or deadline < self._timer_at:
-            self._set_timer(loop, deadline)
+        fut = self._await_response(loop, opaque, code, timeout)
         try:
-            cork = self._cork
             if len(body) > _JOIN_LIMIT:  # a large body is not copied into a joined frame
-                if cork:
-                    self._flush(cork)
-                transport.write(head)
-                transport.write(body)
-            elif cork is not None:  # sent while a read is parsed: after the answers before it
-                cork.append(head + body)
+                self._write_parts(transport, head, body)
             else:
-                transport.write(head + body)
+                self._write_joined(transport, head + body)
             return await fut
         finally:
-            if pending.get(opaque) is fut:
-                del pending[opaque]
-            entry = deadlines.get(opaque)
-            if entry is not None and entry[1] is fut:
-                del deadlines[opaque]
+            self._forget(opaque, fut)
+
+    def _await_response(
+        self, loop: asyncio.AbstractEventLoop, opaque: int, code: int, timeout: float
+    ) -> asyncio.Future[RemotingCommand]:
+        """The future the response to ``opaque`` completes, failed by the shared timer when
+        ``timeout`` passes first."""
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = fut
+        deadline = loop.time() + timeout
+        self._deadlines[opaque] = (deadline, fut, code, timeout)
+        if self._timer is None or deadline < self._timer_at:
+            self._set_timer(loop, deadline)
+        return fut
+
+    def _forget(self, opaque: int, fut: asyncio.Future[RemotingCommand]) -> None:
+        """The request ``opaque`` waited for by ``fut`` is over: no response, no deadline."""
+        if self._pending.get(opaque) is fut:
+            del self._pending[opaque]
+        entry = self._deadlines.get(opaque)
+        if entry is not None and entry[1] is fut:
+            del self._deadlines[opaque]
 
     def _set_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:

@@ -500,30 +500,38 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or self.closed or transport.is_closing():
             return False
-        body = cmd.body
-        if len(body) <= _JOIN_LIMIT:
-            data = cmd.encode()
-            cork = self._cork
-            if cork is not None:
-                cork.append(data)
-                self._corked += len(data)
-                if self._corked >= _CORK_LIMIT:  # let the transport see it (backpressure)
-                    self._flush(cork)
-            else:
-                transport.write(data)
-                if self._budget is not None and (
-                    self._buffered or transport.get_write_buffer_size()
-                ):  # (nothing held before or now: the count is still 0)
-                    self._count()
+        if len(cmd.body) <= _JOIN_LIMIT:
+            self._write_joined(transport, cmd.encode())
         else:
             head, body = cmd.encode_parts()
-            if self._cork:
-                self._flush(self._cork)
-            transport.write(head)
-            transport.write(body)
-            if self._budget is not None:
-                self._count()
+            self._write_parts(transport, head, body)
         return True
+
+    def _write_joined(self, transport: asyncio.Transport, data: bytes) -> None:
+        """Write a whole frame: held with the answers of the read being parsed, if any."""
+        cork = self._cork
+        if cork is not None:
+            cork.append(data)
+            self._corked += len(data)
+            if self._corked >= _CORK_LIMIT:  # let the transport see it (backpressure)
+                self._flush(cork)
+        else:
+            transport.write(data)
+            if self._budget is not None and (
+                self._buffered or transport.get_write_buffer_size()
+            ):  # (nothing held before or now: the count is still 0)
+                self._count()
+
+    def _write_parts(
+        self, transport: asyncio.Transport, head: bytes, body: bytes | bytearray | memoryview
+    ) -> None:
+        """Write a frame with a large body, which is not copied: after what is held."""
+        if self._cork:
+            self._flush(self._cork)
+        transport.write(head)
+        transport.write(body)
+        if self._budget is not None:
+            self._count()
 
     def _flush(self, cork: list[bytes]) -> None:
         """Write the held responses (and empty the list: each goes out once)."""
