@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore._speedups import compiled_glue
 from rocketstore.broker._config import BrokerConfig
@@ -28,35 +29,6 @@ from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.server import BrokerServer
 
 TOPIC = "GlueTopic"
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: Any) -> None:
-        self.writes.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _v2(n: int, **changes: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._send import SendProcessor
@@ -31,39 +32,6 @@ from rocketstore.server import BrokerServer
 RECORDED = Path("/work/shared/protocol/remoting/send.jsonl")
 TOPIC = "FastTopic"
 UNIQ = "UNIQ_KEY\u00010100007F0000F44000000000\u0002"
-
-
-class RecordingTransport:
-    """A transport that keeps every write."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: Any) -> None:
-        self.writes.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    closed = False
 
 
 def v2(**changes: Any) -> dict[str, Any]:
