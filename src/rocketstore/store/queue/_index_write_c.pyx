@@ -17,6 +17,8 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
+from rocketstore.store._java_hash_c cimport java_hash_on
+
 
 cdef extern from "Python.h":
     int PyUnicode_KIND(object)
@@ -65,36 +67,6 @@ cdef inline uint32_t _unit(int kind, const void *data, Py_ssize_t i) noexcept:
     if kind == PyUnicode_2BYTE_KIND:
         return (<const uint16_t *>data)[i]
     return (<const uint32_t *>data)[i]
-
-
-cdef inline uint32_t _hash_on(uint32_t h, int kind, const void *data, Py_ssize_t start,
-                              Py_ssize_t end) noexcept:
-    """Java's hash continued from ``h`` over the UTF-16 code units of characters [start, end):
-    a character above U+FFFF counts as its surrogate pair, a lone surrogate as itself."""
-    cdef Py_ssize_t i
-    cdef uint32_t c
-    cdef const uint8_t *s1
-    cdef const uint16_t *s2
-    cdef const uint32_t *s4
-    if kind == PyUnicode_1BYTE_KIND:
-        s1 = <const uint8_t *>data
-        for i in range(start, end):
-            h = h * 31u + s1[i]
-    elif kind == PyUnicode_2BYTE_KIND:
-        s2 = <const uint16_t *>data
-        for i in range(start, end):
-            h = h * 31u + s2[i]
-    else:
-        s4 = <const uint32_t *>data
-        for i in range(start, end):
-            c = s4[i]
-            if c > 0xFFFF:
-                c -= 0x10000
-                h = h * 31u + (0xD800u + (c >> 10))
-                h = h * 31u + (0xDC00u + (c & 0x3FFu))
-            else:
-                h = h * 31u + c
-    return h
 
 
 cdef inline void _put32(unsigned char *p, uint32_t v) noexcept:
@@ -286,7 +258,7 @@ def put_keys(f, prefix_hash, uniq_key, keys, phy_offset, store_timestamp, done, 
                 if number < first:
                     number += 1
                     continue
-                r = _put_one(&c, f, _hash_on(hp, kind, data, start, end), phy_offset,
+                r = _put_one(&c, f, java_hash_on(hp, kind, data, start, end), phy_offset,
                              store_timestamp)
                 if r == 1:
                     return number
