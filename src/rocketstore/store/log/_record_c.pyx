@@ -22,21 +22,11 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from rocketstore.store._big_endian cimport put32, put64
+
 cdef object _struct_error = struct.error
 cdef int32_t _MAGIC_V1 = <int32_t>0xDAA320A7
 DEF HEAD_SIZE = 88
-
-
-cdef inline void _put32(unsigned char *p, uint32_t v) noexcept:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
-
-cdef inline void _put64(unsigned char *p, uint64_t v) noexcept:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
 
 
 cdef inline int _not_packable() except -1:
@@ -98,21 +88,21 @@ cdef inline void _write_one(
     unsigned char *dst, int32_t total, const Head *h, const void *body, Py_ssize_t blen,
     const void *tail, Py_ssize_t tlen,
 ) noexcept:
-    _put32(dst, <uint32_t>total)
-    _put32(dst + 4, <uint32_t>h.magic)
-    _put32(dst + 8, <uint32_t>h.crc)
-    _put32(dst + 12, <uint32_t>h.queue_id)
-    _put32(dst + 16, <uint32_t>h.flag)
-    _put64(dst + 20, <uint64_t>h.qoff)
-    _put64(dst + 28, <uint64_t>h.phys)
-    _put32(dst + 36, <uint32_t>h.sys_flag)
-    _put64(dst + 40, <uint64_t>h.born_ts)
+    put32(dst, <uint32_t>total)
+    put32(dst + 4, <uint32_t>h.magic)
+    put32(dst + 8, <uint32_t>h.crc)
+    put32(dst + 12, <uint32_t>h.queue_id)
+    put32(dst + 16, <uint32_t>h.flag)
+    put64(dst + 20, <uint64_t>h.qoff)
+    put64(dst + 28, <uint64_t>h.phys)
+    put32(dst + 36, <uint32_t>h.sys_flag)
+    put64(dst + 40, <uint64_t>h.born_ts)
     memcpy(dst + 48, h.born_host, 8)
-    _put64(dst + 56, <uint64_t>h.store_ts)
+    put64(dst + 56, <uint64_t>h.store_ts)
     memcpy(dst + 64, h.store_host, 8)
-    _put32(dst + 72, <uint32_t>h.reconsume)
-    _put64(dst + 76, <uint64_t>h.prepared)
-    _put32(dst + 84, <uint32_t>blen)
+    put32(dst + 72, <uint32_t>h.reconsume)
+    put64(dst + 76, <uint64_t>h.prepared)
+    put32(dst + 84, <uint32_t>blen)
     memcpy(dst + HEAD_SIZE, body, <size_t>blen)
     memcpy(dst + HEAD_SIZE + blen, tail, <size_t>tlen)
 

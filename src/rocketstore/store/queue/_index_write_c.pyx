@@ -17,6 +17,8 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
+from rocketstore.store._big_endian cimport get32, put32
+
 from rocketstore.store._java_hash_c cimport java_hash_on
 
 
@@ -67,17 +69,6 @@ cdef inline uint32_t _unit(int kind, const void *data, Py_ssize_t i) noexcept:
     if kind == PyUnicode_2BYTE_KIND:
         return (<const uint16_t *>data)[i]
     return (<const uint32_t *>data)[i]
-
-
-cdef inline void _put32(unsigned char *p, uint32_t v) noexcept:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
-
-cdef inline uint32_t _get32(const unsigned char *p) noexcept:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
 
 
 cdef inline void _release(Ctx *c) noexcept:
@@ -177,7 +168,7 @@ cdef int _put_one(Ctx *c, object f, uint32_t h, object phy_offset, object ts) ex
     if slot_pos > c.view.len - SLOT_SIZE:
         raise _struct_error(f"a slot at {slot_pos} is outside the mapping ({c.view.len} bytes)")
     p = <unsigned char *>c.view.buf
-    slot_value = <int32_t>_get32(p + slot_pos)
+    slot_value = <int32_t>get32(p + slot_pos)
     if slot_value <= 0 or slot_value > c.count:
         slot_value = 0
     if c.begin <= 0 or c.ts < c.begin:
@@ -190,12 +181,12 @@ cdef int _put_one(Ctx *c, object f, uint32_t h, object phy_offset, object ts) ex
         raise _struct_error("the commit-log offset is out of range or not an integer")
     if entry_pos > c.view.len - ENTRY_SIZE:
         raise _struct_error(f"an entry at {entry_pos} is outside the mapping ({c.view.len} bytes)")
-    _put32(p + entry_pos, h)
-    _put32(p + entry_pos + 4, <uint32_t>(<uint64_t>c.phy >> 32))
-    _put32(p + entry_pos + 8, <uint32_t><uint64_t>c.phy)
-    _put32(p + entry_pos + 12, <uint32_t>diff)
-    _put32(p + entry_pos + 16, <uint32_t>slot_value)
-    _put32(p + slot_pos, <uint32_t>c.count)
+    put32(p + entry_pos, h)
+    put32(p + entry_pos + 4, <uint32_t>(<uint64_t>c.phy >> 32))
+    put32(p + entry_pos + 8, <uint32_t><uint64_t>c.phy)
+    put32(p + entry_pos + 12, <uint32_t>diff)
+    put32(p + entry_pos + 16, <uint32_t>slot_value)
+    put32(p + slot_pos, <uint32_t>c.count)
     if c.count <= 1:
         c.set_begin = True
         c.begin = c.ts

@@ -11,23 +11,16 @@ import struct
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
+from rocketstore.store._big_endian cimport put32, put64
+
 cdef object _struct_error = struct.error
 DEF UNIT_SIZE = 20
 
 
-cdef inline void _put32(unsigned char *p, uint32_t v) noexcept:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
-
 cdef inline void _put_unit(unsigned char *p, int64_t off, int32_t size, int64_t code) noexcept:
-    _put32(p, <uint32_t>(<uint64_t>off >> 32))
-    _put32(p + 4, <uint32_t><uint64_t>off)
-    _put32(p + 8, <uint32_t>size)
-    _put32(p + 12, <uint32_t>(<uint64_t>code >> 32))
-    _put32(p + 16, <uint32_t><uint64_t>code)
+    put64(p, <uint64_t>off)
+    put32(p + 8, <uint32_t>size)
+    put64(p + 12, <uint64_t>code)
 
 
 cdef inline int _writable(object o, Py_buffer *view) except -1:

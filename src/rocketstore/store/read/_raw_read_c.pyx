@@ -14,6 +14,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcmp
 
+from rocketstore.store._big_endian cimport get32
+
 
 cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
@@ -25,7 +27,7 @@ cdef int _V6 = 0x10 | 0x20
 
 
 cdef inline int32_t _get32(const unsigned char *p) noexcept:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+    return <int32_t>get32(p)
 
 
 def check_v4(buf, pos_, size_, raw_topic, queue_id, crc32, /):
