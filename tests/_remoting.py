@@ -19,6 +19,8 @@ from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+import pytest
+
 from rocketstore.remoting import Handler, RemotingCommand, RemotingServer
 from rocketstore.remoting._command import decode_frame
 
@@ -33,6 +35,19 @@ def new_loop(kind: str = "asyncio") -> asyncio.AbstractEventLoop:
 
         return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def run_on(kind: str, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    """Run ``coro`` to its end on a new loop of ``kind`` ("asyncio" or "uvloop"), at most
+    ``timeout`` seconds; the test is skipped (and ``coro`` closed) when uvloop is absent."""
+    if kind == "uvloop":
+        try:
+            pytest.importorskip("uvloop")
+        except BaseException:  # skipped: the coroutine never runs
+            coro.close()
+            raise
+    with asyncio.Runner(loop_factory=lambda: new_loop(kind)) as runner:
+        return runner.run(asyncio.wait_for(coro, timeout))
 
 
 class LoopThread:

@@ -15,11 +15,12 @@ import json
 import re
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from _remoting import run_on as run
 from rocketstore.client._async_producer import AsyncProducer
 from rocketstore.client._producer import (
     UNIQ_IDS,
@@ -39,23 +40,6 @@ TOPIC = "FramesTopic"
 BROKER = "broker-f"
 UNIQ = re.compile(r"[0-9A-F]{32}")
 LOOPS = ["asyncio", "uvloop"]
-
-
-def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    if kind == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
-        return uvloop.new_event_loop  # type: ignore[no-any-return]
-    return asyncio.new_event_loop
-
-
-def run(kind: str, coro: Any) -> Any:
-    try:
-        factory = _loop_factory(kind)
-    except BaseException:  # skipped: the coroutine never runs
-        coro.close()
-        raise
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 30))
 
 
 class Peer(asyncio.Protocol):

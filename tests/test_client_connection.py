@@ -13,26 +13,13 @@ from typing import Any
 
 import pytest
 
+from _remoting import run_on as run
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RemotingError
 from rocketstore.remoting._client import ClientConnection
 from rocketstore.remoting._command import decode_frame
 
 pytestmark = pytest.mark.timeout(60)
 LOOPS = ["asyncio", "uvloop"]
-
-
-def run(kind: str, coro: Any) -> Any:
-    if kind == "uvloop":
-        try:
-            uvloop = pytest.importorskip("uvloop")
-        except BaseException:  # skipped: the coroutine never runs
-            coro.close()
-            raise
-        factory = uvloop.new_event_loop
-    else:
-        factory = asyncio.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(asyncio.wait_for(coro, 30))
 
 
 class Answering(asyncio.Protocol):
