@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -166,7 +167,9 @@ def _files(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.skipif(not _built(), reason="mypyc's modules are not built in this tree")
 def test_compiled_and_sources_write_the_same_bytes(tmp_path: Path) -> None:
-    port = 40000 + os.getpid() % 20000  # names the store's host in message ids: the same twice
+    with socket.socket() as probe:  # a free port; it names the store's host in message ids
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     assert _scenario(tmp_path / "compiled", port, no_extensions=False) == "compiled"
     assert _scenario(tmp_path / "sources", port, no_extensions=True) == "sources"
     compiled, sources = _files(tmp_path / "compiled"), _files(tmp_path / "sources")
