@@ -29,9 +29,9 @@ SOURCES = {
 
 # compiled by mypyc as they are (rocketstore._speedups.COMPILED_MODULES names the same modules)
 MYPYC_MODULES = (
-    "src/rocketstore/broker/_send.py",
-    "src/rocketstore/broker/_stats.py",
-    "src/rocketstore/broker/_long_poll.py",
+    "src/rocketstore/broker/messaging/_send.py",
+    "src/rocketstore/broker/state/_stats.py",
+    "src/rocketstore/broker/state/_long_poll.py",
     "src/rocketstore/remoting/_command.py",
     "src/rocketstore/remoting/_connection.py",
     "src/rocketstore/remoting/_client.py",  # its ClientConnection derives from Connection

@@ -48,7 +48,7 @@ GROUPS = [
     ("send processing", ["_send.py"]),
     ("pull processing", ["_pull.py"]),
     ("connection", ["_connection.py"]),
-    ("broker stats", ["broker/_stats.py"]),
+    ("broker stats", ["broker/state/_stats.py"]),
 ]
 
 

@@ -23,7 +23,7 @@ from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore._speedups import compiled_glue
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._topic_config import TopicConfig
+from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.client._producer import encode_batch
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.server import BrokerServer

@@ -11,15 +11,15 @@ import os
 from pathlib import Path
 
 from rocketstore import StoreConfig
-from rocketstore.broker._admin import config_texts
-from rocketstore.broker._admin_config import rewrite_conf_text
-from rocketstore.broker._admin_config_keys import (
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.broker.admin._admin import config_texts
+from rocketstore.broker.admin._config import rewrite_conf_text
+from rocketstore.broker.admin._config_keys import (
     MESSAGE_STORE_CONFIG_KEYS,
     ROCKETMQ_KEYS,
     JavaHashtable,
     rocketmq_config_lines,
 )
-from rocketstore.broker._config import BrokerConfig
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.store._java_hash import java_hash_unsigned
 from test_broker_admin import Cluster, raw_call

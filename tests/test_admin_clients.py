@@ -11,7 +11,7 @@ import time
 import pytest
 
 from _waits import wait_until
-from rocketstore.broker._admin_bodies import (
+from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     BrokerStatsData,
     BrokerStatsItem,
@@ -23,7 +23,7 @@ from rocketstore.broker._admin_bodies import (
     decode_producer_connection,
     encode_producer_connection,
 )
-from rocketstore.broker._heartbeat import (
+from rocketstore.broker.state._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -33,7 +33,7 @@ from rocketstore.broker._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.broker._stats import RollingCounter
+from rocketstore.broker.state._stats import RollingCounter
 from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rocketstore.broker._heartbeat import (
+from rocketstore.broker.state._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from _waits import wait_until
-from rocketstore.broker._admin_bodies import (
+from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     ConsumeQueueUnit,
     QueryConsumeQueueBody,

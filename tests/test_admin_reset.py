@@ -12,13 +12,13 @@ import time
 import pytest
 
 from _waits import wait_until
-from rocketstore.broker._admin_bodies import (
+from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     MessageQueue,
     decode_reset_offset,
     encode_reset_offset,
 )
-from rocketstore.broker._heartbeat import (
+from rocketstore.broker.state._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

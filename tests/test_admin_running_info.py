@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from _waits import wait_until
-from rocketstore.broker import _admin_consumers
-from rocketstore.broker._admin_bodies import BodyFormatError, MessageQueue
-from rocketstore.broker._admin_consumer_bodies import (
+from rocketstore.broker.admin import _consumers as _admin_consumers
+from rocketstore.broker.admin._bodies import BodyFormatError, MessageQueue
+from rocketstore.broker.admin._consumer_bodies import (
     PROP_CONSUME_TYPE,
     ConsumerRunningInfo,
     ConsumerStatusBody,
     ConsumeStatus,
     ProcessQueueInfo,
 )
-from rocketstore.broker._heartbeat import (
+from rocketstore.broker.state._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from _remoting import raw_connect, read_command, serve
-from rocketstore.broker import _consumer_offset
+from rocketstore.broker.state import _consumer_offset
 from rocketstore.remoting import (
     RemotingClient,
     RemotingCommand,

@@ -19,7 +19,9 @@ from click.testing import CliRunner
 
 from _waits import wait_until
 from rocketstore import StoreConfig
-from rocketstore.broker._admin_bodies import (
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.broker._controller import BrokerController
+from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     ConsumeStats,
     OffsetWrapper,
@@ -32,8 +34,6 @@ from rocketstore.broker._admin_bodies import (
     encode_topic_stats,
     loads,
 )
-from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.cli import main as cli_main
 from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer, decode_records
 from rocketstore.client._admin import AdminClient

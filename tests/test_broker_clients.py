@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from rocketstore import ManualClock
-from rocketstore.broker._consumer_manager import (
+from rocketstore.broker._errors import InvalidHeartbeatError, InvalidSubscriptionError
+from rocketstore.broker.state._consumer_manager import (
     ConsumerManager,
     ProducerManager,
     parse_heartbeat,
 )
-from rocketstore.broker._errors import InvalidHeartbeatError, InvalidSubscriptionError
-from rocketstore.broker._heartbeat import (
+from rocketstore.broker.state._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

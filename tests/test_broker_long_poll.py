@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rocketstore.broker._long_poll import PullRequestHoldService
+from rocketstore.broker.state._long_poll import PullRequestHoldService
 
 
 def run(coro_fn: Callable[[], object]) -> None:

@@ -49,8 +49,8 @@ def test_samples_are_grouped_by_their_deepest_known_frame(tmp_path: Path) -> Non
         (
             [
                 RUN,
-                "BrokerStats.note_rpc (rocketstore/broker/_stats.py:113)",
-                "message_type (rocketstore/broker/_stats.py:70)",
+                "BrokerStats.note_rpc (rocketstore/broker/state/_stats.py:113)",
+                "message_type (rocketstore/broker/state/_stats.py:70)",
                 "unicode_split (libpython3.11.so.1.0)",
             ],
             3,
@@ -59,7 +59,7 @@ def test_samples_are_grouped_by_their_deepest_known_frame(tmp_path: Path) -> Non
         (
             [
                 RUN,
-                "SendProcessor.send (rocketstore/broker/_send.py:205)",
+                "SendProcessor.send (rocketstore/broker/messaging/_send.py:205)",
                 "CommitLog.put_message (rocketstore/store/log/_commit_log.py:545)",
             ],
             2,

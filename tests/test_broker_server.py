@@ -20,9 +20,9 @@ import pytest
 
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._consumer_offset import ConsumerOffsetManager
 from rocketstore.broker._controller import BrokerController
-from rocketstore.broker._queue_locks import LOCK_MAX_LIVE_MS, QueueKey, QueueLocks
+from rocketstore.broker.clients._queue_locks import LOCK_MAX_LIVE_MS, QueueKey, QueueLocks
+from rocketstore.broker.state._consumer_offset import ConsumerOffsetManager
 from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
 from rocketstore.client._consumer import FOUND, NO_MATCHED_MSG, NO_NEW_MSG, OFFSET_ILLEGAL
 from rocketstore.client._route import parse_route

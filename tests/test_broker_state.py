@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from rocketstore import ManualClock, StoreError, StoreIOError
-from rocketstore.broker._consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from rocketstore.broker._errors import BrokerError, ConfigFileError, InvalidTopicError
-from rocketstore.broker._json_file import ConfigFile
-from rocketstore.broker._subscription_group import (
+from rocketstore.broker.state._consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
+from rocketstore.broker.state._json_file import ConfigFile
+from rocketstore.broker.state._subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
-from rocketstore.broker._topic_config import (
+from rocketstore.broker.state._topic_config import (
     DEFAULT_TOPIC,
     OFFSET_MOVED_EVENT,
     PERM_INHERIT,

@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from rocketstore.broker._admin import AdminProcessor
 from rocketstore.broker._controller import BrokerController
-from rocketstore.broker._subscription_group import SUBSCRIPTION_GROUP_FILE, SubscriptionGroupConfig
+from rocketstore.broker.admin._admin import AdminProcessor
+from rocketstore.broker.state._subscription_group import (
+    SUBSCRIPTION_GROUP_FILE,
+    SubscriptionGroupConfig,
+)
 from rocketstore.cli import main as cli_main
 from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient

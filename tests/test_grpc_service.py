@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
-from rocketstore.broker._subscription_group import SubscriptionGroupConfig
+from rocketstore.broker.state._subscription_group import SubscriptionGroupConfig
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.grpc._acl import authorization_header, date_time_now, parse_credentials
 from rocketstore.grpc._pb import definition_pb2 as pb

@@ -34,7 +34,7 @@ from _interop import (
     stop_process,
 )
 from rocketstore import MessageStore, StoreConfig
-from rocketstore.broker._consumer_offset import ConsumerOffsetManager
+from rocketstore.broker.state._consumer_offset import ConsumerOffsetManager
 from rocketstore.client import MessageQueue, PullConsumer
 from rocketstore.client._consumer import FOUND
 

@@ -50,6 +50,25 @@ STORE_ROOMS: tuple[str, ...] = (
     "facade",
 )
 
+# the broker's rooms (broker/<room>/), from bottom to top: "foundation" is broker/_errors.py and
+# broker/_config.py, "services" broker/_services.py, "facade" broker/_controller.py and the
+# package itself; the processor rooms on one line are side by side and import nothing of each
+# other
+BROKER_ROOMS: tuple[tuple[str, ...], ...] = (
+    ("foundation",),
+    ("state",),
+    ("services",),
+    ("clients", "messaging", "admin", "replication"),
+    ("facade",),
+)
+BROKER_TOP_LEVEL = {
+    "rocketstore.broker": "facade",
+    "rocketstore.broker._controller": "facade",
+    "rocketstore.broker._services": "services",
+    "rocketstore.broker._errors": "foundation",
+    "rocketstore.broker._config": "foundation",
+}
+
 # Circles inside one package that are known and not yet taken apart (their modules import each
 # other's names lazily or under TYPE_CHECKING). New circles fail; these may only go away.
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
@@ -237,7 +256,7 @@ def test_the_walk_sees_the_imports_it_must() -> None:
     assert "rocketstore.broker._controller" in MODULES
     pairs = {(i.source, i.target) for i in IMPORTS}
     # a function-level import in _controller.py
-    assert ("rocketstore.broker._controller", "rocketstore.broker._outer_api") in pairs
+    assert ("rocketstore.broker._controller", "rocketstore.broker.replication._outer_api") in pairs
     # a TYPE_CHECKING import
     assert ("rocketstore.server._run", "rocketstore.namesrv") in pairs
     # "from .. import X" of the package itself
@@ -382,13 +401,13 @@ def test_services_import_no_processor() -> None:
     services = "rocketstore.broker._services"
     allowed = {
         "rocketstore.broker._config",
-        "rocketstore.broker._consumer_manager",
-        "rocketstore.broker._consumer_offset",
-        "rocketstore.broker._long_poll",
-        "rocketstore.broker._pop",
-        "rocketstore.broker._stats",
-        "rocketstore.broker._subscription_group",
-        "rocketstore.broker._topic_config",
+        "rocketstore.broker.state._consumer_manager",
+        "rocketstore.broker.state._consumer_offset",
+        "rocketstore.broker.state._long_poll",
+        "rocketstore.broker.state._pop",
+        "rocketstore.broker.state._stats",
+        "rocketstore.broker.state._subscription_group",
+        "rocketstore.broker.state._topic_config",
     }
     wrong = [
         str(i)
@@ -434,3 +453,42 @@ def test_store_rooms_import_only_rooms_below() -> None:
 )
 def test_package_of(module: str, package: str) -> None:
     assert package_of(module) == package
+
+
+def broker_room_of(module: str) -> str:
+    """The room of a broker module (a KeyError for a top-level module no room names)."""
+    parts = module.split(".")
+    if module in BROKER_TOP_LEVEL:
+        return BROKER_TOP_LEVEL[module]
+    if len(parts) >= 3 and not parts[2].startswith("_"):
+        return parts[2]  # a room's package or one of its modules
+    raise KeyError(module)
+
+
+def test_every_broker_module_has_a_room() -> None:
+    rooms = {room for line in BROKER_ROOMS for room in line}
+    unplaced = []
+    for module in MODULES:
+        if package_of(module) != "broker":
+            continue
+        try:
+            room = broker_room_of(module)
+        except KeyError:
+            unplaced.append(module)
+            continue
+        if room not in rooms:
+            unplaced.append(module)
+    assert not unplaced, f"broker modules in no room of BROKER_ROOMS: {unplaced}"
+
+
+def test_broker_rooms_import_downwards_only() -> None:
+    """A broker room imports the rooms below it, never one above or one beside it."""
+    rank = {room: i for i, line in enumerate(BROKER_ROOMS) for room in line}
+    wrong = []
+    for imp in IMPORTS:
+        if package_of(imp.source) != "broker" or package_of(imp.target) != "broker":
+            continue
+        src, dst = broker_room_of(imp.source), broker_room_of(imp.target)
+        if src != dst and rank[dst] >= rank[src]:
+            wrong.append(f"{imp} ({src} may not import {dst})")
+    assert not wrong, "\n".join(wrong)

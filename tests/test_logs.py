@@ -47,7 +47,7 @@ def _flush() -> None:
 def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: None) -> None:
     configure(LogConfig(tmp_path / "logs", level="INFO"))
     for name in (
-        "rocketstore.broker._send",
+        "rocketstore.broker.messaging._send",
         "rocketstore.grpc._service",
         "rocketstore.namesrv._server",
         "rocketstore.store.log._commit_log",
@@ -60,7 +60,7 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
     _flush()
     text = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
     assert sorted(text) == ["broker.log", "namesrv.log", "remoting.log", "stats.log", "store.log"]
-    assert "rocketstore.broker._send" in text["broker.log"]
+    assert "rocketstore.broker.messaging._send" in text["broker.log"]
     assert "rocketstore.grpc._service" in text["broker.log"]
     assert "rocketstore._serve" in text["broker.log"]
     assert "rocketstore.namesrv._server" in text["namesrv.log"]

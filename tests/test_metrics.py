@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 pytest.importorskip("prometheus_client")
 
-from rocketstore.broker._stats import BrokerStats, code_name, message_type, message_type_parsed
+from rocketstore.broker.state._stats import (
+    BrokerStats,
+    code_name,
+    message_type,
+    message_type_parsed,
+)
 from rocketstore.metrics import (
     ConsumerConnections,
     ConsumerLag,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rocketstore.broker._outer_api import NamesrvRegistrar
+from rocketstore.broker.replication._outer_api import NamesrvRegistrar
 from rocketstore.namesrv import (
     ClusterInfo,
     DataVersion,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import ManualClock
-from rocketstore.broker._pop import (
+from rocketstore.broker.state._pop import (
     POP_STATE_FILE,
     InvalidReceiptHandleError,
     PopState,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rocketstore.broker._outer_api import NamesrvRegistrar
+from rocketstore.broker.replication._outer_api import NamesrvRegistrar
 
 
 def test_close_during_a_round_that_loses_the_cancellation() -> None:

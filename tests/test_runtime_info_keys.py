@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rocketstore import Message, PutMessageStatus
-from rocketstore.broker._stats import DailyTotals, seconds_to_next_midnight
+from rocketstore.broker.state._stats import DailyTotals, seconds_to_next_midnight
 from rocketstore.store.services._stats import PUT_LATENCY_BUCKETS, latency_percentile
 
 

@@ -23,8 +23,8 @@ import pytest
 from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._send import SendProcessor
-from rocketstore.broker._topic_config import TopicConfig
+from rocketstore.broker.messaging._send import SendProcessor
+from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.remoting._command import decode_frame
 from rocketstore.server import BrokerServer

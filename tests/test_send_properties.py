@@ -8,7 +8,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from rocketstore.broker._send import stored_properties
+from rocketstore.broker.messaging._send import stored_properties
 from rocketstore.namesrv._java_order import java_order
 from rocketstore.remoting import RemotingClient, ResponseCode
 from test_broker_server import RunningBroker, send_request

@@ -165,7 +165,7 @@ def test_pulls_below_the_minimum_are_answered_from_the_tier(broker: Broker) -> N
 
 
 def test_a_held_pull_woken_into_a_tier_read_is_answered_by_it() -> None:
-    from rocketstore.broker._pull import _chain
+    from rocketstore.broker.messaging._pull import _chain
     from rocketstore.remoting import RemotingCommand
 
     async def run() -> list[Any]:

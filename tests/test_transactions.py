@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from _grpc_broker import BrokerThread
-from rocketstore.broker._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
-from rocketstore.broker._transaction import (
+from rocketstore.broker.messaging._transaction import (
     OP_TAG,
     PROPERTY_CHECK_TIMES,
     SYSTEM_GROUP,
 )
+from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC

@@ -29,7 +29,7 @@ import pytest
 
 from _grpc_broker import BrokerThread
 from rocketstore import MessageStore, StoreConfig
-from rocketstore.broker._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
+from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.client._producer import encode_batch
 from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode

@@ -36,9 +36,9 @@ EXTENSIONS_ENABLED = not os.environ.get("ROCKETSTORE_NO_EXTENSIONS")
 
 COMPILED_MODULES = frozenset(
     {
-        "rocketstore.broker._send",
-        "rocketstore.broker._stats",
-        "rocketstore.broker._long_poll",
+        "rocketstore.broker.messaging._send",
+        "rocketstore.broker.state._stats",
+        "rocketstore.broker.state._long_poll",
         "rocketstore.remoting._command",
         "rocketstore.remoting._connection",
         "rocketstore.remoting._client",

@@ -28,30 +28,30 @@ from ..remoting import Connection, RemotingServer, ext_int, ext_str
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
-from ._admin import AdminProcessor
-from ._admin_clients import ClientAdminProcessor
-from ._admin_config import ConfigAdminProcessor
-from ._admin_consumers import ConsumerAdminProcessor
-from ._admin_queue import QueueAdminProcessor
-from ._clients import ClientProcessor
 from ._config import BrokerConfig
-from ._consumer_manager import ConsumerManager, ProducerManager
-from ._consumer_offset import ConsumerOffsetManager
-from ._end_transaction import EndTransactionProcessor
-from ._long_poll import PullRequestHoldService
-from ._offsets import OffsetProcessor
-from ._pop import PopState
-from ._pull import PullProcessor
-from ._query import QueryProcessor
-from ._queue_locks import QueueLockProcessor
-from ._send import SendProcessor
-from ._send_back import SendBackProcessor
-from ._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
-from ._stats import BrokerStats, seconds_to_next_midnight
-from ._subscription_group import SubscriptionGroupManager
-from ._tier_admin import TierAdminProcessor
-from ._topic_config import TopicConfig, TopicConfigManager
-from ._transaction import TransactionService
+from .admin._admin import AdminProcessor
+from .admin._clients import ClientAdminProcessor
+from .admin._config import ConfigAdminProcessor
+from .admin._consumers import ConsumerAdminProcessor
+from .admin._queue import QueueAdminProcessor
+from .admin._tier import TierAdminProcessor
+from .clients._clients import ClientProcessor
+from .clients._offsets import OffsetProcessor
+from .clients._queue_locks import QueueLockProcessor
+from .messaging._end_transaction import EndTransactionProcessor
+from .messaging._pull import PullProcessor
+from .messaging._query import QueryProcessor
+from .messaging._send import SendProcessor
+from .messaging._send_back import SendBackProcessor
+from .messaging._transaction import TransactionService
+from .replication._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
+from .state._consumer_manager import ConsumerManager, ProducerManager
+from .state._consumer_offset import ConsumerOffsetManager
+from .state._long_poll import PullRequestHoldService
+from .state._pop import PopState
+from .state._stats import BrokerStats, seconds_to_next_midnight
+from .state._subscription_group import SubscriptionGroupManager
+from .state._topic_config import TopicConfig, TopicConfigManager
 
 if TYPE_CHECKING:
     from ..acl._remoting import AclSource
@@ -227,7 +227,7 @@ class BrokerController:
             log.info("broker %s: ACL on (%s)", config.broker_name, config.acl_path or "key list")
 
     async def _start_registrar(self) -> None:
-        from ._outer_api import NamesrvRegistrar
+        from .replication._outer_api import NamesrvRegistrar
 
         config = self.config
         self.registrar = NamesrvRegistrar(

@@ -24,13 +24,13 @@ from ..store._clock import Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
 from ._config import BrokerConfig
-from ._consumer_manager import ConsumerManager, ProducerManager
-from ._consumer_offset import ConsumerOffsetManager
-from ._long_poll import PullRequestHoldService
-from ._pop import PopState
-from ._stats import BrokerStats
-from ._subscription_group import SubscriptionGroupManager
-from ._topic_config import TopicConfig, TopicConfigManager
+from .state._consumer_manager import ConsumerManager, ProducerManager
+from .state._consumer_offset import ConsumerOffsetManager
+from .state._long_poll import PullRequestHoldService
+from .state._pop import PopState
+from .state._stats import BrokerStats
+from .state._subscription_group import SubscriptionGroupManager
+from .state._topic_config import TopicConfig, TopicConfigManager
 
 if TYPE_CHECKING:  # the tier reads Parquet (the spark extra); a broker without a tier needs none
     from ..tier._read import TierReader

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..broker._admin_bodies import (
+from ..broker.admin._bodies import (
     BrokerStatsData,
     ClientConnection,
     ConsumerConnection,
@@ -27,9 +27,9 @@ from ..broker._admin_bodies import (
     decode_reset_offset,
     decode_topic_stats,
 )
-from ..broker._admin_bodies import loads as loads_body
-from ..broker._admin_consumer_bodies import ConsumerRunningInfo, ConsumerStatusBody
-from ..broker._subscription_group import SubscriptionGroupConfig
+from ..broker.admin._bodies import loads as loads_body
+from ..broker.admin._consumer_bodies import ConsumerRunningInfo, ConsumerStatusBody
+from ..broker.state._subscription_group import SubscriptionGroupConfig
 from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
 from ..namesrv._properties import format_properties, parse_properties
 from ..remoting import (

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..broker._errors import InvalidTopicError
 from ..broker._services import HasConfig, HasTopics, TopicCreation
-from ..broker._subscription_group import is_system_group
-from ..broker._topic_config import validate_topic
+from ..broker.state._subscription_group import is_system_group
+from ..broker.state._topic_config import validate_topic
 from ._convert import Code, GrpcError
 
 if TYPE_CHECKING:
-    from ..broker._topic_config import TopicConfig, TopicConfigManager
+    from ..broker.state._topic_config import TopicConfig, TopicConfigManager
     from ._pb import definition_pb2 as pb
 
 GROUP_MAX_LENGTH = 255

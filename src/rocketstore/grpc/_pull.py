@@ -25,7 +25,7 @@ from ..broker._services import (
     HasTopics,
     TopicCreation,
 )
-from ..broker._topic_config import PERM_READ
+from ..broker.state._topic_config import PERM_READ
 from ..store.log._message import GetMessageResult, GetMessageStatus
 from ..store.queue._filter import TagFilter
 from ._checks import check_group, check_topic, topic_config

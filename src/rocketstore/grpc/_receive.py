@@ -1,5 +1,5 @@
 """Pop consumption for v2 clients: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
-ForwardMessageToDeadLetterQueue over the broker's :class:`~rocketstore.broker._pop.PopState`.
+ForwardMessageToDeadLetterQueue over the broker's :class:`~rocketstore.broker.state._pop.PopState`.
 
 A receive takes messages from every readable queue of the topic on this broker (as RocketMQ's
 proxy pops with queue id -1; the queue a client names only picks the broker), starting at a
@@ -34,8 +34,6 @@ from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..broker._pop import InvalidReceiptHandleError, PopState, ReadBatch, Receipt
-from ..broker._send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM
 from ..broker._services import (
     HasConfig,
     HasGroups,
@@ -47,7 +45,9 @@ from ..broker._services import (
     HasTopics,
     TopicCreation,
 )
-from ..broker._topic_config import PERM_READ, dlq_topic
+from ..broker.messaging._send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM
+from ..broker.state._pop import InvalidReceiptHandleError, PopState, ReadBatch, Receipt
+from ..broker.state._topic_config import PERM_READ, dlq_topic
 from ..store._clock import Clock
 from ..store._errors import CorruptRecordError, StoreError
 from ..store.log._message import GetMessageStatus
@@ -60,7 +60,7 @@ from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
 
 if TYPE_CHECKING:
-    from ..broker._subscription_group import SubscriptionGroupConfig
+    from ..broker.state._subscription_group import SubscriptionGroupConfig
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..broker._admin import GET_BROKER_CONFIG, GRPC_ENDPOINT_KEY
 from ..broker._services import HasConfig, HasEndpoints
+from ..broker.admin._admin import GET_BROKER_CONFIG, GRPC_ENDPOINT_KEY
 from ..client._route import MASTER_ID, TopicRoute, parse_route
 from ..remoting import RemotingCommand, RemotingError, ResponseCode
 from ..remoting._client import AsyncRemotingClient

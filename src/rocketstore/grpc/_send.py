@@ -33,13 +33,17 @@ from ..broker._services import (
     HasTopics,
     TopicCreation,
 )
-from ..broker._topic_config import (
+from ..broker.messaging._transaction import (
+    MAX_IMMUNITY_S,
+    PROPERTY_CHECK_IMMUNITY_S,
+    HasTransactions,
+)
+from ..broker.state._topic_config import (
     PERM_WRITE,
     TRANS_HALF_TOPIC,
     TopicConfig,
     is_not_allowed_send_topic,
 )
-from ..broker._transaction import MAX_IMMUNITY_S, PROPERTY_CHECK_IMMUNITY_S, HasTransactions
 from ..store._clock import Clock
 from ..store._java_hash import java_string_hash
 from ..store.log._message import Message, PutMessageResult, PutMessageStatus

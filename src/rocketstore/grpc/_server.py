@@ -18,7 +18,7 @@ Crash window (at-least-once): what changed in the pop state since the last write
 crash (kill -9, power loss), never a message. A message handed out in that window is handed out
 again as a first delivery, and the handle its consumer holds is refused; an ack in that window
 is forgotten, so the message comes back after its invisible time. A clean shutdown persists
-everything, and receipt handles stay valid across it. See ``broker/_pop.py``.
+everything, and receipt handles stay valid across it. See ``broker/state/_pop.py``.
 
 Start and close run on the broker's event loop: start after the broker's ``start``, close
 between its ``stop_registering`` and ``shutdown`` (``rocketstore.server.BrokerServer`` runs this
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
-from ..broker._pop import POP_STATE_FILE, PopState
 from ..broker._services import HasAcl, HasClock
+from ..broker.state._pop import POP_STATE_FILE, PopState
 from ._clients import ClientRegistry, ClientsContext
 from ._config import DEFAULT_GRPC_PORT, GrpcConfig
 from ._pb import service_pb2_grpc

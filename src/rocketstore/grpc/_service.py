@@ -18,7 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from ..broker._topic_config import PERM_READ, PERM_WRITE
+from ..broker.state._topic_config import PERM_READ, PERM_WRITE
 from ..remoting._limits import LogLimiter
 from ._checks import check_group, check_topic, topic_config
 from ._clients import ClientRegistry

@@ -1,7 +1,7 @@
 """Transactional messages for gRPC clients, over the broker's TransactionService.
 
 - SendMessage with message type TRANSACTION stores a half message (see
-  ``broker/_transaction.py``); the send result's ``transaction_id`` names it: 32 hex digits, its
+  ``broker/messaging/_transaction.py``); the send result's ``transaction_id`` names it: 32 hex digits, its
   commit-log offset then its half-queue offset.
 - EndTransaction commits or rolls it back. The id must name a half message of the request's
   topic with the request's message id (else INVALID_TRANSACTION_ID).
@@ -22,7 +22,7 @@ import logging
 from typing import Protocol
 
 from ..broker._services import HasStoreConfig, HasTopics, TopicCreation
-from ..broker._transaction import CheckRequest, HasTransactions, TransactionError
+from ..broker.messaging._transaction import CheckRequest, HasTransactions, TransactionError
 from ..store.log._record import PROPERTY_REAL_TOPIC
 from ._checks import check_topic
 from ._clients import ClientRegistry

@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..broker._heartbeat import ConsumeType
 from ..broker._services import (
     HasConfig,
     HasConsumers,
@@ -40,9 +39,10 @@ from ..broker._services import (
     HasStoreConfig,
     HasTopics,
 )
-from ..broker._stats import code_name
-from ..broker._subscription_group import is_system_group
-from ..broker._topic_config import (
+from ..broker.state._heartbeat import ConsumeType
+from ..broker.state._stats import code_name
+from ..broker.state._subscription_group import is_system_group
+from ..broker.state._topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
@@ -61,7 +61,7 @@ from ._source import (
 )
 
 if TYPE_CHECKING:
-    from ..broker._stats import Histogram
+    from ..broker.state._stats import Histogram
     from ..namesrv import NameServer
     from ..remoting import RemotingServer
 

@@ -1,0 +1,119 @@
+"""Client management: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
+and the broker's NOTIFY_CONSUMER_IDS_CHANGED (40) to a group's clients when its membership
+changes, so that they rebalance.
+
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
+from .._errors import InvalidHeartbeatError
+from .._services import HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation
+from ..state._consumer_manager import parse_heartbeat
+from ..state._topic_config import PERM_READ, PERM_WRITE, retry_topic
+
+log = logging.getLogger(__name__)
+RC = ResponseCode
+
+
+class ClientContext(HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation, Protocol):
+    """What heartbeats and client membership use of the broker."""
+
+
+class ClientProcessor:
+    def __init__(self, broker: ClientContext) -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, Any]:
+        return {34: self.heartbeat, 35: self.unregister_client, 38: self.consumer_list}
+
+    def heartbeat(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Register the client's consumers and producers. A consumer group seen for the first
+        time gets its retry topic, and the answer waits for the name servers to know it (as
+        RocketMQ's broker registers before it answers), so the consumer finds the route at
+        once."""
+        try:
+            data = parse_heartbeat(cmd.body)
+        except InvalidHeartbeatError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        broker = self.broker
+        conn.attributes["client_id"] = data.client_id
+        new_topic = False
+        for consumer in data.consumers:
+            group = consumer.group_name
+            group_config = broker.groups.find_or_create(group)
+            if group_config is not None and group_config.retry_queue_nums > 0:
+                topic = retry_topic(group)
+                new_topic = new_topic or broker.topics.select(topic) is None
+                broker.create_topic_for_send_back(
+                    topic, group_config.retry_queue_nums, PERM_READ | PERM_WRITE, 0
+                )
+            changed = broker.consumers.register_consumer(
+                group,
+                conn,
+                data.client_id,
+                consumer.consume_type,
+                consumer.message_model,
+                consumer.consume_from_where,
+                list(consumer.subscriptions),
+                language=cmd.language,
+                version=cmd.version,
+            )
+            if changed and (
+                group_config is None or group_config.notify_consumer_ids_changed_enable
+            ):
+                self.notify_ids_changed(group)
+        for group in data.producer_groups:
+            broker.producers.register_producer(
+                group, conn, data.client_id, language=cmd.language, version=cmd.version
+            )
+        answer = RemotingCommand.response(RC.SUCCESS)
+        return self._registered_then(answer) if new_topic else answer
+
+    async def _registered_then(self, answer: RemotingCommand) -> RemotingCommand:
+        await self.broker.register_topics_now()
+        return answer
+
+    def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        producer_group = ext_str(ext, "producerGroup")
+        consumer_group = ext_str(ext, "consumerGroup")
+        if producer_group:
+            self.broker.producers.unregister_producer(producer_group, conn)
+        if consumer_group:
+            if self.broker.consumers.unregister_consumer(consumer_group, conn):
+                self.notify_ids_changed(consumer_group)
+        return RemotingCommand.response(RC.SUCCESS)
+
+    def consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = ext_str(cmd.ext_fields, "consumerGroup") or ""
+        ids = self.broker.consumers.consumer_ids(group)
+        if not ids:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        body = json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
+        return RemotingCommand.response(RC.SUCCESS, None, {}, body)
+
+    def notify_ids_changed(self, group: str) -> None:
+        """Tell every client of ``group`` to rebalance (a one-way request on its connection)."""
+        for channel in self.broker.consumers.channels(group):
+            if isinstance(channel, Connection) and not channel.closed:
+                channel.send(
+                    RemotingCommand.request(
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                        {"consumerGroup": group},
+                        oneway=True,
+                    )
+                )
+
+    def on_connection_closed(self, conn: Connection) -> None:
+        for group in self.broker.consumers.on_channel_closed(conn):
+            self.notify_ids_changed(group)
+        self.broker.producers.on_channel_closed(conn)

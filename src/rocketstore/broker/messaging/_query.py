@@ -1,0 +1,142 @@
+"""Message lookups (RocketMQ 4.9.8's QueryMessageProcessor): QUERY_MESSAGE (12) by key and
+VIEW_MESSAGE_BY_ID (33) by commit-log offset.
+
+=====  ===================  ==================================================================
+code   request              ext fields → answer
+=====  ===================  ==================================================================
+12     QUERY_MESSAGE        topic, key, maxNum, beginTimestamp, endTimestamp
+                            [, _UNIQUE_KEY_QUERY] → body: the stored records found, as they
+                            lie in the commit log, concatenated; ext indexLastUpdateTimestamp,
+                            indexLastUpdatePhyoffset. None found: QUERY_NOT_FOUND
+33     VIEW_MESSAGE_BY_ID   offset (commit-log offset) → body: the stored record there;
+                            none: SYSTEM_ERROR
+=====  ===================  ==================================================================
+
+A query for a unique key (``_UNIQUE_KEY_QUERY`` = ``true``, the client's message id) asks for
+the store's defaultQueryMaxNum messages whatever maxNum says, as RocketMQ does. Each record is
+checked (magic and lengths) before it is sent. Both lookups read index and commit-log files, so
+they run in a worker thread; the handlers themselves run on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
+from ...store._errors import CorruptRecordError
+from ...store.log._record import read_layout
+from .._services import HasStore, HasStoreConfig
+
+if TYPE_CHECKING:
+    from ...store._store import MessageStore
+
+RC = ResponseCode
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+NOT_FOUND_REMARK = "can not find message, maybe time range not correct"
+MAX_TIMESTAMP = 2**63 - 1
+
+
+class QueryContext(HasStore, HasStoreConfig, Protocol):
+    """What the message queries use of the broker."""
+
+
+def raw_record(store: MessageStore, phys_offset: int) -> bytes | None:
+    """The stored record at ``phys_offset`` exactly as it lies in the commit log, or None when
+    no whole record starts there (any thread)."""
+    if phys_offset < 0 or phys_offset < store.min_phy_offset:
+        return None
+    selected = store.commit_log.get_data(phys_offset)
+    if selected is None:
+        return None
+    with selected:
+        try:
+            layout = read_layout(selected.buffer, 0, selected.size)
+        except CorruptRecordError:
+            return None
+        return bytes(selected.buffer[: layout.total_size])
+
+
+class QueryProcessor:
+    """Serves QUERY_MESSAGE and VIEW_MESSAGE_BY_ID for one BrokerController (loop thread)."""
+
+    def __init__(self, broker: QueryContext) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.default_query_max_num = broker.store_config.default_query_max_num
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            int(RequestCode.QUERY_MESSAGE): self.query_message,
+            int(RequestCode.VIEW_MESSAGE_BY_ID): self.view_message_by_id,
+        }
+
+    def query_message(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        ext = cmd.ext_fields
+        try:
+            topic = ext_str(ext, "topic")
+            key = ext_str(ext, "key")
+            max_num = ext_int(ext, "maxNum")
+            begin = ext_int(ext, "beginTimestamp")
+            end = ext_int(ext, "endTimestamp")
+        except ValueError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        for name, value in (
+            ("topic", topic),
+            ("key", key),
+            ("maxNum", max_num),
+            ("beginTimestamp", begin),
+            ("endTimestamp", end),
+        ):
+            if value is None:
+                return RemotingCommand.response(
+                    RC.SYSTEM_ERROR, f"the custom field <{name}> is null"
+                )
+        assert topic is not None and key is not None and max_num is not None
+        assert begin is not None and end is not None
+        if ext_str(ext, UNIQUE_MSG_QUERY_FLAG) == "true":
+            max_num = self.default_query_max_num
+        return self._query(topic, key, max_num, begin, end)
+
+    async def _query(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> RemotingCommand:
+        body, ts, phy = await asyncio.to_thread(self.find, topic, key, max_num, begin, end)
+        ext = {"indexLastUpdateTimestamp": str(ts), "indexLastUpdatePhyoffset": str(phy)}
+        if not body:
+            return RemotingCommand.response(RC.QUERY_NOT_FOUND, NOT_FOUND_REMARK, ext)
+        return RemotingCommand.response(RC.SUCCESS, None, ext, body)
+
+    def find(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> tuple[bytes, int, int]:
+        """(records concatenated, index last update timestamp, index last update offset) of
+        the messages of ``topic`` with ``key`` stored within [begin, end] (worker thread)."""
+        result = self.store.query_message(topic, key, max_num, begin, end)
+        records = []
+        for msg in result.messages:
+            raw = raw_record(self.store, msg.commitlog_offset)
+            if raw is not None:
+                records.append(raw)
+        return (
+            b"".join(records),
+            result.index_last_update_timestamp,
+            result.index_last_update_phyoffset,
+        )
+
+    def view_message_by_id(self, cmd: RemotingCommand, conn: Connection) -> Any:
+        try:
+            offset = ext_int(cmd.ext_fields, "offset")
+        except ValueError as exc:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        if offset is None:
+            return RemotingCommand.response(RC.SYSTEM_ERROR, "the custom field <offset> is null")
+        return self._view(offset)
+
+    async def _view(self, offset: int) -> RemotingCommand:
+        raw = await asyncio.to_thread(raw_record, self.store, offset)
+        if raw is None:
+            return RemotingCommand.response(
+                RC.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        return RemotingCommand.response(RC.SUCCESS, None, None, raw)

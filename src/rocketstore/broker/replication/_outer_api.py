@@ -1,0 +1,263 @@
+"""The broker's side of the name servers (RocketMQ 4.9.8's BrokerOuterAPI and the registration
+part of BrokerController): register with every name server at start, every 30 s after a first
+10 s, and at once when a topic was created; unregister at shutdown.
+
+A registration sends every topic config with the broker's DataVersion (REGISTER_BROKER, 103,
+RegisterBrokerBody as JSON or compressed, with its CRC-32); the name servers are asked all at
+once, each with a 6 s timeout. The first name server that answers (in the order given) supplies
+what a slave learns from the answer: its master's broker address and HA server address. A name
+server that is down or slow costs a warning in the log; the next round tries it again.
+
+Event loop thread only: construct, ``start``, ``register_now`` and ``close`` on the broker's
+loop. The topic-config provider is called on that loop and must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ...namesrv import (
+    BodyError,
+    DataVersion,
+    RegisterBrokerBody,
+    RegisterBrokerResult,
+    TopicConfigWrapper,
+    body_crc32,
+    decode_kv_table,
+)
+from ...remoting import AsyncRemotingClient, RemotingCommand, RemotingError, RequestCode, ext_str
+
+log = logging.getLogger(__name__)
+
+REGISTER_PERIOD_SECONDS = 30.0  # registerNameServerPeriod
+REGISTER_INITIAL_DELAY_SECONDS = 10.0
+REGISTER_TIMEOUT_SECONDS = 6.0  # registerBrokerTimeoutMills
+UNREGISTER_TIMEOUT_SECONDS = 3.0
+
+TopicConfigsProvider = Callable[[], tuple[Any, Mapping[str, Mapping[str, Any]]]]
+"""Returns the broker's DataVersion (any object with ``counter`` and ``timestamp``, or its JSON
+object) and its topic configs: topic → RocketMQ's TopicConfig JSON object (``readQueueNums``,
+``writeQueueNums``, ``perm``, ``topicSysFlag``, ``topicFilterType``, ``order``; fields left out
+take RocketMQ's defaults)."""
+
+
+class NamesrvRegistrar:
+    """Keeps one broker registered with its name servers.
+
+    ``master_addr`` and ``ha_master_addr`` hold what the last answered registration reported
+    (a master gets None for both; ``ha_master_addr`` keeps its value when an answer has none,
+    as RocketMQ's broker does). ``on_registered`` is called with that answer after every round
+    that one name server answered.
+    """
+
+    def __init__(
+        self,
+        namesrv_addrs: Sequence[str],
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        broker_addr: str,
+        ha_server_addr: str,
+        topic_configs_provider: TopicConfigsProvider,
+        *,
+        period_s: float = REGISTER_PERIOD_SECONDS,
+        initial_delay_s: float = REGISTER_INITIAL_DELAY_SECONDS,
+        timeout_s: float = REGISTER_TIMEOUT_SECONDS,
+        compressed: bool = False,
+        on_registered: Callable[[RegisterBrokerResult], None] | None = None,
+        client: AsyncRemotingClient | None = None,
+    ) -> None:
+        self.namesrv_addrs = list(namesrv_addrs)
+        self.cluster = cluster
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.broker_addr = broker_addr
+        self.ha_server_addr = ha_server_addr
+        self.topic_configs_provider = topic_configs_provider
+        self.period_s = period_s
+        self.initial_delay_s = initial_delay_s
+        self.timeout_s = timeout_s
+        self.compressed = compressed
+        self.on_registered = on_registered
+        self._own_client = client is None
+        self.client = client if client is not None else AsyncRemotingClient()
+        self.master_addr: str | None = None
+        self.ha_master_addr: str | None = None
+        self.last_result: RegisterBrokerResult | None = None
+        self.rounds = 0  # registration rounds run (answered or not)
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._waiting: list[asyncio.Future[None]] = []  # registered() calls for the next round
+
+    async def start(self) -> None:
+        """Register with every name server (failures are logged), then keep registering."""
+        await self.register_all()
+        self._task = asyncio.create_task(self._run(), name=f"register-{self.broker_name}")
+
+    def register_now(self) -> None:
+        """Ask for a registration round as soon as possible (after a topic was created);
+        requests made while a round runs lead to one more round."""
+        self._wake.set()
+
+    async def registered(self) -> None:
+        """``register_now``, then wait until a round that began after this call has ended
+        (requests close together share the round). Without the periodic task (not started,
+        or closed) the round runs here."""
+        if self._task is None or self._closing:
+            await self.register_all()
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append(done)
+        self._wake.set()
+        await done
+
+    async def register_all(self) -> list[RegisterBrokerResult]:
+        """One registration round: every name server at once. Returns the answers of those
+        that answered SUCCESS, in the order of ``namesrv_addrs``."""
+        async with self._lock:
+            self.rounds += 1
+            try:
+                version, configs = self.topic_configs_provider()
+                body = RegisterBrokerBody(
+                    TopicConfigWrapper(DataVersion.of(version), dict(configs)), []
+                ).encode(self.compressed)
+            except Exception:
+                log.exception("%s: cannot build the registration body", self.broker_name)
+                return []
+            ext = {
+                "brokerName": self.broker_name,
+                "brokerAddr": self.broker_addr,
+                "clusterName": self.cluster,
+                "haServerAddr": self.ha_server_addr,
+                "brokerId": str(self.broker_id),
+                "compressed": "true" if self.compressed else "false",
+                "bodyCrc32": str(body_crc32(body)),
+            }
+            answers = await asyncio.gather(
+                *(self._register(addr, ext, body) for addr in self.namesrv_addrs)
+            )
+            results = [r for r in answers if r is not None]
+            if results:
+                self._learn(results[0])
+            return results
+
+    async def _register(
+        self, namesrv_addr: str, ext: dict[str, str], body: bytes
+    ) -> RegisterBrokerResult | None:
+        cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(ext), body)
+        try:
+            response = await self.client.invoke(namesrv_addr, cmd, self.timeout_s)
+        except (RemotingError, OSError) as exc:
+            log.warning("%s: registering with %s failed: %s", self.broker_name, namesrv_addr, exc)
+            return None
+        if response.code != 0:
+            log.warning(
+                "%s: name server %s refused the registration: %s %s",
+                self.broker_name,
+                namesrv_addr,
+                response.code,
+                response.remark,
+            )
+            return None
+        kv_table = None
+        if response.body:
+            try:
+                kv_table = decode_kv_table(response.body)
+            except BodyError as exc:
+                log.warning("%s: bad KV table from %s: %s", self.broker_name, namesrv_addr, exc)
+        log.debug("%s: registered with %s", self.broker_name, namesrv_addr)
+        return RegisterBrokerResult(
+            ext_str(response.ext_fields, "haServerAddr"),
+            ext_str(response.ext_fields, "masterAddr"),
+            kv_table,
+        )
+
+    def _learn(self, result: RegisterBrokerResult) -> None:
+        self.last_result = result
+        if result.ha_server_addr is not None:
+            self.ha_master_addr = result.ha_server_addr
+        self.master_addr = result.master_addr
+        if self.on_registered is not None:
+            try:
+                self.on_registered(result)
+            except Exception:
+                log.exception("%s: registration callback failed", self.broker_name)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + self.initial_delay_s
+        while not self._closing:
+            try:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that arrives as its wait ends
+                async with asyncio.timeout(max(0.0, next_at - loop.time())):
+                    await self._wake.wait()
+            except TimeoutError:
+                next_at = max(next_at + self.period_s, loop.time())
+            if self._closing:
+                return
+            self._wake.clear()
+            waiting, self._waiting = self._waiting, []
+            try:
+                await self.register_all()
+            except Exception:
+                log.exception("%s: registration round failed", self.broker_name)
+            finally:
+                _release(waiting)
+
+    async def close(self, *, unregister: bool = True) -> None:
+        """Stop registering and (by default) unregister from every name server. The periodic
+        task is told twice (a flag it checks after each wait and round, and a cancellation), so
+        a cancellation lost inside a round (asyncio.wait_for on Python 3.11 can swallow one)
+        ends it after that round instead of a period later."""
+        self._closing = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_s + 1.0)
+            if not done:
+                log.warning("%s: the registration task did not stop", self.broker_name)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning(
+                    "%s: the registration task failed: %s", self.broker_name, task.exception()
+                )
+        waiting, self._waiting = self._waiting, []
+        _release(waiting)  # no round will come for them
+        if unregister:
+            await asyncio.gather(*(self._unregister(addr) for addr in self.namesrv_addrs))
+        if self._own_client:
+            self.client.close()
+
+    async def _unregister(self, namesrv_addr: str) -> None:
+        ext = {
+            "brokerName": self.broker_name,
+            "brokerAddr": self.broker_addr,
+            "clusterName": self.cluster,
+            "brokerId": str(self.broker_id),
+        }
+        cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext)
+        try:
+            response = await self.client.invoke(namesrv_addr, cmd, UNREGISTER_TIMEOUT_SECONDS)
+        except (RemotingError, OSError) as exc:
+            log.warning("%s: unregistering from %s failed: %s", self.broker_name, namesrv_addr, exc)
+            return
+        if response.code != 0:
+            log.warning(
+                "%s: name server %s refused to unregister: %s %s",
+                self.broker_name,
+                namesrv_addr,
+                response.code,
+                response.remark,
+            )
+
+
+def _release(waiting: list[asyncio.Future[None]]) -> None:
+    for done in waiting:
+        if not done.done():
+            done.set_result(None)

@@ -1,0 +1,334 @@
+"""BrokerStats: what the broker counts where requests are served, for its metrics.
+
+- messages and bytes handed to consumers, per (topic, consumer group): counted by the pull
+  processor and the gRPC receive;
+- request latency, per (request code, response code, held or not, result), in RocketMQ 5's
+  ``rocketmq_rpc_latency`` buckets (milliseconds): timed by ``timed_handlers``, which wraps a
+  remoting handler table;
+- the body size of each message sent, per (topic, message type), in ``rocketmq_message_size``'s
+  buckets (bytes): measured by the same wrapper on SEND_MESSAGE / SEND_MESSAGE_V2.
+
+Counting costs a dictionary update; the latency wrapper is installed only when metrics are
+served. Loop thread only (counts are plain ints; readers copy them on the same thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from ...remoting import RemotingCommand, RequestCode, ResponseCode, ext_str
+
+RPC_LATENCY_BUCKETS_MS = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
+MESSAGE_SIZE_BUCKETS = (1024.0, 4096.0, 512 * 1024.0, 1024 * 1024.0, 2048 * 1024.0, 4096 * 1024.0)
+
+RESULT_SUCCESS = "success"
+RESULT_ONEWAY = "oneway"
+RESULT_CANCELLED = "cancelled"
+RESULT_FAILED = "process_request_failed"
+
+_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+_PROPERTY_SEPARATOR = "\x02"
+_NAME_SEPARATOR = "\x01"
+
+
+class Histogram:
+    """Bucket counts (not cumulative; one more than ``bounds`` for +Inf), sum and count."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+def code_name(code: int | None, names: type[RequestCode] | type[ResponseCode]) -> str:
+    """RocketMQ's description of a code: its constant's name in lower case, else the number
+    ('' for None)."""
+    if code is None:
+        return ""
+    try:
+        return names(code).name.lower()
+    except ValueError:
+        return str(code)
+
+
+def message_type(properties: str) -> str:
+    """RocketMQ 5's message type of a sent message, from its properties string."""
+    if (
+        "TRAN_MSG" not in properties
+        and "__SHARDINGKEY" not in properties
+        and "DELAY" not in properties  # DELAY and TIMER_DELAY_*
+        and "DELIVER" not in properties  # __STARTDELIVERTIME and TIMER_DELIVER_MS
+    ):
+        return "normal"  # none of the names message_type_parsed looks for can be there
+    return message_type_parsed(properties)
+
+
+def message_type_parsed(properties: str) -> str:
+    """``message_type`` by splitting the properties (the reference for its shortcut)."""
+    names = {p.split(_NAME_SEPARATOR, 1)[0]: p for p in properties.split(_PROPERTY_SEPARATOR)}
+    if names.get("TRAN_MSG", "").endswith(_NAME_SEPARATOR + "true"):
+        return "transaction"
+    if "__SHARDINGKEY" in names:
+        return "fifo"
+    if any(
+        k in names for k in ("__STARTDELIVERTIME", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC")
+    ):
+        return "delay"
+    return "normal"
+
+
+class DailyTotals:
+    """RocketMQ's BrokerStats: the store's totals of messages put and handed to consumers,
+    recorded at each local midnight (``record``, called by the broker's task), so brokerStatus
+    shows yesterday's and today's morning figures next to the current ones. Zero until the
+    first midnight after start, as RocketMQ's."""
+
+    def __init__(self) -> None:
+        self.put_yesterday_morning = self.put_today_morning = 0
+        self.get_yesterday_morning = self.get_today_morning = 0
+
+    def record(self, put_total: int, get_total: int) -> None:
+        self.put_yesterday_morning, self.put_today_morning = self.put_today_morning, put_total
+        self.get_yesterday_morning, self.get_today_morning = self.get_today_morning, get_total
+
+    def totals(self, put_now: int, get_now: int) -> dict[str, str]:
+        """The six ``msg{Put,Get}Total*`` keys of GET_BROKER_RUNTIME_INFO."""
+        return {
+            "msgPutTotalYesterdayMorning": str(self.put_yesterday_morning),
+            "msgPutTotalTodayMorning": str(self.put_today_morning),
+            "msgPutTotalTodayNow": str(put_now),
+            "msgGetTotalYesterdayMorning": str(self.get_yesterday_morning),
+            "msgGetTotalTodayMorning": str(self.get_today_morning),
+            "msgGetTotalTodayNow": str(get_now),
+        }
+
+
+def seconds_to_next_midnight(now: float) -> float:
+    """Seconds from ``now`` (epoch seconds) to the next local midnight."""
+    t = time.localtime(now)
+    midnight = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + 1, 0, 0, 0, 0, 0, -1))
+    return max(0.0, midnight - now)
+
+
+class BrokerStats:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        # (topic, group) -> [messages, bytes]
+        self.out: dict[tuple[str, str], list[int]] = {}
+        # (request code, response code (None: no response), is_long_polling, result) -> ms;
+        # the codes' names are looked up at scrape time (code_name)
+        self.rpc_latency: dict[tuple[int, int | None, bool, str], Histogram] = {}
+        # (topic, message_type) -> histogram of bytes
+        self.message_size: dict[tuple[str, str], Histogram] = {}
+        # RocketMQ's stats items (GROUP_GET_NUMS, ...) over the last minute, hour and day
+        self.rolling = RollingStats()
+        # the store's put and get totals at the last two midnights (brokerStatus)
+        self.daily = DailyTotals()
+
+    def note_out(self, topic: str, group: str, messages: int, size: int) -> None:
+        """``messages`` of ``size`` bytes in all handed to ``group`` from ``topic``."""
+        counts = self.out.get((topic, group))
+        if counts is None:
+            counts = self.out[(topic, group)] = [0, 0]
+        counts[0] += messages
+        counts[1] += size
+        key = f"{topic}@{group}"
+        self.rolling.add(GROUP_GET_NUMS, key, messages)
+        self.rolling.add(GROUP_GET_SIZE, key, size)
+        self.rolling.add(BROKER_GET_NUMS, "", messages)
+
+    def note_rpc(self, cmd: RemotingCommand, response: Any, held: bool, began: float) -> None:
+        ms = (self._clock() - began) * 1000.0
+        if isinstance(response, RemotingCommand):
+            response_code: int | None = response.code
+            result = RESULT_ONEWAY if cmd.is_oneway else RESULT_SUCCESS
+            if response_code == 0 and cmd.code in _SEND_CODES:
+                self._note_sent(cmd)
+        else:
+            response_code = None
+            result = response if isinstance(response, str) else RESULT_ONEWAY
+        key = (cmd.code, response_code, held, result)
+        histogram = self.rpc_latency.get(key)
+        if histogram is None:
+            histogram = self.rpc_latency[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
+        histogram.observe(ms)
+
+    def _note_sent(self, cmd: RemotingCommand) -> None:
+        ext = cmd.ext_fields  # a V2 header, or V1 names once the send handler converted it
+        topic = ext_str(ext, "topic") or ext_str(ext, "b") or ""
+        properties = ext_str(ext, "properties") or ext_str(ext, "i") or ""
+        key = (topic, message_type(properties))
+        histogram = self.message_size.get(key)
+        if histogram is None:
+            histogram = self.message_size[key] = Histogram(MESSAGE_SIZE_BUCKETS)
+        histogram.observe(float(len(cmd.body or b"")))
+
+    def timed(self, handler: Callable[[RemotingCommand, Any], Any]) -> Callable[..., Any]:
+        """``handler`` with its latency counted: until its response is ready (a held pull until
+        it is answered). A handler that raises counts as ``process_request_failed``."""
+        clock = self._clock
+        note = self.note_rpc
+
+        def timed_handler(cmd: RemotingCommand, conn: Any) -> Any:
+            began = clock()
+            try:
+                result = handler(cmd, conn)
+            except BaseException:
+                note(cmd, RESULT_FAILED, False, began)
+                raise
+            if result is None or isinstance(result, RemotingCommand):
+                note(cmd, result, False, began)
+                return result
+            if isinstance(result, asyncio.Future):
+                if result.done():
+                    note(cmd, _outcome(result), False, began)
+                else:
+                    result.add_done_callback(lambda f: note(cmd, _outcome(f), True, began))
+                return result
+            return _timed_awaitable(result, cmd, note, began)
+
+        return timed_handler
+
+    def timed_handlers(self, handlers: Mapping[int, Any]) -> dict[int, Any]:
+        return {code: self.timed(handler) for code, handler in handlers.items()}
+
+
+def _outcome(fut: asyncio.Future[Any]) -> Any:
+    if fut.cancelled():
+        return RESULT_CANCELLED
+    if fut.exception() is not None:
+        return RESULT_FAILED
+    return fut.result()
+
+
+async def _timed_awaitable(
+    awaitable: Awaitable[Any],
+    cmd: RemotingCommand,
+    note: Callable[[RemotingCommand, Any, bool, float], None],
+    began: float,
+) -> Any:
+    try:
+        response = await awaitable
+    except asyncio.CancelledError:
+        note(cmd, RESULT_CANCELLED, True, began)
+        raise
+    except BaseException:
+        note(cmd, RESULT_FAILED, True, began)
+        raise
+    note(cmd, response, True, began)
+    return response
+
+
+# ---- rolling counters (VIEW_BROKER_STATS_DATA, a group's consume TPS) -------------------------
+
+# RocketMQ's BrokerStatsManager names
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+
+# (sampling interval, samples kept) of the minute, hour and day windows, as RocketMQ's StatsItem
+_WINDOWS_MS = ((10_000, 7), (600_000, 7), (3_600_000, 25))
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RollingCounter:
+    """A cumulative count (``value``: messages or bytes; ``times``: how many additions) with
+    samples taken every 10 s, 10 min and 1 h, from which the last minute's, hour's and day's
+    sum, TPS and average per addition are computed (RocketMQ's StatsItem). Samples are taken
+    when the counter is touched or read, not by a timer. Loop thread only."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.times = 0
+        self.samples: tuple[list[tuple[int, int, int]], ...] = ([], [], [])
+
+    def maybe_sample(self, now_ms: int) -> None:
+        for (interval, keep), samples in zip(_WINDOWS_MS, self.samples, strict=True):
+            if not samples or now_ms - samples[-1][0] >= interval:
+                samples.append((now_ms, self.value, self.times))
+                if len(samples) > keep:
+                    del samples[0]
+
+    def add(self, now_ms: int, value: int, times: int = 1) -> None:
+        self.maybe_sample(now_ms)
+        self.value += value
+        self.times += times
+
+    def set_total(self, now_ms: int, value: int, times: int) -> None:
+        """Catch up with a total counted elsewhere (the store's puts)."""
+        self.maybe_sample(now_ms)
+        self.value = max(self.value, value)
+        self.times = max(self.times, times)
+
+    def window(self, now_ms: int, index: int) -> tuple[int, float, float]:
+        """(sum, tps, avgpt) of window ``index`` (0 minute, 1 hour, 2 day) up to now.
+
+        Samples are taken lazily, before an addition that comes an interval or more after the
+        last one; so a value reached after sample k holds from ``ts_k + interval`` on, and the
+        window's start value is known even when no sample was taken then."""
+        samples = self.samples[index]
+        if not samples:
+            return 0, 0.0, 0.0
+        interval, keep = _WINDOWS_MS[index]
+        start = now_ms - interval * (keep - 1)
+        base_ts, base_value, base_times = samples[0]
+        for i, (ts, value, times) in enumerate(samples):
+            if ts > start:
+                break
+            if start >= ts + interval:
+                later = samples[i + 1] if i + 1 < len(samples) else (now_ms, self.value, self.times)
+                base_ts, base_value, base_times = start, later[1], later[2]
+            else:
+                base_ts, base_value, base_times = ts, value, times
+        total = self.value - base_value
+        elapsed = now_ms - base_ts
+        tps = total * 1000.0 / elapsed if elapsed > 0 else 0.0
+        times_diff = self.times - base_times
+        return total, tps, (total / times_diff if times_diff > 0 else 0.0)
+
+
+class RollingStats:
+    """RollingCounters by (stats name, stats key): ``TOPIC_PUT_NUMS`` by topic,
+    ``GROUP_GET_NUMS`` by ``topic@group``, ``BROKER_GET_NUMS`` by cluster, ... Loop thread."""
+
+    def __init__(self, now_ms: Callable[[], int] = _monotonic_ms) -> None:
+        self.now_ms = now_ms
+        self.items: dict[tuple[str, str], RollingCounter] = {}
+
+    def counter(self, name: str, key: str) -> RollingCounter:
+        item = self.items.get((name, key))
+        if item is None:
+            item = self.items[(name, key)] = RollingCounter()
+        return item
+
+    def add(self, name: str, key: str, value: int, times: int = 1) -> None:
+        self.counter(name, key).add(self.now_ms(), value, times)
+
+    def set_total(self, name: str, key: str, value: int, times: int) -> None:
+        self.counter(name, key).set_total(self.now_ms(), value, times)
+
+    def get(self, name: str, key: str) -> RollingCounter | None:
+        return self.items.get((name, key))
+
+    def tps(self, name: str, key: str) -> float:
+        """The last minute's TPS of one counter (0.0 when there is none)."""
+        item = self.items.get((name, key))
+        return 0.0 if item is None else item.window(self.now_ms(), 0)[1]
