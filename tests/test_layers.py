@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tier",),  # sealed messages as Parquet with manifests; below the broker, which reads it
     ("acl",),
     ("namesrv",),
+    ("controller",),  # RocketMQ 5's controller; its wire codecs are the broker's too
     ("broker",),
     ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
     ("grpc",),
