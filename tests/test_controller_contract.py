@@ -318,9 +318,11 @@ def test_a_restarted_controller_keeps_every_epoch(backends: Backends) -> None:
         server = backends.server()
         await server.start()
         a, b = await _group_of_two(server.address)
-        await a.die()
+        b.notices.clear()
+        await a.die()  # the master dies: broker 2 elected (master epoch 2, set epoch 3)
+        await until(lambda: bool(b.notices), what="broker 2 elected")
+        await server.shutdown()  # a stopping controller takes nobody for dead
         await b.die()
-        await server.shutdown()
         again = backends.server()
         await again.start()
         c = await FakeBroker(again.address).start()
@@ -330,15 +332,26 @@ def test_a_restarted_controller_keeps_every_epoch(backends: Backends) -> None:
                 RequestCode.CONTROLLER_GET_REPLICA_INFO, GetReplicaInfoRequest("broker-a")
             )
             assert r.code == ResponseCode.SUCCESS, r.remark
-            state = SyncStateSet.decode(r.body)
-            # the restart came after both brokers went away: whatever was elected since, the
-            # epochs are at least where they were
-            assert int(r.ext_fields["masterEpoch"]) >= 1 and state.epoch >= 2
+            assert (r.ext_fields["masterBrokerId"], r.ext_fields["masterEpoch"]) == ("2", "2")
+            assert SyncStateSet.decode(r.body) == SyncStateSet(frozenset({2}), 3)
             nxt = await c.call(
                 RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
                 {"clusterName": CLUSTER, "brokerName": "broker-a"},
             )
             assert nxt.ext_fields["nextBrokerId"] == "3"
+            # broker 1 comes back and asks to be master: it is outside the SyncStateSet
+            c.broker_id = 1
+            await c.heartbeat(epoch=1, max_offset=100)
+            r = await c.elect()
+            assert r.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
+            # broker 2 comes back: still the master, at the epoch it had
+            c.broker_id = 2
+            await c.heartbeat(epoch=2, max_offset=200)
+            r = await c.elect()
+            assert (r.code, r.ext_fields["masterEpoch"]) == (
+                ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
+                "2",
+            )
         finally:
             await c.die()
             await again.shutdown()

@@ -62,12 +62,14 @@ def _logging(
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
     """Run servers until they stop; a start-up failure (a port in use, a store owned by
-    another process) is one line on standard error and exit status 1, not a traceback."""
+    another process, a controller state file that does not decode) is one line on standard
+    error and exit status 1, not a traceback."""
+    from ..controller import ControllerError
     from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
-    except (OSError, StoreError) as exc:
+    except (OSError, StoreError, ControllerError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 

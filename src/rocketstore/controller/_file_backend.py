@@ -62,7 +62,10 @@ def decode_state(data: bytes) -> tuple[int, dict[str, Versioned]]:
     for name, entry in groups.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("revision"), int):
             raise StateCorruptError(f"{STATE_FILE}: group {name!r} has no revision")
-        record = GroupRecord.from_doc(entry.get("record"))
+        try:
+            record = GroupRecord.from_doc(entry.get("record"))
+        except StateCorruptError as exc:
+            raise StateCorruptError(f"group {name!r}: {exc}") from None
         if record.broker_name != name:
             raise StateCorruptError(f"{STATE_FILE}: group {name!r} holds {record.broker_name!r}")
         out[name] = Versioned(record, entry["revision"])
@@ -117,7 +120,12 @@ class FileBackend(StateBackend):
             return
         except OSError as exc:
             raise BackendUnavailableError(f"cannot read {self.path}: {exc}") from exc
-        self._revision, self._groups = decode_state(data)
+        try:
+            self._revision, self._groups = decode_state(data)
+        except StateCorruptError as exc:
+            raise StateCorruptError(
+                f"{self.path}: {exc} (nothing is guessed: restore it)"
+            ) from None
 
     async def close(self) -> None:
         await self.release_leadership()
