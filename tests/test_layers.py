@@ -398,12 +398,18 @@ def test_only_the_composition_root_builds_the_store_and_the_remoting_server() ->
     assert "MessageStore(...)" in built and "RemotingServer(...)" in built, built
 
 
-CONTROLLER_WIRE = ("rocketstore.controller._headers", "rocketstore.controller._bodies")
+CONTROLLER_WIRE = (
+    "rocketstore.controller._headers",
+    "rocketstore.controller._bodies",
+    "rocketstore.controller._client",
+    "rocketstore.controller._errors",
+)
 
 
 def test_controller_wire_codecs_import_only_remoting() -> None:
     """A broker in controller mode codes its requests with the controller's header and body
-    codecs: they import nothing of the controller's server side (nor anything but remoting)."""
+    codecs and sends them with its client: they import nothing of the controller's server side
+    (nor anything but remoting)."""
     wrong = [
         str(i)
         for i in IMPORTS

@@ -3,8 +3,9 @@ epochs, watches the brokers' heartbeats and elects a new master when a group los
 (controller mode). Its state lives in an existing consensus engine behind one interface
 (``StateBackend``): a durable local file for one controller, or etcd for several.
 
-The wire codecs (``_headers``, ``_bodies``) import nothing of the rest, so a broker in controller
-mode codes its requests with them. See docs/controller.md.
+The wire codecs (``_headers``, ``_bodies``) and the client (``_client``: a broker's requests to
+the active controller) import nothing of the rest, so a broker in controller mode takes them
+without the server side. See docs/controller.md.
 """
 
 from ._backend import Member as Member
@@ -19,6 +20,9 @@ from ._bodies import ReplicasInfo as ReplicasInfo
 from ._bodies import SyncStateSet as SyncStateSet
 from ._bodies import decode_broker_names as decode_broker_names
 from ._bodies import encode_broker_names as encode_broker_names
+from ._client import ControllerClient as ControllerClient
+from ._client import Elected as Elected
+from ._client import split_controller_addresses as split_controller_addresses
 from ._config import ControllerConfig as ControllerConfig
 from ._config import enabled_in_namesrv as enabled_in_namesrv
 from ._controller import Controller as Controller
@@ -26,7 +30,9 @@ from ._errors import BackendError as BackendError
 from ._errors import BackendUnavailableError as BackendUnavailableError
 from ._errors import ControllerConfigError as ControllerConfigError
 from ._errors import ControllerError as ControllerError
+from ._errors import ControllerRefusedError as ControllerRefusedError
 from ._errors import LeadershipLostError as LeadershipLostError
+from ._errors import NoActiveControllerError as NoActiveControllerError
 from ._errors import StateCorruptError as StateCorruptError
 from ._etcd_backend import EtcdBackend as EtcdBackend
 from ._file_backend import FileBackend as FileBackend
@@ -66,14 +72,17 @@ __all__ = [
     "BrokerReplicasInfo",
     "CleanBrokerDataRequest",
     "Controller",
+    "ControllerClient",
     "ControllerConfig",
     "ControllerConfigError",
     "ControllerError",
     "ControllerProcessor",
+    "ControllerRefusedError",
     "ControllerSnapshot",
     "ElectMasterRequest",
     "ElectMasterResponse",
     "ElectMasterResponseBody",
+    "Elected",
     "EtcdBackend",
     "FileBackend",
     "GetMetaDataResponse",
@@ -86,6 +95,7 @@ __all__ = [
     "Header",
     "LeadershipLostError",
     "Member",
+    "NoActiveControllerError",
     "NotifyBrokerRoleChangedRequest",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
@@ -99,4 +109,5 @@ __all__ = [
     "decode_broker_names",
     "enabled_in_namesrv",
     "encode_broker_names",
+    "split_controller_addresses",
 ]
