@@ -135,15 +135,15 @@ class ControllerProcessor:
 
     async def get_next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = GetNextBrokerIdRequest.from_ext(cmd.ext_fields)
-        return answer(await self.controller.next_broker_id(req))
+        return answer(await self.controller.requests.next_broker_id(req))
 
     async def apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = ApplyBrokerIdRequest.from_ext(cmd.ext_fields)
-        return answer(await self.controller.apply_broker_id(req))
+        return answer(await self.controller.requests.apply_broker_id(req))
 
     async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = RegisterBrokerRequest.from_ext(cmd.ext_fields)
-        return answer(await self.controller.register_broker(req))
+        return answer(await self.controller.requests.register_broker(req))
 
     async def elect_master(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = ElectMasterRequest.from_ext(cmd.ext_fields)
@@ -154,22 +154,22 @@ class ControllerProcessor:
                 req.broker_id,
                 req.broker_name,
             )
-        return answer(await self.controller.elect_master(req))
+        return answer(await self.controller.requests.elect_master(req))
 
     async def alter_sync_state_set(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = AlterSyncStateSetRequest.from_ext(cmd.ext_fields)
         proposed = SyncStateSet.decode(cmd.body)
-        return answer(await self.controller.alter_sync_state_set(req, proposed))
+        return answer(await self.controller.requests.alter_sync_state_set(req, proposed))
 
     async def get_replica_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = GetReplicaInfoRequest.from_ext(cmd.ext_fields)
-        return answer(await self.controller.replica_info(req))
+        return answer(await self.controller.requests.replica_info(req))
 
     async def get_sync_state_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         names = decode_broker_names(cmd.body)
         if not names:  # RocketMQ answers an empty request with an empty SUCCESS
             return RemotingCommand.response(ResponseCode.SUCCESS)
-        return answer(await self.controller.sync_state_data(names))
+        return answer(await self.controller.requests.sync_state_data(names))
 
     async def get_metadata_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         header = await self.controller.metadata()
@@ -195,7 +195,7 @@ class ControllerProcessor:
             req.broker_controller_ids_to_clean or "all",
             req.is_clean_living_broker,
         )
-        return answer(await self.controller.clean_broker_data(req))
+        return answer(await self.controller.requests.clean_broker_data(req))
 
     async def update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         if not cmd.body:
