@@ -171,7 +171,9 @@ class Controller:
         if held and not self._active:
             self._active = True
             self._listening_since = min(self._listening_since, self.clock.monotonic())
-            log.warning(
+            # at start a matter of course; later a takeover, which an operator wants to see
+            log.log(
+                logging.WARNING if self._tasks else logging.INFO,
                 "controller %s (%s) is now the active controller of %s (%s backend)",
                 self.me.member_id,
                 self.me.address,
