@@ -37,6 +37,12 @@ accounts:
     admin: false
     defaultTopicPerm: PUB|SUB
     defaultGroupPerm: PUB|SUB
+  - accessKey: console-reader
+    secretKey: reader-secret-1
+    whiteRemoteAddress:
+    admin: false
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
 """
 
 
@@ -47,10 +53,15 @@ async def _wrap(coro: Awaitable[T]) -> T:
 class ConsoleEnv:
     """Start with :meth:`open`, stop with :meth:`close` (also after a failed start)."""
 
-    def __init__(self, root: Path, *, acl: bool = False) -> None:
+    def __init__(
+        self, root: Path, *, acl: bool = False, slave: bool = False, trace_topic: bool = False
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.acl = acl
+        self.with_slave = slave
+        self.trace_topic = trace_topic
+        self.slave: BrokerServer | None = None
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="console-env")
         self.thread.start()
@@ -70,36 +81,49 @@ class ConsoleEnv:
             path = self.root / "plain_acl.yml"
             path.write_text(ACL_YML)
             acl_file = str(path)
+        self.server = self._broker("master", 0, acl_file)
+        await self.server.start()
+        if self.with_slave:
+            self.slave = self._broker("slave", 1, acl_file)
+            await self.slave.start()
+        self.admin = AdminClient(self.ns.address, signer=None)
+        self.console = ConsoleServer(self.admin, "127.0.0.1:0", login=self.acl)
+        await self.console.start()
+
+    def _broker(self, role: str, broker_id: int, acl_file: str) -> BrokerServer:
+        assert self.ns is not None
         store_config = StoreConfig(
-            store_path_root_dir=str(self.root / BROKER),
+            store_path_root_dir=str(self.root / (BROKER if broker_id == 0 else f"{BROKER}-{role}")),
             mapped_file_size_commit_log=256 * 1024,
             mapped_file_size_consume_queue=20 * 1000,
             max_hash_slot_num=1000,
             max_index_num=4000,
             flush_interval_commit_log=10,
             commit_interval_commit_log=10,
+            broker_role="SLAVE" if broker_id else "ASYNC_MASTER",
+            ha_listen_port=0,
         )
-        self.server = BrokerServer(
+        return BrokerServer(
             store_config,
             BrokerConfig(
                 listen_port=0,
                 namesrv_addr=self.ns.address,
                 broker_name=BROKER,
+                broker_id=broker_id,
                 cluster_name=CLUSTER,
                 acl_enable=self.acl,
                 acl_file=acl_file,
+                trace_topic_enable=self.trace_topic,
             ),
         )
-        await self.server.start()
-        self.admin = AdminClient(self.ns.address, signer=None)
-        self.console = ConsoleServer(self.admin, "127.0.0.1:0", login=self.acl)
-        await self.console.start()
 
     async def _stop(self) -> None:
         if self.console is not None:
             await self.console.close()
         if self.admin is not None:
             self.admin.close()
+        if self.slave is not None:
+            await self.slave.shutdown()
         if self.server is not None:
             await self.server.shutdown()
         if self.ns is not None:
@@ -107,7 +131,10 @@ class ConsoleEnv:
 
     def open(self) -> ConsoleEnv:
         self.run(self._start())
-        assert wait_until(lambda: self.ns is not None and len(self.ns.routes.live_brokers()) == 1)
+        brokers = 2 if self.with_slave else 1
+        assert wait_until(
+            lambda: self.ns is not None and len(self.ns.routes.live_brokers()) == brokers
+        )
         return self
 
     def close(self) -> None:
