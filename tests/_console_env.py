@@ -4,11 +4,12 @@ their own, for the console's API and browser tests; plain HTTP calls to the cons
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,9 +17,12 @@ from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
+from rocketstore.client import Producer
 from rocketstore.client._admin import AdminClient
+from rocketstore.client._trace import TRACE_TOPIC, TraceContext, encode_trace, trace_keys
 from rocketstore.console import ConsoleServer
 from rocketstore.namesrv import NameServer
+from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.server import BrokerServer
 
 T = TypeVar("T")
@@ -201,3 +205,29 @@ def http(
             return Reply(r.status, r.read(), r.headers)
     except urllib.error.HTTPError as exc:
         return Reply(exc.code, exc.read(), exc.headers)
+
+
+@contextlib.contextmanager
+def producer_online(env: ConsoleEnv, group: str, client_id: str) -> Iterator[None]:
+    """A producer of ``group`` connected to the broker while the block runs (its heartbeat,
+    as RocketMQ's clients send it, over a connection kept open)."""
+    heartbeat = {
+        "clientID": client_id,
+        "consumerDataSet": [],
+        "producerDataSet": [{"groupName": group}],
+    }
+    with RemotingClient(timeout=5) as client:
+        r = client.invoke(
+            env.broker_addr, RemotingCommand.request(34, {}, json.dumps(heartbeat).encode())
+        )
+        assert r.code == 0, r.remark
+        yield
+
+
+def write_traces(env: ConsoleEnv, contexts: list[TraceContext]) -> None:
+    """What a trace-enabled client's trace dispatcher sends: the contexts' text in one message
+    to RMQ_SYS_TRACE_TOPIC, keyed by the traced message's id and keys."""
+    keys = sorted({k for c in contexts for k in trace_keys(c)})
+    data = "".join(encode_trace(c) for c in contexts).encode()
+    with Producer(env.namesrv, "_INNER_TRACE_PRODUCER-console-test") as p:
+        assert p.send(TRACE_TOPIC, data, keys=keys).status == "SEND_OK"

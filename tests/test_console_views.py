@@ -6,15 +6,13 @@ it to RMQ_SYS_TRACE_TOPIC, and replication lag only where there is a slave."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from _console_env import BROKER, ConsoleEnv, http
+from _console_env import BROKER, ConsoleEnv, http, producer_online, write_traces
 from _waits import wait_until
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._trace import (
@@ -22,9 +20,7 @@ from rocketstore.client._trace import (
     TraceContext,
     decode_traces,
     encode_trace,
-    trace_keys,
 )
-from rocketstore.remoting import RemotingClient, RemotingCommand
 
 
 @pytest.fixture(scope="module")
@@ -137,23 +133,6 @@ def test_producer_connections_of_a_group(env: ConsoleEnv) -> None:
     assert http(env, "GET", "/api/producers?topic=NoSuchTopic&group=G").status == 404
 
 
-@contextlib.contextmanager
-def producer_online(env: ConsoleEnv, group: str, client_id: str) -> Iterator[None]:
-    """A producer of ``group`` connected to the broker while the block runs (its heartbeat,
-    as RocketMQ's clients send it, over a connection kept open)."""
-    heartbeat = {
-        "clientID": client_id,
-        "consumerDataSet": [],
-        "producerDataSet": [{"groupName": group}],
-    }
-    with RemotingClient(timeout=5) as client:
-        r = client.invoke(
-            env.broker_addr, RemotingCommand.request(34, {}, json.dumps(heartbeat).encode())
-        )
-        assert r.code == 0, r.remark
-        yield
-
-
 def test_send_a_test_message_and_find_it(env: ConsoleEnv) -> None:
     topic = "SendTopic"
     created(env, topic, queues=2)
@@ -206,15 +185,6 @@ def _sign_in(env: ConsoleEnv, ak: str, sk: str) -> str:
 
 
 # ---- message trace --------------------------------------------------------------------------
-
-
-def write_traces(env: ConsoleEnv, contexts: list[TraceContext]) -> None:
-    """What a trace-enabled client's trace dispatcher sends: the contexts' text in one message
-    to RMQ_SYS_TRACE_TOPIC, keyed by the traced message's id and keys."""
-    keys = sorted({k for c in contexts for k in trace_keys(c)})
-    data = "".join(encode_trace(c) for c in contexts).encode()
-    with Producer(env.namesrv, "_INNER_TRACE_PRODUCER-console-test") as p:
-        assert p.send(TRACE_TOPIC, data, keys=keys).status == "SEND_OK"
 
 
 def test_a_message_trace_as_trace_enabled_clients_write_it(env: ConsoleEnv) -> None:
