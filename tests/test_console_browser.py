@@ -37,6 +37,7 @@ ARGS = [
     "--disable-sync",
 ]
 TIMEOUT_MS = 20_000
+DOCS_SHOTS = os.environ.get("ROCKETSTORE_DOCS_SCREENSHOTS")  # docs/: refresh the docs' pictures
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +118,8 @@ def _walk_through(env: ConsoleEnv, page: Any, shots: Path) -> None:
     expect(results.locator("pre.body")).to_have_text('{"order": 17, "state": "paid"}')
     expect(page.locator("#resend-note")).to_contain_text("CONSUME_MESSAGE_DIRECTLY")
     page.screenshot(path=str(shots / "3-message-by-key.png"), full_page=True)
+    if DOCS_SHOTS:
+        page.screenshot(path=str(Path(DOCS_SHOTS) / "console-messages.png"))
 
     # a group that consumed everything, reset to the start
     group = "BrowserGroup"
@@ -186,8 +189,6 @@ def test_acl_sign_in_and_a_refused_change(tmp_path: Path, page: Any, artifacts: 
 
 
 # ---- beside RocketMQ Dashboard: lists, the URL, brokers, producers, a test message, traces -----
-
-DOCS_SHOTS = os.environ.get("ROCKETSTORE_DOCS_SCREENSHOTS")  # docs/: refresh the docs' pictures
 
 
 def shot(page: Any, artifacts: Path, name: str, *, docs: bool = False) -> None:
