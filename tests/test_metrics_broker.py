@@ -192,6 +192,8 @@ def test_broker_metrics_after_sends_pulls_and_a_commit(running: Running) -> None
     assert value(text, "rocketmq_storage_size", storage_type="local") > 0
     assert value(text, "rocketmq_storage_dispatch_behind_bytes") >= 0
     assert value(text, "rocketstore_namesrv_live_brokers") == 1
+    # a master without a slave: no replication lag series at all
+    assert not [n for n, _, _ in samples(text) if n == "rocketstore_ha_slave_lag_bytes"]
     # while the heartbeat's connection was open
     mode = {"consumer_group": GROUP, "consume_mode": "pull", "language": "python"}
     assert value(during, "rocketmq_consumer_connections", **mode) == 1
