@@ -172,7 +172,6 @@ class Controller:
             held = self.backend.holds_leadership()
         if held and not self._active:
             self._active = True
-            self._listening_since = min(self._listening_since, self.clock.monotonic())
             # at start a matter of course; later a takeover, which an operator wants to see
             log.log(
                 logging.WARNING if self._tasks else logging.INFO,
