@@ -395,6 +395,14 @@ def test_bad_requests_are_answered_and_the_server_keeps_serving(backends: Backen
                 RequestCode.UPDATE_CONTROLLER_CONFIG, {}, b"scanInactiveMasterInterval=x\n"
             )
             assert r.code == ResponseCode.SYSTEM_ERROR
+            r = await call(
+                RequestCode.UPDATE_CONTROLLER_CONFIG,
+                {},
+                b"scanInactiveMasterInterval=999999999999\n",
+            )
+            assert r.code == ResponseCode.SYSTEM_ERROR and "at most" in (r.remark or "")
+            r = await call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, b"[" * 100_000)
+            assert r.code == ResponseCode.SYSTEM_ERROR
             r = await call(9999, {})
             assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
             r = await call(
