@@ -203,9 +203,10 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
     ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        text = _lines_until(proc, re.compile(r"broker .*listening on 127\.0\.0\.1:\d+"), 60)
-        ns = re.search(r"name server\D*?(127\.0\.0\.1:\d+)", text)
-        broker = re.search(r"broker .*?listening on (127\.0\.0\.1:\d+)", text)
+        broker_line = re.compile(r"^broker \S+ .*?listening on (127\.0\.0\.1:\d+)", re.M)
+        text = _lines_until(proc, broker_line, 60)
+        ns = re.search(r"^name server listening on (127\.0\.0\.1:\d+)", text, re.M)
+        broker = broker_line.search(text)
         assert ns is not None and broker is not None, text
         yield ns.group(1), broker.group(1)
     finally:
