@@ -216,23 +216,23 @@ def test_spark_runs_when_asked_or_configured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env: dict[str, str] = {}
-    assert choose(False, None, env).master is None
-    assert choose(True, None, env).master == DEFAULT_MASTER
-    assert choose(False, "local[4]", env).master == "local[4]"
-    assert choose(False, None, {"SPARK_MASTER": "local[3]"}).master is None
-    assert choose(True, None, {"SPARK_MASTER": "local[3]"}).master == "local[3]"
-    assert choose(False, None, {"SPARK_MASTER": "spark://h:7077"}).master == "spark://h:7077"
+    assert choose(False, None, env) is None
+    assert choose(True, None, env) == DEFAULT_MASTER
+    assert choose(False, "local[4]", env) == "local[4]"
+    assert choose(False, None, {"SPARK_MASTER": "local[3]"}) is None
+    assert choose(True, None, {"SPARK_MASTER": "local[3]"}) == "local[3]"
+    assert choose(False, None, {"SPARK_MASTER": "spark://h:7077"}) == "spark://h:7077"
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text(
         "# mine\nspark.executor.memory 1g\nspark.master   spark://m:7077\n"
     )
-    assert choose(False, None, {"SPARK_CONF_DIR": str(conf)}).master == "spark://m:7077"
+    assert choose(False, None, {"SPARK_CONF_DIR": str(conf)}) == "spark://m:7077"
     home = tmp_path / "home"
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "spark-defaults.conf").write_text("spark.master=local[*]\n")
-    assert choose(False, None, {"SPARK_HOME": str(home)}).master is None
-    assert choose(True, None, {"SPARK_HOME": str(home)}).master == "local[*]"
+    assert choose(False, None, {"SPARK_HOME": str(home)}) is None
+    assert choose(True, None, {"SPARK_HOME": str(home)}) == "local[*]"
 
 
 def _fake_java(directory: Path, version_line: str) -> Path:

@@ -44,7 +44,7 @@ def _jobs(spark: bool) -> Any:
 def _choice(spark: bool, master: str | None) -> str | None:
     from ..spark._master import choose
 
-    return choose(spark, master).master
+    return choose(spark, master)
 
 
 def _log_dir(log_dir: str | None, store: str | None) -> Path:

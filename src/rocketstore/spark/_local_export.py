@@ -64,15 +64,11 @@ def source_options(
 
 
 def _path_batches(opts: SourceOptions) -> tuple[int, Iterator[pa.RecordBatch]]:
-    reader = open_reader(opts)
-    try:
+    with open_reader(opts) as reader:
         ranges = plan_batch(reader, opts)
-    except BaseException:
-        reader.close()
-        raise
 
     def batches() -> Iterator[pa.RecordBatch]:
-        try:
+        with open_reader(opts) as reader:  # (as a Spark task opens its own)
             for r in ranges:
                 decoder = RangeDecoder(
                     reader,
@@ -82,8 +78,6 @@ def _path_batches(opts: SourceOptions) -> tuple[int, Iterator[pa.RecordBatch]]:
                     fail_on_data_loss=opts.fail_on_data_loss,
                 )
                 yield from decoder.batches(r)
-        finally:
-            reader.close()
 
     return sum(r.end - r.begin for r in ranges), batches()
 
@@ -129,6 +123,7 @@ class _Parts:
         self.parquet_path: Path | None = None
         self.lines: IO[bytes] | None = None
         self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
         self.pending_bytes = 0
 
     def _name(self) -> Path:
@@ -145,7 +140,7 @@ class _Parts:
         assert self.parquet is not None and self.parquet_path is not None
         table = pa.Table.from_batches(self.pending, schema=ARROW_SCHEMA)
         self.parquet.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        self.pending, self.pending_bytes = [], 0
+        self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
         if self.parquet_path.stat().st_size >= PART_BYTES:
             self.parquet.close()
             self.parquet = None
@@ -158,11 +153,9 @@ class _Parts:
         self.rows += batch.num_rows
         if self.fmt == "parquet":
             self.pending.append(batch)
+            self.pending_rows += batch.num_rows
             self.pending_bytes += batch.nbytes
-            if (
-                sum(b.num_rows for b in self.pending) >= ROW_GROUP_ROWS
-                or self.pending_bytes >= ROW_GROUP_BYTES
-            ):
+            if self.pending_rows >= ROW_GROUP_ROWS or self.pending_bytes >= ROW_GROUP_BYTES:
                 self._flush_group()
             return
         if self.lines is None:

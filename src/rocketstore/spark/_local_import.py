@@ -231,14 +231,15 @@ def import_local(
                 progress(read, total)
             yield out
 
-    first = next(batches_iter := batches(), None)
+    rest = batches()
+    first = next(rest, None)
     if first is None:
         return 0
     columns = tuple(first.schema.names)
 
     def all_batches() -> Iterator[pa.RecordBatch]:
         yield first
-        yield from batches_iter
+        yield from rest
 
     if namesrv:
         sent = write_remote(send_settings({"namesrv": namesrv}, columns), all_batches())

@@ -18,18 +18,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MASTER = "local[2]"
-
-
-@dataclass(frozen=True, slots=True)
-class SparkChoice:
-    """``master`` is None when the job runs without Spark; ``reason`` says what decided it."""
-
-    master: str | None
-    reason: str
 
 
 def defaults_file(environ: Mapping[str, str]) -> Path | None:
@@ -65,23 +56,16 @@ def is_local(master: str) -> bool:
     return master.strip().lower().startswith("local")
 
 
-def choose(
-    spark: bool, master: str | None, environ: Mapping[str, str] | None = None
-) -> SparkChoice:
-    """Whether (and where) to run Spark for ``--spark`` / ``--master`` and the environment."""
+def choose(spark: bool, master: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The master to run Spark on for ``--spark`` / ``--master`` and the environment, or None
+    when the job runs without Spark."""
     env = os.environ if environ is None else environ
     if master:
-        return SparkChoice(master, "--master")
-    configured: tuple[str, str] | None = None
-    if env.get("SPARK_MASTER"):
-        configured = (env["SPARK_MASTER"], "SPARK_MASTER")
-    else:
+        return master
+    configured = env.get("SPARK_MASTER") or None
+    if configured is None:
         path = defaults_file(env)
-        found = defaults_master(path) if path is not None else None
-        if found:
-            configured = (found, str(path))
-    if configured is not None and (spark or not is_local(configured[0])):
-        return SparkChoice(configured[0], configured[1])
-    if spark:
-        return SparkChoice(DEFAULT_MASTER, "--spark")
-    return SparkChoice(None, "no --spark and no Spark master configured")
+        configured = defaults_master(path) if path is not None else None
+    if configured is not None and (spark or not is_local(configured)):
+        return configured
+    return DEFAULT_MASTER if spark else None
