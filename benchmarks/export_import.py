@@ -4,13 +4,15 @@ commands.
 
     python benchmarks/export_import.py [--messages 50,100000] [--rounds 3] [--dir DIR]
 
-For each size a store is filled with messages of 1 KiB bodies with TAGS and KEYS over 4 queues.
+For each size a store is filled with messages of 1 KiB bodies (random bytes, each message's
+own) with TAGS and KEYS over 4 queues.
 Each round runs, alternating the two ways so a change in the machine's speed hits both alike:
 export to Parquet, export to JSON lines, and import of the Parquet export into a new store. A
 command's time is its wall time from start to exit (the interpreter's and, with Spark, the
 JVM's start-up included: what the user waits for; the JVM is not a child the command waits
-for, so its CPU time cannot be counted here). Reported: the best and the median of the rounds,
-and the load average at the start. Everything is made under a new temporary directory (or one under
+for, so its CPU time cannot be counted here). Reported: every round's time and the median, each
+round's Spark ÷ pyarrow ratio (a round is an alternated pair), and the load average at the start
+and the end. Everything is made under a new temporary directory (or one under
 ``--dir``) and removed afterwards.
 """
 
@@ -31,15 +33,20 @@ BODY = 1024
 QUEUES = 4
 
 
+def _body(noise: bytes, i: int) -> bytes:
+    start = (i * 7919) % (len(noise) - BODY)
+    return i.to_bytes(8, "big") + noise[start : start + BODY - 8]
+
+
 def fill(root: Path, count: int) -> None:
     from rocketstore import Message, MessageStore, StoreConfig
 
-    body = os.urandom(BODY)
+    noise = os.urandom(BODY * 64)  # bodies that differ (one body repeated compresses to nothing)
     config = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 << 20)
     with MessageStore(config) as store:
         for lo in range(0, count, 512):
             batch = [
-                Message("Bench", body, i % QUEUES, tags="TagA", keys=[f"k{i}"])
+                Message("Bench", _body(noise, i), i % QUEUES, tags="TagA", keys=[f"k{i}"])
                 for i in range(lo, min(count, lo + 512))
             ]
             for q in range(QUEUES):
@@ -97,10 +104,15 @@ def main() -> None:
         print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
         for count in (int(n) for n in a.messages.split(",")):
             print(f"\n{count} messages of {BODY} B, {a.rounds} rounds (wall seconds)")
-            for name, walls in measure(work, count, a.rounds).items():
-                print(
-                    f"  {name:26s} best {min(walls):7.2f}   median {statistics.median(walls):7.2f}"
-                )
+            times = measure(work, count, a.rounds)
+            for name, walls in times.items():
+                rounds = " ".join(f"{w:7.2f}" for w in walls)
+                print(f"  {name:26s} {rounds}   median {statistics.median(walls):7.2f}")
+            for step in ("export parquet", "export json", "import parquet"):
+                plain, spark = times[f"{step} (pyarrow)"], times[f"{step} (spark)"]
+                ratios = " ".join(f"{b / a:6.1f}" for a, b in zip(plain, spark, strict=True))
+                print(f"  {step}: Spark ÷ pyarrow by round {ratios}")
+        print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
