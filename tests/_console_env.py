@@ -47,10 +47,11 @@ async def _wrap(coro: Awaitable[T]) -> T:
 class ConsoleEnv:
     """Start with :meth:`open`, stop with :meth:`close` (also after a failed start)."""
 
-    def __init__(self, root: Path, *, acl: bool = False) -> None:
+    def __init__(self, root: Path, *, acl: bool = False, acl_yml: str = ACL_YML) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.acl = acl
+        self.acl_yml = acl_yml
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="console-env")
         self.thread.start()
@@ -68,7 +69,7 @@ class ConsoleEnv:
         acl_file = ""
         if self.acl:
             path = self.root / "plain_acl.yml"
-            path.write_text(ACL_YML)
+            path.write_text(self.acl_yml)
             acl_file = str(path)
         store_config = StoreConfig(
             store_path_root_dir=str(self.root / BROKER),

@@ -11,6 +11,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._logs import (
+    AUDIT_LOGGER,
     ROOT_LOGGER,
     STATS_LOGGER,
     LogConfig,
@@ -26,7 +27,7 @@ from rocketstore._logs import (
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger(ROOT_LOGGER)
     handlers, level, propagate = list(root.handlers), root.level, root.propagate
-    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER]
+    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER, AUDIT_LOGGER]
     levels = {n: logging.getLogger(n).level for n in touched}
     yield
     for h in list(root.handlers):
@@ -57,9 +58,18 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
     ):
         logging.getLogger(name).info("hello from %s", name)
     logging.getLogger(STATS_LOGGER).info("puts 1")
+    logging.getLogger(AUDIT_LOGGER).info("DENY account=x")
     _flush()
     text = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
-    assert sorted(text) == ["broker.log", "namesrv.log", "remoting.log", "stats.log", "store.log"]
+    assert sorted(text) == [
+        "audit.log",
+        "broker.log",
+        "namesrv.log",
+        "remoting.log",
+        "stats.log",
+        "store.log",
+    ]
+    assert "DENY account=x" in text["audit.log"]
     assert "rocketstore.broker.messaging._send" in text["broker.log"]
     assert "rocketstore.grpc._service" in text["broker.log"]
     assert "rocketstore._serve" in text["broker.log"]
@@ -134,7 +144,7 @@ def test_configure_twice_replaces_its_handlers(tmp_path: Path, restore_logging: 
     before = len(logging.getLogger(ROOT_LOGGER).handlers)
     configure(LogConfig(tmp_path / "a"))
     configure(LogConfig(tmp_path / "b"))
-    assert len(logging.getLogger(ROOT_LOGGER).handlers) == before + 6
+    assert len(logging.getLogger(ROOT_LOGGER).handlers) == before + 7
 
 
 def test_default_directory_is_beside_the_store(tmp_path: Path) -> None:
