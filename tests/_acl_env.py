@@ -7,6 +7,7 @@ Accounts (plain_acl.yml)::
     attackAK1   defaultTopicPerm DENY, defaultGroupPerm DENY, topicPerms [PubOnly=PUB]
     userAK001   defaultTopicPerm DENY, defaultGroupPerm DENY, topicPerms [Shared=PUB|SUB],
                 groupPerms [GShared=SUB]
+    readerAK1   defaultTopicPerm SUB, defaultGroupPerm SUB, topicPerms [Secret=DENY]
 
 Topics Shared, Secret and PubOnly and groups GShared and GSecret exist; ``World`` holds where a
 message of Shared, one of Secret and a half message of Shared were stored.
@@ -48,10 +49,16 @@ accounts:
     defaultGroupPerm: DENY
     topicPerms: [Shared=PUB|SUB]
     groupPerms: [GShared=SUB]
+  - accessKey: readerAK1
+    secretKey: readerSK1
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+    topicPerms: [Secret=DENY]
 """
 ADMIN = RequestSigner("adminAK01", "adminSK01")
 ATTACKER = RequestSigner("attackAK1", "attackSK1")
 USER = RequestSigner("userAK001", "userSK001")
+READER = RequestSigner("readerAK1", "readerSK1")  # reads everything but Secret
 UNSIGNED = None
 
 TOPICS = ("Shared", "Secret", "PubOnly")

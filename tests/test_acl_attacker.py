@@ -22,6 +22,7 @@ from _acl_env import (
     ATTACKER,
     BROKER_SAMPLES,
     NAMESRV_SAMPLES,
+    READER,
     USER,
     World,
     acl_refused,
@@ -35,6 +36,7 @@ from _acl_env import (
 )
 from rocketstore.acl._table import BROKER, NAMESRV, Access
 from rocketstore.remoting import RemotingCommand, ResponseCode
+from rocketstore.store.log._record import decode_msg_id
 
 RC = ResponseCode
 SYSTEM_TOPICS = (
@@ -297,3 +299,25 @@ def test_refusals_answer_and_the_servers_serve_on(world: World) -> None:
         client.invoke_oneway(w.address, RemotingCommand.request(33, {"offset": "0"}))
         r = client.invoke(w.address, RemotingCommand.request(26, {}))
         assert r.code == RC.SUCCESS
+
+
+def test_the_stores_own_topics_are_no_way_around(world: World) -> None:
+    """SCHEDULE_TOPIC_XXXX and the transaction topics hold other topics' messages (a delayed
+    one, a half one): an account that may read every topic but Secret does not read Secret's
+    messages there. No default permission covers those topics."""
+    w = world
+    r = call(w.address, 310, send_v2_ext("Secret", {"DELAY": "4"}), ADMIN, b"delayed secret")
+    assert r.code == RC.SUCCESS, r.remark
+    delayed = decode_msg_id(r.ext_fields["msgId"])[1]
+    wait_loop(w)
+    for topic, queue in (("SCHEDULE_TOPIC_XXXX", "3"), ("RMQ_SYS_TRANS_HALF_TOPIC", "0")):
+        pull = dict(BROKER_SAMPLES[11](w, topic, "GReader")[0], queueId=queue)
+        refused = call(w.address, 11, pull, READER)
+        assert acl_refused(refused) and f"topic:{topic}" in (refused.remark or ""), refused
+        assert not refused.body
+    view = call(w.address, 33, {"offset": str(delayed)}, READER)
+    assert acl_refused(view) and "topic:Secret" in (view.remark or ""), view.remark
+    assert b"delayed secret" not in bytes(view.body)
+    shared = call(w.address, 33, {"offset": str(w.shared_offset)}, READER)
+    assert shared.code == RC.SUCCESS and b"body of Shared" in bytes(shared.body)
+    assert call(w.address, 33, {"offset": str(delayed)}, ADMIN).code == RC.SUCCESS

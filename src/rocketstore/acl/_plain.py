@@ -17,7 +17,9 @@ The file (YAML)::
         groupPerms: [groupA=DENY, groupB=PUB|SUB]
 
 A group's permission is kept under its retry topic ``%RETRY%<group>``, as RocketMQ does, so
-a request names the resources it needs in one map (resource → needed permission).
+a request names the resources it needs in one map (resource → needed permission). The store's
+topics that hold other topics' messages (SCHEDULE_TOPIC_XXXX, the transaction topics) take no
+default permission: only an admin account, or one that lists them in ``topicPerms``.
 
 :meth:`PlainAcl.authorize` decides a request in RocketMQ's order: a global white address lets
 it in; else the access key must be known; the account's white address lets it in; else the
@@ -44,6 +46,12 @@ SUB = 8
 
 RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+# the store's own topics, which hold other topics' messages (delayed ones, half ones and the
+# ends of transactions): no default permission covers them, only an admin account or an
+# account that names them in topicPerms
+MESSAGE_HOLDING_TOPICS = frozenset(
+    {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}
+)
 MIN_KEY_LENGTH = 7  # RocketMQ: "length should longer than 6"
 
 _PERMS = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
@@ -111,7 +119,10 @@ class Account:
             is_group = resource.startswith(RETRY_PREFIX)
             owned = owned_map.get(resource)
             if owned is None:
-                owned = self.default_group_perm if is_group else self.default_topic_perm
+                if resource in MESSAGE_HOLDING_TOPICS:
+                    owned = DENY
+                else:
+                    owned = self.default_group_perm if is_group else self.default_topic_perm
             if not perm_allows(needed, owned):
                 name = f"group:{resource[len(RETRY_PREFIX) :]}" if is_group else f"topic:{resource}"
                 raise PermissionDeniedError(
