@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -147,6 +148,16 @@ def send_v1_ext(topic: str, props: dict[str, str] | None = None, /, **extra: str
         "batch": "false",
         **extra,
     }
+
+
+def batch_body(*bodies: bytes) -> bytes:
+    """A SEND_BATCH_MESSAGE body: each message as the clients encode it (total size, magic,
+    body CRC, flag, body length, body, properties length, properties)."""
+    out = b""
+    for body in bodies:
+        total = 20 + len(body) + 2
+        out += struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body + struct.pack(">h", 0)
+    return out
 
 
 def heartbeat_body(group: str, topic: str, client_id: str = "acl-client@1") -> bytes:

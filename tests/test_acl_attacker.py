@@ -27,6 +27,7 @@ from _acl_env import (
     World,
     acl_refused,
     acl_world,
+    batch_body,
     call,
     lock_body,
     register_body,
@@ -168,13 +169,14 @@ def test_a_header_spelling_the_topic_twice_is_refused(world: World) -> None:
     Secret; so were SEND_MESSAGE_V2 with an extra topic and SEND_MESSAGE with an extra b."""
     w = world
     before = broker_state(w)
-    for code, ext in (
-        (320, send_v2_ext("PubOnly", topic="Secret", m="true")),
-        (310, send_v2_ext("PubOnly", topic="Secret")),
-        (10, send_v1_ext("Secret", b="PubOnly")),
+    for code, ext, body in (
+        (320, send_v2_ext("PubOnly", topic="Secret", m="true"), batch_body(b"one", b"two")),
+        (320, send_v2_ext("PubOnly", topic="Secret"), batch_body(b"one")),
+        (310, send_v2_ext("PubOnly", topic="Secret"), b"twice"),
+        (10, send_v1_ext("Secret", b="PubOnly"), b"twice"),
     ):
         for signer in (ATTACKER, ADMIN):  # a bad request whoever sends it
-            r = call(w.address, code, ext, signer, b"twice")
+            r = call(w.address, code, ext, signer, body)
             assert r.code == RC.SYSTEM_ERROR, (code, r.remark)
             assert "<topic> twice" in (r.remark or ""), r.remark
     wait_loop(w)
