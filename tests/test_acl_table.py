@@ -6,10 +6,12 @@ let through, as raw signed frames through the real servers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from _acl_env import (
+    ACL_YML,
     ADMIN,
     ATTACKER,
     BROKER_SAMPLES,
@@ -22,7 +24,7 @@ from _acl_env import (
     call,
     served_codes,
 )
-from rocketstore.acl._table import BROKER, NAMESRV, UNLISTED, Access, rule
+from rocketstore.acl._table import BROKER, CONTROLLER, NAMESRV, UNLISTED, Access, rule
 from rocketstore.grpc._acl import METHODS, AclServicer
 
 
@@ -99,4 +101,55 @@ def test_namesrv_rule(world: World, code: int) -> None:
         refused = call(world.namesrv_address, code, ext, signer, body)
         assert acl_refused(refused), (r.name, refused.code, refused.remark)
     allowed = call(world.namesrv_address, code, ext, allowed_by, body)
+    assert not acl_refused(allowed), (r.name, allowed.remark)
+
+
+# ---- the controller ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """RocketMQ 5's controller (file backend) checking ACL_YML."""
+    from _remoting import LoopThread
+    from rocketstore.controller import ControllerConfig
+    from rocketstore.server import ControllerServer
+
+    root = tmp_path_factory.mktemp("acl_controller")
+    (root / "plain_acl.yml").write_text(ACL_YML)
+    config = ControllerConfig(listen_port=0, store_path=str(root / "controller"))
+    server = ControllerServer(config, acl_file=str(root / "plain_acl.yml"))
+    loop = LoopThread()
+    try:
+        loop.run(server.start())
+        yield loop, server
+        loop.run(server.shutdown())
+    finally:
+        loop.stop()
+
+
+def test_every_controller_code_has_a_rule(controller: Any) -> None:
+    loop, server = controller
+    served = {int(c) for c in loop.call(lambda: list(server._remoting.handlers))}
+    assert sorted(served - set(CONTROLLER)) == [], "controller codes served without a rule"
+    assert sorted(set(CONTROLLER) - served) == []
+
+
+@pytest.mark.parametrize("code", sorted(CONTROLLER))
+def test_controller_rule(controller: Any, code: int) -> None:
+    _, server = controller
+    r = CONTROLLER[code]
+    refused_by, allowed_by, _topic, _group = _cases(code, r.access)
+    ext = {
+        "clusterName": "AclCluster",
+        "brokerName": "broker-x",
+        "brokerId": "1",
+        "brokerAddress": "127.0.0.1:1",
+        "masterEpoch": "1",
+        "applyBrokerId": "1",
+        "registerCheckCode": "127.0.0.1:1;1",
+    }
+    for signer in {id(refused_by): refused_by, id(UNSIGNED): UNSIGNED}.values():
+        refused = call(server.address, code, ext, signer)
+        assert acl_refused(refused), (r.name, refused.code, refused.remark)
+    allowed = call(server.address, code, ext, allowed_by)
     assert not acl_refused(allowed), (r.name, allowed.remark)

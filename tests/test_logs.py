@@ -12,6 +12,7 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._logs import (
     AUDIT_LOGGER,
+    FILES,
     ROOT_LOGGER,
     STATS_LOGGER,
     LogConfig,
@@ -51,6 +52,7 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
         "rocketstore.broker.messaging._send",
         "rocketstore.grpc._service",
         "rocketstore.namesrv._server",
+        "rocketstore.controller._controller",
         "rocketstore.store.log._commit_log",
         "rocketstore.remoting._connection",
         "rocketstore.client._consumer",
@@ -64,12 +66,14 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
     assert sorted(text) == [
         "audit.log",
         "broker.log",
+        "controller.log",
         "namesrv.log",
         "remoting.log",
         "stats.log",
         "store.log",
     ]
     assert "DENY account=x" in text["audit.log"]
+    assert "rocketstore.controller._controller" in text["controller.log"]
     assert "rocketstore.broker.messaging._send" in text["broker.log"]
     assert "rocketstore.grpc._service" in text["broker.log"]
     assert "rocketstore._serve" in text["broker.log"]
@@ -144,7 +148,9 @@ def test_configure_twice_replaces_its_handlers(tmp_path: Path, restore_logging: 
     before = len(logging.getLogger(ROOT_LOGGER).handlers)
     configure(LogConfig(tmp_path / "a"))
     configure(LogConfig(tmp_path / "b"))
-    assert len(logging.getLogger(ROOT_LOGGER).handlers) == before + 7
+    assert (
+        len(logging.getLogger(ROOT_LOGGER).handlers) == before + len(FILES) + 1
+    )  # a file handler each, and standard error
 
 
 def test_default_directory_is_beside_the_store(tmp_path: Path) -> None:

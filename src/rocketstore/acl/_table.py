@@ -1,4 +1,5 @@
-"""The authorisation table: what each request the broker and the name server serve needs.
+"""The authorisation table: what each request the broker, the name server and the controller
+serve needs.
 
 Every request is first authenticated (a global white address, else a known access key and
 the account's white address or its signature; see ``_plain``). Then its rule decides:
@@ -73,6 +74,16 @@ Name server (with ACL on)::
     105 GET_ROUTEINFO_BY_TOPIC, 106 GET_BROKER_CLUSTER_INFO,
     206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 101 GET_KV_CONFIG,
     219 GET_KVLIST_BY_NAMESPACE, 319 GET_NAMESRV_CONFIG                   any signed account
+
+Controller (RocketMQ 5's, standalone or beside a name server, with ACL on)::
+
+    1003 CONTROLLER_REGISTER_BROKER, 1013 CONTROLLER_APPLY_BROKER_ID,
+    1001 CONTROLLER_ALTER_SYNC_STATE_SET, 1002 CONTROLLER_ELECT_MASTER, 904 BROKER_HEARTBEAT
+    (a broker's replication role and liveness), 1011 CLEAN_BROKER_DATA,
+    1009 UPDATE_CONTROLLER_CONFIG                                         admin (audited)
+    1012 CONTROLLER_GET_NEXT_BROKER_ID, 1004 CONTROLLER_GET_REPLICA_INFO,
+    1006 CONTROLLER_GET_SYNC_STATE_DATA, 1005 CONTROLLER_GET_METADATA_INFO,
+    1010 GET_CONTROLLER_CONFIG                                            any signed account
 
 Messages to ``RMQ_SYS_TRACE_TOPIC`` may always be sent by a known account (``_plain``).
 Pulls, pops and the tier read only the queues of the topic they name, so checking that topic
@@ -278,6 +289,23 @@ NAMESRV: Mapping[int, Rule] = _table(
         (101, signed("GET_KV_CONFIG")),
         (219, signed("GET_KVLIST_BY_NAMESPACE")),
         (319, signed("GET_NAMESRV_CONFIG")),
+    ]
+)
+
+CONTROLLER: Mapping[int, Rule] = _table(
+    [
+        (1003, admin("CONTROLLER_REGISTER_BROKER")),
+        (1013, admin("CONTROLLER_APPLY_BROKER_ID")),
+        (1001, admin("CONTROLLER_ALTER_SYNC_STATE_SET")),
+        (1002, admin("CONTROLLER_ELECT_MASTER")),
+        (904, admin("BROKER_HEARTBEAT", changes=False)),  # every second a broker: not audited
+        (1011, admin("CLEAN_BROKER_DATA")),
+        (1009, admin("UPDATE_CONTROLLER_CONFIG")),
+        (1012, signed("CONTROLLER_GET_NEXT_BROKER_ID")),
+        (1004, signed("CONTROLLER_GET_REPLICA_INFO")),
+        (1006, signed("CONTROLLER_GET_SYNC_STATE_DATA")),
+        (1005, signed("CONTROLLER_GET_METADATA_INFO")),
+        (1010, signed("GET_CONTROLLER_CONFIG")),
     ]
 )
 
