@@ -11,6 +11,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._logs import (
+    AUDIT_LOGGER,
     FILES,
     ROOT_LOGGER,
     STATS_LOGGER,
@@ -27,7 +28,7 @@ from rocketstore._logs import (
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger(ROOT_LOGGER)
     handlers, level, propagate = list(root.handlers), root.level, root.propagate
-    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER]
+    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER, AUDIT_LOGGER]
     levels = {n: logging.getLogger(n).level for n in touched}
     yield
     for h in list(root.handlers):
@@ -59,9 +60,11 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
     ):
         logging.getLogger(name).info("hello from %s", name)
     logging.getLogger(STATS_LOGGER).info("puts 1")
+    logging.getLogger(AUDIT_LOGGER).info("DENY account=x")
     _flush()
     text = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
     assert sorted(text) == [
+        "audit.log",
         "broker.log",
         "controller.log",
         "namesrv.log",
@@ -69,6 +72,7 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
         "stats.log",
         "store.log",
     ]
+    assert "DENY account=x" in text["audit.log"]
     assert "rocketstore.controller._controller" in text["controller.log"]
     assert "rocketstore.broker.messaging._send" in text["broker.log"]
     assert "rocketstore.grpc._service" in text["broker.log"]

@@ -9,6 +9,8 @@ A server process writes, under its log directory (``logs/`` beside the store unl
 ``store.log``    the message store (recovery, flush, dispatch, cleaning, replication)
 ``remoting.log`` connections and frames of the remoting protocol, the project's clients
 ``stats.log``    one line a minute: puts, gets, their rates and the disk (``StatsLine``)
+``audit.log``    the ACL: every refusal, every admin request that changes state
+                 (``rocketstore.acl._audit``); written whatever the level
 =============== ======================================================================
 
 Each file rotates at ``max_bytes`` and keeps ``backups`` old files (``broker.log.1`` ...).
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 ROOT_LOGGER = "rocketstore"
 STATS_LOGGER = "rocketstore.stats"
+AUDIT_LOGGER = "rocketstore.audit"
 FORMAT = "%(asctime)s %(levelname)-5s %(name)s - %(message)s"
 
 # file name → the loggers (and their children) written there
@@ -45,6 +48,7 @@ FILES: Mapping[str, tuple[str, ...]] = {
     "store.log": ("rocketstore.store",),
     "remoting.log": ("rocketstore.remoting", "rocketstore.client"),
     "stats.log": (STATS_LOGGER,),
+    "audit.log": (AUDIT_LOGGER,),
 }
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -141,6 +145,7 @@ def configure(config: LogConfig) -> list[logging.Handler]:
     root.setLevel(config.level.upper())
     root.propagate = False
     logging.getLogger(STATS_LOGGER).setLevel(logging.INFO)
+    logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     return handlers

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingServer, ext_int, ext_str
+from ..remoting._client import FROM_ENV, Signer
+from ..remoting._signing import signer_from_env
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
@@ -88,13 +90,16 @@ class BrokerController:
         clock: Clock = SYSTEM_CLOCK,
         acl: AclSource | None = None,
         tier: TierReader | None = None,
+        inner_signer: Signer | None = FROM_ENV,
     ) -> None:
         """The broker's state over ``store``, open and started, its config carrying the
         broker's address (``rocketstore.server`` builds both): topic configs, subscription
         groups, consumer offsets, client membership, held pulls, transactions. ``acl``: the
         accounts every port checks (None: no ACL; see ``load_acl``). ``tier``: the tiered
-        store pulls below a queue's minimum are answered from (None: none). Built on the event
-        loop the broker serves from (held pulls are woken there)."""
+        store pulls below a queue's minimum are answered from (None: none). ``inner_signer``:
+        what the broker's own clients sign with (default: ROCKETSTORE_ACCESS_KEY's account, if
+        any; see ``BrokerConfig.inner_credentials``). Built on the event loop the broker serves
+        from (held pulls are woken there)."""
         self.config = config
         self.clock = clock
         self.store = store
@@ -113,6 +118,9 @@ class BrokerController:
         # the ACL every port checks (None: off); see rocketstore.acl
         self.acl: AclSource | None = acl
         self._tier = tier
+        self.inner_signer: Signer | None = (
+            signer_from_env() if inner_signer is FROM_ENV else inner_signer
+        )
         # messages handed to consumers, request latency (see rocketstore.metrics)
         self.stats = BrokerStats()
         self.config_dir.mkdir(parents=True, exist_ok=True)
@@ -242,6 +250,7 @@ class BrokerController:
             topic_configs_provider=self.topic_configs_for_registration,
             period_s=config.register_name_server_period / 1000.0,
             on_registered=self._on_registered,
+            signer=self.inner_signer,
         )
         await self.registrar.start()
 

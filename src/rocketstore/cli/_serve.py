@@ -122,6 +122,7 @@ def _make_broker(
     grpc: Any = None,
     acl_file: str | None = None,
     tiered_dir: str | None = None,
+    inner_account: Any = None,
 ) -> Any:
     from ..broker._config import BrokerConfig
     from ..server import BrokerServer
@@ -164,7 +165,7 @@ def _make_broker(
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
-    return BrokerServer(store_config, broker_config, grpc=grpc)
+    return BrokerServer(store_config, broker_config, grpc=grpc, inner_account=inner_account)
 
 
 listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
@@ -272,16 +273,44 @@ def controller_config(conf: str | None, overrides: dict[str, str]) -> Any:
         raise click.BadParameter(str(exc)) from None
 
 
-def _name_server(host: str, port: int, kv_config: str) -> Any:
-    """A NameServer keeping its KV config in ``kv_config``; a file that is not KV config
-    JSON (or cannot be read) ends the command with one line."""
+def _name_server(
+    host: str, port: int, kv_config: str, acl_path: str | None = None, inner: Any = None
+) -> Any:
+    """A NameServer keeping its KV config in ``kv_config``, checking every request against
+    the ACL file ``acl_path`` (None: no ACL) with the process's own account ``inner`` added;
+    a file that cannot be used ends the command with one line."""
+    from ..acl import AclConfigError, AclFile, WithAccounts
     from ..namesrv import KVConfigError, NameServer
 
+    acl: Any = None
+    if acl_path is not None:
+        try:
+            acl = AclFile(acl_path)
+        except AclConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        if inner is not None:
+            acl = WithAccounts(acl, [inner])
     try:
-        return NameServer(host, port, kv_config_path=kv_config)
+        return NameServer(host, port, kv_config_path=kv_config, acl=acl)
     except (KVConfigError, OSError) as exc:
         click.echo(f"error: KV config: {exc}", err=True)
         sys.exit(1)
+
+
+def _acl_path(conf: str | None, acl_file: str | None) -> str | None:
+    """The ACL file a broker started with ``conf`` and ``--acl-file`` checks (None: none)."""
+    from ..broker._config import BrokerConfig
+    from ..store._errors import StoreConfigError
+
+    try:
+        base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
+        config = BrokerConfig.from_store_config(
+            base, acl_enable=True if acl_file else None, acl_file=acl_file
+        )
+    except StoreConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--conf") from None
+    return config.acl_path
 
 
 def _given(name: str) -> bool:
@@ -307,6 +336,13 @@ controller_listen_option = click.option(
               "enableControllerInNamesrv and the controller's keys)")  # fmt: skip
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option(
+    "--acl-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="ACL on: a plain_acl.yml; registrations, write permissions, the KV config and the "
+    "settings need a signed admin account, reads any signed account",
+)
+@click.option(
     "--kv-config",
     default=os.path.join("~", "namesrv", "kvConfig.json"),
     show_default=True,
@@ -317,6 +353,7 @@ controller_listen_option = click.option(
 def namesrv_cmd(
     conf: str | None,
     listen: str,
+    acl_file: str | None,
     kv_config: str,
     controller_listen: str | None,
     verbose: bool,
@@ -345,10 +382,12 @@ def namesrv_cmd(
     controller = None
     if controller_listen is not None or enabled_in_namesrv(values):
         overrides = {"controllerListen": controller_listen} if controller_listen else {}
-        controller = ControllerServer(controller_config(conf, overrides))
+        controller = ControllerServer(controller_config(conf, overrides), acl_file=acl_file)
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
-    ns = _name_server(host, port, os.path.expanduser(kv_config))
+    ns = _name_server(host, port, os.path.expanduser(kv_config), acl_file)
+    if acl_file:
+        _announce(f"ACL on the name server: {acl_file}")
     _run(run_servers(ns, [], announce=_announce, controller=controller))
 
 
@@ -506,7 +545,16 @@ def serve_cmd(
     _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
     # the name server's KV config beside the store
     root = store_dir or StoreConfig.from_broker_conf(conf or "").store_path_root_dir
-    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"))
+    # with ACL on, the name server (and a controller beside it) checks the broker's accounts,
+    # and the two share an account of their own for the broker's registrations (unless
+    # broker.conf names one)
+    acl_path = _acl_path(conf, acl_file or grpc_acl)
+    inner = None
+    if acl_path is not None:
+        from ..acl import process_account
+
+        inner = process_account()
+    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"), acl_path, inner)
     controller = None
     if controller_listen is not None:
         controller = ControllerServer(
@@ -516,7 +564,8 @@ def serve_cmd(
                     "controllerListen": controller_listen,
                     "controllerStorePath": os.path.join(root, "controller"),
                 },
-            )
+            ),
+            acl_file=acl_path,
         )
 
     async def main() -> None:
@@ -535,8 +584,11 @@ def serve_cmd(
             grpc=grpc,
             acl_file=acl_file or grpc_acl,
             tiered_dir=tiered_dir,
+            inner_account=inner,
         )
         _announce(f"name server listening on {ns.address}")
+        if acl_path is not None:
+            _announce(f"ACL on the name server: {acl_path}")
         _announce_tier(broker)
         try:
             await run_servers(
