@@ -34,10 +34,17 @@ def _logging(
     conf: str | None = None,
 ) -> None:
     """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v."""
+    name server alone); standard error shows warnings, or everything logged with -v. A fatal
+    signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
-    from .._logs import LogConfig, LogConfigError, configure, default_directory
+    from .._logs import (
+        LogConfig,
+        LogConfigError,
+        configure,
+        default_directory,
+        enable_fatal_stacks,
+    )
 
     if log_dir is None:
         root = store_dir
@@ -55,6 +62,7 @@ def _logging(
                 stderr_level="INFO" if verbose else "WARNING",
             )
         )
+        enable_fatal_stacks(directory)
     except LogConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--log-*") from None
     _announce(f"logs in {directory}")

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..store._disk import why_not_writeable
+
 if TYPE_CHECKING:
     from ..namesrv import NameServer
     from ._broker import BrokerServer
@@ -93,6 +95,15 @@ async def run_servers(
                 f"{broker.config.listen_host}:{broker.config.listen_port}, store "
                 f"{broker.store_config.store_path_root_dir}"
             )
+            read_only = why_not_writeable(broker.store.running_flags.bits)
+            if read_only:
+                text = (
+                    f"store {broker.store_config.store_path_root_dir} is read-only: {read_only};"
+                    " sends are refused (SERVICE_NOT_AVAILABLE), reads are served, writes "
+                    "resume once there is space"
+                )
+                log.warning("%s", text)
+                announce(text)
             if server.grpc is not None:
                 announce(f"gRPC front end listening on {server.grpc.address}")
             if broker.acl is not None:
