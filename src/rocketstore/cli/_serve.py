@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..metrics._auth import AUTH_HELP as METRICS_AUTH_HELP
+from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
@@ -71,11 +73,12 @@ def _logging(
 def _run(main: Coroutine[Any, Any, None]) -> None:
     """Run servers until they stop; a start-up failure (a port in use, a store owned by
     another process) is one line on standard error and exit status 1, not a traceback."""
+    from ..metrics._auth import MetricsAuthError
     from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
-    except (OSError, StoreError) as exc:
+    except (OSError, StoreError, MetricsAuthError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
@@ -299,6 +302,9 @@ def namesrv_cmd(
 metrics_option = click.option(
     "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
 )
+metrics_auth_option = click.option(
+    "--metrics-auth", default=None, callback=check_auth_option, help=METRICS_AUTH_HELP
+)
 
 
 def _check_console_listen(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -353,6 +359,7 @@ flush_option = click.option(
 @tiered_option
 @grpc_options(None)
 @metrics_option
+@metrics_auth_option
 @verbose_option
 def broker_cmd(
     store: str | None,
@@ -373,6 +380,7 @@ def broker_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
@@ -400,7 +408,15 @@ def broker_cmd(
         tiered_dir,
     )
     _announce_tier(broker)
-    _run(run_servers(None, [broker], announce=_announce, metrics_listen=metrics_listen))
+    _run(
+        run_servers(
+            None,
+            [broker],
+            announce=_announce,
+            metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
+        )
+    )
 
 
 @click.command("serve")
@@ -417,6 +433,7 @@ def broker_cmd(
 @tiered_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
+@metrics_auth_option
 @console_option
 @verbose_option
 def serve_cmd(
@@ -432,6 +449,7 @@ def serve_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     console_listen: str | None,
     verbose: bool,
     log_dir: str | None,
@@ -475,6 +493,7 @@ def serve_cmd(
                 announce=_announce,
                 metrics_listen=metrics_listen,
                 metrics_namesrv=ns,
+                metrics_auth=metrics_auth,
                 console_listen=console_listen,
                 console_namesrv=ns.address,
             )

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker._services import (
+    HasAcl,
     HasConfig,
     HasConsumers,
     HasEndpoints,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 
 
 class BrokerContext(
+    HasAcl,
     HasConfig,
     HasStoreConfig,
     HasStore,
@@ -80,7 +82,8 @@ class BrokerContext(
     Protocol,
 ):
     """What the metrics read of a running broker: its state, its remoting server's handler
-    table (to time requests) and its name-server registration (readiness)."""
+    table (to time requests), its name-server registration (readiness) and its ACL (who may
+    read /metrics)."""
 
     @property
     def server(self) -> RemotingServer: ...

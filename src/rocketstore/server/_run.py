@@ -61,12 +61,14 @@ async def run_servers(
     stop: asyncio.Event | None = None,
     metrics_listen: str | None = "",
     metrics_namesrv: NameServer | None = None,
+    metrics_auth: str | None = None,
     console_listen: str | None = "",
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
 ) -> None:
     """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
-    None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
+    None for the default port when it is free, "" for none; ``metrics_auth``: who may read
+    /metrics, ``--metrics-auth``); run until SIGTERM or SIGINT (or
     ``stop``), then stop everything in reverse order. ``console_listen`` likewise starts the
     web console over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every ``stats_interval`` seconds each
     broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
@@ -118,10 +120,16 @@ async def run_servers(
         from ..metrics import maybe_start_metrics
 
         metrics = await maybe_start_metrics(
-            [s.broker for s in started], metrics_listen, namesrv=metrics_namesrv or namesrv
+            [s.broker for s in started],
+            metrics_listen,
+            namesrv=metrics_namesrv or namesrv,
+            auth=metrics_auth,
         )
         if metrics is not None:
-            announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
+            announce(
+                f"metrics on http://{metrics.address}/metrics ({metrics.http.auth.describe()};"
+                " /healthz, /readyz open)"
+            )
         from ..console._embed import maybe_start_console
 
         console = await maybe_start_console(
