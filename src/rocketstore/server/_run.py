@@ -5,6 +5,7 @@ stores flushed, abort files removed)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import signal
@@ -29,6 +30,24 @@ def _settle_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 50)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+LARGE_ALLOCATION = 512 * 1024
+
+
+def _settle_allocator() -> bool:
+    """Allocations of LARGE_ALLOCATION bytes or more (large answers, the write buffers of
+    connections that hold them) get pages of their own, handed back to the system when they
+    are freed. glibc otherwise raises that threshold to the size of the largest block freed
+    (up to 32 MiB), after which such buffers come from its heaps, which keep freed memory: a
+    burst of 1 MiB answers then left the process hundreds of MiB above its budget. True when
+    set (glibc only; elsewhere nothing happens)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_ALLOCATION))
 
 
 async def _log_stats(servers: list[BrokerServer], interval: float) -> None:
@@ -74,6 +93,7 @@ async def run_servers(
     broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
+    _settle_allocator()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(sig, stop.set)
