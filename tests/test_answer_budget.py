@@ -145,6 +145,11 @@ def test_pipelined_views_of_a_large_message_stay_within_the_budget(tmp_path: Pat
                 time.sleep(0.05)
             budget_now = broker.run(_call(lambda: (server.budget.total, server.budget.reserved)))
             assert budget_now == (0, 0)
+            # and the memory the answers held goes back (within the budget of the baseline)
+            deadline = time.monotonic() + 30
+            while rss() > baseline + budget:
+                assert time.monotonic() < deadline, f"RSS {rss() / MiB:.0f} MiB after the close"
+                time.sleep(0.1)
             assert broker.run(_call(lambda: len(server.budget.waiting))) == 0
             assert view() == body  # and it serves on
     finally:
