@@ -1,4 +1,4 @@
-"""start_metrics: a process's brokers (and name server) served as Prometheus metrics with
+"""start_metrics: a process's brokers (and name server, and controller) served as Prometheus metrics with
 health endpoints on one HTTP port (``--metrics-listen``; RocketMQ 5's exporter port, 5557, on
 127.0.0.1 by default).
 
@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 
 from ._auth import OPEN, AclAdminAuth, MetricsAuth, parse_metrics_auth
 from ._collector import RocketMQCollector
+from ._controller_collector import ControllerCollector, ControllerSource
 from ._http import MetricsHttpServer
 from ._source import MetricsSource, NamesrvSource
 
 if TYPE_CHECKING:
+    from ..controller import Controller
     from ..namesrv import NameServer
     from ._broker_source import BrokerContext
 
@@ -56,6 +58,7 @@ class MetricsServer:
         port: int,
         *,
         namesrv: NamesrvSource | None = None,
+        controller: ControllerSource | None = None,
         auth: MetricsAuth = OPEN,
     ) -> None:
         try:
@@ -68,6 +71,8 @@ class MetricsServer:
         self.namesrv = namesrv
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(RocketMQCollector(self.sources, namesrv))  # type: ignore[arg-type]
+        if controller is not None:
+            self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
         self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth)
 
@@ -108,13 +113,14 @@ async def start_metrics(
     listen: str,
     *,
     namesrv: NameServer | None = None,
+    controller: Controller | None = None,
     auth: str | None = None,
 ) -> MetricsServer:
-    """Serve the brokers' (and the name server's) metrics on ``listen`` (HOST:PORT) and time
-    their remoting requests from now on; ``auth`` as ``metrics_auth``. Loop thread; after the
-    brokers started. MetricsUnavailableError without prometheus_client, MetricsListenError
-    for a bad ``listen``, MetricsAuthError for a bad ``auth``, OSError when the port cannot
-    be bound."""
+    """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
+    (HOST:PORT) and time their remoting requests from now on; ``auth`` as ``metrics_auth``.
+    Loop thread; after the brokers started. MetricsUnavailableError without
+    prometheus_client, MetricsListenError for a bad ``listen``, MetricsAuthError for a bad
+    ``auth``, OSError when the port cannot be bound."""
     from ._broker_source import BrokerSource, NamesrvCount, instrument
 
     host, port = parse_listen(listen)
@@ -125,6 +131,7 @@ async def start_metrics(
         host,
         port,
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
+        controller=controller,
         auth=metrics_auth(auth, brokers),
     )
     await server.start()
@@ -138,6 +145,7 @@ async def maybe_start_metrics(
     listen: str | None,
     *,
     namesrv: NameServer | None = None,
+    controller: Controller | None = None,
     auth: str | None = None,
 ) -> MetricsServer | None:
     """What ``--metrics-listen`` asks for: '' no metrics; None the default address, skipped
@@ -147,9 +155,13 @@ async def maybe_start_metrics(
     if listen == "":
         return None
     if listen is not None:
-        return await start_metrics(brokers, listen, namesrv=namesrv, auth=auth)
+        return await start_metrics(
+            brokers, listen, namesrv=namesrv, controller=controller, auth=auth
+        )
     try:
-        return await start_metrics(brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv, auth=auth)
+        return await start_metrics(
+            brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv, controller=controller, auth=auth
+        )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)
     except OSError as exc:

@@ -18,6 +18,7 @@ from ..store._disk import why_not_writeable
 if TYPE_CHECKING:
     from ..namesrv import NameServer
     from ._broker import BrokerServer
+    from ._controller import ControllerServer
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,12 @@ async def run_servers(
     console_listen: str | None = "",
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
+    controller: ControllerServer | None = None,
 ) -> None:
-    """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
-    None for the default port when it is free, "" for none; ``metrics_auth``: who may read
-    /metrics, ``--metrics-auth``); run until SIGTERM or SIGINT (or
+    """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
+    and the brokers, then the metrics endpoint (``metrics_listen``: None for the default port
+    when it is free, "" for none; ``metrics_auth``: who may read /metrics,
+    ``--metrics-auth``); run until SIGTERM or SIGINT (or
     ``stop``), then stop everything in reverse order. ``console_listen`` likewise starts the
     web console over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every ``stats_interval`` seconds each
     broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
@@ -100,6 +103,7 @@ async def run_servers(
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     started: list[BrokerServer] = []
+    controller_started = False
     metrics = None
     console = None
     stats: asyncio.Task[None] | None = None
@@ -107,6 +111,17 @@ async def run_servers(
         if namesrv is not None:
             await namesrv.start()
             announce(f"name server listening on {namesrv.address}")
+        if controller is not None:
+            await controller.start()
+            controller_started = True
+            cfg = controller.config
+            announce(
+                f"controller {cfg.self_id} of {cfg.group} listening on {controller.address} "
+                f"({cfg.backend} backend"
+                + (f", {cfg.store_dir}" if cfg.backend == "file" else "")
+                + (f", ACL {controller.acl_file}" if controller.acl_file else "")
+                + ")"
+            )
         for server in brokers:
             await server.start()
             started.append(server)
@@ -143,6 +158,7 @@ async def run_servers(
             [s.broker for s in started],
             metrics_listen,
             namesrv=metrics_namesrv or namesrv,
+            controller=controller.controller if controller_started and controller else None,
             auth=metrics_auth,
         )
         if metrics is not None:
@@ -179,6 +195,11 @@ async def run_servers(
                 await server.shutdown()
             except Exception:
                 log.exception("broker shutdown failed")
+        if controller is not None and controller_started:
+            try:
+                await controller.shutdown()
+            except Exception:
+                log.exception("controller shutdown failed")
         if namesrv is not None:
             await namesrv.close()
         announce("stopped")
