@@ -220,14 +220,14 @@ def main() -> None:
         finally:
             for sock in socks:
                 sock.close()
-            if sampler is not None and sampler.is_alive():
-                sampler.stop()
             server.terminate()
             try:
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait(10)
+            if sampler is not None and sampler.is_alive():
+                sampler.stop()
     print(
         f"{args.connections} connections x {args.pipeline} pipelined VIEW_MESSAGE_BY_ID of a "
         f"{args.body_kib} KiB message, never read, for {args.seconds:g} s"
