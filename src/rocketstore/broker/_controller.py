@@ -29,6 +29,7 @@ from ..remoting._client import FROM_ENV, Signer
 from ..remoting._signing import signer_from_env
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
+from ..store._durable import is_disk_full
 from ..store._store import MessageStore
 from ._config import BrokerConfig
 from .admin._admin import AdminProcessor
@@ -314,8 +315,11 @@ class BrokerController:
         for persist in (self.offsets.persist, self.topics.persist, self.groups.persist):
             try:
                 persist()
-            except Exception:
-                log.exception("broker: persisting state at shutdown failed")
+            except Exception as exc:
+                if is_disk_full(exc):  # one line: the disk is full, not a bug
+                    log.error("broker: persisting state at shutdown failed: %s", exc)
+                else:
+                    log.exception("broker: persisting state at shutdown failed")
         log.info("broker %s stopped", self.config.broker_name)
 
     # ---- shared behaviour -------------------------------------------------------------------
@@ -367,13 +371,24 @@ class BrokerController:
         self.holds.notify_arriving(topic, queue_id, max_offset)
 
     async def _persist_offsets_periodically(self) -> None:
+        """Persist the consumer offsets every interval. A full disk is told once, in one line,
+        until a persist works again (any other failure each time, with its traceback)."""
         interval = self.config.flush_consumer_offset_interval / 1000.0
+        disk_full = False
         while True:
             await asyncio.sleep(interval)
             try:
                 await asyncio.to_thread(self.offsets.persist)
-            except Exception:
-                log.exception("broker: persisting consumer offsets failed")
+            except Exception as exc:
+                if not is_disk_full(exc):
+                    log.exception("broker: persisting consumer offsets failed")
+                elif not disk_full:
+                    log.error("broker: persisting consumer offsets failed (retried): %s", exc)
+                disk_full = is_disk_full(exc)
+            else:
+                if disk_full:
+                    log.info("broker: consumer offsets persisted again")
+                disk_full = False
 
     async def _record_daily_totals(self) -> None:
         """At each local midnight, the store's put and get totals (brokerStatus's morning

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..metrics._auth import AUTH_HELP as METRICS_AUTH_HELP
+from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
@@ -34,10 +36,17 @@ def _logging(
     conf: str | None = None,
 ) -> None:
     """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v."""
+    name server alone); standard error shows warnings, or everything logged with -v. A fatal
+    signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
-    from .._logs import LogConfig, LogConfigError, configure, default_directory
+    from .._logs import (
+        LogConfig,
+        LogConfigError,
+        configure,
+        default_directory,
+        enable_fatal_stacks,
+    )
 
     if log_dir is None:
         root = store_dir
@@ -55,6 +64,7 @@ def _logging(
                 stderr_level="INFO" if verbose else "WARNING",
             )
         )
+        enable_fatal_stacks(directory)
     except LogConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--log-*") from None
     _announce(f"logs in {directory}")
@@ -65,11 +75,12 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
     another process, a controller state file that does not decode) is one line on standard
     error and exit status 1, not a traceback."""
     from ..controller import ControllerError
+    from ..metrics._auth import MetricsAuthError
     from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
-    except (OSError, StoreError, ControllerError) as exc:
+    except (OSError, StoreError, ControllerError, MetricsAuthError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
@@ -394,6 +405,9 @@ def namesrv_cmd(
 metrics_option = click.option(
     "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
 )
+metrics_auth_option = click.option(
+    "--metrics-auth", default=None, callback=check_auth_option, help=METRICS_AUTH_HELP
+)
 
 
 def _check_console_listen(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -448,6 +462,7 @@ flush_option = click.option(
 @tiered_option
 @grpc_options(None)
 @metrics_option
+@metrics_auth_option
 @verbose_option
 def broker_cmd(
     store: str | None,
@@ -468,6 +483,7 @@ def broker_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
@@ -495,7 +511,15 @@ def broker_cmd(
         tiered_dir,
     )
     _announce_tier(broker)
-    _run(run_servers(None, [broker], announce=_announce, metrics_listen=metrics_listen))
+    _run(
+        run_servers(
+            None,
+            [broker],
+            announce=_announce,
+            metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
+        )
+    )
 
 
 @click.command("serve")
@@ -512,6 +536,7 @@ def broker_cmd(
 @tiered_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
+@metrics_auth_option
 @console_option
 @controller_listen_option
 @verbose_option
@@ -528,6 +553,7 @@ def serve_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     console_listen: str | None,
     controller_listen: str | None,
     verbose: bool,
@@ -597,6 +623,7 @@ def serve_cmd(
                 announce=_announce,
                 metrics_listen=metrics_listen,
                 metrics_namesrv=ns,
+                metrics_auth=metrics_auth,
                 console_listen=console_listen,
                 console_namesrv=ns.address,
                 controller=controller,

@@ -20,6 +20,11 @@ A query for a unique key (``_UNIQUE_KEY_QUERY`` = ``true``, the client's message
 the store's defaultQueryMaxNum messages whatever maxNum says, as RocketMQ does. Each record is
 checked (magic and lengths) before it is sent. Both lookups read index and commit-log files, so
 they run in a worker thread; the handlers themselves run on the broker's event loop.
+
+An answer is counted against the connection's share of the server's memory budget before its
+records are copied (``Connection.reserve`` / ``room``): VIEW_MESSAGE_BY_ID reads the record's
+length on the loop first (four bytes of a mapped file), QUERY_MESSAGE finds its records' offsets
+and lengths first. A request whose answer finds no room waits, unbuilt (see remoting._limits).
 """
 
 from __future__ import annotations
@@ -46,6 +51,24 @@ MAX_TIMESTAMP = 2**63 - 1
 
 class QueryContext(HasStore, HasStoreConfig, Protocol):
     """What the message queries use of the broker."""
+
+
+ANSWER_HEAD = 512  # room counted for an answer's header, beyond its records
+
+
+def record_size(store: MessageStore, phys_offset: int) -> int | None:
+    """The length of the stored record at ``phys_offset``, or None when no whole record
+    starts there (any thread; on the loop: reads a record's header in a mapped file)."""
+    if phys_offset < 0 or phys_offset < store.min_phy_offset:
+        return None
+    selected = store.commit_log.get_data(phys_offset)
+    if selected is None:
+        return None
+    with selected:
+        try:
+            return read_layout(selected.buffer, 0, selected.size).total_size
+        except CorruptRecordError:
+            return None
 
 
 def raw_record(store: MessageStore, phys_offset: int) -> tuple[bytes, str] | None:
@@ -108,40 +131,48 @@ class QueryProcessor:
         assert begin is not None and end is not None
         if ext_str(ext, UNIQUE_MSG_QUERY_FLAG) == "true":
             max_num = self.default_query_max_num
-        return self._query(cmd, topic, key, max_num, begin, end)
+        return self._query(cmd, conn, topic, key, max_num, begin, end)
 
     async def _query(
-        self, cmd: RemotingCommand, topic: str, key: str, max_num: int, begin: int, end: int
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin: int,
+        end: int,
     ) -> RemotingCommand:
-        body, ts, phy = await asyncio.to_thread(self.find, topic, key, max_num, begin, end, cmd)
+        found, ts, phy = await asyncio.to_thread(self.find, topic, key, max_num, begin, end)
+        await conn.room(cmd, sum(size for _o, size in found) + ANSWER_HEAD)
+        body = await asyncio.to_thread(self.records, [offset for offset, _s in found], cmd)
         ext = {"indexLastUpdateTimestamp": str(ts), "indexLastUpdatePhyoffset": str(phy)}
         if not body:
             return RemotingCommand.response(RC.QUERY_NOT_FOUND, NOT_FOUND_REMARK, ext)
         return RemotingCommand.response(RC.SUCCESS, None, ext, body)
 
     def find(
-        self,
-        topic: str,
-        key: str,
-        max_num: int,
-        begin: int,
-        end: int,
-        cmd: RemotingCommand | None = None,
-    ) -> tuple[bytes, int, int]:
-        """(records concatenated, index last update timestamp, index last update offset) of
-        the messages of ``topic`` with ``key`` stored within [begin, end], those the request
-        ``cmd`` may read (worker thread)."""
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> tuple[list[tuple[int, int]], int, int]:
+        """([(commit-log offset, record length)], index last update timestamp, index last
+        update offset) of the messages of ``topic`` with ``key`` stored within [begin, end]
+        (worker thread)."""
         result = self.store.query_message(topic, key, max_num, begin, end)
-        records = []
-        for msg in result.messages:
-            found = raw_record(self.store, msg.commitlog_offset)
-            if found is not None and (cmd is None or allows_then(cmd, found[1])):
-                records.append(found[0])
         return (
-            b"".join(records),
+            [(msg.commitlog_offset, msg.store_size) for msg in result.messages],
             result.index_last_update_timestamp,
             result.index_last_update_phyoffset,
         )
+
+    def records(self, offsets: list[int], cmd: RemotingCommand | None = None) -> bytes:
+        """The records at ``offsets`` as they lie in the commit log, concatenated: those the
+        request ``cmd`` may read (worker thread)."""
+        records = []
+        for offset in offsets:
+            found = raw_record(self.store, offset)
+            if found is not None and (cmd is None or allows_then(cmd, found[1])):
+                records.append(found[0])
+        return b"".join(records)
 
     def view_message_by_id(self, cmd: RemotingCommand, conn: Connection) -> Any:
         try:
@@ -150,6 +181,9 @@ class QueryProcessor:
             return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
         if offset is None:
             return RemotingCommand.response(RC.SYSTEM_ERROR, "the custom field <offset> is null")
+        size = record_size(self.store, offset)
+        if size is not None and not conn.reserve(cmd, size + ANSWER_HEAD):
+            return None  # served again once the connection has room for the answer
         return self._view(cmd, offset)
 
     async def _view(self, cmd: RemotingCommand, offset: int) -> RemotingCommand:
