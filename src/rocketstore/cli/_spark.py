@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from .._extras import install_hint
+
 
 def _spark_jobs() -> Any:
     """The Spark jobs module, once pyspark and pyarrow import (the spark extra)."""
@@ -19,7 +21,7 @@ def _spark_jobs() -> Any:
     except ImportError as exc:
         missing = exc.name or str(exc)
         raise click.ClickException(
-            f"this command runs Spark, which needs {missing}: pip install 'rocketstore[spark]'"
+            f"this command runs Spark, which needs {missing}: {install_hint('spark')}"
         ) from None
     return _jobs
 

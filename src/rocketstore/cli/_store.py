@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from .. import Message, MessageStore, StoreConfig
+from .._extras import install_hint
 from ._common import parse_properties
 
 
@@ -186,10 +187,14 @@ tiered_option = click.option(
 )
 
 
-def _tier(conf: str | None, tiered_dir: str | None) -> Any:
-    """A TierReader of --tiered-dir, else of --conf's tieredDir; None when neither names one."""
-    from ..tier._read import TierReader
+TIER_PACKAGES = ("pyarrow", "numpy")
+"""What reading and writing the tiered store's Parquet needs (of the spark extra)."""
 
+
+def _tier(conf: str | None, tiered_dir: str | None) -> Any:
+    """A TierReader of --tiered-dir, else of --conf's tieredDir; None when neither names one.
+    The reader's packages are imported only when a tier is asked for: a base install reads
+    stores without them."""
     if not tiered_dir and conf:
         tiered_dir = StoreConfig.from_broker_conf(conf).tiered_dir or None
     if not tiered_dir:
@@ -198,6 +203,13 @@ def _tier(conf: str | None, tiered_dir: str | None) -> Any:
 
     if not os.path.isdir(tiered_dir):
         raise click.ClickException(f"no tiered store at {tiered_dir}: check --tiered-dir")
+    try:
+        from ..tier._read import TierReader
+    except ImportError as exc:
+        raise click.ClickException(
+            f"reading the tiered store at {tiered_dir} needs {exc.name or exc}: "
+            f"{install_hint('spark', TIER_PACKAGES)}"
+        ) from None
     return TierReader(tiered_dir)
 
 
