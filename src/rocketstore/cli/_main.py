@@ -8,7 +8,7 @@ import click
 from . import _admin, _bench, _client, _console, _serve, _spark, _store, _tier
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})  # mqadmin's -h too
 @click.version_option(package_name="rocketstore")
 @click.option(
     "--access-key",

@@ -340,7 +340,7 @@ flush_option = click.option(
 )
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
-@click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
+@click.option("--namesrv", "-n", default=None, help="name server HOST:PORT[;HOST:PORT]")
 @click.option("--broker-name", default=None, help="broker name (default broker-a)")
 @click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
 @click.option("--broker-id", type=int, default=None, help="0 for a master, >= 1 for a slave")

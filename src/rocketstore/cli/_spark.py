@@ -36,10 +36,14 @@ def _store_or_namesrv(store: str | None, namesrv: str | None) -> None:
     "--store", "store", default=None, help="store directory (read-only, ours or RocketMQ's)"
 )
 @click.option(
-    "--namesrv", default=None, help="name server(s) host:port[;host:port]: read through brokers"
+    "--namesrv",
+    "-n",
+    default=None,
+    help="name server(s) host:port[;host:port]: read through brokers",
 )
 @click.option(
     "--topic",
+    "-t",
     "topics",
     multiple=True,
     help="topic to export (repeatable; default: all of a store; required with --namesrv)",
@@ -90,10 +94,15 @@ def export_cmd(
     "--store", "store", default=None, help="store directory to write into (must not be owned)"
 )
 @click.option(
-    "--namesrv", default=None, help="name server(s) host:port[;host:port]: send through brokers"
+    "--namesrv",
+    "-n",
+    default=None,
+    help="name server(s) host:port[;host:port]: send through brokers",
 )
 @click.option("--from", "source", required=True, help="Parquet or JSON-lines file or directory")
-@click.option("--topic", default=None, help="topic for every row (else the rows' topic column)")
+@click.option(
+    "--topic", "-t", default=None, help="topic for every row (else the rows' topic column)"
+)
 @click.option(
     "--format",
     "fmt",

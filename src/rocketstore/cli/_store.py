@@ -13,7 +13,7 @@ import click
 
 from .. import Message, MessageStore, StoreConfig
 from .._extras import install_hint
-from ._common import parse_properties
+from ._common import conf_option, parse_properties, topic_option
 
 
 def store_config(store: str, conf: str | None, **overrides: Any) -> StoreConfig:
@@ -27,18 +27,15 @@ def store_config(store: str, conf: str | None, **overrides: Any) -> StoreConfig:
 store_option = click.option(
     "--store", "store", default="store", show_default=True, help="store directory"
 )
-conf_option = click.option(
-    "--conf", default=None, help="a RocketMQ broker.conf to read settings from"
-)
 
 
 @click.command()
 @store_option
 @conf_option
-@click.option("--topic", required=True)
+@topic_option()
 @click.option("--queue", "queue_id", default=0, show_default=True, type=int)
 @click.option("--tags", default=None)
-@click.option("--key", "keys", multiple=True, help="a message key (repeatable)")
+@click.option("--key", "-k", "keys", multiple=True, help="a message key (repeatable)")
 @click.option("--property", "props", multiple=True, help="name=value (repeatable)")
 @click.option(
     "--delay",
@@ -378,8 +375,8 @@ def _get_some(rs: Any, tier: Any, topic: str, queue_id: int, offset: int, n: int
 @click.command()
 @store_option
 @conf_option
-@click.option("--topic", default=None, help="the topic (needed with --key)")
-@click.option("--key", default=None, help="a KEYS token or the UNIQ_KEY")
+@topic_option(required=False, help="the topic (needed with --key)")
+@click.option("--key", "-k", default=None, help="a KEYS token or the UNIQ_KEY")
 @click.option(
     "--id",
     "msg_id",
