@@ -476,53 +476,6 @@ def _by_id(
 
 
 @click.command()
-@store_option
-@conf_option
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def stats(store: str, conf: str | None, as_json: bool) -> None:
-    """Print a store's runtime info (RocketMQ's keys), what each topic holds and the progress
-    of every delay level. Read-only: the store is not changed."""
-    with _store_errors(store), _open_read_only(store, conf) as rs:
-        levels_ms = _delay_levels(conf)
-        info = rs.runtime_info(levels_ms)
-        topics = rs.topic_totals()
-        levels = [p._asdict() for p in rs.delay_progress(levels_ms)]
-        warnings = list(rs.warnings)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "runtime_info": dict(sorted(info.items())),
-                    "topics": {
-                        t: {"messages": s.messages, "bytes": s.bytes} for t, s in topics.items()
-                    },
-                    "delay_levels": levels,
-                },
-                ensure_ascii=False,
-            )
-        )
-        _report_damage(warnings)
-        return
-    width = max(map(len, info), default=0)
-    for key in sorted(info):
-        click.echo(f"{key:<{width}}  {info[key]}")
-    click.echo(f"\n{'topic':<40} {'messages':>12} {'bytes':>16}")
-    for topic, t in topics.items():
-        click.echo(f"{topic:<40} {t.messages:>12} {t.bytes:>16}")
-    if levels:
-        click.echo(
-            f"\n{'delay level':<12} {'delay ms':>10} {'next offset':>12} {'max offset':>12} {'pending':>8}"
-        )
-        for lv in levels:
-            delay = "?" if lv["delay_ms"] is None else str(lv["delay_ms"])
-            click.echo(
-                f"{lv['level']:<12} {delay:>10} {lv['offset']:>12} {lv['max_offset']:>12} "
-                f"{max(0, lv['max_offset'] - lv['offset']):>8}"
-            )
-    _report_damage(warnings)
-
-
-@click.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @conf_option
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
@@ -625,4 +578,4 @@ def _print_report(report: Any) -> None:
     console.print("[green]OK[/green]" if report.ok else f"[red]{len(d['errors'])} error(s)[/red]")
 
 
-COMMANDS = [put, get, query, stats, inspect]
+COMMANDS = [put, get, query, inspect]
