@@ -72,8 +72,8 @@ def _newest_store_address(rs: Any) -> str | None:
 
 def _broker_info(address: str, store: str) -> dict[str, str] | str:
     """The runtime info of the broker at ``address`` when it serves ``store``; else why not."""
-    from ..client._admin import AdminClient
     from ..client import ClientError
+    from ..client._admin import AdminClient
     from ..remoting import RemotingError
 
     try:
