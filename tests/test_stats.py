@@ -48,7 +48,7 @@ RUNTIME_KEYS = {
 
 
 def settle(store: MessageStore) -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while store.dispatch_behind_bytes() and time.monotonic() < deadline:
         time.sleep(0.005)
 
