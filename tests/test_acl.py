@@ -394,12 +394,14 @@ def test_ignored_broker_conf_keys(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text(
         "brokerName=broker-x\naclEnable=true\nflushDiskType=ASYNC_FLUSH\n"
-        "traceTopicEnable=true\nmsgTraceTopicName=T\nbrokerClusterName=C\n"
+        "sendMessageThreadPoolNums=4\nuseEpollNativeSelector=true\nbrokerClusterName=C\n"
+        "traceTopicEnable=true\nmsgTraceTopicName=T\n"
     )
     store = StoreConfig.from_broker_conf(conf)
-    assert ignored_keys(store) == ["traceTopicEnable", "msgTraceTopicName"]
+    assert ignored_keys(store) == ["sendMessageThreadPoolNums", "useEpollNativeSelector"]
     config = BrokerConfig.from_store_config(store)
     assert config.acl_enable and config.broker_name == "broker-x"
+    assert config.trace_topic_enable and config.msg_trace_topic_name == "T"
     assert config.acl_path == str(
         Path(os.environ.get("ROCKETMQ_HOME") or ".") / "conf/plain_acl.yml"
     )

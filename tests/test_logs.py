@@ -11,6 +11,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._logs import (
+    FILES,
     ROOT_LOGGER,
     STATS_LOGGER,
     LogConfig,
@@ -50,6 +51,7 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
         "rocketstore.broker.messaging._send",
         "rocketstore.grpc._service",
         "rocketstore.namesrv._server",
+        "rocketstore.controller._controller",
         "rocketstore.store.log._commit_log",
         "rocketstore.remoting._connection",
         "rocketstore.client._consumer",
@@ -59,7 +61,15 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
     logging.getLogger(STATS_LOGGER).info("puts 1")
     _flush()
     text = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
-    assert sorted(text) == ["broker.log", "namesrv.log", "remoting.log", "stats.log", "store.log"]
+    assert sorted(text) == [
+        "broker.log",
+        "controller.log",
+        "namesrv.log",
+        "remoting.log",
+        "stats.log",
+        "store.log",
+    ]
+    assert "rocketstore.controller._controller" in text["controller.log"]
     assert "rocketstore.broker.messaging._send" in text["broker.log"]
     assert "rocketstore.grpc._service" in text["broker.log"]
     assert "rocketstore._serve" in text["broker.log"]
@@ -134,7 +144,9 @@ def test_configure_twice_replaces_its_handlers(tmp_path: Path, restore_logging: 
     before = len(logging.getLogger(ROOT_LOGGER).handlers)
     configure(LogConfig(tmp_path / "a"))
     configure(LogConfig(tmp_path / "b"))
-    assert len(logging.getLogger(ROOT_LOGGER).handlers) == before + 6
+    assert (
+        len(logging.getLogger(ROOT_LOGGER).handlers) == before + len(FILES) + 1
+    )  # a file handler each, and standard error
 
 
 def test_default_directory_is_beside_the_store(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ A server process writes, under its log directory (``logs/`` beside the store unl
 =============== ======================================================================
 ``broker.log``   the broker, its processors, the gRPC front end and the ACL
 ``namesrv.log``  the name server
+``controller.log`` RocketMQ 5's controller: its elections, roles and the brokers it watches
 ``store.log``    the message store (recovery, flush, dispatch, cleaning, replication)
 ``remoting.log`` connections and frames of the remoting protocol, the project's clients
 ``stats.log``    one line a minute: puts, gets, their rates and the disk (``StatsLine``)
@@ -40,6 +41,7 @@ FORMAT = "%(asctime)s %(levelname)-5s %(name)s - %(message)s"
 FILES: Mapping[str, tuple[str, ...]] = {
     "broker.log": ("rocketstore.broker", "rocketstore.grpc", "rocketstore.acl", "rocketstore"),
     "namesrv.log": ("rocketstore.namesrv",),
+    "controller.log": ("rocketstore.controller",),
     "store.log": ("rocketstore.store",),
     "remoting.log": ("rocketstore.remoting", "rocketstore.client"),
     "stats.log": (STATS_LOGGER,),

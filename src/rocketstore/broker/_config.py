@@ -6,6 +6,7 @@ broker.conf that StoreConfig kept in ``extra``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
 MASTER_ID = 0
+_TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 DEFAULT_STORE_HOST = "127.0.0.1"  # StoreConfig.store_host's default
 
 _CONF_KEYS = {
@@ -26,6 +28,8 @@ _CONF_KEYS = {
     "brokerIP1": "broker_ip",
     "autoCreateTopicEnable": "auto_create_topic_enable",
     "autoCreateSubscriptionGroup": "auto_create_subscription_group",
+    "traceTopicEnable": "trace_topic_enable",
+    "msgTraceTopicName": "msg_trace_topic_name",
     "defaultTopicQueueNums": "default_topic_queue_nums",
     "brokerPermission": "broker_permission",
     "longPollingEnable": "long_polling_enable",
@@ -57,6 +61,11 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
+    # the topic clients with message trace on write their traces to, made at start (1 queue)
+    # when trace_topic_enable; without it the first trace a client sends creates it, as any
+    # topic is created on a send (autoCreateTopicEnable)
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     broker_permission: int = 6
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
@@ -92,6 +101,11 @@ class BrokerConfig:
         if self.transaction_check_interval <= 0 or self.transaction_timeout < 0:
             raise StoreConfigError(
                 "transaction_check_interval must be positive and transaction_timeout not negative"
+            )
+        if not _TOPIC_NAME.fullmatch(self.msg_trace_topic_name):
+            raise StoreConfigError(
+                f"msgTraceTopicName {self.msg_trace_topic_name!r} is not a topic name "
+                "(^[%|a-zA-Z0-9_-]+$, at most 127 characters)"
             )
         if self.max_connections < 1 or self.max_buffered_bytes < 1024 * 1024:
             raise StoreConfigError(

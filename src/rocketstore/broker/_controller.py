@@ -122,6 +122,8 @@ class BrokerController:
             cluster_name=config.cluster_name,
             auto_create_topic_enable=config.auto_create_topic_enable,
             default_topic_queue_nums=config.default_topic_queue_nums,
+            trace_topic_enable=config.trace_topic_enable,
+            msg_trace_topic_name=config.msg_trace_topic_name,
             clock=self.clock,
         )
         self.groups = SubscriptionGroupManager(

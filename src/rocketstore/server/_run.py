@@ -21,6 +21,7 @@ from ._ports import PortClaim, check_ports, server_claims
 if TYPE_CHECKING:
     from ..namesrv import NameServer
     from ._broker import BrokerServer
+    from ._controller import ControllerServer
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def _no_default_metrics() -> str:
     except ImportError:
         installed = False
     if not installed:
-        return f"prometheus_client is not installed ({install_hint('server')})"
+        return f"prometheus_client is not installed: {install_hint('server')}"
     return f"{METRICS_DEFAULT} is taken (--metrics-listen HOST:PORT)"
 
 
@@ -110,17 +111,23 @@ async def run_servers(
     console_listen: str | None = "",
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
+    controller: ControllerServer | None = None,
 ) -> None:
-    """Start the name server and the brokers (none started yet), then the metrics endpoint
-    (``metrics_listen``: None for the default port when it is free, "" for none); run until
-    SIGTERM or SIGINT (or ``stop``), then stop everything in reverse order. ``console_listen``
-    likewise starts the web console over ``console_namesrv`` (visitors sign in when a broker
-    checks ACL). Every port is announced as it opens (the name server's, each broker's, its HA
-    and gRPC ports, the metrics endpoint's, the console's), and two of them asking for one port
-    are refused before anything binds (PortClashError, naming both). Every ``stats_interval``
+    """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
+    and the brokers (none started yet), then the metrics endpoint (``metrics_listen``: None for
+    the default port when it is free, "" for none); run until SIGTERM or SIGINT (or ``stop``),
+    then stop everything in reverse order. ``console_listen`` likewise starts the web console
+    over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
+    announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
+    ports, the metrics endpoint's, the console's), and two of them asking for one port are
+    refused before anything binds (PortClashError, naming both). Every ``stats_interval``
     seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
     logger)."""
-    check_ports(server_claims(namesrv, brokers, _optional_claims(metrics_listen, console_listen)))
+    extra = _optional_claims(metrics_listen, console_listen)
+    if controller is not None:
+        cfg = controller.config
+        extra.insert(0, PortClaim("the controller", cfg.listen_host, cfg.listen_port))
+    check_ports(server_claims(namesrv, brokers, extra))
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -129,6 +136,7 @@ async def run_servers(
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     started: list[BrokerServer] = []
+    controller_started = False
     metrics = None
     console = None
     stats: asyncio.Task[None] | None = None
@@ -136,6 +144,17 @@ async def run_servers(
         if namesrv is not None:
             await namesrv.start()
             announce(f"name server listening on {namesrv.address}")
+        if controller is not None:
+            await controller.start()
+            controller_started = True
+            cfg = controller.config
+            announce(
+                f"controller {cfg.self_id} of {cfg.group} listening on {controller.address} "
+                f"({cfg.backend} backend"
+                + (f", {cfg.store_dir}" if cfg.backend == "file" else "")
+                + (f", ACL {controller.acl_file}" if controller.acl_file else "")
+                + ")"
+            )
         for server in brokers:
             await server.start()
             started.append(server)
@@ -161,7 +180,10 @@ async def run_servers(
         from ..metrics import maybe_start_metrics
 
         metrics = await maybe_start_metrics(
-            [s.broker for s in started], metrics_listen, namesrv=metrics_namesrv or namesrv
+            [s.broker for s in started],
+            metrics_listen,
+            namesrv=metrics_namesrv or namesrv,
+            controller=controller.controller if controller_started and controller else None,
         )
         if metrics is not None:
             announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
@@ -198,6 +220,11 @@ async def run_servers(
                 await server.shutdown()
             except Exception:
                 log.exception("broker shutdown failed")
+        if controller is not None and controller_started:
+            try:
+                await controller.shutdown()
+            except Exception:
+                log.exception("controller shutdown failed")
         if namesrv is not None:
             await namesrv.close()
         announce("stopped")

@@ -70,6 +70,7 @@ from .._services import (
     HasTopics,
     TopicCreation,
 )
+from ..state._consume_progress import consume_progress
 from ..state._stats import GROUP_GET_NUMS
 from ..state._subscription_group import SubscriptionGroupConfig
 from ..state._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
@@ -361,30 +362,24 @@ class AdminProcessor:
 
     def consume_stats(self, group: str, topic: str | None) -> ConsumeStats:
         """The group's progress on ``topic``, or on every topic it has offsets on (any
-        thread)."""
-        broker, store = self.broker, self.store
-        topics = {topic} if topic else broker.offsets.topics_by_group(group)
-        info = broker.consumers.group_info(group)
-        subscribed = set(info.subscriptions) if info is not None else set()
+        thread; the reckoning is ``state._consume_progress``'s, which the metrics share)."""
+        broker = self.broker
+        skipped: list[str] = []
         stats = ConsumeStats()
-        for name in sorted(topics):
-            config = broker.topics.select(name)
-            if config is None:
-                log.warning("consume stats of %s: topic %s does not exist", group, name)
-                continue
-            if subscribed and name not in subscribed:
-                # online, but not subscribing this topic any more
-                continue
-            for qid in range(config.read_queue_nums):
-                broker_offset = max(0, store.get_max_offset_in_queue(name, qid))
-                consumer_offset = max(0, broker.offsets.query_offset(group, name, qid))
-                last = 0
-                if consumer_offset > 0:
-                    ts = store.get_message_store_timestamp(name, qid, consumer_offset - 1)
-                    last = ts if ts > 0 else 0
-                stats.offset_table[MessageQueue(name, self.broker_name, qid)] = OffsetWrapper(
-                    broker_offset, consumer_offset, last
-                )
+        for q in consume_progress(
+            self.store,
+            broker.topics,
+            broker.offsets,
+            broker.consumers,
+            group,
+            topic,
+            skipped=skipped,
+        ):
+            stats.offset_table[MessageQueue(q.topic, self.broker_name, q.queue_id)] = OffsetWrapper(
+                q.broker_offset, q.consumer_offset, q.last_timestamp
+            )
+        for name in skipped:
+            log.warning("consume stats of %s: topic %s does not exist", group, name)
         return stats
 
     # ---- broker information -----------------------------------------------------------------
