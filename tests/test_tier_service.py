@@ -54,9 +54,11 @@ def live(tmp_path: Path) -> Iterator[tuple[MessageStore, StoreConfig]]:
 
 
 def _settle(store: MessageStore) -> None:
+    """Wait until the commit log is flushed and dispatched (the source's rows are read through
+    the consume queues)."""
     deadline = time.monotonic() + 60
-    while store.flushed_phy_offset() < store.max_phy_offset:
-        assert time.monotonic() < deadline, "the commit log was not flushed"
+    while store.flushed_phy_offset() < store.max_phy_offset or store.dispatch_behind_bytes():
+        assert time.monotonic() < deadline, "the commit log was not flushed and dispatched"
         time.sleep(0.01)
 
 
