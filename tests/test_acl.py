@@ -654,7 +654,7 @@ def test_broker_applies_a_changed_file_without_a_restart(tmp_path: Path) -> None
         assert refused(call(b, 310, send_ext("topicA"), USER, b"x"), "topic:topicA")
         path.write_text(BROKER_ACL.replace("topicA=DENY", "topicA=PUB"))
         os.utime(path, ns=(10**9, 10**9))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while (r := call(b, 310, send_ext("topicA"), USER, b"x")).code != RC.SUCCESS:
             assert time.monotonic() < deadline, r.remark
             time.sleep(0.2)

@@ -108,7 +108,7 @@ def test_without_the_spark_extra_one_line_with_the_hint(
     monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark → ModuleNotFoundError
     for name in [n for n in sys.modules if n.startswith("pyspark.")]:
         monkeypatch.setitem(sys.modules, name, None)
-    hint = "pip install 'rocketstore[spark]'"
+    hint = "pip install pyspark pyarrow numpy (from a rocketstore checkout: pip install '.[spark]')"
     _one_line_error(_export(store, tmp_path / "out"), hint)
     src = tmp_path / "in.json"
     src.write_text('{"topic": "T", "body": "x"}\n')
@@ -155,7 +155,7 @@ def test_without_pyspark_the_command_line_prints_one_line(
     assert done.returncode != 0
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'rocketstore[spark]'" in lines[0], done.stderr
+    assert len(lines) == 1 and "pip install pyspark pyarrow numpy" in lines[0], done.stderr
 
 
 # ---- with Spark ----------------------------------------------------------------------------

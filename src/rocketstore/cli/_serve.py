@@ -437,6 +437,12 @@ tiered_option = click.option(
     help="keep sealed commit-log files' messages as Parquet here (default: the conf's "
     "tieredDir; none: off)",
 )
+ha_listen_option = click.option(
+    "--ha-listen",
+    default=None,
+    help="HOST:PORT slaves replicate from (default: the broker's port + 1, as RocketMQ's "
+    "haListenPort)",
+)
 flush_option = click.option(
     "--flush",
     type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
@@ -451,13 +457,13 @@ flush_option = click.option(
 )
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
-@click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
+@click.option("--namesrv", "-n", default=None, help="name server HOST:PORT[;HOST:PORT]")
 @click.option("--broker-name", default=None, help="broker name (default broker-a)")
 @click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
 @click.option("--broker-id", type=int, default=None, help="0 for a master, >= 1 for a slave")
 @role_option
 @flush_option
-@click.option("--ha-listen", default=None, help="HA HOST:PORT (default the listen port + 1)")
+@ha_listen_option
 @click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
 @tiered_option
 @grpc_options(None)
@@ -533,6 +539,7 @@ def broker_cmd(
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
+@ha_listen_option
 @tiered_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
@@ -546,6 +553,7 @@ def serve_cmd(
     namesrv_listen: str,
     listen: str | None,
     flush: str | None,
+    ha_listen: str | None,
     tiered_dir: str | None,
     grpc_listen: str | None,
     acl_file: str | None,
@@ -562,10 +570,15 @@ def serve_cmd(
     log_levels: str | None,
 ) -> None:
     """A name server and a broker in one process: the embedded default (with RocketMQ 5's
-    controller too, its state under the store's controller/, with --controller-listen)."""
+    controller too, its state under the store's controller/, with --controller-listen). Every
+    port it opens is printed (name server, controller, broker, HA, gRPC, metrics, console);
+    two of them on one port are refused before anything binds."""
     from ..server import ControllerServer, run_servers
+    from ..server._addresses import free_port
 
     host, port = _split_listen(namesrv_listen, 9876)
+    # the broker registers with the name server: a port chosen now, not at its start
+    port = port or free_port(host)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
     store_dir = _store_dir(store, conf, "store")
     _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
@@ -593,45 +606,37 @@ def serve_cmd(
             ),
             acl_file=acl_path,
         )
-
-    async def main() -> None:
-        # the broker registers with the name server, whose port may be chosen at start
-        await ns.start()
-        broker = _make_broker(
-            store_dir,
-            conf,
-            listen,
-            ns.address,
-            None,
-            None,
-            None,
-            None,
-            flush,
-            grpc=grpc,
-            acl_file=acl_file or grpc_acl,
-            tiered_dir=tiered_dir,
-            inner_account=inner,
+    broker = _make_broker(
+        store_dir,
+        conf,
+        listen,
+        ns.address,
+        None,
+        None,
+        None,
+        None,
+        flush,
+        ha_listen,
+        grpc=grpc,
+        acl_file=acl_file or grpc_acl,
+        tiered_dir=tiered_dir,
+        inner_account=inner,
+    )
+    if acl_path is not None:
+        _announce(f"ACL on the name server: {acl_path}")
+    _announce_tier(broker)
+    _run(
+        run_servers(
+            ns,
+            [broker],
+            announce=_announce,
+            metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
+            console_listen=console_listen,
+            console_namesrv=ns.address,
+            controller=controller,
         )
-        _announce(f"name server listening on {ns.address}")
-        if acl_path is not None:
-            _announce(f"ACL on the name server: {acl_path}")
-        _announce_tier(broker)
-        try:
-            await run_servers(
-                None,
-                [broker],
-                announce=_announce,
-                metrics_listen=metrics_listen,
-                metrics_namesrv=ns,
-                metrics_auth=metrics_auth,
-                console_listen=console_listen,
-                console_namesrv=ns.address,
-                controller=controller,
-            )
-        finally:
-            await ns.close()
-
-    _run(main())
+    )
 
 
 def _announce_tier(broker: Any) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from .._extras import install_hint
+
 
 def _spark_jobs() -> Any:
     """The Spark jobs module, once pyspark and pyarrow import (the spark extra)."""
@@ -19,7 +21,7 @@ def _spark_jobs() -> Any:
     except ImportError as exc:
         missing = exc.name or str(exc)
         raise click.ClickException(
-            f"this command runs Spark, which needs {missing}: pip install 'rocketstore[spark]'"
+            f"this command runs Spark, which needs {missing}: {install_hint('spark')}"
         ) from None
     return _jobs
 
@@ -34,10 +36,14 @@ def _store_or_namesrv(store: str | None, namesrv: str | None) -> None:
     "--store", "store", default=None, help="store directory (read-only, ours or RocketMQ's)"
 )
 @click.option(
-    "--namesrv", default=None, help="name server(s) host:port[;host:port]: read through brokers"
+    "--namesrv",
+    "-n",
+    default=None,
+    help="name server(s) host:port[;host:port]: read through brokers",
 )
 @click.option(
     "--topic",
+    "-t",
     "topics",
     multiple=True,
     help="topic to export (repeatable; default: all of a store; required with --namesrv)",
@@ -88,10 +94,15 @@ def export_cmd(
     "--store", "store", default=None, help="store directory to write into (must not be owned)"
 )
 @click.option(
-    "--namesrv", default=None, help="name server(s) host:port[;host:port]: send through brokers"
+    "--namesrv",
+    "-n",
+    default=None,
+    help="name server(s) host:port[;host:port]: send through brokers",
 )
 @click.option("--from", "source", required=True, help="Parquet or JSON-lines file or directory")
-@click.option("--topic", default=None, help="topic for every row (else the rows' topic column)")
+@click.option(
+    "--topic", "-t", default=None, help="topic for every row (else the rows' topic column)"
+)
 @click.option(
     "--format",
     "fmt",

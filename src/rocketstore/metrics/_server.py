@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .._extras import install_hint
 from ._auth import OPEN, AclAdminAuth, MetricsAuth, parse_metrics_auth
 from ._collector import RocketMQCollector
 from ._controller_collector import ControllerCollector, ControllerSource
@@ -65,7 +66,7 @@ class MetricsServer:
             from prometheus_client import CollectorRegistry, generate_latest
         except ImportError as exc:
             raise MetricsUnavailableError(
-                "metrics need prometheus_client: pip install 'rocketstore[server]'"
+                f"metrics need prometheus_client: {install_hint('server')}"
             ) from exc
         self.sources = list(brokers)
         self.namesrv = namesrv
@@ -182,7 +183,7 @@ def check_listen_option(_ctx: object, _param: object, value: str | None) -> str 
         raise click.BadParameter(str(exc)) from None
     if importlib.util.find_spec("prometheus_client") is None:
         raise click.BadParameter(
-            "metrics need prometheus_client: pip install 'rocketstore[server]' "
+            f"metrics need prometheus_client: {install_hint('server')} "
             "(or --metrics-listen '' for none)"
         )
     return value

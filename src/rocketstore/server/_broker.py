@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from .._extras import install_hint
 from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, admin_accounts
 from ..acl._remoting import AclSource
 from ..broker._config import BrokerConfig, ignored_keys
@@ -44,7 +45,7 @@ def _tier_service(store: MessageStore, config: StoreConfig, clock: Clock) -> Tie
         from ..tier._service import TierService
     except ImportError as exc:
         raise StoreConfigError(
-            f"tieredDir needs pyarrow ({exc}): pip install 'rocketstore[spark]'"
+            f"tieredDir needs pyarrow ({exc}): {install_hint('spark', ('pyarrow', 'numpy'))}"
         ) from None
     tier = TierService(config, settled=store.flushed_phy_offset, clock=clock)
     store.set_tiered_below(tier.covered)
