@@ -30,11 +30,13 @@ from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker.messaging import _send_header
+from rocketstore.broker.messaging._send import split_properties
 from rocketstore.broker.messaging._send_frame import answer_frame
 from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.remoting._command import _encode_json_header_py
 from rocketstore.server import BrokerServer
+from rocketstore.store.log._record import string_to_properties
 from test_send_fast_path import (
     PLAIN,
     TOPIC,
@@ -312,3 +314,18 @@ def test_the_path_stands_aside_while_the_acl_is_on(tmp_path: Path) -> None:
     answers = frames_by_opaque(writes)
     assert len(answers) == 3
     assert all(b"AclException" in frame for frame in answers.values())  # unsigned: refused
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=6), st.sampled_from(["\x01", "", "\x01\x01"]), st.text(max_size=6)
+        )
+    )
+)
+def test_the_send_path_splits_properties_as_the_reference_does(
+    pairs: list[tuple[str, str, str]],
+) -> None:
+    text = "\x02".join(name + sep + value for name, sep, value in pairs)
+    assert split_properties(text) == string_to_properties(text)
+    assert split_properties(text + "\x02") == string_to_properties(text + "\x02")

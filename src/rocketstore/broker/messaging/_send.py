@@ -214,6 +214,20 @@ _TIMER_KEYS = frozenset(
 )
 
 
+def split_properties(text: str) -> dict[str, str]:
+    """``string_to_properties`` (the reference) written out here, so that it is compiled with
+    the send path: ``name\x01value\x02...`` into a dict, a pair without a name or without
+    its separator left out."""
+    props: dict[str, str] = {}
+    if not text:
+        return props
+    for item in text.split(PROPERTY_SEPARATOR):
+        at = item.find("\x01")
+        if at > 0:
+            props[item[:at]] = item[at + 1 :]
+    return props
+
+
 def _plain_int(value: Any, digits: int) -> int | None:
     """A non-negative integer ext field of at most ``digits`` decimal digits, sent as a JSON
     number or as ASCII digits; None for anything else (absent, empty, signed, spaced, out of
@@ -402,7 +416,7 @@ class SendProcessor:
         in range, numbers plain): its properties ``text`` stored as ``_send`` stores them. The
         put's result, or its future when the put waits (SYNC_FLUSH, SYNC_MASTER), or None
         (nothing stored) when a property asks for the general path."""
-        props = string_to_properties(text)
+        props = split_properties(text)
         keys = tuple(props)
         plans = self._plans
         try:

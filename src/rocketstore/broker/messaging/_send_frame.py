@@ -55,13 +55,26 @@ class HasAclState(Protocol):
 
 def answer_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
     """The frame (length prefix included) answering a stored send: SUCCESS with its message
-    id, queue id and queue offset, in the JSON serialize type."""
+    id (upper-case hex), queue id and queue offset, in the JSON serialize type."""
     header = (
-        f"{_ANSWER_HEAD}{opaque:d}{_ANSWER_ID}{msg_id}{_ANSWER_QUEUE}{queue_id:d}"
-        f"{_ANSWER_OFFSET}{queue_offset:d}{_ANSWER_TAIL}"
-    ).encode()
-    n = len(header)
-    return _PREFIX.pack(4 + n, n) + header
+        _ANSWER_HEAD
+        + str(opaque)
+        + _ANSWER_ID
+        + msg_id
+        + _ANSWER_QUEUE
+        + str(queue_id)
+        + _ANSWER_OFFSET
+        + str(queue_offset)
+        + _ANSWER_TAIL
+    )
+    n = len(header)  # ASCII: as many bytes as characters
+    if n < 0xFFFC and header.isascii():
+        # the length prefix as four characters each, then the whole frame encoded at once
+        m = n + 4
+        prefix = "\x00\x00" + chr(m >> 8) + chr(m & 0xFF) + "\x00\x00" + chr(n >> 8) + chr(n & 0xFF)
+        return (prefix + header).encode("latin-1")
+    data = header.encode()
+    return _PREFIX.pack(4 + len(data), len(data)) + data
 
 
 def failure_answer(exc: Exception, code: int, peer: str) -> RemotingCommand:
