@@ -16,6 +16,7 @@ the brokers' where the path is installed: the compiled scanner built and extensi
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import random
@@ -29,13 +30,14 @@ from hypothesis import strategies as st
 from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker.messaging import _send_header
+from rocketstore.broker.messaging import _send, _send_header
 from rocketstore.broker.messaging._send import split_properties
 from rocketstore.broker.messaging._send_frame import answer_frame
 from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.remoting._command import _encode_json_header_py
 from rocketstore.server import BrokerServer
+from rocketstore.store.log._message import Message
 from rocketstore.store.log._record import string_to_properties
 from test_send_fast_path import (
     PLAIN,
@@ -329,3 +331,22 @@ def test_the_send_path_splits_properties_as_the_reference_does(
     text = "\x02".join(name + sep + value for name, sep, value in pairs)
     assert split_properties(text) == string_to_properties(text)
     assert split_properties(text + "\x02") == string_to_properties(text + "\x02")
+
+
+def test_the_send_path_sets_every_slot_of_the_message_it_builds() -> None:
+    module = ast.parse((Path(_send.__file__).parent / "_send.py").read_text())
+    put_plain = next(
+        node
+        for node in ast.walk(module)
+        if isinstance(node, ast.FunctionDef) and node.name == "put_plain"
+    )
+    assigned = {
+        target.attr
+        for node in ast.walk(put_plain)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "msg"
+    }
+    assert assigned == set(Message.__slots__)
