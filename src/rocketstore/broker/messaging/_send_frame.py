@@ -30,7 +30,8 @@ import struct
 from typing import Any, Protocol
 
 from ...remoting import Connection, RemotingCommand, RequestError, ResponseCode
-from ...remoting._command import ONEWAY_FLAG, RESPONSE_FLAG, SERVER_VERSION
+from ...remoting._codes import LanguageCode
+from ...remoting._command import ONEWAY_FLAG, RESPONSE_FLAG, SERIALIZE_ROCKETMQ, SERVER_VERSION
 from ...store.log._message import PutMessageResult, PutMessageStatus
 from ..state._stats import BrokerStats
 from ._send import SendProcessor
@@ -46,6 +47,25 @@ _ANSWER_ID = ',"flag":1,"extFields":{"msgId":"'
 _ANSWER_QUEUE = '","queueId":"'
 _ANSWER_OFFSET = '","queueOffset":"'
 _ANSWER_TAIL = '","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"serializeTypeCurrentRPC":"JSON"}'
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_PYTHON = int(LanguageCode.PYTHON)
+_EMPTY_REMARK = _INT32.pack(0)
+
+
+def _ext_name(name: str) -> bytes:
+    return _INT16.pack(len(name)) + name.encode()
+
+
+def _ext_pair(name: str, value: str) -> bytes:
+    return _ext_name(name) + _INT32.pack(len(value)) + value.encode()
+
+
+_EXT_MSG_ID = _ext_name("msgId")
+_EXT_QUEUE_ID = _ext_name("queueId")
+_EXT_QUEUE_OFFSET = _ext_name("queueOffset")
+_EXT_TAIL = _ext_pair("MSG_REGION", "DefaultRegion") + _ext_pair("TRACE_ON", "true")
 
 
 class HasAclState(Protocol):
@@ -53,9 +73,14 @@ class HasAclState(Protocol):
     def acl(self) -> Any: ...
 
 
-def answer_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+def answer_frame(
+    opaque: int, msg_id: str, queue_id: int, queue_offset: int, serialize_type: int = 0
+) -> bytes:
     """The frame (length prefix included) answering a stored send: SUCCESS with its message
-    id (upper-case hex), queue id and queue offset, in the JSON serialize type."""
+    id (upper-case hex), queue id and queue offset, in the request's serialize type (0 JSON,
+    1 ROCKETMQ's binary form)."""
+    if serialize_type == SERIALIZE_ROCKETMQ:
+        return _binary_answer(opaque, msg_id, str(queue_id), str(queue_offset))
     header = (
         _ANSWER_HEAD
         + str(opaque)
@@ -77,6 +102,36 @@ def answer_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> 
     return _PREFIX.pack(4 + len(data), len(data)) + data
 
 
+def _binary_answer(opaque: int, msg_id: str, queue_id: str, queue_offset: str) -> bytes:
+    """``answer_frame`` in the binary serialize type: the fixed fields (code 0, language
+    PYTHON, the server's version, the opaque, the response flag), an empty remark, then the ext
+    fields as (int16 length, name, int32 length, value), as ``_encode_binary_header`` writes
+    them (every text here is ASCII)."""
+    ext = (
+        _EXT_MSG_ID
+        + _INT32.pack(len(msg_id))
+        + msg_id.encode()
+        + _EXT_QUEUE_ID
+        + _INT32.pack(len(queue_id))
+        + queue_id.encode()
+        + _EXT_QUEUE_OFFSET
+        + _INT32.pack(len(queue_offset))
+        + queue_offset.encode()
+        + _EXT_TAIL
+    )
+    head = _BINARY_FIXED.pack(0, _PYTHON, SERVER_VERSION, opaque, RESPONSE_FLAG)
+    n = len(head) + 8 + len(ext)
+    return b"".join(
+        (
+            _PREFIX.pack(4 + n, (SERIALIZE_ROCKETMQ << 24) | n),
+            head,
+            _EMPTY_REMARK,
+            _INT32.pack(len(ext)),
+            ext,
+        )
+    )
+
+
 def failure_answer(exc: Exception, code: int, peer: str) -> RemotingCommand:
     """The answer to a send whose put raised, logged, as the connection answers a handler
     that raised (``Connection._failed``)."""
@@ -91,9 +146,10 @@ def failure_answer(exc: Exception, code: int, peer: str) -> RemotingCommand:
     return RemotingCommand.response(response_code, remark)
 
 
-def _encoded(answer: RemotingCommand, opaque: int) -> bytes:
+def _encoded(answer: RemotingCommand, opaque: int, serialize_type: int) -> bytes:
     answer.opaque = opaque
     answer.flag |= RESPONSE_FLAG
+    answer.serialize_type = serialize_type
     return answer.encode()
 
 
@@ -126,7 +182,7 @@ class SendFramePath:
             opaque,
             flag,
             _version,
-            _language,
+            serialize_type,
             topic,
             queue_id,
             text,
@@ -149,15 +205,15 @@ class SendFramePath:
             if result.status is _PUT_OK:
                 msg_id = result.msg_id
                 assert msg_id is not None
-                out = answer_frame(opaque, msg_id, queue_id, result.queue_offset)
+                out = answer_frame(opaque, msg_id, queue_id, result.queue_offset, serialize_type)
                 response_code = 0
             else:
                 answer = processor._answer(result, queue_id, False)
-                out = _encoded(answer, opaque)
+                out = _encoded(answer, opaque, serialize_type)
                 response_code = answer.code
         except Exception as exc:  # answered as the connection answers a handler that raised
             answer = failure_answer(exc, code, conn.peer)
-            out = _encoded(answer, opaque)
+            out = _encoded(answer, opaque, serialize_type)
             response_code = answer.code
         if stats.timing:
             stats.note_sent(code, response_code, topic, text, len(body), began)

@@ -1,10 +1,10 @@
 """A plain send's header read straight from its frame, for the send frame path (``_send_frame``).
 
 ``scan_send(frame)`` takes a SEND_MESSAGE (10) or SEND_MESSAGE_V2 (310) frame without its
-length prefix (int32 serialize type << 24 | header length, the JSON header, the body) and
-returns the fields a plain send needs, as one tuple::
+length prefix (int32 serialize type << 24 | header length, the header, the body) and returns
+the fields a plain send needs, as one tuple::
 
-    (code, opaque, flag, version, language, topic, queue_id, properties, sys_flag,
+    (code, opaque, flag, version, serialize_type, topic, queue_id, properties, sys_flag,
      message_flag, born_timestamp, reconsume_times, body_at)
 
 (``body_at``: where the body starts in ``frame``), or None for anything else. None is no
@@ -12,10 +12,13 @@ verdict: the connection then decodes the frame as any other and the send process
 path decides (and refuses what it must, with the error it gives today). So the scanner only
 has to be right about what it accepts:
 
-- the JSON serialize type; a header that is one JSON object (whitespace as JSON allows) of
+- the JSON serialize type: a header that is one JSON object (whitespace as JSON allows) of
   ``code`` (10 or 310), ``opaque``, ``flag``, ``version`` (integers), ``language`` (text),
   ``remark`` (text or null), ``serializeTypeCurrentRPC`` (any scalar) and ``extFields``, and
   nothing else; no name given twice, in the header or in ``extFields``;
+- or the ROCKETMQ (binary) serialize type, as RocketMQ's own benchmark clients send: a header
+  the connection's decode reads (``_command._decode_binary_header``), every text UTF-8, no
+  ext name given twice;
 - ``extFields`` holds only the send's names in the spelling of its code (SEND_MESSAGE's long
   names, SEND_MESSAGE_V2's one-letter names), each a string, integer, boolean or null: a
   request that mixes the two spellings, or adds a name (an ACL signature, say), goes to the
@@ -43,7 +46,7 @@ from typing import Any
 
 from ..._speedups import EXTENSIONS_ENABLED, missing
 
-SendHeader = tuple[int, int, int, int, str, str, int, str, int, int, int, int, int]
+SendHeader = tuple[int, int, int, int, int, str, int, str, int, int, int, int, int]
 
 SEND_MESSAGE = 10
 SEND_MESSAGE_V2 = 310
@@ -71,6 +74,8 @@ HEADER_NAMES = frozenset(
 INT32_LIMIT = 1 << 31
 
 _MARK = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _SCALARS = (str, int, bool, type(None))
 
 
@@ -98,17 +103,10 @@ def plain_int(value: Any, digits: int) -> int | None:
     return None
 
 
-def scan_send_py(frame: bytes | bytearray | memoryview) -> SendHeader | None:
-    """The plain send in ``frame`` (see the module's docstring), or None."""
-    view = memoryview(frame)
-    if len(view) < 4:
-        return None
-    (mark,) = _MARK.unpack_from(view, 0)
-    body_at = 4 + (mark & 0xFFFFFF)
-    if (mark >> 24) & 0xFF != 0 or body_at > len(view):
-        return None
+def _json(header: memoryview) -> tuple[int, int, int, int, dict[str, Any]] | None:
+    """(code, opaque, flag, version, ext fields) of a JSON header, or None."""
     try:
-        h = _DECODER.decode(str(view[4:body_at], "utf-8"))
+        h = _DECODER.decode(str(header, "utf-8"))
     except (_Twice, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     if type(h) is not dict or not HEADER_NAMES.issuperset(h.keys() - {"extFields"}):
@@ -117,20 +115,83 @@ def scan_send_py(frame: bytes | bytearray | memoryview) -> SendHeader | None:
     opaque = h.get("opaque", 0)
     flag = h.get("flag", 0)
     version = h.get("version", 0)
-    language = h.get("language", "JAVA")
     remark = h.get("remark")
     ext = h.get("extFields")
     if (
-        code not in (SEND_MESSAGE, SEND_MESSAGE_V2)
-        or type(code) is not int
+        type(code) is not int
         or type(opaque) is not int
         or type(flag) is not int
         or type(version) is not int
-        or not all(abs(v) < 10**18 for v in (opaque, flag, version))
-        or type(language) is not str
+        or type(h.get("language", "JAVA")) is not str
         or not (remark is None or type(remark) is str)
         or type(h.get("serializeTypeCurrentRPC")) not in _SCALARS
         or type(ext) is not dict
+    ):
+        return None
+    return code, opaque, flag, version, ext
+
+
+def _binary(raw: bytes) -> tuple[int, int, int, int, dict[str, Any]] | None:
+    """(code, opaque, flag, version, ext fields) of a binary header, as
+    ``_decode_binary_header`` reads it, or None (where it raises, and for a name given
+    twice)."""
+    size = len(raw)
+    try:
+        code, _language, version, opaque, flag = _BINARY_FIXED.unpack_from(raw, 0)
+        pos = _BINARY_FIXED.size
+        (remark_len,) = _MARK.unpack_from(raw, pos)
+        pos += 4
+        if remark_len > 0:
+            if pos + remark_len > size:
+                return None
+            raw[pos : pos + remark_len].decode("utf-8")
+            pos += remark_len
+        (ext_len,) = _MARK.unpack_from(raw, pos)
+        pos += 4
+        ext: dict[str, Any] = {}
+        if ext_len > 0:
+            end = pos + ext_len
+            if end > size:
+                return None
+            while pos < end:
+                (klen,) = _SHORT.unpack_from(raw, pos)
+                pos += 2
+                if klen < 0 or pos + klen + 4 > end:
+                    return None
+                key = raw[pos : pos + klen].decode("utf-8")
+                pos += klen
+                (vlen,) = _MARK.unpack_from(raw, pos)
+                pos += 4
+                if vlen < 0 or pos + vlen > end or key in ext:
+                    return None
+                ext[key] = raw[pos : pos + vlen].decode("utf-8")
+                pos += vlen
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return code, opaque, flag, version, ext
+
+
+def scan_send_py(frame: bytes | bytearray | memoryview) -> SendHeader | None:
+    """The plain send in ``frame`` (see the module's docstring), or None."""
+    view = memoryview(frame)
+    if len(view) < 4:
+        return None
+    (mark,) = _MARK.unpack_from(view, 0)
+    body_at = 4 + (mark & 0xFFFFFF)
+    serialize_type = (mark >> 24) & 0xFF
+    if body_at > len(view):
+        return None
+    if serialize_type == 0:
+        parsed = _json(view[4:body_at])
+    elif serialize_type == 1:
+        parsed = _binary(bytes(view[4:body_at]))
+    else:
+        return None
+    if parsed is None:
+        return None
+    code, opaque, flag, version, ext = parsed
+    if code not in (SEND_MESSAGE, SEND_MESSAGE_V2) or not all(
+        abs(v) < 10**18 for v in (opaque, flag, version)
     ):
         return None
     names = NAMES_V1 if code == SEND_MESSAGE else NAMES_V2
@@ -167,7 +228,7 @@ def scan_send_py(frame: bytes | bytearray | memoryview) -> SendHeader | None:
         opaque,
         flag,
         version,
-        language,
+        serialize_type,
         topic,
         queue_id,
         properties,

@@ -10,7 +10,7 @@ that is not the send's) returns None, and the connection decodes the frame as be
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.string cimport memcmp
 
 from rocketstore.store._big_endian cimport get32
@@ -310,23 +310,228 @@ cdef inline int64_t _plain(Value *v, int64_t limit) noexcept:
     return -1
 
 
+cdef struct Header:
+    int64_t code
+    int64_t opaque
+    int64_t flag
+    int64_t version
+    Value fields[N_FIELDS]
+    bint seen[N_FIELDS]
+
+
+cdef bint _ext_field(Header *h, Value *key, Value *value) noexcept:
+    """Keep one ext field; False for a name that is not the send's (in the spelling of its
+    code), a name given twice, or a text whose UTF-8 would go unchecked (only the topic and
+    the properties are decoded)."""
+    cdef int i = _field(key, h.code == 10)
+    if i < 0 or h.seen[i]:
+        return False
+    if value.kind == V_TEXT and value.high and i != F_TOPIC and i != F_PROPS:
+        return False
+    h.seen[i] = True
+    h.fields[i] = value[0]
+    return True
+
+
+cdef bint _json_header(const unsigned char *p, const unsigned char *end, Header *h) noexcept:
+    """Read a JSON header into ``h``; False when it is not one this scanner takes."""
+    cdef Scan s
+    cdef Value key, value
+    cdef unsigned int top = 0  # header names seen: a bit each
+    cdef const unsigned char *ext_at = NULL
+    cdef const unsigned char *ext_end = NULL
+    s.p = p
+    s.end = end
+    h.code = -1
+    h.opaque = h.flag = h.version = 0
+    # the header object: its names, the send's ext object skipped over for now
+    if not _take(&s, 123):
+        return False
+    if not _take(&s, 125):
+        while True:
+            _ws(&s)
+            if s.p >= s.end or s.p[0] != 34 or not _text(&s, &key) or key.high:
+                return False
+            if not _take(&s, 58):
+                return False
+            if _is(&key, b"extFields", 9):
+                if top & 128:
+                    return False
+                top |= 128
+                _ws(&s)
+                ext_at = s.p
+                # skip the object: its values are scalars, so it ends at the first '}' outside
+                # a text
+                if not _take(&s, 123):
+                    return False
+                if not _take(&s, 125):
+                    while True:
+                        _ws(&s)
+                        if s.p >= s.end or s.p[0] != 34 or not _text(&s, &value):
+                            return False
+                        if value.high:  # a name: the send's are ASCII
+                            return False
+                        if not _take(&s, 58) or not _value(&s, &value):
+                            return False
+                        if _take(&s, 125):
+                            break
+                        if not _take(&s, 44):
+                            return False
+                ext_end = s.p
+            elif not _value(&s, &value):
+                return False
+            elif value.kind == V_TEXT and value.high:
+                return False  # a text not decoded here: its UTF-8 would go unchecked
+            elif _is(&key, b"code", 4):
+                if top & 1 or value.kind != V_INT:
+                    return False
+                top |= 1
+                h.code = value.number
+            elif _is(&key, b"opaque", 6):
+                if top & 2 or value.kind != V_INT:
+                    return False
+                top |= 2
+                h.opaque = value.number
+            elif _is(&key, b"flag", 4):
+                if top & 4 or value.kind != V_INT:
+                    return False
+                top |= 4
+                h.flag = value.number
+            elif _is(&key, b"version", 7):
+                if top & 8 or value.kind != V_INT:
+                    return False
+                top |= 8
+                h.version = value.number
+            elif _is(&key, b"language", 8):
+                if top & 16 or value.kind != V_TEXT:
+                    return False
+                top |= 16
+            elif _is(&key, b"remark", 6):
+                if top & 32 or (value.kind != V_TEXT and value.kind != V_NULL):
+                    return False
+                top |= 32
+            elif _is(&key, b"serializeTypeCurrentRPC", 23):
+                if top & 64:
+                    return False
+                top |= 64
+            else:
+                return False
+            if _take(&s, 125):
+                break
+            if not _take(&s, 44):
+                return False
+    _ws(&s)
+    if s.p != s.end or ext_at == NULL or (h.code != 10 and h.code != 310):
+        return False
+    # the ext fields, by name (their syntax was checked above)
+    s.p = ext_at + 1
+    s.end = ext_end
+    if not _take(&s, 125):
+        while True:
+            _ws(&s)
+            _text(&s, &key)
+            _take(&s, 58)
+            _value(&s, &value)
+            if not _ext_field(h, &key, &value):
+                return False
+            if _take(&s, 125):
+                break
+            _take(&s, 44)
+    return True
+
+
+cdef inline int32_t _get16(const unsigned char *p) noexcept:
+    return <int16_t>((p[0] << 8) | p[1])
+
+
+cdef bint _ascii(const unsigned char *p, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] >= 128:
+            return False
+    return True
+
+
+cdef bint _raw_text(const unsigned char *p, Py_ssize_t n, Value *v) noexcept:
+    """A binary header's text as a Value (its digits read as a number)."""
+    cdef Py_ssize_t k
+    cdef unsigned char c
+    v.kind = V_TEXT
+    v.start = p
+    v.length = n
+    v.escaped = False
+    v.high = not _ascii(p, n)
+    v.number = -1
+    if 0 < n <= MAX_DIGITS:
+        v.number = 0
+        for k in range(n):
+            c = p[k]
+            if c < 48 or c > 57:
+                v.number = -1
+                break
+            v.number = v.number * 10 + (c - 48)
+    return True
+
+
+cdef bint _binary_header(const unsigned char *p, Py_ssize_t size, Header *h) noexcept:
+    """Read a ROCKETMQ (binary) header into ``h`` as the connection's decode reads it; False
+    where that decode fails, and for what this scanner does not take (a remark that is not
+    ASCII, a name given twice)."""
+    cdef Py_ssize_t pos, end
+    cdef int32_t remark_len, ext_len, klen, vlen
+    cdef Value key, value
+    if size < 17:
+        return False
+    h.code = _get16(p)
+    h.version = _get16(p + 3)
+    h.opaque = <int32_t>get32(p + 5)
+    h.flag = <int32_t>get32(p + 9)
+    remark_len = <int32_t>get32(p + 13)
+    pos = 17
+    if remark_len > 0:
+        if pos + remark_len > size or not _ascii(p + pos, remark_len):
+            return False
+        pos += remark_len
+    if pos + 4 > size:
+        return False
+    ext_len = <int32_t>get32(p + pos)
+    pos += 4
+    if h.code != 10 and h.code != 310:
+        return False
+    if ext_len > 0:
+        end = pos + ext_len
+        if end > size:
+            return False
+        while pos < end:
+            if pos + 2 > size:
+                return False
+            klen = _get16(p + pos)
+            pos += 2
+            if klen < 0 or pos + klen + 4 > end:
+                return False
+            _raw_text(p + pos, klen, &key)
+            pos += klen
+            vlen = <int32_t>get32(p + pos)
+            pos += 4
+            if vlen < 0 or pos + vlen > end:
+                return False
+            _raw_text(p + pos, vlen, &value)
+            pos += vlen
+            if key.high or not _ext_field(h, &key, &value):
+                return False
+    return True
+
+
 def scan_send(frame, /):
     """The plain send in ``frame`` (see ``_send_header.scan_send_py``), or None."""
     cdef Py_buffer view
     cdef const unsigned char *b
     cdef Py_ssize_t size, body_at
-    cdef uint32_t mark
-    cdef Scan s
-    cdef Value key, value
-    cdef Value fields[N_FIELDS]
-    cdef bint seen[N_FIELDS]
+    cdef uint32_t mark, serialize_type
+    cdef Header h
+    cdef Value value
     cdef int i
-    cdef int64_t code = -1, opaque = 0, flag = 0, version = 0
     cdef int64_t queue_id, sys_flag, message_flag, born, reconsume
-    cdef unsigned int top = 0  # header names seen: bit per name
-    cdef Value language, ext_start
-    cdef const unsigned char *ext_at = NULL
-    cdef const unsigned char *ext_end = NULL
     if PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0:
         return None
     try:
@@ -336,114 +541,21 @@ def scan_send(frame, /):
             return None
         mark = get32(b)
         body_at = 4 + (mark & 0xFFFFFF)
-        if (mark >> 24) != 0 or body_at > size:
+        serialize_type = mark >> 24
+        if body_at > size:
             return None
-        s.p = b + 4
-        s.end = b + body_at
-        language.kind = V_NULL
-        # the header object: its names, the send's ext object skipped over for now
-        if not _take(&s, 123):
-            return None
-        if not _take(&s, 125):
-            while True:
-                _ws(&s)
-                if s.p >= s.end or s.p[0] != 34 or not _text(&s, &key) or key.high:
-                    return None
-                if not _take(&s, 58):
-                    return None
-                if _is(&key, b"extFields", 9):
-                    if top & 128:
-                        return None
-                    top |= 128
-                    _ws(&s)
-                    ext_at = s.p
-                    # skip the object: its values are scalars, so its end is the first '}'
-                    # outside a text
-                    if not _take(&s, 123):
-                        return None
-                    if not _take(&s, 125):
-                        while True:
-                            _ws(&s)
-                            if s.p >= s.end or s.p[0] != 34 or not _text(&s, &value):
-                                return None
-                            if value.high:  # a name: the send's are ASCII
-                                return None
-                            if not _take(&s, 58) or not _value(&s, &value):
-                                return None
-                            if _take(&s, 125):
-                                break
-                            if not _take(&s, 44):
-                                return None
-                    ext_end = s.p
-                elif not _value(&s, &value):
-                    return None
-                elif value.kind == V_TEXT and value.high and not _is(&key, b"language", 8):
-                    return None  # a text not decoded here: its UTF-8 would go unchecked
-                elif _is(&key, b"code", 4):
-                    if top & 1 or value.kind != V_INT:
-                        return None
-                    top |= 1
-                    code = value.number
-                elif _is(&key, b"opaque", 6):
-                    if top & 2 or value.kind != V_INT:
-                        return None
-                    top |= 2
-                    opaque = value.number
-                elif _is(&key, b"flag", 4):
-                    if top & 4 or value.kind != V_INT:
-                        return None
-                    top |= 4
-                    flag = value.number
-                elif _is(&key, b"version", 7):
-                    if top & 8 or value.kind != V_INT:
-                        return None
-                    top |= 8
-                    version = value.number
-                elif _is(&key, b"language", 8):
-                    if top & 16 or value.kind != V_TEXT:
-                        return None
-                    top |= 16
-                    language = value
-                elif _is(&key, b"remark", 6):
-                    if top & 32 or (value.kind != V_TEXT and value.kind != V_NULL):
-                        return None
-                    top |= 32
-                elif _is(&key, b"serializeTypeCurrentRPC", 23):
-                    if top & 64:
-                        return None
-                    top |= 64
-                else:
-                    return None
-                if _take(&s, 125):
-                    break
-                if not _take(&s, 44):
-                    return None
-        _ws(&s)
-        if s.p != s.end or ext_at == NULL or (code != 10 and code != 310):
-            return None
-        # the ext fields, by name
         for i in range(N_FIELDS):
-            seen[i] = False
-        s.p = ext_at + 1
-        s.end = ext_end
-        if not _take(&s, 125):
-            while True:
-                _ws(&s)
-                _text(&s, &key)
-                _take(&s, 58)
-                _value(&s, &value)
-                i = _field(&key, code == 10)
-                if i < 0 or seen[i]:
-                    return None
-                if value.kind == V_TEXT and value.high and i != F_TOPIC and i != F_PROPS:
-                    return None  # a text not decoded here: its UTF-8 would go unchecked
-                seen[i] = True
-                fields[i] = value
-                if _take(&s, 125):
-                    break
-                _take(&s, 44)
-        if seen[F_BATCH]:
-            value = fields[F_BATCH]
+            h.seen[i] = False
+        if serialize_type == 0:
+            if not _json_header(b + 4, b + body_at, &h):
+                return None
+        elif serialize_type == 1:
+            if not _binary_header(b + 4, body_at - 4, &h):
+                return None
+        else:
+            return None
+        if h.seen[F_BATCH]:
+            value = h.fields[F_BATCH]
             if not (
                 value.kind == V_NULL
                 or value.kind == V_FALSE
@@ -451,16 +563,16 @@ def scan_send(frame, /):
                 or (value.kind == V_TEXT and _is(&value, b"0", 1))
             ):
                 return None
-        if not (seen[F_TOPIC] and seen[F_PROPS] and seen[F_QUEUE] and seen[F_SYS]
-                and seen[F_FLAG] and seen[F_BORN] and seen[F_RECONSUME]):
+        if not (h.seen[F_TOPIC] and h.seen[F_PROPS] and h.seen[F_QUEUE] and h.seen[F_SYS]
+                and h.seen[F_FLAG] and h.seen[F_BORN] and h.seen[F_RECONSUME]):
             return None
-        if fields[F_TOPIC].kind != V_TEXT or fields[F_PROPS].kind != V_TEXT:
+        if h.fields[F_TOPIC].kind != V_TEXT or h.fields[F_PROPS].kind != V_TEXT:
             return None
-        queue_id = _plain(&fields[F_QUEUE], LIMIT_10)
-        sys_flag = _plain(&fields[F_SYS], LIMIT_10)
-        message_flag = _plain(&fields[F_FLAG], LIMIT_10)
-        reconsume = _plain(&fields[F_RECONSUME], LIMIT_10)
-        born = _plain(&fields[F_BORN], LIMIT_18)
+        queue_id = _plain(&h.fields[F_QUEUE], LIMIT_10)
+        sys_flag = _plain(&h.fields[F_SYS], LIMIT_10)
+        message_flag = _plain(&h.fields[F_FLAG], LIMIT_10)
+        reconsume = _plain(&h.fields[F_RECONSUME], LIMIT_10)
+        born = _plain(&h.fields[F_BORN], LIMIT_18)
         if (
             queue_id < 0
             or sys_flag < 0
@@ -472,14 +584,13 @@ def scan_send(frame, /):
             or reconsume >= INT32_LIMIT
         ):
             return None
-        topic = _decoded(&fields[F_TOPIC])
-        properties = _decoded(&fields[F_PROPS])
-        language_text = "JAVA" if language.kind == V_NULL else _decoded(&language)
-        if topic is None or properties is None or language_text is None:
+        topic = _decoded(&h.fields[F_TOPIC])
+        properties = _decoded(&h.fields[F_PROPS])
+        if topic is None or properties is None:
             return None
         return (
-            code, opaque, flag, version, language_text, topic, queue_id, properties, sys_flag,
-            message_flag, born, reconsume, body_at,
+            h.code, h.opaque, h.flag, h.version, serialize_type, topic, queue_id, properties,
+            sys_flag, message_flag, born, reconsume, body_at,
         )
     finally:
         PyBuffer_Release(&view)
