@@ -75,6 +75,11 @@ def agree(frame: bytes) -> Any:
     return got
 
 
+def java_ext(**changes: Any) -> dict[str, str]:
+    """SEND_MESSAGE_V2's ext fields as RocketMQ 4.9.8's Java client sends them."""
+    return {k: str(v) for k, v in v2(l=16, n="broker-a", **changes).items()}
+
+
 def requests() -> list[RemotingCommand]:
     out = []
     for opaque, (code, ext, body, _fast) in enumerate(PLAIN, 100):
@@ -98,8 +103,9 @@ def test_the_scanner_reads_the_plain_headers_as_the_reference_does() -> None:
         )
         if binary is not None and got is not None:
             assert binary[:4] == got[:4] and binary[4] == 1 and binary[5:12] == got[5:12]
-    # the Java client's header: every value text, its properties escaped by the JSON encoder
-    java = RemotingCommand(310, 7, 0, None, {k: str(v) for k, v in v2().items()}, b"x", "JAVA")
+    # RocketMQ 4.9.8's Java client's header: every value text (its properties escaped by the
+    # JSON encoder), with the retry count (l) and the broker's name (n)
+    java = RemotingCommand(310, 7, 0, None, java_ext(), b"x", "JAVA")
     got = agree(frame_of(java))
     assert got is not None
     assert got[5:8] == (TOPIC, 0, UNIQ + "WAIT\x01true\x02")
@@ -332,7 +338,7 @@ def test_the_same_frames_store_answer_and_count_the_same_with_and_without_the_pa
     twice = v2()
     twice["topic"] = TOPIC  # the topic in both spellings: the general path decides
     sends.append(RemotingCommand(310, 500, 0, None, twice, b"spelled twice", "JAVA"))
-    java = {k: str(v) for k, v in v2(e=2).items()}
+    java = java_ext(e=2)
     sends += [
         RemotingCommand(310, 600 + i, 0, None, java, b"java %d" % i, "JAVA") for i in range(20)
     ]

@@ -66,8 +66,10 @@ NAMES_V1 = (
     "defaultTopicQueueNums",
     "unitMode",
     "maxReconsumeTimes",
+    "brokerName",
 )
-NAMES_V2 = ("b", "e", "i", "f", "h", "g", "j", "m", "a", "c", "d", "k", "l")
+# n: the broker's name, which RocketMQ 4.9.8's Java client adds to SEND_MESSAGE_V2
+NAMES_V2 = ("b", "e", "i", "f", "h", "g", "j", "m", "a", "c", "d", "k", "l", "n")
 HEADER_NAMES = frozenset(
     ("code", "opaque", "flag", "version", "language", "remark", "serializeTypeCurrentRPC")
 )

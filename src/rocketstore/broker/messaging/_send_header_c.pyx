@@ -34,7 +34,7 @@ DEF F_FLAG = 4
 DEF F_BORN = 5
 DEF F_RECONSUME = 6
 DEF F_BATCH = 7
-DEF N_FIELDS = 13
+DEF N_FIELDS = 14
 
 cdef int64_t INT32_LIMIT = 1 << 31
 cdef int64_t LIMIT_10 = 10000000000
@@ -45,10 +45,10 @@ cdef const char *_NAMES_V1[N_FIELDS]
 _NAMES_V1[:] = [
     b"topic", b"queueId", b"properties", b"sysFlag", b"flag", b"bornTimestamp",
     b"reconsumeTimes", b"batch", b"producerGroup", b"defaultTopic", b"defaultTopicQueueNums",
-    b"unitMode", b"maxReconsumeTimes",
+    b"unitMode", b"maxReconsumeTimes", b"brokerName",
 ]
 cdef Py_ssize_t _LENGTHS_V1[N_FIELDS]
-_LENGTHS_V1[:] = [5, 7, 10, 7, 4, 13, 14, 5, 13, 12, 21, 8, 17]
+_LENGTHS_V1[:] = [5, 7, 10, 7, 4, 13, 14, 5, 13, 12, 21, 8, 17, 10]
 
 
 cdef struct Value:
@@ -274,7 +274,7 @@ cdef inline bint _is(Value *v, const char *name, Py_ssize_t size) noexcept:
 
 
 cdef int _field(Value *key, bint long_names) noexcept:
-    """The index of an ext field name (NAMES_V1's long names, or NAMES_V2's letters a..m);
+    """The index of an ext field name (NAMES_V1's long names, or NAMES_V2's letters a..n);
     -1 for another name."""
     cdef int i
     cdef unsigned char c
@@ -284,7 +284,7 @@ cdef int _field(Value *key, bint long_names) noexcept:
         if key.length != 1:
             return -1
         c = key.start[0]
-        if c < 97 or c > 109:  # 'a'..'m'
+        if c < 97 or c > 110:  # 'a'..'n'
             return -1
         return _LETTER[c - 97]
     for i in range(N_FIELDS):
@@ -293,9 +293,9 @@ cdef int _field(Value *key, bint long_names) noexcept:
     return -1
 
 
-# NAMES_V2's letters a..m -> field index
+# NAMES_V2's letters a..n -> field index
 cdef int _LETTER[N_FIELDS]
-_LETTER[:] = [8, 0, 9, 10, 1, 3, 5, 4, 2, 6, 11, 12, 7]
+_LETTER[:] = [8, 0, 9, 10, 1, 3, 5, 4, 2, 6, 11, 12, 7, 13]
 
 
 cdef inline int64_t _plain(Value *v, int64_t limit) noexcept:
