@@ -37,6 +37,7 @@ MYPYC_MODULES = (
     "src/rocketstore/broker/state/_stats.py",
     "src/rocketstore/broker/state/_long_poll.py",
     "src/rocketstore/remoting/_command.py",
+    "src/rocketstore/remoting/_send_header.py",
     "src/rocketstore/remoting/_connection.py",
     "src/rocketstore/remoting/_client.py",  # its ClientConnection derives from Connection
     "src/rocketstore/store/_store.py",

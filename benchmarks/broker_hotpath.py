@@ -2,7 +2,7 @@
 
     python benchmarks/broker_hotpath.py [--what send|pull|all] [--messages N] [--rounds 3]
         [--profile FILE] [--top K] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--clock process|thread]
-        [--metrics] [--instructions]
+        [--acl] [--metrics] [--binary] [--instructions]
 
 A BrokerController runs in this process over a temporary store; a server connection with a
 transport that only counts what is written gets pre-encoded SEND_MESSAGE_V2 frames (1 KiB
@@ -16,7 +16,9 @@ stats of one more round (read with ``python -m pstats``); ``--top K`` also print
 K functions with the most own time, in µs a message (the profiler slows Python calls several
 fold: the shares say where the time goes). ``--clock thread`` counts the loop thread's CPU
 alone (``time.thread_time``), without the store's service threads; it also prints that
-thread's user and system share and its page faults a message. The load average is printed
+thread's user and system share and its page faults a message. ``--acl`` turns the broker's
+ACL on (a plain_acl.yml whose account has PUB|SUB on the topic and SUB on the group) and signs
+every frame with that account, as RocketMQ's clients sign theirs. The load average is printed
 before and after.
 
 The connection is made as the broker's remoting server makes its connections (with the send
@@ -44,6 +46,7 @@ import tempfile
 import time
 from typing import Any
 
+from rocketstore.acl import RequestSigner
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.server import BrokerServer
@@ -118,6 +121,24 @@ def _feed(conn: Connection, frame: bytes) -> None:
     conn.buffer_updated(len(frame))
 
 
+ACL_YML = """\
+accounts:
+  - accessKey: benchAK01
+    secretKey: benchSK01
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [BenchHot=PUB|SUB]
+    groupPerms: [bench-consumer=SUB]
+"""
+SIGNER: RequestSigner | None = None  # --acl: every frame signed by the account of ACL_YML
+
+
+def _encode(cmd: RemotingCommand) -> bytes:
+    if SIGNER is not None:
+        SIGNER(cmd)
+    return cmd.encode()
+
+
 def _send_frames(n: int, body: bytes, binary: bool = False) -> list[bytes]:
     out = []
     for i in range(n):
@@ -129,7 +150,7 @@ def _send_frames(n: int, body: bytes, binary: bool = False) -> list[bytes]:
         cmd.language = "JAVA" if binary else "CPP"
         cmd.version = 405
         cmd.serialize_type = 1 if binary else 0
-        out.append(cmd.encode())
+        out.append(_encode(cmd))
     return out
 
 
@@ -149,7 +170,7 @@ def _pull_frames(per_queue: int, queues: int) -> list[bytes]:
                 "subscription": "*",
                 "subVersion": "0",
             }
-            out.append(RemotingCommand.request(11, ext).encode())
+            out.append(_encode(RemotingCommand.request(11, ext)))
     return out
 
 
@@ -160,7 +181,15 @@ async def run(args: argparse.Namespace) -> None:
         store_config = StoreConfig(
             store_path_root_dir=root, flush_disk_type=args.flush, ha_listen_port=0
         )
-        config = BrokerConfig.from_store_config(store_config, listen_port=0)
+        acl: dict[str, Any] = {}
+        if args.acl:
+            global SIGNER
+            path = os.path.join(root, "plain_acl.yml")
+            with open(path, "w") as f:
+                f.write(ACL_YML)
+            acl = {"acl_enable": True, "acl_file": path}
+            SIGNER = RequestSigner("benchAK01", "benchSK01")
+        config = BrokerConfig.from_store_config(store_config, listen_port=0, **acl)
         broker = BrokerServer(store_config, config)
         await broker.start()
         try:
@@ -247,6 +276,7 @@ def instructions(args: argparse.Namespace) -> None:
         cmd += ["--messages", "6000", "--feed", str(feed), "--flush", args.flush]
         cmd += ["--metrics"] if args.metrics else []
         cmd += ["--binary"] if args.binary else []
+        cmd += ["--acl"] if args.acl else []
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         found = re.search(r"Collected : (\d+)", done.stderr)
         if found is None:
@@ -275,6 +305,9 @@ def main() -> None:
     )
     ap.add_argument("--instructions", action="store_true", help="instructions a send (callgrind)")
     ap.add_argument("--feed", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--acl", action="store_true", help="ACL on, every frame signed by a permitted account"
+    )
     args = ap.parse_args()
     if args.top and not args.profile:
         ap.error("--top needs --profile FILE")

@@ -41,6 +41,7 @@ COMPILED_MODULES = frozenset(
         "rocketstore.broker.state._stats",
         "rocketstore.broker.state._long_poll",
         "rocketstore.remoting._command",
+        "rocketstore.remoting._send_header",
         "rocketstore.remoting._connection",
         "rocketstore.remoting._client",
         "rocketstore.store._store",

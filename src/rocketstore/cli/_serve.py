@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..metrics._auth import AUTH_HELP as METRICS_AUTH_HELP
+from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
@@ -34,10 +36,17 @@ def _logging(
     conf: str | None = None,
 ) -> None:
     """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v."""
+    name server alone); standard error shows warnings, or everything logged with -v. A fatal
+    signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
-    from .._logs import LogConfig, LogConfigError, configure, default_directory
+    from .._logs import (
+        LogConfig,
+        LogConfigError,
+        configure,
+        default_directory,
+        enable_fatal_stacks,
+    )
 
     if log_dir is None:
         root = store_dir
@@ -55,6 +64,7 @@ def _logging(
                 stderr_level="INFO" if verbose else "WARNING",
             )
         )
+        enable_fatal_stacks(directory)
     except LogConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--log-*") from None
     _announce(f"logs in {directory}")
@@ -62,12 +72,15 @@ def _logging(
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
     """Run servers until they stop; a start-up failure (a port in use, a store owned by
-    another process) is one line on standard error and exit status 1, not a traceback."""
+    another process, a controller state file that does not decode) is one line on standard
+    error and exit status 1, not a traceback."""
+    from ..controller import ControllerError
+    from ..metrics._auth import MetricsAuthError
     from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
-    except (OSError, StoreError) as exc:
+    except (OSError, StoreError, ControllerError, MetricsAuthError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
@@ -120,6 +133,7 @@ def _make_broker(
     grpc: Any = None,
     acl_file: str | None = None,
     tiered_dir: str | None = None,
+    inner_account: Any = None,
 ) -> Any:
     from ..broker._config import BrokerConfig
     from ..server import BrokerServer
@@ -162,7 +176,7 @@ def _make_broker(
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
-    return BrokerServer(store_config, broker_config, grpc=grpc)
+    return BrokerServer(store_config, broker_config, grpc=grpc, inner_account=inner_account)
 
 
 listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
@@ -250,46 +264,149 @@ def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str
         raise click.BadParameter(str(exc)) from None
 
 
-def _name_server(host: str, port: int, kv_config: str) -> Any:
-    """A NameServer keeping its KV config in ``kv_config``; a file that is not KV config
-    JSON (or cannot be read) ends the command with one line."""
+def controller_config(conf: str | None, overrides: dict[str, str]) -> Any:
+    """The ControllerConfig of a properties file (controller.conf or namesrv.conf) with the
+    command line's settings (RocketMQ's property names) over it; a bad one is a usage error."""
+    from ..controller import ControllerConfig, ControllerConfigError
+    from ..namesrv._properties import PropertiesError, parse_properties
+
+    values: dict[str, str] = {}
+    if conf:
+        try:
+            with open(conf, "rb") as f:
+                values = parse_properties(f.read())
+        except (OSError, PropertiesError) as exc:
+            raise click.BadParameter(f"{conf}: {exc}", param_hint="--conf") from None
+    values.update(overrides)
+    try:
+        return ControllerConfig.from_properties(values)
+    except ControllerConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _name_server(
+    host: str, port: int, kv_config: str, acl_path: str | None = None, inner: Any = None
+) -> Any:
+    """A NameServer keeping its KV config in ``kv_config``, checking every request against
+    the ACL file ``acl_path`` (None: no ACL) with the process's own account ``inner`` added;
+    a file that cannot be used ends the command with one line."""
+    from ..acl import AclConfigError, AclFile, WithAccounts
     from ..namesrv import KVConfigError, NameServer
 
+    acl: Any = None
+    if acl_path is not None:
+        try:
+            acl = AclFile(acl_path)
+        except AclConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        if inner is not None:
+            acl = WithAccounts(acl, [inner])
     try:
-        return NameServer(host, port, kv_config_path=kv_config)
+        return NameServer(host, port, kv_config_path=kv_config, acl=acl)
     except (KVConfigError, OSError) as exc:
         click.echo(f"error: KV config: {exc}", err=True)
         sys.exit(1)
 
 
+def _acl_path(conf: str | None, acl_file: str | None) -> str | None:
+    """The ACL file a broker started with ``conf`` and ``--acl-file`` checks (None: none)."""
+    from ..broker._config import BrokerConfig
+    from ..store._errors import StoreConfigError
+
+    try:
+        base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
+        config = BrokerConfig.from_store_config(
+            base, acl_enable=True if acl_file else None, acl_file=acl_file
+        )
+    except StoreConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--conf") from None
+    return config.acl_path
+
+
+def _given(name: str) -> bool:
+    """Whether option ``name`` of the running command was given on the command line."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+        None,
+    )
+
+
+controller_listen_option = click.option(
+    "--controller-listen",
+    default=None,
+    help="run RocketMQ 5's controller in this process, on HOST:PORT (its own port, as "
+    "enableControllerInNamesrv does)",
+)
+
+
 @click.command("namesrv")
+@click.option("-c", "--conf", default=None, help="a namesrv.conf (listenPort, kvConfigPath, "
+              "enableControllerInNamesrv and the controller's keys)")  # fmt: skip
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
+@click.option(
+    "--acl-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="ACL on: a plain_acl.yml; registrations, write permissions, the KV config and the "
+    "settings need a signed admin account, reads any signed account",
+)
 @click.option(
     "--kv-config",
     default=os.path.join("~", "namesrv", "kvConfig.json"),
     show_default=True,
     help="the file of the KV config (RocketMQ's kvConfigPath)",
 )
+@controller_listen_option
 @verbose_option
 def namesrv_cmd(
+    conf: str | None,
     listen: str,
+    acl_file: str | None,
     kv_config: str,
+    controller_listen: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
 ) -> None:
-    """Run a name server (routes; brokers register with it)."""
-    from ..server import run_servers
+    """Run a name server (routes; brokers register with it), with RocketMQ 5's controller
+    beside it when the conf has enableControllerInNamesrv=true or --controller-listen is
+    given."""
+    from ..controller import enabled_in_namesrv
+    from ..namesrv._properties import PropertiesError, parse_properties
+    from ..server import ControllerServer, run_servers
 
+    values: dict[str, str] = {}
+    if conf:
+        try:
+            with open(conf, "rb") as f:
+                values = parse_properties(f.read())
+        except (OSError, PropertiesError) as exc:
+            raise click.BadParameter(f"{conf}: {exc}", param_hint="--conf") from None
+    if not _given("listen") and "listenPort" in values:
+        listen = f"127.0.0.1:{values['listenPort']}"
+    if not _given("kv_config") and "kvConfigPath" in values:
+        kv_config = values["kvConfigPath"]
+    controller = None
+    if controller_listen is not None or enabled_in_namesrv(values):
+        overrides = {"controllerListen": controller_listen} if controller_listen else {}
+        controller = ControllerServer(controller_config(conf, overrides), acl_file=acl_file)
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
-    ns = _name_server(host, port, os.path.expanduser(kv_config))
-    _run(run_servers(ns, [], announce=_announce))
+    ns = _name_server(host, port, os.path.expanduser(kv_config), acl_file)
+    if acl_file:
+        _announce(f"ACL on the name server: {acl_file}")
+    _run(run_servers(ns, [], announce=_announce, controller=controller))
 
 
 metrics_option = click.option(
     "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
+)
+metrics_auth_option = click.option(
+    "--metrics-auth", default=None, callback=check_auth_option, help=METRICS_AUTH_HELP
 )
 
 
@@ -345,6 +462,7 @@ flush_option = click.option(
 @tiered_option
 @grpc_options(None)
 @metrics_option
+@metrics_auth_option
 @verbose_option
 def broker_cmd(
     store: str | None,
@@ -365,6 +483,7 @@ def broker_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
@@ -392,7 +511,15 @@ def broker_cmd(
         tiered_dir,
     )
     _announce_tier(broker)
-    _run(run_servers(None, [broker], announce=_announce, metrics_listen=metrics_listen))
+    _run(
+        run_servers(
+            None,
+            [broker],
+            announce=_announce,
+            metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
+        )
+    )
 
 
 @click.command("serve")
@@ -409,7 +536,9 @@ def broker_cmd(
 @tiered_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
+@metrics_auth_option
 @console_option
+@controller_listen_option
 @verbose_option
 def serve_cmd(
     store: str,
@@ -424,14 +553,17 @@ def serve_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     console_listen: str | None,
+    controller_listen: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
 ) -> None:
-    """A name server and a broker in one process: the embedded default."""
-    from ..server import run_servers
+    """A name server and a broker in one process: the embedded default (with RocketMQ 5's
+    controller too, its state under the store's controller/, with --controller-listen)."""
+    from ..server import ControllerServer, run_servers
 
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
@@ -439,7 +571,28 @@ def serve_cmd(
     _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
     # the name server's KV config beside the store
     root = store_dir or StoreConfig.from_broker_conf(conf or "").store_path_root_dir
-    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"))
+    # with ACL on, the name server (and a controller beside it) checks the broker's accounts,
+    # and the two share an account of their own for the broker's registrations (unless
+    # broker.conf names one)
+    acl_path = _acl_path(conf, acl_file or grpc_acl)
+    inner = None
+    if acl_path is not None:
+        from ..acl import process_account
+
+        inner = process_account()
+    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"), acl_path, inner)
+    controller = None
+    if controller_listen is not None:
+        controller = ControllerServer(
+            controller_config(
+                None,
+                {
+                    "controllerListen": controller_listen,
+                    "controllerStorePath": os.path.join(root, "controller"),
+                },
+            ),
+            acl_file=acl_path,
+        )
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start
@@ -457,8 +610,11 @@ def serve_cmd(
             grpc=grpc,
             acl_file=acl_file or grpc_acl,
             tiered_dir=tiered_dir,
+            inner_account=inner,
         )
         _announce(f"name server listening on {ns.address}")
+        if acl_path is not None:
+            _announce(f"ACL on the name server: {acl_path}")
         _announce_tier(broker)
         try:
             await run_servers(
@@ -467,8 +623,10 @@ def serve_cmd(
                 announce=_announce,
                 metrics_listen=metrics_listen,
                 metrics_namesrv=ns,
+                metrics_auth=metrics_auth,
                 console_listen=console_listen,
                 console_namesrv=ns.address,
+                controller=controller,
             )
         finally:
             await ns.close()

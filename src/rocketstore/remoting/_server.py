@@ -150,7 +150,9 @@ class RemotingServer:
             for conn in list(self.connections):
                 if conn.closed:
                     continue
-                if not conn.reading and conn.held_since < now - stall_timeout:
+                if (not conn.reading and conn.held_since < now - stall_timeout) or (
+                    0 < conn.stalled_since < now - stall_timeout
+                ):  # answers unread: above the high-water mark, or none taken below it
                     self.closed_stalled += 1
                     _refusals_log.log(
                         logging.WARNING,
@@ -166,6 +168,7 @@ class RemotingServer:
                 elif conn.last_active < now - period:
                     conn.maybe_shrink()
             self.budget.recount()
+            self.budget.wake()
             self.budget.maybe_trim()
 
     async def close(self, timeout: float = 5.0) -> None:

@@ -5,6 +5,7 @@ stores flushed, abort files removed)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import signal
@@ -12,9 +13,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..store._disk import why_not_writeable
+
 if TYPE_CHECKING:
     from ..namesrv import NameServer
     from ._broker import BrokerServer
+    from ._controller import ControllerServer
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +31,24 @@ def _settle_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 50)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+LARGE_ALLOCATION = 512 * 1024
+
+
+def _settle_allocator() -> bool:
+    """Allocations of LARGE_ALLOCATION bytes or more (large answers, the write buffers of
+    connections that hold them) get pages of their own, handed back to the system when they
+    are freed. glibc otherwise raises that threshold to the size of the largest block freed
+    (up to 32 MiB), after which such buffers come from its heaps, which keep freed memory: a
+    burst of 1 MiB answers then left the process hundreds of MiB above its budget. True when
+    set (glibc only; elsewhere nothing happens)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_ALLOCATION))
 
 
 async def _log_stats(servers: list[BrokerServer], interval: float) -> None:
@@ -59,23 +81,29 @@ async def run_servers(
     stop: asyncio.Event | None = None,
     metrics_listen: str | None = "",
     metrics_namesrv: NameServer | None = None,
+    metrics_auth: str | None = None,
     console_listen: str | None = "",
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
+    controller: ControllerServer | None = None,
 ) -> None:
-    """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
-    None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
+    """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
+    and the brokers, then the metrics endpoint (``metrics_listen``: None for the default port
+    when it is free, "" for none; ``metrics_auth``: who may read /metrics,
+    ``--metrics-auth``); run until SIGTERM or SIGINT (or
     ``stop``), then stop everything in reverse order. ``console_listen`` likewise starts the
     web console over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every ``stats_interval`` seconds each
     broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
+    _settle_allocator()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     started: list[BrokerServer] = []
+    controller_started = False
     metrics = None
     console = None
     stats: asyncio.Task[None] | None = None
@@ -83,6 +111,17 @@ async def run_servers(
         if namesrv is not None:
             await namesrv.start()
             announce(f"name server listening on {namesrv.address}")
+        if controller is not None:
+            await controller.start()
+            controller_started = True
+            cfg = controller.config
+            announce(
+                f"controller {cfg.self_id} of {cfg.group} listening on {controller.address} "
+                f"({cfg.backend} backend"
+                + (f", {cfg.store_dir}" if cfg.backend == "file" else "")
+                + (f", ACL {controller.acl_file}" if controller.acl_file else "")
+                + ")"
+            )
         for server in brokers:
             await server.start()
             started.append(server)
@@ -93,6 +132,15 @@ async def run_servers(
                 f"{broker.config.listen_host}:{broker.config.listen_port}, store "
                 f"{broker.store_config.store_path_root_dir}"
             )
+            read_only = why_not_writeable(broker.store.running_flags.bits)
+            if read_only:
+                text = (
+                    f"store {broker.store_config.store_path_root_dir} is read-only: {read_only};"
+                    " sends are refused (SERVICE_NOT_AVAILABLE), reads are served, writes "
+                    "resume once there is space"
+                )
+                log.warning("%s", text)
+                announce(text)
             if server.grpc is not None:
                 announce(f"gRPC front end listening on {server.grpc.address}")
             if broker.acl is not None:
@@ -107,10 +155,17 @@ async def run_servers(
         from ..metrics import maybe_start_metrics
 
         metrics = await maybe_start_metrics(
-            [s.broker for s in started], metrics_listen, namesrv=metrics_namesrv or namesrv
+            [s.broker for s in started],
+            metrics_listen,
+            namesrv=metrics_namesrv or namesrv,
+            controller=controller.controller if controller_started and controller else None,
+            auth=metrics_auth,
         )
         if metrics is not None:
-            announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
+            announce(
+                f"metrics on http://{metrics.address}/metrics ({metrics.http.auth.describe()};"
+                " /healthz, /readyz open)"
+            )
         from ..console._embed import maybe_start_console
 
         console = await maybe_start_console(
@@ -140,6 +195,11 @@ async def run_servers(
                 await server.shutdown()
             except Exception:
                 log.exception("broker shutdown failed")
+        if controller is not None and controller_started:
+            try:
+                await controller.shutdown()
+            except Exception:
+                log.exception("controller shutdown failed")
         if namesrv is not None:
             await namesrv.close()
         announce("stopped")

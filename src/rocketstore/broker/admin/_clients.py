@@ -38,6 +38,7 @@ import asyncio
 import logging
 from typing import Protocol
 
+from ...acl._table import request_names
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_bool, ext_str
 from .._services import HasProducers
 from ..state._consumer_manager import ClientChannelInfo
@@ -57,6 +58,7 @@ from ._admin import (
     _guarded,
     _ok,
     _required_int,
+    _required_name,
     _required_str,
 )
 from ._bodies import (
@@ -118,8 +120,9 @@ class ClientAdminProcessor:
 
     def reset_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        topic = _required_str(ext, "topic")
-        group = _required_str(ext, "group")
+        names = request_names(cmd)  # as the ACL read them
+        topic = _required_name(names.topic, "topic")
+        group = _required_name(names.group, "group")
         timestamp = _required_int(ext, "timestamp")
         force = ext_bool(ext, "isForce")
         broker = self.broker
@@ -180,7 +183,7 @@ class ClientAdminProcessor:
         return _ok(encode_reset_offset(table))
 
     def consumer_connection(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = _required_str(cmd.ext_fields, "consumerGroup")
+        group = _required_name(request_names(cmd).group, "consumerGroup")
         info = self.broker.consumers.group_info(group)
         if info is None:
             return RemotingCommand.response(

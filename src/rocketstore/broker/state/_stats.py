@@ -325,8 +325,10 @@ class RollingCounter:
             else:
                 base_ts, base_value, base_times = ts, value, times
         total = self.value - base_value
-        elapsed = now_ms - base_ts
-        tps = total * 1000.0 / elapsed if elapsed > 0 else 0.0
+        # a counter younger than one sampling step (10 s) is divided by that step: RocketMQ's
+        # samples come every 10 s, so its first TPS covers 10 s, never a few milliseconds
+        elapsed = max(now_ms - base_ts, _WINDOWS_MS[0][0])
+        tps = total * 1000.0 / elapsed
         times_diff = self.times - base_times
         return total, tps, (total / times_diff if times_diff > 0 else 0.0)
 
