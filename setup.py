@@ -25,8 +25,8 @@ SOURCES = {
     "rocketstore.store.read._raw_read_c": "src/rocketstore/store/read/_raw_read_c.pyx",
     "rocketstore.store.queue._unit_write_c": "src/rocketstore/store/queue/_unit_write_c.pyx",
     "rocketstore.store.queue._index_write_c": "src/rocketstore/store/queue/_index_write_c.pyx",
-    "rocketstore.broker.messaging._send_header_c": (
-        "src/rocketstore/broker/messaging/_send_header_c.pyx"
+    "rocketstore.broker.messaging._send_scan_c": (
+        "src/rocketstore/broker/messaging/_send_scan_c.pyx"
     ),
 }
 

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker.messaging import _send, _send_header
+from rocketstore.broker.messaging import _send, _send_scan
 from rocketstore.broker.messaging._send import split_properties
 from rocketstore.broker.messaging._send_frame import answer_frame
 from rocketstore.broker.state._topic_config import TopicConfig
@@ -53,13 +53,13 @@ from test_send_fast_path import (
 )
 
 try:  # the twin itself, under either setting of ROCKETSTORE_NO_EXTENSIONS
-    from rocketstore.broker.messaging._send_header_c import scan_send
+    from rocketstore.broker.messaging._send_scan_c import scan_send
 except ImportError:
     scan_send = None
-scan_send_py = _send_header.scan_send_py
+scan_send_py = _send_scan.scan_send_py
 compiled = pytest.mark.skipif(scan_send is None, reason="the compiled header scanner is not built")
 installed = pytest.mark.skipif(
-    _send_header.scan_send is None, reason="no send frame path (no compiled header scanner)"
+    _send_scan.scan_send is None, reason="no send frame path (no compiled header scanner)"
 )
 
 
@@ -156,9 +156,7 @@ _scalar = st.one_of(
     _text,
     st.sampled_from(["0", "7", "0007", "2147483648", "1795532961562", "-1", " 1", "\u0661"]),
 )
-_names = st.sampled_from(
-    [*_send_header.NAMES_V1, *_send_header.NAMES_V2, "x", "AccessKey", "\u00e9"]
-)
+_names = st.sampled_from([*_send_scan.NAMES_V1, *_send_scan.NAMES_V2, "x", "AccessKey", "\u00e9"])
 
 
 @st.composite

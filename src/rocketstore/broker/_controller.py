@@ -47,7 +47,7 @@ from .messaging._query import QueryProcessor
 from .messaging._send import SendProcessor
 from .messaging._send_back import SendBackProcessor
 from .messaging._send_frame import SendFramePath
-from .messaging._send_header import scan_send
+from .messaging._send_scan import scan_send
 from .messaging._transaction import TransactionService
 from .replication._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
 from .state._consumer_manager import ConsumerManager, ProducerManager

@@ -2,8 +2,8 @@
 
 The remoting connection hands every request frame to ``SendFramePath.serve`` before it decodes
 it (``Connection.frame_path``). For a plain SEND_MESSAGE / SEND_MESSAGE_V2 (what
-``_send_header.scan_send`` accepts: one JSON header of the send's own fields, nothing unusual)
-to a known topic's queue, with properties that need no general-path handling, whose put does
+``_send_scan.scan_send`` accepts: one header, JSON or binary, of the send's own fields,
+nothing unusual) to a known topic's queue, with properties that need no general-path handling, whose put does
 not wait (ASYNC_FLUSH on a master that does not replicate synchronously) and with the ACL off,
 it reads the header's fields straight from the frame (no header dictionary, no command
 object), stores the message through the send processor's ``put_plain`` (as the processor's own
@@ -35,7 +35,7 @@ from ...remoting._command import ONEWAY_FLAG, RESPONSE_FLAG, SERIALIZE_ROCKETMQ,
 from ...store.log._message import PutMessageResult, PutMessageStatus
 from ..state._stats import BrokerStats
 from ._send import SendProcessor
-from ._send_header import scan_send
+from ._send_scan import scan_send
 
 log = logging.getLogger(__name__)
 _PUT_OK = PutMessageStatus.PUT_OK

@@ -28,7 +28,7 @@ has to be right about what it accepts:
   and counts below 2^31, ``bornTimestamp`` one of at most 18 digits, each sent as a JSON
   integer or as ASCII digits; ``batch`` is absent, null, false, ``"false"`` or ``"0"``.
 
-This module is the reference; ``_send_header_c.pyx`` is its compiled twin, which may refuse
+This module is the reference; ``_send_scan_c.pyx`` is its compiled twin, which may refuse
 more (an escaped surrogate, for one) but accepts nothing this one refuses and returns the same
 tuple for what both accept (tests/test_send_frame.py compares them). The process uses the
 compiled twin when it is built; without it the send frame path is not installed at all (the
@@ -246,6 +246,6 @@ scan_send: Any = None
 """The compiled scanner, or None where it is not built (or ROCKETSTORE_NO_EXTENSIONS is set)."""
 if EXTENSIONS_ENABLED:
     try:
-        from ._send_header_c import scan_send as scan_send
+        from ._send_scan_c import scan_send as scan_send
     except ImportError:
-        missing("rocketstore.broker.messaging._send_header_c")
+        missing("rocketstore.broker.messaging._send_scan_c")

@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """A plain send's header read straight from its frame, compiled: the twin of
-``_send_header.scan_send_py`` (the reference; its docstring says what is accepted). One pass
+``_send_scan.scan_send_py`` (the reference; its docstring says what is accepted). One pass
 over the JSON header's bytes, no dictionary: the names are compared as bytes, the numbers read
 as C integers, the two texts (topic, properties) made once. Anything this scanner does not
 handle (an escaped surrogate, a number with a fraction or exponent, a name given twice, a name
@@ -25,7 +25,7 @@ DEF V_TRUE = 2
 DEF V_INT = 3
 DEF V_TEXT = 4
 
-# the send's fields, by index into NAMES_V1 / NAMES_V2 (the order of _send_header.py)
+# the send's fields, by index into NAMES_V1 / NAMES_V2 (the order of _send_scan.py)
 DEF F_TOPIC = 0
 DEF F_QUEUE = 1
 DEF F_PROPS = 2
@@ -40,7 +40,7 @@ cdef int64_t INT32_LIMIT = 1 << 31
 cdef int64_t LIMIT_10 = 10000000000
 cdef int64_t LIMIT_18 = 1000000000000000000
 
-# the names, C strings in the order of _send_header.NAMES_V1 / NAMES_V2
+# the names, C strings in the order of _send_scan.NAMES_V1 / NAMES_V2
 cdef const char *_NAMES_V1[N_FIELDS]
 _NAMES_V1[:] = [
     b"topic", b"queueId", b"properties", b"sysFlag", b"flag", b"bornTimestamp",
@@ -523,7 +523,7 @@ cdef bint _binary_header(const unsigned char *p, Py_ssize_t size, Header *h) noe
 
 
 def scan_send(frame, /):
-    """The plain send in ``frame`` (see ``_send_header.scan_send_py``), or None."""
+    """The plain send in ``frame`` (see ``_send_scan.scan_send_py``), or None."""
     cdef Py_buffer view
     cdef const unsigned char *b
     cdef Py_ssize_t size, body_at
