@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 
 from ._command import DEFAULT_MAX_FRAME
-from ._connection import Connection, Handler
+from ._connection import Connection, FramePath, Handler
 from ._limits import (
     DEFAULT_LIMITS,
     BufferBudget,
@@ -64,6 +64,9 @@ class RemotingServer:
         self.refused_connections = 0
         self.closed_stalled = 0
         self.close_listeners: list[Callable[[Connection], None]] = []
+        # serves a request frame before it is decoded (see Connection's ``frame_path``); set
+        # before ``start``: a connection takes the one set when it is made
+        self.frame_path: FramePath | None = None
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -100,6 +103,7 @@ class RemotingServer:
             on_close=self._closed,
             backpressure=True,
             budget=self.budget,
+            frame_path=self.frame_path,
         )
         self.connections.add(conn)
         return conn

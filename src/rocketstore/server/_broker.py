@@ -172,6 +172,8 @@ class BrokerServer:
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
             )
+            if broker.send_frame_path is not None:
+                remoting.frame_path = broker.send_frame_path.serve
             remoting.close_listeners.append(broker.clients.on_connection_closed)
             await remoting.start()
             self._remoting = remoting
