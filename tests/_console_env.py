@@ -58,11 +58,18 @@ class ConsoleEnv:
     """Start with :meth:`open`, stop with :meth:`close` (also after a failed start)."""
 
     def __init__(
-        self, root: Path, *, acl: bool = False, slave: bool = False, trace_topic: bool = False
+        self,
+        root: Path,
+        *,
+        acl: bool = False,
+        slave: bool = False,
+        trace_topic: bool = False,
+        acl_yml: str = ACL_YML,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.acl = acl
+        self.acl_yml = acl_yml
         self.with_slave = slave
         self.trace_topic = trace_topic
         self.slave: BrokerServer | None = None
@@ -83,7 +90,7 @@ class ConsoleEnv:
         acl_file = ""
         if self.acl:
             path = self.root / "plain_acl.yml"
-            path.write_text(ACL_YML)
+            path.write_text(self.acl_yml)
             acl_file = str(path)
         self.server = self._broker("master", 0, acl_file)
         await self.server.start()

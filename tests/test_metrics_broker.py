@@ -222,7 +222,7 @@ def test_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> N
     from rocketstore.metrics import MetricsUnavailableError, maybe_start_metrics
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(MetricsUnavailableError, match=r"rocketstore\[server\]"):
+    with pytest.raises(MetricsUnavailableError, match=r"pip install prometheus-client"):
         MetricsServer([], "127.0.0.1", 0)
     loop = LoopThread()
     try:

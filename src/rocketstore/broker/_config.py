@@ -6,8 +6,11 @@ broker.conf that StoreConfig kept in ``extra``.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..remoting import ServerLimits
@@ -46,7 +49,10 @@ _CONF_KEYS = {
     "aclEnable": "acl_enable",
     "serverMaxConnections": "max_connections",
     "serverMaxBufferedBytes": "max_buffered_bytes",
+    "innerClientAuthenticationCredentials": "inner_client_credentials",
 }
+INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
+INNER_SECRET_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_SECRET_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,11 @@ class BrokerConfig:
     max_buffered_bytes: int = 256 * 1024 * 1024
     # the broker.conf the broker was started with ("": none); UPDATE_BROKER_CONFIG writes to it
     config_file: str = ""
+    # the account the broker's own clients sign with (its registrations with the name servers,
+    # a slave's copying of its master, the gRPC front end's route reads), as RocketMQ 5's
+    # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
+    # environment's (see ``inner_credentials``)
+    inner_client_credentials: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -111,6 +122,25 @@ class BrokerConfig:
             raise StoreConfigError(
                 "max_connections must be positive and max_buffered_bytes at least 1 MiB"
             )
+        if self.inner_client_credentials:
+            parse_credentials(self.inner_client_credentials)
+
+    def inner_credentials(self, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """(access key, secret key) the broker's own clients sign with:
+        ``innerClientAuthenticationCredentials`` when set, else the environment's
+        ROCKETSTORE_INNER_CLIENT_ACCESS_KEY and ROCKETSTORE_INNER_CLIENT_SECRET_KEY; None when
+        neither (the clients then sign with ROCKETSTORE_ACCESS_KEY's account, if any).
+        StoreConfigError when only one of the two variables is set."""
+        if self.inner_client_credentials:
+            return parse_credentials(self.inner_client_credentials)
+        env = os.environ if env is None else env
+        access_key = env.get(INNER_ACCESS_KEY_ENV, "")
+        secret_key = env.get(INNER_SECRET_KEY_ENV, "")
+        if not access_key and not secret_key:
+            return None
+        if not access_key or not secret_key:
+            raise StoreConfigError(f"set both {INNER_ACCESS_KEY_ENV} and {INNER_SECRET_KEY_ENV}")
+        return access_key, secret_key
 
     def server_limits(self) -> ServerLimits:
         """The remoting server's limits from these settings."""
@@ -160,6 +190,28 @@ class BrokerConfig:
             values.setdefault("broker_ip", store.store_host)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def parse_credentials(text: str) -> tuple[str, str]:
+    """(access key, secret key) of ``{"accessKey": "...", "secretKey": "..."}`` (RocketMQ 5's
+    SessionCredentials JSON); StoreConfigError when it is not that."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise StoreConfigError(
+            'innerClientAuthenticationCredentials: expected {"accessKey": "...", '
+            '"secretKey": "..."}'
+        )
+    access_key, secret_key = doc.get("accessKey"), doc.get("secretKey")
+    if not isinstance(access_key, str) or not isinstance(secret_key, str):
+        raise StoreConfigError(
+            "innerClientAuthenticationCredentials: accessKey and secretKey must both be text"
+        )
+    if not access_key or not secret_key:
+        raise StoreConfigError("innerClientAuthenticationCredentials: an empty key")
+    return access_key, secret_key
 
 
 def ignored_keys(store: StoreConfig) -> list[str]:

@@ -13,8 +13,10 @@ from typing import Any
 
 import click
 
-_LOCAL_HINT = "pip install pyarrow numpy"
-_SPARK_HINT = "pip install pyspark pyarrow numpy (and Java 17+)"
+from .._extras import install_hint
+
+_LOCAL_HINT = install_hint("spark", ("pyarrow", "numpy"))
+_SPARK_HINT = install_hint("spark") + "; Spark also needs Java 17+"
 
 
 def _missing(exc: ImportError, what: str, hint: str) -> click.ClickException:

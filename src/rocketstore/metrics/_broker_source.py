@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker._services import (
+    HasAcl,
     HasConfig,
     HasConsumers,
     HasEndpoints,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 
 
 class BrokerContext(
+    HasAcl,
     HasConfig,
     HasStoreConfig,
     HasStore,
@@ -83,7 +85,8 @@ class BrokerContext(
     Protocol,
 ):
     """What the metrics read of a running broker: its state, its remoting server's handler
-    table (to time requests) and its name-server registration (readiness)."""
+    table (to time requests), its name-server registration (readiness) and its ACL (who may
+    read /metrics)."""
 
     @property
     def server(self) -> RemotingServer: ...

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .._extras import install_hint
 from ..store._errors import StoreError
 from ._export_target import StagedOutput, check_target
 from ._local_import import check_source, check_store, detect_format
@@ -34,7 +35,7 @@ def failure_line(exc: BaseException) -> str:
     worker's tracebacks in their text: the last of rocketstore's own exceptions there is the
     cause, else the first exception line."""
     if isinstance(exc, ImportError):
-        return f"{exc}: pip install pyspark pyarrow numpy"
+        return f"{exc}: {install_hint('spark')}"
     if isinstance(exc, (StoreError, OSError)) and not hasattr(exc, "getErrorClass"):
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

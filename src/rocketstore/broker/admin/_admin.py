@@ -45,6 +45,7 @@ import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ...acl._table import request_names
 from ...remoting import (
     Connection,
     RemotingCommand,
@@ -136,6 +137,13 @@ class RequestError(ValueError):
 
 def _required_str(ext: dict[str, Any], name: str) -> str:
     value = ext_str(ext, name)
+    if value is None:
+        raise RequestError(f"the custom field <{name}> is null")
+    return value
+
+
+def _required_name(value: str | None, name: str) -> str:
+    """A topic or group name the request must carry (read through ``request_names``)."""
     if value is None:
         raise RequestError(f"the custom field <{name}> is null")
     return value
@@ -282,7 +290,7 @@ class AdminProcessor:
         return int(result) if isinstance(result, int) else 0
 
     def get_topic_stats_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = _required_str(cmd.ext_fields, "topic")
+        topic = _required_name(request_names(cmd).topic, "topic")
         config = self.broker.topics.select(topic)
         if config is None:
             return RemotingCommand.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -296,7 +304,7 @@ class AdminProcessor:
         return _ok(encode_topic_stats(table))
 
     def query_topic_consume_by_who(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = _required_str(cmd.ext_fields, "topic")
+        topic = _required_name(request_names(cmd).topic, "topic")
         groups = self.broker.consumers.groups_by_topic(topic)
         groups |= self.broker.offsets.groups_by_topic(topic)
         return _ok(encode_group_list(sorted(groups)))
@@ -347,10 +355,9 @@ class AdminProcessor:
     # ---- consumer progress ------------------------------------------------------------------
 
     async def get_consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        ext = cmd.ext_fields
-        group = _required_str(ext, "consumerGroup")
-        topic = ext_str(ext, "topic") or ""
-        stats = await asyncio.to_thread(self.consume_stats, group, topic.strip() or None)
+        names = request_names(cmd)  # as the ACL read them
+        group = _required_name(names.group, "consumerGroup")
+        stats = await asyncio.to_thread(self.consume_stats, group, names.topic or None)
         stats.consume_tps = self.consume_tps(group, {mq.topic for mq in stats.offset_table})
         return _ok(stats.encode())
 
@@ -446,15 +453,20 @@ STORE_KEY_NAMES = {
 }
 
 
+SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
+"""Settings never shown (GET_BROKER_CONFIG): they hold a secret key."""
+
+
 def config_texts(config: Any, store_config: Any) -> dict[str, str]:
     """Broker and store settings by RocketMQ's names (BrokerConfig's, MessageStoreConfig's
-    spelling, "Maped" included), values as text; broker.conf's other keys as given."""
+    spelling, "Maped" included), values as text; broker.conf's other keys as given. Secrets
+    (``SECRET_KEYS``) are left out."""
     from .._config import _CONF_KEYS
 
     out: dict[str, str] = {}
     broker_names = {v: k for k, v in _CONF_KEYS.items()}
     for f in dataclasses.fields(config):
-        if f.name == "config_file":
+        if f.name == "config_file" or broker_names.get(f.name) in SECRET_KEYS:
             continue
         out[broker_names.get(f.name) or _camel(f.name)] = _text(getattr(config, f.name))
     for f in dataclasses.fields(store_config):
@@ -463,7 +475,8 @@ def config_texts(config: Any, store_config: Any) -> dict[str, str]:
         key = STORE_KEY_NAMES.get(f.name) or _camel(f.name)
         out.setdefault(key, _text(getattr(store_config, f.name)))
     for key, value in store_config.extra:
-        out.setdefault(key, value)
+        if key not in SECRET_KEYS:
+            out.setdefault(key, value)
     return out
 
 
