@@ -218,4 +218,5 @@ def test_a_port_another_process_holds_ends_the_start_in_one_line_naming_it(
     assert f"127.0.0.1:{ports[held_port]}; stop that process" in errors[0]
     assert errors[0].endswith(f"give it another port ({option} HOST:PORT)"), errors[0]
     assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == errors  # nothing else (gRPC's C core included)
     assert not (tmp_path / "store" / "abort").exists()  # opened (or not) and closed cleanly
