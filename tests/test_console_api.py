@@ -11,8 +11,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -472,6 +474,7 @@ def test_console_command_errors_are_one_line(env: ConsoleEnv) -> None:
     )
     assert busy.returncode == 1, busy.stderr
     assert busy.stderr.startswith(f"error: cannot listen on {taken}")
+    assert "another address (--listen)" in busy.stderr  # what to do
     assert len(busy.stderr.strip().splitlines()) == 1
 
 
@@ -538,3 +541,60 @@ def test_connections_over_the_limit_are_answered_503() -> None:
     busy, served = asyncio.run(scenario())
     assert busy.startswith(b"HTTP/1.1 503 ") and b"too many connections" in busy
     assert served.startswith(b"HTTP/1.1 200 ")
+
+
+SERVE_ACL = """\
+accounts:
+  - accessKey: consoleAdmin
+    secretKey: consoleSecret
+    admin: true
+"""
+
+
+def _login(address: str, ak: str, sk: str) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(
+        f"http://{address}/api/login",
+        data=json.dumps({"accessKey": ak, "secretKey": sk}).encode(),
+        headers={"Content-Type": "application/json", "X-Console": "1"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_serve_with_acl_refuses_a_wrong_secret_at_sign_in(tmp_path: Path) -> None:
+    """In `serve` with ACL the name server checks signatures too: its refusal of the account's
+    cluster query is told on the form, not taken for a broker that did not answer."""
+    from test_base_install import _read_until
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(SERVE_ACL)
+    args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", "127.0.0.1:0"]
+    args += ["--listen", "127.0.0.1:0", "--grpc-listen", "", "--metrics-listen", ""]
+    args += ["--console-listen", "127.0.0.1:0", "--acl-file", str(acl)]
+    with (tmp_path / "serve.err").open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocketstore.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        try:
+            lines = _read_until(proc, r"^console on http://")
+            address = lines[-1].removeprefix("console on http://").rstrip("/")
+            for ak, sk in (("consoleAdmin", "not-the-secret"), ("nobodyHere", "whatever-1")):
+                status, doc = _login(address, ak, sk)
+                assert status == 401, doc
+                assert str(doc["error"]).startswith("the brokers refused this account: "), doc
+            status, doc = _login(address, "consoleAdmin", "consoleSecret")
+            assert status == 200 and doc == {"user": "consoleAdmin"}, doc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)

@@ -196,7 +196,10 @@ def verbose_option(f: F) -> F:
             click.option(
                 "--log-dir",
                 default=None,
-                help="where the log files go (default: logs/ beside the store)",
+                help=(
+                    "where the log files go (default: logs/ beside the store, or beside the "
+                    "controller's store; ./logs for a name server alone)"
+                ),
             ),
             click.option(
                 "--log-level",

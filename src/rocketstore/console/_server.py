@@ -259,11 +259,16 @@ class ConsoleServer:
 
 def _refusal(admin: AdminClient) -> str | None:
     """What the first broker that answers says to the account's signed GET_BROKER_RUNTIME_INFO
-    when its ACL refuses it (a wrong key or secret, an address not allowed); None when a
-    broker lets it in, or none answers (then the brokers judge each request later)."""
+    when its ACL refuses it (a wrong key or secret, an address not allowed); the name server's
+    refusal of the signed cluster query likewise (its ACL is on in ``serve`` with ACL); None
+    when a broker lets it in, or none answers (then the brokers judge each request later)."""
     try:
         brokers = admin.brokers()
-    except (ClientError, RemotingError, ValueError):
+    except ClientError as exc:
+        if ACL_REFUSAL in (exc.remark or ""):
+            return exc.remark or str(exc)
+        return None
+    except (RemotingError, ValueError):
         return None
     for b in brokers:
         try:

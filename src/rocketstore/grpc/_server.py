@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +57,22 @@ log = logging.getLogger(__name__)
 CLIENT_EXPIRY_CHECK_S = 10.0
 # room for a body of max_message_size plus properties and framing
 _MESSAGE_OVERHEAD = 1024 * 1024
+
+
+def _held(host: str, port: int) -> bool:
+    """Whether another socket listens on ``host:port`` (a probe bound with SO_REUSEADDR, as the
+    servers bind, then closed); port 0 never is."""
+    if not port:
+        return False
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.errno == errno.EADDRINUSE
+    return False
 
 
 class FrontEndContext(
@@ -157,6 +175,8 @@ class GrpcFrontEnd:
         server = grpc.aio.server(options=options)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), server)  # type: ignore[no-untyped-call]
         bind = _bind_address(cfg.host, cfg.port)
+        if _held(cfg.host, cfg.port):  # before gRPC's C core, which logs its own lines
+            raise OSError(errno.EADDRINUSE, f"gRPC front end: cannot bind {bind}: address in use")
         try:
             if cfg.tls_cert is not None and cfg.tls_key is not None:
                 key = await asyncio.to_thread(Path(cfg.tls_key).read_bytes)

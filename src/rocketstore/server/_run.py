@@ -18,7 +18,7 @@ from .._extras import install_hint
 from ..console._embed import DEFAULT_LISTEN as CONSOLE_DEFAULT
 from ..metrics import DEFAULT_METRICS_LISTEN as METRICS_DEFAULT
 from ..store._disk import why_not_writeable
-from ._ports import PortClaim, check_ports, server_claims
+from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
 
 if TYPE_CHECKING:
     from ..namesrv import NameServer
@@ -90,9 +90,11 @@ def _optional_claims(metrics_listen: str | None, console_listen: str | None) -> 
     when taken)."""
     claims = []
     if metrics_listen:
-        claims.append(PortClaim("the metrics endpoint", *_split(metrics_listen)))
+        claims.append(
+            PortClaim("the metrics endpoint", *_split(metrics_listen), "--metrics-listen")
+        )
     if console_listen:
-        claims.append(PortClaim("the console", *_split(console_listen)))
+        claims.append(PortClaim("the console", *_split(console_listen), "--console-listen"))
     return claims
 
 
@@ -142,14 +144,20 @@ async def run_servers(
     over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
     announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
     ports, the metrics endpoint's, the console's), and two of them asking for one port are
-    refused before anything binds (PortClashError, naming both). Every ``stats_interval``
+    refused before anything binds (PortClashError, naming both); a port another process holds
+    ends the start with PortInUseError naming it. Every ``stats_interval``
     seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
     logger)."""
     extra = _optional_claims(metrics_listen, console_listen)
+    controller_claims = []
     if controller is not None:
         cfg = controller.config
-        extra.insert(0, PortClaim("the controller", cfg.listen_host, cfg.listen_port))
-    check_ports(server_claims(namesrv, brokers, extra))
+        option = "--controller-listen" if namesrv is not None else "--listen"
+        controller_claims.append(
+            PortClaim("the controller", cfg.listen_host, cfg.listen_port, option)
+        )
+    check_ports(server_claims(namesrv, brokers, controller_claims + extra))
+    starting: list[PortClaim] = []  # the ports of the server being started
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     _settle_allocator()
@@ -165,9 +173,11 @@ async def run_servers(
     stats: asyncio.Task[None] | None = None
     try:
         if namesrv is not None:
+            starting = server_claims(namesrv, brokers)[:1]
             await namesrv.start()
             announce(f"name server listening on {namesrv.address}")
         if controller is not None:
+            starting = controller_claims
             await controller.start()
             controller_started = True
             cfg = controller.config
@@ -179,6 +189,7 @@ async def run_servers(
                 + ")"
             )
         for server in brokers:
+            starting = broker_claims(server)
             await server.start()
             started.append(server)
             broker = server.broker
@@ -211,6 +222,7 @@ async def run_servers(
                 )
         from ..metrics import maybe_start_metrics
 
+        starting = [c for c in extra if c.owner == "the metrics endpoint"]
         metrics = await maybe_start_metrics(
             [s.broker for s in started],
             metrics_listen,
@@ -227,6 +239,7 @@ async def run_servers(
             announce(f"no metrics endpoint: {_no_default_metrics()}")
         from ..console._embed import maybe_start_console
 
+        starting = [c for c in extra if c.owner == "the console"]
         console = await maybe_start_console(
             console_listen,
             console_namesrv,
@@ -238,9 +251,12 @@ async def run_servers(
             announce(f"no console: {CONSOLE_DEFAULT} is taken (--console-listen HOST:PORT)")
         if started and stats_interval > 0:
             stats = asyncio.create_task(_log_stats(started, stats_interval), name="stats-log")
+        starting = []
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")
+    except OSError as exc:
+        raise port_in_use_error(starting, exc) from None
     finally:
         if stats is not None:
             stats.cancel()
