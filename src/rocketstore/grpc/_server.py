@@ -247,7 +247,8 @@ class GrpcFrontEnd:
                 pops.renew_due()
                 if loop.time() >= next_expiry:
                     next_expiry = loop.time() + CLIENT_EXPIRY_CHECK_S
-                    for client_id in self.service.clients.expire():
+                    streaming = self._transactions.stream_ids()
+                    for client_id in self.service.clients.expire(streaming):
                         pops.release_client(client_id)
                 await asyncio.to_thread(self.pop.persist)
             except Exception:
