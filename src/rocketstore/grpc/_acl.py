@@ -65,10 +65,10 @@ from ..acl._file import parse_key_object, parse_key_pairs
 from ..acl._remoting import AclSource
 from ..acl._request import Need, group_needs, topic_need, topic_needs
 from ..store._errors import StoreConfigError
-from ._clients import CLIENT_ID_HEADER
 
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_HEADER = "x-mq-date-time"
+CLIENT_ID_HEADER = "x-mq-client-id"
 AUTHORIZATION_HEADER = "authorization"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 DATE_WINDOW_S = 15 * 60

@@ -20,8 +20,9 @@ from typing import Any, Protocol, TypeVar
 
 from ..broker.state._topic_config import PERM_READ, PERM_WRITE
 from ..remoting._limits import LogLimiter
+from ._acl import CLIENT_ID_HEADER
 from ._checks import check_group, check_topic, topic_config
-from ._clients import CLIENT_ID_HEADER, ClientRegistry
+from ._clients import ClientRegistry
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError, status, timestamp, to_proto_message
 from ._pb import definition_pb2 as pb
