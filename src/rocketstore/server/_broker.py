@@ -171,6 +171,7 @@ class BrokerServer:
                 max_frame=config.max_frame_size,
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
+                authenticated=broker.acl is not None,
             )
             remoting.close_listeners.append(broker.clients.on_connection_closed)
             await remoting.start()
