@@ -25,11 +25,15 @@ SOURCES = {
     "rocketstore.store.read._raw_read_c": "src/rocketstore/store/read/_raw_read_c.pyx",
     "rocketstore.store.queue._unit_write_c": "src/rocketstore/store/queue/_unit_write_c.pyx",
     "rocketstore.store.queue._index_write_c": "src/rocketstore/store/queue/_index_write_c.pyx",
+    "rocketstore.broker.messaging._send_scan_c": (
+        "src/rocketstore/broker/messaging/_send_scan_c.pyx"
+    ),
 }
 
 # compiled by mypyc as they are (rocketstore._speedups.COMPILED_MODULES names the same modules)
 MYPYC_MODULES = (
     "src/rocketstore/broker/messaging/_send.py",
+    "src/rocketstore/broker/messaging/_send_frame.py",
     "src/rocketstore/broker/state/_stats.py",
     "src/rocketstore/broker/state/_long_poll.py",
     "src/rocketstore/remoting/_command.py",

@@ -37,6 +37,7 @@ EXTENSIONS_ENABLED = not os.environ.get("ROCKETSTORE_NO_EXTENSIONS")
 COMPILED_MODULES = frozenset(
     {
         "rocketstore.broker.messaging._send",
+        "rocketstore.broker.messaging._send_frame",
         "rocketstore.broker.state._stats",
         "rocketstore.broker.state._long_poll",
         "rocketstore.remoting._command",

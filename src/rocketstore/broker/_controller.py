@@ -46,6 +46,8 @@ from .messaging._pull import PullProcessor
 from .messaging._query import QueryProcessor
 from .messaging._send import SendProcessor
 from .messaging._send_back import SendBackProcessor
+from .messaging._send_frame import SendFramePath
+from .messaging._send_scan import scan_send
 from .messaging._transaction import TransactionService
 from .replication._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
 from .state._consumer_manager import ConsumerManager, ProducerManager
@@ -118,6 +120,9 @@ class BrokerController:
         self.pop_state: PopState | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
         self.acl: AclSource | None = acl
+        # plain sends served from their frames (set by ``handlers`` where the compiled header
+        # scanner is built; the composition root hands it to the remoting server)
+        self.send_frame_path: SendFramePath | None = None
         self._tier = tier
         self.inner_signer: Signer | None = (
             signer_from_env() if inner_signer is FROM_ENV else inner_signer
@@ -183,8 +188,11 @@ class BrokerController:
         """The request handlers of the remoting port, by request code, behind the ACL when it
         is on. The composition root serves them; called once."""
         handlers: dict[int, Any] = {}
+        sender = SendProcessor(self)
+        if scan_send is not None:
+            self.send_frame_path = SendFramePath(sender, self, self.stats)
         for processor in (
-            SendProcessor(self),
+            sender,
             PullProcessor(self),
             OffsetProcessor(self),
             self.clients,

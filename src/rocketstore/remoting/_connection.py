@@ -53,6 +53,11 @@ log = logging.getLogger(__name__)
 _bad_input_log = LogLimiter(log)  # requests and frames refused as the peer's mistake
 _failure_log = LogLimiter(log)  # handlers that failed: internal errors, with tracebacks
 
+FramePath = Callable[[memoryview, "Connection"], bytes | None]
+"""Serves a request frame (without its length prefix) before it is decoded: the answer frame's
+bytes (length prefix included), or None to let the connection decode the frame and call its
+handler. It must decide None before doing anything the handler would do again. Loop thread."""
+
 HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
 """Serves one request code: returns the response (its opaque is set here), an awaitable of it,
@@ -96,8 +101,10 @@ class Connection(asyncio.BufferedProtocol):
         budget: BufferBudget | None = None,
         on_established: Callable[[Connection], None] | None = None,
         establish_on_frame: bool = True,
+        frame_path: FramePath | None = None,
     ) -> None:
         self.handlers = handlers
+        self.frame_path = frame_path
         self.max_frame = max_frame
         self._on_close = on_close
         self._backpressure = backpressure
@@ -443,6 +450,14 @@ class Connection(asyncio.BufferedProtocol):
     # ---- frames -----------------------------------------------------------------------------
 
     def _frame(self, frame: memoryview) -> None:
+        frame_path = self.frame_path
+        if frame_path is not None:
+            answer = frame_path(frame, self)  # answers its own failures: it never raises
+            if answer is not None:
+                transport = self.transport
+                if transport is not None and not self.closed and not transport.is_closing():
+                    self._write_joined(transport, answer)
+                return
         try:
             cmd = decode_frame(frame)
         except HeaderError as exc:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ._allowance import PROCESS_CONNECTIONS
 from ._command import DEFAULT_MAX_FRAME
-from ._connection import Connection, Handler
+from ._connection import Connection, FramePath, Handler
 from ._limits import (
     DEFAULT_LIMITS,
     BufferBudget,
@@ -79,6 +79,9 @@ class RemotingServer:
         self.closed_unestablished = 0  # closed, or replaced, before they were established
         self.closed_stalled = 0
         self.close_listeners: list[Callable[[Connection], None]] = []
+        # serves a request frame before it is decoded (see Connection's ``frame_path``); set
+        # before ``start``: a connection takes the one set when it is made
+        self.frame_path: FramePath | None = None
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -132,6 +135,7 @@ class RemotingServer:
             budget=self.budget,
             on_established=self._established,
             establish_on_frame=not self.authenticated,
+            frame_path=self.frame_path,
         )
         conn.connected_at = loop.time()
         self.connections.add(conn)

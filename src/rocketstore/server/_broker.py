@@ -173,6 +173,8 @@ class BrokerServer:
                 limits=config.server_limits(),
                 authenticated=broker.acl is not None,
             )
+            if broker.send_frame_path is not None:
+                remoting.frame_path = broker.send_frame_path.serve
             remoting.close_listeners.append(broker.clients.on_connection_closed)
             await remoting.start()
             self._remoting = remoting
