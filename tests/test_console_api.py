@@ -514,27 +514,44 @@ def test_a_failing_request_is_a_500_and_the_server_goes_on(
 
 
 def test_connections_over_the_limit_are_answered_503() -> None:
+    """Over the limit, a new connection is answered 503 when every connection has sent its
+    request (one still sending it gives its place away: tests/test_console_floods.py)."""
+
     async def scenario() -> list[bytes]:
-        async def ok(request: Request) -> Response:
+        release = asyncio.Event()
+        started = 0
+
+        async def slow(request: Request) -> Response:
+            nonlocal started
+            started += 1
+            await release.wait()
             return Response.of_json({"ok": True})
 
-        server = HttpServer(ok, "127.0.0.1", 0, max_connections=2)
+        server = HttpServer(slow, "127.0.0.1", 0, max_connections=2)
         await server.start()
-        idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
         try:
-            await asyncio.sleep(0.05)
+            for _, w in held:
+                w.write(b"GET / HTTP/1.1\r\n\r\n")
+            for _ in range(1000):  # both requests read and in their handler
+                if started == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert started == 2
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             busy = await asyncio.wait_for(reader.read(), 5)  # answered before it asks
             writer.close()
-            idle.pop()[1].close()  # room again
-            await asyncio.sleep(0.05)
+            release.set()  # room again
+            for r, _ in held:
+                await asyncio.wait_for(r.read(), 5)
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(b"GET / HTTP/1.1\r\n\r\n")
             served = await asyncio.wait_for(reader.read(), 5)
             writer.close()
             return [busy, served]
         finally:
-            for _, w in idle:
+            release.set()
+            for _, w in held:
                 w.close()
             await server.close()
 

@@ -443,8 +443,8 @@ tiered_option = click.option(
 ha_listen_option = click.option(
     "--ha-listen",
     default=None,
-    help="HOST:PORT slaves replicate from (default: the broker's port + 1, as RocketMQ's "
-    "haListenPort)",
+    help="HOST:PORT slaves replicate from (default: 127.0.0.1, whatever --listen says, since "
+    "it takes no credentials, and the broker's port + 1, as RocketMQ's haListenPort)",
 )
 flush_option = click.option(
     "--flush",

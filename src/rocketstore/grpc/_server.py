@@ -39,6 +39,7 @@ import grpc
 
 from ..broker._services import HasAcl, HasClock
 from ..broker.state._pop import POP_STATE_FILE, PopState
+from ..remoting._allowance import PROCESS_CONNECTIONS
 from ._clients import ClientRegistry, ClientsContext
 from ._config import DEFAULT_GRPC_PORT, GrpcConfig
 from ._pb import service_pb2_grpc
@@ -113,6 +114,7 @@ class GrpcFrontEnd:
         self._port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._started = False
+        self.max_connections = 0  # the connections its server takes (set at start)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -166,10 +168,14 @@ class GrpcFrontEnd:
             self._routes,
         )
         limit = broker.store_config.max_message_size + _MESSAGE_OVERHEAD
+        self.max_connections = PROCESS_CONNECTIONS.reserve(self, cfg.max_connections)
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.server_handshake_timeout_ms", cfg.handshake_timeout_ms),
+            ("grpc.max_connection_idle_ms", cfg.idle_timeout_ms),
             *cfg.extra_options,
         ]
         server = grpc.aio.server(options=options)
@@ -186,8 +192,10 @@ class GrpcFrontEnd:
             else:
                 port = server.add_insecure_port(bind)
         except RuntimeError as exc:  # grpc's "failed to bind"
+            PROCESS_CONNECTIONS.release(self)
             raise OSError(f"gRPC front end: cannot bind {bind}: {exc}") from None
         if not port:
+            PROCESS_CONNECTIONS.release(self)
             raise OSError(f"gRPC front end: cannot bind {bind}")
         self._port = int(port)
         await server.start()
@@ -235,6 +243,7 @@ class GrpcFrontEnd:
             checkers.remove(self._transactions.check)
         await self.service.pops.close()
         await self._server.stop(self.config.shutdown_grace_s)
+        PROCESS_CONNECTIONS.release(self)
         task, self._housekeeping = self._housekeeping, None
         if task is not None:
             task.cancel()
@@ -267,7 +276,8 @@ class GrpcFrontEnd:
                 pops.renew_due()
                 if loop.time() >= next_expiry:
                     next_expiry = loop.time() + CLIENT_EXPIRY_CHECK_S
-                    for client_id in self.service.clients.expire():
+                    streaming = self._transactions.stream_ids()
+                    for client_id in self.service.clients.expire(streaming):
                         pops.release_client(client_id)
                 await asyncio.to_thread(self.pop.persist)
             except Exception:

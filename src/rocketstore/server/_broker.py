@@ -200,6 +200,7 @@ class BrokerServer:
                 max_frame=config.max_frame_size,
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
+                authenticated=broker.acl is not None,
             )
             if broker.send_frame_path is not None:
                 remoting.frame_path = broker.send_frame_path.serve

@@ -126,12 +126,11 @@ def broker_claims(server: BrokerServer) -> list[PortClaim]:
     name = config.broker_name
     claims = [PortClaim(f"broker {name}", config.listen_host, config.listen_port, "--listen")]
     if store.broker_role != "SLAVE" and config.listen_port:  # masters listen (ha_enable)
-        ha_host = store.ha_listen_host if store.ha_listen_host != "127.0.0.1" else None
         claims.append(
             PortClaim(
-                f"the HA port of broker {name} (slaves replicate from it; the broker's port + 1 "
-                "unless --ha-listen sets it)",
-                ha_host or config.listen_host,
+                f"the HA port of broker {name} (slaves replicate from it; 127.0.0.1 and the "
+                "broker's port + 1 unless --ha-listen sets them)",
+                store.ha_listen_host,
                 store.ha_listen_port,
                 "--ha-listen",
             )

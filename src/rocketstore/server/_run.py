@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .._extras import install_hint
 from ..console._embed import DEFAULT_LISTEN as CONSOLE_DEFAULT
 from ..metrics import DEFAULT_METRICS_LISTEN as METRICS_DEFAULT
+from ..remoting._allowance import raise_open_files_limit
 from ..store._disk import why_not_writeable
 from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
 
@@ -119,7 +120,15 @@ def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
     elif store_config.ha_listens:
         host = store_config.ha_listen_host
         port = server.store.ha.listen_port
-        announce(f"HA port of broker {name} (slaves replicate from it) listening on {host}:{port}")
+        note = ""
+        if host != server.config.listen_host and host in ("127.0.0.1", "::1", "localhost"):
+            note = (
+                " (this host only: slaves elsewhere need --ha-listen HOST:PORT; it takes no "
+                "credentials and serves the whole commit log)"
+            )
+        announce(
+            f"HA port of broker {name} (slaves replicate from it) listening on {host}:{port}{note}"
+        )
 
 
 async def run_servers(
@@ -157,6 +166,7 @@ async def run_servers(
             PortClaim("the controller", cfg.listen_host, cfg.listen_port, option)
         )
     check_ports(server_claims(namesrv, brokers, controller_claims + extra))
+    raise_open_files_limit()
     starting: list[PortClaim] = []  # the ports of the server being started
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
