@@ -27,10 +27,17 @@ def etcd_binary() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now (all held until all are chosen: one
+    bound and released at a time may be handed out twice)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class EtcdCluster:
@@ -40,8 +47,9 @@ class EtcdCluster:
         self.binary = etcd_binary()
         self.root = root
         self.names = [f"m{i}" for i in range(size)]
-        self.client_ports = [_free_port() for _ in self.names]
-        self.peer_ports = [_free_port() for _ in self.names]
+        ports = _free_ports(2 * size)
+        self.client_ports = ports[:size]
+        self.peer_ports = ports[size:]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.initial = ",".join(
             f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports, strict=True)

@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
 from rocketmq.exceptions import ffi_check
@@ -92,6 +93,20 @@ def message(topic: str, item: dict) -> Message:
     return msg
 
 
+def send_orderly(p: Producer, msg: Message, shard: int) -> Any:
+    """send_orderly, asked again while the client has no route for the topic: the C++ client
+    gives up on its name-server request after 3 s on a loaded machine, and says so before it
+    sends anything (its send_sync retries by itself; send_orderly does not)."""
+    for attempt in range(5):
+        try:
+            return p.send_orderly(msg, shard)
+        except Exception as exc:
+            if "No route info" not in str(exc) or attempt == 4:
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
+
+
 def cmd_send(args: argparse.Namespace) -> None:
     p = producer(args)
     try:
@@ -102,7 +117,7 @@ def cmd_send(args: argparse.Namespace) -> None:
                 continue
             msg = message(args.topic, item)
             if "shard" in item:  # send_orderly: the queue is the shard modulo the queue count
-                r = p.send_orderly(msg, int(item["shard"]))
+                r = send_orderly(p, msg, int(item["shard"]))
                 emit({"body": item["body"], "status": r.status.name, "msg_id": r.msg_id})
                 continue
             if item.get("oneway"):

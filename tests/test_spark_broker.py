@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from _spark_helpers import run_query
+
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
@@ -275,15 +277,15 @@ def test_stream_available_now_twice_and_committed_offsets(
             .load()
             .selectExpr("queue_id", "queue_offset", "body", "store_host")
         )
-        q = (
-            stream.writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
+        run_query(
+            lambda: (
+                stream.writeStream.format("parquet")
+                .option("path", str(out))
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start()
+            )
         )
-        q.awaitTermination(120)
-        assert q.exception() is None
 
     run()
     rows = spark.read.parquet(str(out)).collect()

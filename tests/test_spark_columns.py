@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from _spark_helpers import run_query
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store.log._record import OFFSET_BODY_LENGTH_V4
 from rocketstore.store.read._reader import StoreReader
@@ -104,13 +105,13 @@ def test_spark_stream_reads_a_subset(spark: Any, tmp_path: Path) -> None:
         .option("startingOffsets", "earliest")
         .load()
     )
-    q = (
-        stream.writeStream.foreachBatch(lambda df, _id: seen.extend(df.collect()))
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    run_query(
+        lambda: (
+            stream.writeStream.foreachBatch(lambda df, _id: seen.extend(df.collect()))
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    q.awaitTermination(120)
-    assert q.exception() is None
     assert sorted(r.body for r in seen) == sorted(b"c%d" % i for i in range(40))
     assert set(seen[0].asDict()) == {"queue_offset", "body"}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from _spark_helpers import FIXTURES, expected_queue_messages, unpack_fixture
+from _spark_helpers import FIXTURES, expected_queue_messages, run_query, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
 
 pytestmark = pytest.mark.spark
@@ -172,15 +172,15 @@ def _run_available_now(spark: Any, store: Path, checkpoint: Path, **options: str
     reader = spark.readStream.format(FMT).option("path", str(store))
     for k, v in options.items():
         reader = reader.option(k, v)
-    q = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    run_query(
+        lambda: (
+            reader.load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    q.awaitTermination(120)
-    assert q.exception() is None
     _run_available_now.rows = seen  # type: ignore[attr-defined]
     return sizes
 
@@ -258,22 +258,22 @@ def test_write_then_read_back(spark: Any, tmp_path: Path) -> None:
 
 def test_streaming_write(spark: Any, store: Path, tmp_path: Path) -> None:
     target = tmp_path / "copy"
-    q = (
-        spark.readStream.format(FMT)
-        .option("path", str(store))
-        .option("topics", "T2")
-        .option("startingOffsets", "earliest")
-        .load()
-        .selectExpr("topic", "body", "tags", "keys", "queue_id")
-        .writeStream.format(FMT)
-        .option("path", str(target))
-        .option("commitLogFileSize", SMALL_FILE)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
+    run_query(
+        lambda: (
+            spark.readStream.format(FMT)
+            .option("path", str(store))
+            .option("topics", "T2")
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr("topic", "body", "tags", "keys", "queue_id")
+            .writeStream.format(FMT)
+            .option("path", str(target))
+            .option("commitLogFileSize", SMALL_FILE)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    q.awaitTermination(120)
-    assert q.exception() is None
     back = _read(spark, target).collect()
     assert sorted(r.body for r in back) == sorted(b"T2-%d" % i for i in range(60))
 

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from _spark_helpers import run_query
 from _tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
 from rocketstore import Message, MessageStore
 from rocketstore.spark import read_topic, tier_files, tier_snapshot, tiered_boundary
@@ -129,17 +130,15 @@ def test_a_stream_takes_over_where_the_tier_snapshot_ends(
         .option("startingOffsets", snap.starting_offsets)
         .load()
     )
-    query = (
-        live.writeStream.format("memory")
-        .queryName("tier_stream")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    run_query(
+        lambda: (
+            live.writeStream.format("memory")
+            .queryName("tier_stream")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    try:
-        assert query.awaitTermination(120)
-    finally:
-        query.stop()
     streamed = rows(spark.table("tier_stream"))
     assert sorted(history + streamed) == rows(source(spark, path))
 
