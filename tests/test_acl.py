@@ -22,6 +22,7 @@ from rocketstore.acl import (
     AclConfigError,
     AclFile,
     AddressPattern,
+    default_acl_path,
     load_acl,
     parse_plain_acl,
 )
@@ -38,6 +39,7 @@ from rocketstore.remoting._signing import (
     signed_content,
     signer_from_env,
 )
+from rocketstore.server._broker import ignored_keys_warning
 from rocketstore.store import StoreConfig
 
 RC = ResponseCode
@@ -161,6 +163,24 @@ def test_rocketmq_sample_file_parses() -> None:
             "listed twice",
         ),
         ("accounts: 7\n", "a list of accounts"),
+        (
+            "accounts:\n  - {accessKey: longEnough, secretKey: longEnough, "
+            "defaultTopicPerm: PUBB}\n",
+            "account longEnough: defaultTopicPerm 'PUBB': the permission must be DENY, PUB",
+        ),
+        (
+            "accounts:\n  - {accessKey: longEnough, secretKey: longEnough, "
+            "defaultGroupPerm: ALL}\n",
+            "defaultGroupPerm 'ALL'",
+        ),
+        (
+            "accounts:\n  - {accessKey: longEnough, secretKey: longEnough, admin: maybe}\n",
+            "account longEnough: admin must be true or false, not 'maybe'",
+        ),
+        (
+            "accounts:\n  - accessKey: longEnough\n  secretKey: [longEnough\n",
+            "plain_acl.yml is not valid YAML: .* at line 3, column",
+        ),
         ("globalWhiteRemoteAddresses: [1.2.3.400]\n", "out of range"),
         (
             "accounts:\n  - {accessKey: longEnough, secretKey: longEnough, "
@@ -290,9 +310,21 @@ def test_acl_file_reloads_when_it_changes(tmp_path: Path, caplog: pytest.LogCapt
     assert acl_file.current().global_white[0].everybody
 
 
-def test_acl_file_must_exist_and_parse_at_start(tmp_path: Path) -> None:
-    with pytest.raises(AclConfigError, match="does not exist"):
+def test_acl_file_must_exist_and_parse_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(AclConfigError, match=r"does not exist$"):
         AclFile(tmp_path / "missing.yml")
+    # aclEnable=true without ROCKETMQ_HOME: the file looked for, and what to do
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AclConfigError) as missing:
+        AclFile(default_acl_path())
+    assert str(missing.value) == (
+        "ACL file conf/plain_acl.yml does not exist (aclEnable=true reads "
+        "$ROCKETMQ_HOME/conf/plain_acl.yml, and ROCKETMQ_HOME is not set): set ROCKETMQ_HOME, "
+        "or give the file with --acl-file PATH"
+    )
     (tmp_path / "bad.yml").write_text("accounts: [{accessKey: a}]\n")
     with pytest.raises(AclConfigError, match=r"bad\.yml"):
         AclFile(tmp_path / "bad.yml")
@@ -415,7 +447,20 @@ def test_broker_warns_once_of_ignored_keys(
         finally:
             b.close()
     warnings = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
-    assert warnings == ["broker configuration keys ignored (not supported): noSuchSetting"]
+    assert warnings == [
+        "unknown broker configuration keys ignored (neither RocketMQ's nor rocketstore's): "
+        "noSuchSetting"
+    ]
+
+
+def test_a_misspelt_broker_conf_key_is_told_apart_from_an_unsupported_one() -> None:
+    warning = ignored_keys_warning(["sendMessageThreadPoolNums", "brokerRoel", "fooBar"])
+    assert warning == (
+        "broker configuration keys ignored (not supported): sendMessageThreadPoolNums; "
+        "unknown broker configuration keys ignored (neither RocketMQ's nor rocketstore's): "
+        "brokerRoel (did you mean brokerRole?), fooBar"
+    )
+    assert "did you mean tieredDir?" in ignored_keys_warning(["tieredDri"])  # rocketstore's own
 
 
 # ---- the broker's remoting port -------------------------------------------------------------

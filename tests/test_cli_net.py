@@ -53,6 +53,9 @@ def test_serve_refuses_a_second_owner_and_stops_cleanly(tmp_path: Path) -> None:
         )
         assert second.returncode == 1
         assert second.stderr.startswith("error: ") and "owned by process" in second.stderr
+        assert f"store {store} is owned by process {proc.pid}" in second.stderr  # which store
+        assert "stop that process, or give this one another store directory" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
         assert "Traceback" not in second.stderr
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

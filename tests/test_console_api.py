@@ -11,8 +11,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -472,6 +474,7 @@ def test_console_command_errors_are_one_line(env: ConsoleEnv) -> None:
     )
     assert busy.returncode == 1, busy.stderr
     assert busy.stderr.startswith(f"error: cannot listen on {taken}")
+    assert "another address (--listen)" in busy.stderr  # what to do
     assert len(busy.stderr.strip().splitlines()) == 1
 
 
@@ -511,30 +514,104 @@ def test_a_failing_request_is_a_500_and_the_server_goes_on(
 
 
 def test_connections_over_the_limit_are_answered_503() -> None:
+    """Over the limit, a new connection is answered 503 when every connection has sent its
+    request (one still sending it gives its place away: tests/test_console_floods.py)."""
+
     async def scenario() -> list[bytes]:
-        async def ok(request: Request) -> Response:
+        release = asyncio.Event()
+        started = 0
+
+        async def slow(request: Request) -> Response:
+            nonlocal started
+            started += 1
+            await release.wait()
             return Response.of_json({"ok": True})
 
-        server = HttpServer(ok, "127.0.0.1", 0, max_connections=2)
+        server = HttpServer(slow, "127.0.0.1", 0, max_connections=2)
         await server.start()
-        idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
         try:
-            await asyncio.sleep(0.05)
+            for _, w in held:
+                w.write(b"GET / HTTP/1.1\r\n\r\n")
+            for _ in range(1000):  # both requests read and in their handler
+                if started == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert started == 2
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             busy = await asyncio.wait_for(reader.read(), 5)  # answered before it asks
             writer.close()
-            idle.pop()[1].close()  # room again
-            await asyncio.sleep(0.05)
+            release.set()  # room again
+            for r, _ in held:
+                await asyncio.wait_for(r.read(), 5)
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(b"GET / HTTP/1.1\r\n\r\n")
             served = await asyncio.wait_for(reader.read(), 5)
             writer.close()
             return [busy, served]
         finally:
-            for _, w in idle:
+            release.set()
+            for _, w in held:
                 w.close()
             await server.close()
 
     busy, served = asyncio.run(scenario())
     assert busy.startswith(b"HTTP/1.1 503 ") and b"too many connections" in busy
     assert served.startswith(b"HTTP/1.1 200 ")
+
+
+SERVE_ACL = """\
+accounts:
+  - accessKey: consoleAdmin
+    secretKey: consoleSecret
+    admin: true
+"""
+
+
+def _login(address: str, ak: str, sk: str) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(
+        f"http://{address}/api/login",
+        data=json.dumps({"accessKey": ak, "secretKey": sk}).encode(),
+        headers={"Content-Type": "application/json", "X-Console": "1"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_serve_with_acl_refuses_a_wrong_secret_at_sign_in(tmp_path: Path) -> None:
+    """In `serve` with ACL the name server checks signatures too: its refusal of the account's
+    cluster query is told on the form, not taken for a broker that did not answer."""
+    from test_base_install import _read_until
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(SERVE_ACL)
+    args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", "127.0.0.1:0"]
+    args += ["--listen", "127.0.0.1:0", "--grpc-listen", "", "--metrics-listen", ""]
+    args += ["--console-listen", "127.0.0.1:0", "--acl-file", str(acl)]
+    with (tmp_path / "serve.err").open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rocketstore.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        try:
+            lines = _read_until(proc, r"^console on http://")
+            address = lines[-1].removeprefix("console on http://").rstrip("/")
+            for ak, sk in (("consoleAdmin", "not-the-secret"), ("nobodyHere", "whatever-1")):
+                status, doc = _login(address, ak, sk)
+                assert status == 401, doc
+                assert str(doc["error"]).startswith("the brokers refused this account: "), doc
+            status, doc = _login(address, "consoleAdmin", "consoleSecret")
+            assert status == 200 and doc == {"user": "consoleAdmin"}, doc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)

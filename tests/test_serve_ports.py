@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,15 @@ from rocketstore.broker._config import BrokerConfig
 from rocketstore.grpc import GrpcConfig
 from rocketstore.namesrv import NameServer
 from rocketstore.server import BrokerServer, run_servers
-from rocketstore.server._ports import PortClaim, PortClashError, check_ports, overlaps
+from rocketstore.server._ports import (
+    PortClaim,
+    PortClashError,
+    PortInUseError,
+    check_ports,
+    overlaps,
+    port_in_use_error,
+    taken,
+)
 from test_base_install import _read_until
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
@@ -135,3 +144,79 @@ def test_run_servers_refuses_a_clash_before_the_name_server_binds(tmp_path: Path
         asyncio.run(run_servers(ns, [broker], announce=lambda _line: None, stats_interval=0))
     assert not listening(ns_port)
     assert not (tmp_path / "store").exists()
+
+
+@pytest.fixture
+def held() -> Iterator[Callable[[int], None]]:
+    """Listens on 127.0.0.1 ports as another process would (closed at the end)."""
+    sockets: list[socket.socket] = []
+
+    def hold(port: int) -> None:
+        s = socket.socket()
+        sockets.append(s)
+        s.bind(("127.0.0.1", port))
+        s.listen()
+
+    yield hold
+    for s in sockets:
+        s.close()
+
+
+def test_a_port_held_elsewhere_is_named_with_the_option_that_moves_it(
+    held: Callable[[int], None],
+) -> None:
+    port = free_port()
+    claim = PortClaim("the console", "127.0.0.1", port, "--console-listen")
+    cause = OSError(98, "address already in use")
+    assert port_in_use_error([claim], cause) is cause  # free: the error is another one
+    held(port)
+    assert taken(claim)
+    error = port_in_use_error([PortClaim("x", "127.0.0.1", free_port()), claim], cause)
+    assert isinstance(error, PortInUseError)
+    assert str(error) == (
+        f"port {port} is in use by another process: the console cannot listen on "
+        f"127.0.0.1:{port}; stop that process, or give it another port (--console-listen "
+        "HOST:PORT)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "held_port", "owner", "option"),
+    [
+        ("serve", "ns", "the name server", "--namesrv-listen"),
+        ("serve", "ha", "the HA port of broker broker-a", "--ha-listen"),
+        ("serve", "grpc", "the gRPC front end of broker broker-a", "--grpc-listen"),
+        ("namesrv", "ns", "the name server", "--listen"),
+    ],
+)
+def test_a_port_another_process_holds_ends_the_start_in_one_line_naming_it(
+    tmp_path: Path,
+    held: Callable[[int], None],
+    command: str,
+    held_port: str,
+    owner: str,
+    option: str,
+) -> None:
+    ports = {"ns": free_port(), "broker": free_port(pair=True), "grpc": free_port()}
+    ports["ha"] = ports["broker"] + 1
+    held(ports[held_port])
+    if command == "serve":
+        args = ["serve", "--store", str(tmp_path / "store")]
+        args += ["--namesrv-listen", f"127.0.0.1:{ports['ns']}"]
+        args += ["--listen", f"127.0.0.1:{ports['broker']}"]
+        args += ["--grpc-listen", f"127.0.0.1:{ports['grpc']}"]
+        args += ["--metrics-listen", "", "--console-listen", ""]
+    else:
+        args = ["namesrv", "--listen", f"127.0.0.1:{ports['ns']}", "--log-dir", str(tmp_path)]
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, done.stderr
+    assert errors[0].startswith(
+        f"error: port {ports[held_port]} is in use by another process: {owner}"
+    ), errors[0]
+    assert f"127.0.0.1:{ports[held_port]}; stop that process" in errors[0]
+    assert errors[0].endswith(f"give it another port ({option} HOST:PORT)"), errors[0]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == errors  # nothing else (gRPC's C core included)
+    assert not (tmp_path / "store" / "abort").exists()  # opened (or not) and closed cleanly

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from _remoting import WAIT, Served, closed_by_peer, raw_connect, read_command, serve
+from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore._inflate import (
     DEFAULT_MAX_BODY,
@@ -549,6 +550,16 @@ def test_a_broker_keeps_non_readers_within_its_budget_and_serves_others(tmp_path
 
             served()
             bad = [non_reader(broker.addr) for _ in range(bad_count)]
+            for sock in bad:  # established: a whole frame sent (a connection that has sent
+                # none gives its place to a new one)
+                sock.sendall(RemotingCommand.request(30, {"topic": "T", "queueId": "0"}).encode())
+
+            def established() -> int:
+                return int(
+                    broker.run(_call(lambda: sum(c.established for c in server.connections)))
+                )
+
+            assert wait_until(lambda: established() == bad_count + 1)
             extra = raw_connect(broker.addr)  # one more than max_connections
             assert closed_by_peer(extra, 60)
             extra.close()

@@ -228,7 +228,8 @@ def test_addresses_follow_the_listen_port(tmp_path: Path) -> None:
     assert config.listen_port == 4321
     assert (chosen.store_host, chosen.store_port) == (config.advertised_host, 4321)
     assert chosen.ha_enable
-    assert (chosen.ha_listen_host, chosen.ha_listen_port) == ("127.0.0.2", 0)  # any free one
+    # any free port, on 127.0.0.1 whatever the broker's host: the HA port takes no credentials
+    assert (chosen.ha_listen_host, chosen.ha_listen_port) == ("127.0.0.1", 0)
 
     def never(host: str) -> int:
         raise AssertionError("a port was chosen for a fixed one")

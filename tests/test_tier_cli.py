@@ -65,6 +65,7 @@ def test_a_store_a_broker_owns_is_refused(tmp_path: Path) -> None:
     finally:
         lock.release()
     assert code == 1 and "owned by process" in err and err.count("\n") == 1
+    assert "let the broker tier its own files (--tiered-dir" in err, err  # not "produce"
     assert not tiered.exists()
 
 

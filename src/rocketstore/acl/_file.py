@@ -49,6 +49,18 @@ def default_acl_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get(ROCKETMQ_HOME_ENV) or ".") / "conf" / "plain_acl.yml"
 
 
+def _missing_hint(path: Path) -> str:
+    """What to do about a missing ACL file: broker.conf's aclEnable=true names the default one,
+    under ROCKETMQ_HOME."""
+    if path != default_acl_path():
+        return ""
+    unset = "" if os.environ.get(ROCKETMQ_HOME_ENV) else ", and ROCKETMQ_HOME is not set"
+    return (
+        f" (aclEnable=true reads $ROCKETMQ_HOME/conf/plain_acl.yml{unset}): set ROCKETMQ_HOME, "
+        "or give the file with --acl-file PATH"
+    )
+
+
 def parse_key_pairs(text: str) -> dict[str, str]:
     """``ak:sk`` pairs (``=`` may replace ``:``), separated by commas, semicolons or lines;
     ``#`` starts a comment. AclConfigError names the first item that is not a pair."""
@@ -102,7 +114,18 @@ def parse_acl_text(text: str, path: Path) -> PlainAcl:
     try:
         return admin_accounts(parse_key_pairs(text))
     except AclConfigError as exc:
+        if isinstance(doc, yaml.YAMLError):  # meant as a plain_acl.yml: say where YAML fails
+            raise AclConfigError(f"{path} is not valid YAML: {_yaml_problem(doc)}") from None
         raise AclConfigError(f"{path}: {exc}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: what is wrong and where (line and column, from 1)."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return str(problem)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
 
 
 def load_acl(path: str | os.PathLike[str]) -> PlainAcl:
@@ -130,7 +153,7 @@ class AclFile:
         self._monotonic = monotonic
         self._stamp = self._stat()
         if self._stamp is None:
-            raise AclConfigError(f"ACL file {self.path} does not exist")
+            raise AclConfigError(f"ACL file {self.path} does not exist{_missing_hint(self.path)}")
         self._acl = load_acl(self.path)
         self._checked = monotonic()
         self.reloads = 0

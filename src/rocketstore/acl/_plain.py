@@ -240,8 +240,19 @@ def parse_account(doc: Any) -> Account:
             f"set and longer than {MIN_KEY_LENGTH - 1} characters"
         )
     admin = doc.get("admin", False)
-    if isinstance(admin, str):
+    if isinstance(admin, str) and admin.strip().lower() in ("true", "false"):
         admin = admin.strip().lower() == "true"
+    if admin is not None and not isinstance(admin, bool):
+        raise AclConfigError(f"account {access_key}: admin must be true or false, not {admin!r}")
+    defaults = {}
+    for key in ("defaultTopicPerm", "defaultGroupPerm"):
+        value = _text(doc.get(key))
+        if value is not None and value.strip() not in _PERMS:
+            raise AclConfigError(
+                f"account {access_key}: {key} {value!r}: the permission must be DENY, PUB, SUB "
+                "or PUB|SUB"
+            )
+        defaults[key] = parse_perm(value)
     resources: dict[str, int] = {}
     resources.update(
         _resource_perms(_list(doc.get("topicPerms"), "topicPerms"), groups=False, key=access_key)
@@ -258,8 +269,8 @@ def parse_account(doc: Any) -> Account:
         secret_key=secret_key,
         white=white,
         admin=bool(admin),
-        default_topic_perm=parse_perm(doc.get("defaultTopicPerm")),
-        default_group_perm=parse_perm(doc.get("defaultGroupPerm")),
+        default_topic_perm=defaults["defaultTopicPerm"],
+        default_group_perm=defaults["defaultGroupPerm"],
         resources=resources or None,
     )
 

@@ -7,6 +7,11 @@ leaves a :class:`Grant` on the command (``cmd.grant``): the handler checks with 
 learns only later (``check_then``: the topic of a message it looked up, the groups of a body
 it decoded), before it does or returns anything.
 
+A request that authenticates (a white address, or a known account's signature) establishes
+its connection (``Connection.establish``): a server whose handlers are guarded closes a
+connection none of whose requests did so, soon after it was made (``RemotingServer``'s
+``authenticated``).
+
 A refusal is answered as RocketMQ's broker answers an AclException thrown by its RPC hook:
 SYSTEM_ERROR with the remark ``org.apache.rocketmq.acl.common.AclException: <why>``. One-way
 requests get no answer. The connection stays open. Each refusal and each admin request that
@@ -188,11 +193,14 @@ class RemotingAcl:
             try:
                 grant = check_request(self.source.current(), cmd, peer_host(conn), table)
             except AccessDeniedError as exc:
+                if isinstance(exc, PermissionDeniedError):
+                    conn.establish()  # a known account that signed: refused, but a client
                 self.refused += 1
                 r = rule(table, cmd.code)
                 key = _get(cmd.ext_fields, ACCESS_KEY)
                 _audit_refusal(cmd, key, conn.peer, f"{cmd.code} {r.name}", exc)
                 return refusal(exc)
+            conn.establish()
             cmd.grant = grant
             if grant.rule.changes:
                 _audit.allowed(

@@ -214,6 +214,11 @@ def parse_credentials(text: str) -> tuple[str, str]:
     return access_key, secret_key
 
 
+def broker_conf_keys() -> frozenset[str]:
+    """The broker.conf keys the broker reads besides the store's settings."""
+    return frozenset(_CONF_KEYS)
+
+
 def ignored_keys(store: StoreConfig) -> list[str]:
     """The keys of a broker.conf that neither the store nor the broker acts on."""
     return [key for key, _ in store.extra if key not in _CONF_KEYS]

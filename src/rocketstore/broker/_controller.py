@@ -182,6 +182,7 @@ class BrokerController:
         self.acl = source
         handlers = self.server.handlers  # the connections' table too: guarded at once
         handlers.update(RemotingAcl(source).guard_all(handlers))
+        self.server.authenticated = True  # for the connections accepted from now on
 
     def handlers(self) -> dict[int, Any]:
         """The request handlers of the remoting port, by request code, behind the ACL when it

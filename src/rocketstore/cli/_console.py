@@ -5,6 +5,7 @@ error and exit status 1."""
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import click
 
@@ -21,7 +22,10 @@ async def _run(namesrv: str, listen: str, login: bool) -> None:
         try:
             await console.start()
         except OSError as exc:
-            raise CommandError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+            hint = ""
+            if exc.errno == errno.EADDRINUSE:  # `rocketstore serve` runs a console there
+                hint = "; stop what holds it, or give the console another address (--listen)"
+            raise CommandError(f"cannot listen on {listen}: {exc.strerror or exc}{hint}") from None
         click.echo(f"rocketstore console on http://{console.address}/ (name server {namesrv})")
         await asyncio.Event().wait()
     finally:

@@ -196,7 +196,10 @@ def verbose_option(f: F) -> F:
             click.option(
                 "--log-dir",
                 default=None,
-                help="where the log files go (default: logs/ beside the store)",
+                help=(
+                    "where the log files go (default: logs/ beside the store, or beside the "
+                    "controller's store; ./logs for a name server alone)"
+                ),
             ),
             click.option(
                 "--log-level",
@@ -440,8 +443,8 @@ tiered_option = click.option(
 ha_listen_option = click.option(
     "--ha-listen",
     default=None,
-    help="HOST:PORT slaves replicate from (default: the broker's port + 1, as RocketMQ's "
-    "haListenPort)",
+    help="HOST:PORT slaves replicate from (default: 127.0.0.1, whatever --listen says, since "
+    "it takes no credentials, and the broker's port + 1, as RocketMQ's haListenPort)",
 )
 flush_option = click.option(
     "--flush",

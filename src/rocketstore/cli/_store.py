@@ -97,12 +97,15 @@ def _is_store(path: str) -> bool:
     return any(os.path.isdir(os.path.join(path, d)) for d in ("commitlog", "consumequeue"))
 
 
-def _owned_message(store: str, pid: int) -> str:
+def _owned_message(
+    store: str,
+    pid: int,
+    instead: str = "send through it with `rocketstore produce --namesrv HOST:PORT --topic ...`",
+) -> str:
+    """The refusal of a write into a store a running broker owns; ``instead``: what else to do
+    (by default, for a put)."""
     who = f"process {pid}" if pid > 0 else "another process"
-    return (
-        f"{store} is owned by {who} (a running broker): stop it, or send through it with "
-        "`rocketstore produce --namesrv HOST:PORT --topic ...`"
-    )
+    return f"{store} is owned by {who} (a running broker): stop it, or {instead}"
 
 
 def _check_put_target(store: str, create: bool) -> None:

@@ -41,7 +41,8 @@ def tier(store: str, tiered_dir: str, as_json: bool) -> None:
         raise click.ClickException(f"{tiered_dir} is not a directory: check --tiered-dir")
     pid = lock_owner(store)
     if pid is not None:
-        raise click.ClickException(_owned_message(store, pid))
+        instead = "let the broker tier its own files (--tiered-dir, or tieredDir in broker.conf)"
+        raise click.ClickException(_owned_message(store, pid, instead))
     lock = StoreLock(store)
     with _store_errors(store):
         lock.acquire()

@@ -161,8 +161,10 @@ async def read_request(reader: asyncio.StreamReader, peer: str) -> Request:
 
 class HttpServer:
     """Serves ``handler`` on ``host:port`` (port 0: any free port; see :attr:`port`), at most
-    ``max_connections`` at a time (the others are answered 503 at once), their answers within
-    ``max_buffered`` bytes (see the module docstring). Loop thread only."""
+    ``max_connections`` at a time, their answers within ``max_buffered`` bytes (see the module
+    docstring). A connection beyond them takes the place of the one that has waited longest
+    without sending its whole request (so slow or silent connections keep no visitor out);
+    when every one has sent its request, it is answered 503 at once. Loop thread only."""
 
     def __init__(
         self,
@@ -183,6 +185,9 @@ class HttpServer:
         self.answer_room = answer_room
         self.write_timeout_s = write_timeout_s
         self.cut = 0  # clients disconnected for not taking their answers
+        self.replaced = 0  # connections cut, before they sent their request, for a new one
+        # the connections whose request is not read yet, the longest waiting first
+        self._reading: dict[asyncio.Task[None], None] = {}
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -207,10 +212,11 @@ class HttpServer:
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
         taken = 0  # bytes of the budget this connection's answer holds
         try:
-            if len(self._tasks) > self.max_connections:
+            if len(self._tasks) > self.max_connections and not self._replace_reading():
                 writer.write(error_response(503, "too many connections: try again").encode())
                 await writer.drain()
                 return
+            self._reading[task] = None  # type: ignore[index]
             try:
                 request = await asyncio.wait_for(read_request(reader, peer_text), READ_TIMEOUT_S)
             except HttpError as exc:
@@ -218,6 +224,7 @@ class HttpServer:
             except TimeoutError:
                 response = error_response(408, "the request was not read in time")
             else:
+                self._reading.pop(task, None)  # type: ignore[call-overload]
                 if not await self.room.acquire(self.answer_room, READ_TIMEOUT_S):
                     response = error_response(503, "the console is busy: try again")
                 else:
@@ -251,7 +258,19 @@ class HttpServer:
             if taken:
                 self.room.release(taken)
             self._tasks.discard(task)  # type: ignore[arg-type]
+            self._reading.pop(task, None)  # type: ignore[call-overload]
             writer.close()
+
+    def _replace_reading(self) -> bool:
+        """Cut the connection that has waited longest without sending its whole request, to
+        make a place for a new one; False when every connection has sent its request."""
+        oldest = next(iter(self._reading), None)
+        if oldest is None:
+            return False
+        del self._reading[oldest]
+        oldest.cancel()  # its own finally closes it
+        self.replaced += 1
+        return True
 
     async def _answer(self, request: Request) -> Response:
         try:

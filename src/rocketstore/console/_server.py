@@ -40,6 +40,9 @@ COOKIE = "rocketstore_console"
 ACL_REFUSAL = "AclException"  # how a broker's ACL words a refusal (RocketMQ's and ours)
 SESSION_IDLE_S = 8 * 3600
 MAX_SESSIONS = 256
+# one account's sessions: a new one beyond them ends that account's least recently used one,
+# so no account's sign-ins end another's sessions
+MAX_SESSIONS_PER_ACCOUNT = 8
 ASSETS = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -228,8 +231,11 @@ class ConsoleServer:
             await asyncio.to_thread(admin.close)
             raise HttpError(401, f"the brokers refused this account: {refusal}")
         self._drop_idle()
-        if len(self.sessions) >= MAX_SESSIONS:
-            self._drop_oldest()
+        own = [t for t, s in self.sessions.items() if s.access_key == ak]
+        if len(own) >= MAX_SESSIONS_PER_ACCOUNT:
+            self._drop_oldest(own)
+        elif len(self.sessions) >= MAX_SESSIONS:
+            self._drop_oldest(self._most_signed_in())
         token = secrets.token_urlsafe(32)
         self.sessions[token] = Session(ak, admin, self.clock())
         response = Response.of_json({"user": ak})
@@ -243,8 +249,16 @@ class ConsoleServer:
         for token in [t for t, s in self.sessions.items() if now - s.last_used > SESSION_IDLE_S]:
             self.sessions.pop(token).admin.close()
 
-    def _drop_oldest(self) -> None:
-        token = min(self.sessions, key=lambda t: self.sessions[t].last_used)
+    def _most_signed_in(self) -> list[str]:
+        """The sessions of the account that holds the most (the table is full)."""
+        by_account: dict[str, list[str]] = {}
+        for token, s in self.sessions.items():
+            by_account.setdefault(s.access_key, []).append(token)
+        return max(by_account.values(), key=len)
+
+    def _drop_oldest(self, tokens: list[str]) -> None:
+        """End the least recently used session of ``tokens``."""
+        token = min(tokens, key=lambda t: self.sessions[t].last_used)
         self.sessions.pop(token).admin.close()
 
     async def _sign_out(self, request: Request) -> Response:
@@ -259,11 +273,16 @@ class ConsoleServer:
 
 def _refusal(admin: AdminClient) -> str | None:
     """What the first broker that answers says to the account's signed GET_BROKER_RUNTIME_INFO
-    when its ACL refuses it (a wrong key or secret, an address not allowed); None when a
-    broker lets it in, or none answers (then the brokers judge each request later)."""
+    when its ACL refuses it (a wrong key or secret, an address not allowed); the name server's
+    refusal of the signed cluster query likewise (its ACL is on in ``serve`` with ACL); None
+    when a broker lets it in, or none answers (then the brokers judge each request later)."""
     try:
         brokers = admin.brokers()
-    except (ClientError, RemotingError, ValueError):
+    except ClientError as exc:
+        if ACL_REFUSAL in (exc.remark or ""):
+            return exc.remark or str(exc)
+        return None
+    except (RemotingError, ValueError):
         return None
     for b in brokers:
         try:

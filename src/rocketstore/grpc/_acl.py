@@ -30,6 +30,12 @@ topics are the group's)::
                                                             group and subscriptions (refused:
                                                             the stream ends)
 
+Telemetry, Heartbeat and NotifyClientTermination under a client id (``x-mq-client-id``)
+another account holds are refused too (FORBIDDEN, resource ``client:<id>``): the broker keeps a
+client's settings, its Telemetry stream (down which transaction checks go, with the half
+message) and what it received by that id, so an id is its first account's while it is in use
+(``ClientRegistry.claim``).
+
 Each refusal goes to the audit log (``rocketstore.acl._audit``).
 
 A bad or missing signature is UNAUTHORIZED, a permission the account lacks FORBIDDEN; both go
@@ -62,6 +68,7 @@ from ..store._errors import StoreConfigError
 
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_HEADER = "x-mq-date-time"
+CLIENT_ID_HEADER = "x-mq-client-id"
 AUTHORIZATION_HEADER = "authorization"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 DATE_WINDOW_S = 15 * 60
@@ -302,6 +309,9 @@ def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
 # ---- the servicer wrapper -----------------------------------------------------------------------
 
 _SERVER_STREAMS = ("ReceiveMessage", "PullMessage")
+# the calls that act on what the broker keeps by client id: its settings and Telemetry stream,
+# its heartbeats, its termination (which releases what it received)
+_CLIENT_STATE = frozenset({"Telemetry", "Heartbeat", "NotifyClientTermination"})
 _BIDIRECTIONAL = ("Telemetry",)
 
 
@@ -359,7 +369,9 @@ class AclServicer:
         metadata = [(str(k), v) for k, v in (context.invocation_metadata() or ())]
         needs = request_needs(method, request)
         try:
-            self.checker.check(metadata, peer=_peer(context), needs=needs)
+            account = self.checker.check(metadata, peer=_peer(context), needs=needs)
+            if account is not None and method in _CLIENT_STATE:
+                self._claim(metadata, account)
         except AccessDeniedError as exc:
             self.service.auth_failures += 1
             _audit_refusal(method, metadata, _peer(context), needs, exc)
@@ -367,6 +379,17 @@ class AclServicer:
                 return status(Code.FORBIDDEN, f"forbidden: {exc}")
             return status(Code.UNAUTHORIZED, f"unauthorized: {exc}")
         return None
+
+    def _claim(self, metadata: list[tuple[str, str | bytes]], account: Account) -> None:
+        """PermissionDeniedError when the call's client id is another account's."""
+        for key, value in metadata:
+            if key.lower() == CLIENT_ID_HEADER and isinstance(value, str) and value:
+                if not self.service.clients.claim(value, account.access_key):
+                    raise PermissionDeniedError(
+                        f"client id {value} is in use by another account",
+                        resource=f"client:{value}",
+                    )
+                return
 
     def _unary(self, method: str) -> Callable[[Any, Any], Any]:
         from ._pb import service_pb2 as spb

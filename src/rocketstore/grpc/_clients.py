@@ -11,11 +11,18 @@ consumer's subscription: group and filter expressions). The broker remembers the
   orderly (consumeMessageOrderly), and the group's retry
   policy (``retryMaxTimes`` + 1 attempts, backing off along the broker's delay levels).
 
+A client id is a name the client picks, not a credential. With ACL on, the first account that
+uses an id holds it (``claim``) while the id is in use (a call within ``CLIENT_EXPIRY_MS``, or a
+Telemetry stream open under it): another account's call under that id is refused, so it cannot
+open a stream that the broker's transaction checks (which carry the half message) go down,
+replace the holder's settings, or end the holder's session and release what it received.
+
 Loop thread only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +62,19 @@ class ClientRegistry:
         self._config = config
         self._clock = clock
         self._clients: dict[str, ClientInfo] = {}
+        # client id → (the access key holding it, when it was last used: ms)
+        self._claims: dict[str, tuple[str, int]] = {}
+
+    def claim(self, client_id: str, access_key: str) -> bool:
+        """Whether the account ``access_key`` may act as ``client_id``: True when the id is
+        free or already the account's (it is the account's from now on, for
+        CLIENT_EXPIRY_MS after this call), False when another account holds it."""
+        now = self._clock.now_ms()
+        held = self._claims.get(client_id)
+        if held is not None and held[0] != access_key and held[1] >= now - CLIENT_EXPIRY_MS:
+            return False
+        self._claims[client_id] = (access_key, now)
+        return True
 
     def get(self, client_id: str) -> ClientInfo | None:
         return self._clients.get(client_id)
@@ -143,12 +163,19 @@ class ClientRegistry:
         """Forget a client; False when it was not known."""
         return self._clients.pop(client_id, None) is not None
 
-    def expire(self) -> list[str]:
-        """Forget clients not heard from for CLIENT_EXPIRY_MS; their ids."""
+    def expire(self, streaming: Collection[str] = ()) -> list[str]:
+        """Forget clients not heard from for CLIENT_EXPIRY_MS; their ids. The ids in
+        ``streaming`` (an open Telemetry stream each) stay claimed by their accounts."""
         limit = self._clock.now_ms() - CLIENT_EXPIRY_MS
         gone = [cid for cid, info in self._clients.items() if info.last_seen_ms < limit]
         for cid in gone:
             del self._clients[cid]
+        now = self._clock.now_ms()
+        for cid, (owner, seen) in list(self._claims.items()):
+            if cid in streaming:
+                self._claims[cid] = (owner, now)
+            elif seen < limit:
+                del self._claims[cid]
         return gone
 
     def touch(self, client_id: str) -> None:

@@ -66,6 +66,13 @@ class GrpcConfig:
     # max_buffered_bytes (a receive waits for room before it reads a message; see _receive)
     max_receive_bytes: int = 4 * 1024 * 1024
     max_buffered_bytes: int = 256 * 1024 * 1024
+    # connections: at most max_connections at once (fewer when the process's allowance of
+    # connections has less room, see remoting/_allowance.py); one that has not finished its
+    # HTTP/2 handshake within handshake_timeout_ms, or has had no call under way for
+    # idle_timeout_ms, is closed (clients reconnect when they need to)
+    max_connections: int = 10_000
+    handshake_timeout_ms: int = 10_000
+    idle_timeout_ms: int = 120_000
     # graceful stop: in-flight RPCs get this long to finish
     shutdown_grace_s: float = 1.0
     extra_options: tuple[tuple[str, int | str], ...] = field(default=())
@@ -90,6 +97,9 @@ class GrpcConfig:
             "dead_letter_retry_ms",
             "max_receive_bytes",
             "max_buffered_bytes",
+            "max_connections",
+            "handshake_timeout_ms",
+            "idle_timeout_ms",
         ):
             if getattr(self, name) <= 0:
                 raise StoreConfigError(f"{name} must be positive, not {getattr(self, name)}")

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,6 +39,7 @@ import grpc
 
 from ..broker._services import HasAcl, HasClock
 from ..broker.state._pop import POP_STATE_FILE, PopState
+from ..remoting._allowance import PROCESS_CONNECTIONS
 from ._clients import ClientRegistry, ClientsContext
 from ._config import DEFAULT_GRPC_PORT, GrpcConfig
 from ._pb import service_pb2_grpc
@@ -55,6 +58,22 @@ log = logging.getLogger(__name__)
 CLIENT_EXPIRY_CHECK_S = 10.0
 # room for a body of max_message_size plus properties and framing
 _MESSAGE_OVERHEAD = 1024 * 1024
+
+
+def _held(host: str, port: int) -> bool:
+    """Whether another socket listens on ``host:port`` (a probe bound with SO_REUSEADDR, as the
+    servers bind, then closed); port 0 never is."""
+    if not port:
+        return False
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.errno == errno.EADDRINUSE
+    return False
 
 
 class FrontEndContext(
@@ -95,6 +114,7 @@ class GrpcFrontEnd:
         self._port = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self._started = False
+        self.max_connections = 0  # the connections its server takes (set at start)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -148,15 +168,21 @@ class GrpcFrontEnd:
             self._routes,
         )
         limit = broker.store_config.max_message_size + _MESSAGE_OVERHEAD
+        self.max_connections = PROCESS_CONNECTIONS.reserve(self, cfg.max_connections)
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.server_handshake_timeout_ms", cfg.handshake_timeout_ms),
+            ("grpc.max_connection_idle_ms", cfg.idle_timeout_ms),
             *cfg.extra_options,
         ]
         server = grpc.aio.server(options=options)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), server)  # type: ignore[no-untyped-call]
         bind = _bind_address(cfg.host, cfg.port)
+        if _held(cfg.host, cfg.port):  # before gRPC's C core, which logs its own lines
+            raise OSError(errno.EADDRINUSE, f"gRPC front end: cannot bind {bind}: address in use")
         try:
             if cfg.tls_cert is not None and cfg.tls_key is not None:
                 key = await asyncio.to_thread(Path(cfg.tls_key).read_bytes)
@@ -166,8 +192,10 @@ class GrpcFrontEnd:
             else:
                 port = server.add_insecure_port(bind)
         except RuntimeError as exc:  # grpc's "failed to bind"
+            PROCESS_CONNECTIONS.release(self)
             raise OSError(f"gRPC front end: cannot bind {bind}: {exc}") from None
         if not port:
+            PROCESS_CONNECTIONS.release(self)
             raise OSError(f"gRPC front end: cannot bind {bind}")
         self._port = int(port)
         await server.start()
@@ -215,6 +243,7 @@ class GrpcFrontEnd:
             checkers.remove(self._transactions.check)
         await self.service.pops.close()
         await self._server.stop(self.config.shutdown_grace_s)
+        PROCESS_CONNECTIONS.release(self)
         task, self._housekeeping = self._housekeeping, None
         if task is not None:
             task.cancel()
@@ -247,7 +276,8 @@ class GrpcFrontEnd:
                 pops.renew_due()
                 if loop.time() >= next_expiry:
                     next_expiry = loop.time() + CLIENT_EXPIRY_CHECK_S
-                    for client_id in self.service.clients.expire():
+                    streaming = self._transactions.stream_ids()
+                    for client_id in self.service.clients.expire(streaming):
                         pops.release_client(client_id)
                 await asyncio.to_thread(self.pop.persist)
             except Exception:

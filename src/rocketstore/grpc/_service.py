@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..broker.state._topic_config import PERM_READ, PERM_WRITE
 from ..remoting._limits import LogLimiter
+from ._acl import CLIENT_ID_HEADER
 from ._checks import check_group, check_topic, topic_config
 from ._clients import ClientRegistry
 from ._config import GrpcConfig
@@ -55,7 +56,6 @@ def _failed(call: str, exc: Exception) -> pb.Status:
     return status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
 
-CLIENT_ID_HEADER = "x-mq-client-id"
 # message types a topic takes
 ACCEPT_MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 

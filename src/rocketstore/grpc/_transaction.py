@@ -82,6 +82,10 @@ class TransactionFront:
             if not queues:
                 del self._streams[client_id]
 
+    def stream_ids(self) -> set[str]:
+        """The client ids with a Telemetry stream open."""
+        return set(self._streams)
+
     def check(self, request: CheckRequest) -> bool:
         """The TransactionService's checker: a producer publishing the half's topic with an
         open stream gets a RecoverOrphanedTransactionCommand; False when there is none, or

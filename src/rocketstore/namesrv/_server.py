@@ -81,6 +81,7 @@ class NameServer:
             max_frame=max_frame,
             name="namesrv",
             limits=limits,
+            authenticated=acl is not None,
         )
         self.server.close_listeners.append(self._connection_closed)
         self._scan_task: asyncio.Task[None] | None = None

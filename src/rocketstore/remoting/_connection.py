@@ -99,6 +99,8 @@ class Connection(asyncio.BufferedProtocol):
         on_close: Callable[[Connection], None] | None = None,
         backpressure: bool = False,
         budget: BufferBudget | None = None,
+        on_established: Callable[[Connection], None] | None = None,
+        establish_on_frame: bool = True,
         frame_path: FramePath | None = None,
     ) -> None:
         self.handlers = handlers
@@ -110,6 +112,14 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = ""
         self.attributes: dict[str, Any] = {}  # what the server learns (client id, groups)
         self.last_active = 0.0  # loop time of the connection or its last read
+        self.last_frame = 0.0  # loop time of the connection or the last whole frame it sent
+        self.connected_at = 0.0  # loop time it was accepted (or made)
+        # established: it sent a whole frame (``establish_on_frame``), or its server's ACL let
+        # one of its requests in (``establish``); a server closes a connection that is not,
+        # soon after it is made, and lets a new one take its place when every place is taken
+        self.established = False
+        self._establish_on_frame = establish_on_frame
+        self._on_established = on_established
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rsize = _FIRST_READ_SIZE  # the size of a new read buffer
         self._rbuf = bytearray(self._rsize)
@@ -143,9 +153,14 @@ class Connection(asyncio.BufferedProtocol):
     # ---- asyncio.BufferedProtocol -----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.closed:  # aborted before it was made (a server gave its place away)
+            transport.abort()  # type: ignore[attr-defined]
+            return
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
         self._loop = asyncio.get_running_loop()
-        self.last_active = self._loop.time()
+        self.last_active = self.last_frame = self._loop.time()
+        if not self.connected_at:
+            self.connected_at = self.last_active
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -215,6 +230,7 @@ class Connection(asyncio.BufferedProtocol):
         max_frame = self.max_frame
         cork: list[bytes] = []
         self._cork = cork
+        framed = False
         try:
             while end - pos >= 4:
                 length: int = _unpack_int32(buf, pos)[0]
@@ -225,6 +241,9 @@ class Connection(asyncio.BufferedProtocol):
                     self._need = 4 + length
                     break
                 self._need = 0
+                framed = True
+                if not self.established and self._establish_on_frame:
+                    self.establish()
                 self._frame(view[pos + 4 : stop])
                 if self._deferred:  # no room for its answer: served again from here
                     self._deferred = False
@@ -252,7 +271,16 @@ class Connection(asyncio.BufferedProtocol):
                         self._recount()
             self._rstart = pos
         if self._loop is not None:
-            self.last_active = self._loop.time()
+            self.last_active = now = self._loop.time()
+            if framed:
+                self.last_frame = now
+
+    def establish(self) -> None:
+        """The peer is a client of the server's (see ``established``). Loop thread."""
+        if not self.established:
+            self.established = True
+            if self._on_established is not None:
+                self._on_established(self)
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -686,9 +714,9 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
     def abort(self) -> None:
-        """Close at once, dropping what is not sent yet."""
+        """Close at once, dropping what is not sent yet (before it is made: as soon as it is)."""
+        self.closed = True
         if self.transport is not None:
-            self.closed = True
             self.transport.abort()
             self._release()
 

@@ -88,7 +88,15 @@ def _int_keys(mark: str) -> Callable[[list[tuple[str, Any]]], dict[Any, Any]]:
 
 
 def loads(text: str | bytes | bytearray | memoryview) -> Any:
-    """Parse strict JSON or fastjson's form with bare integer keys; ValueError when neither."""
+    """Parse strict JSON or fastjson's form with bare integer keys; ValueError when neither
+    (or when it is nested deeper than Python's recursion limit: bad input too)."""
+    try:
+        return _loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _loads(text: str | bytes | bytearray | memoryview) -> Any:
     if not isinstance(text, str):
         text = bytes(text).decode("utf-8")
     try:
@@ -124,8 +132,11 @@ def _quote_key(match: re.Match[str]) -> str:
 def loads_lenient(text: str) -> Any:
     """Parse JSON that may have fastjson's bare integer map keys (``{0:5,1:3}``); such keys come
     back as text (``{"0": 5, "1": 3}``), as quoted ones do. ValueError
-    (``json.JSONDecodeError``) for anything else that is not JSON."""
-    return json.loads(_BARE_INT_KEY.sub(_quote_key, text))
+    (``json.JSONDecodeError``) for anything else that is not JSON, or nested too deeply."""
+    try:
+        return json.loads(_BARE_INT_KEY.sub(_quote_key, text))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 _WS = re.compile(r"[ \t\n\r]*")

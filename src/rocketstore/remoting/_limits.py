@@ -165,7 +165,11 @@ class ServerLimits:
     pulls, sends waiting for their flush) is not read from until a quarter of them are
     answered; a held pull holds some 3.3 KiB, so one connection holds some 27 MiB of
     them at most. RocketMQ's Java client allows itself 65,535 asynchronous requests; one
-    client with more than 8,192 queues held on one broker is rare."""
+    client with more than 8,192 queues held on one broker is rare.
+
+    ``handshake_timeout``: a connection that is not established this many seconds after it
+    was accepted (no whole frame sent; with an ACL, no request it let in) is closed; RocketMQ
+    clients send their first request as soon as they connect."""
 
     max_connections: int = 10_000
     write_high_water: int = 1 * MiB
@@ -174,6 +178,7 @@ class ServerLimits:
     max_buffered_total: int = 256 * MiB
     write_stall_timeout: float = 60.0
     max_in_flight: int = 8192
+    handshake_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
@@ -188,6 +193,8 @@ class ServerLimits:
             raise ValueError("write_stall_timeout must be positive")
         if self.max_in_flight < 1:
             raise ValueError(f"max_in_flight must be positive, not {self.max_in_flight}")
+        if self.handshake_timeout <= 0:
+            raise ValueError("handshake_timeout must be positive")
 
 
 DEFAULT_LIMITS = ServerLimits()
@@ -204,6 +211,7 @@ class ServerStatistics:
     refused_connections: int  # beyond max_connections
     closed_over_budget: int  # aborted for holding too much
     closed_stalled: int  # closed for not reading their answers for write_stall_timeout
+    closed_unestablished: int = 0  # closed, or replaced by a new one, before established
 
 
 class BufferBudget:

@@ -10,6 +10,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from ._allowance import PROCESS_CONNECTIONS
 from ._command import DEFAULT_MAX_FRAME
 from ._connection import Connection, FramePath, Handler
 from ._limits import (
@@ -28,7 +29,7 @@ class _Refused(asyncio.Protocol):
     """A connection over the server's limit: closed as soon as it is made."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
+        transport.abort()  # type: ignore[attr-defined]
 
 
 class RemotingServer:
@@ -39,7 +40,15 @@ class RemotingServer:
     own); None keeps idle connections open. Server connections stop reading from a peer that
     does not read its answers (see Connection's ``backpressure``). ``limits``: how many
     connections, and how many bytes of unsent answers and large frames they may hold (see
-    ``ServerLimits``); ``statistics()`` tells where they stand."""
+    ``ServerLimits``); ``statistics()`` tells where they stand.
+
+    A connection is *established* once it has sent a whole frame, or, when ``authenticated``
+    (its handlers check an ACL), once the ACL has let one of its requests in
+    (``Connection.establish``). One that is not within ``limits.handshake_timeout`` seconds is
+    closed; when every place is taken (``max_connections``, or the process's allowance of
+    connections, ``_allowance``) a new connection takes the place of the one that has waited
+    longest without being established, so connections that say nothing, or say nothing an
+    ACL takes, cannot keep clients out."""
 
     def __init__(
         self,
@@ -51,6 +60,7 @@ class RemotingServer:
         name: str = "remoting",
         idle_timeout: float | None = 120.0,
         limits: ServerLimits = DEFAULT_LIMITS,
+        authenticated: bool = False,
     ) -> None:
         self.handlers = handlers
         self.host = host
@@ -59,9 +69,14 @@ class RemotingServer:
         self.name = name
         self.idle_timeout = idle_timeout
         self.limits = limits
+        self.authenticated = authenticated
         self.connections: set[Connection] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop it serves on (at start)
+        # the connections not established yet, the longest waiting first
+        self._unestablished: dict[Connection, None] = {}
         self.budget = BufferBudget(limits, self.connections, name)
         self.refused_connections = 0
+        self.closed_unestablished = 0  # closed, or replaced, before they were established
         self.closed_stalled = 0
         self.close_listeners: list[Callable[[Connection], None]] = []
         # serves a request frame before it is decoded (see Connection's ``frame_path``); set
@@ -79,22 +94,37 @@ class RemotingServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # asyncio accepts up to the backlog at once, each an open file until the loop turns
+        # (a connection refused too): a burst stays a small part of the process's allowance
+        backlog = max(16, min(1024, PROCESS_CONNECTIONS.allowance() // 8))
         self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
+            self._new_connection, self.host, self.port, reuse_address=True, backlog=backlog
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self.loop = loop
+        PROCESS_CONNECTIONS.add(self)
         self._sweeper = asyncio.create_task(self._sweep())
         log.info("%s: listening on %s", self.name, self.address)
 
     def _new_connection(self) -> asyncio.BaseProtocol:
+        loop = asyncio.get_running_loop()
         if len(self.connections) >= self.limits.max_connections:
+            placed = self.replace_unestablished()
+        elif PROCESS_CONNECTIONS.full():  # another server's waiting connection will do
+            placed = PROCESS_CONNECTIONS.replace_unestablished(loop)
+        else:
+            placed = True
+        if not placed:
             self.refused_connections += 1
             _refusals_log.log(
                 logging.WARNING,
-                "%s: refusing a connection: %s connections open (max_connections)",
+                "%s: refusing a connection: %s connections open (max_connections), "
+                "%s in the process's servers (%s allowed), every one established",
                 self.name,
                 f"{len(self.connections):,}",
+                f"{PROCESS_CONNECTIONS.in_use():,}",
+                f"{PROCESS_CONNECTIONS.allowance():,}",
             )
             return _Refused()
         conn = Connection(
@@ -103,10 +133,48 @@ class RemotingServer:
             on_close=self._closed,
             backpressure=True,
             budget=self.budget,
+            on_established=self._established,
+            establish_on_frame=not self.authenticated,
             frame_path=self.frame_path,
         )
+        conn.connected_at = loop.time()
         self.connections.add(conn)
+        self._unestablished[conn] = None
         return conn
+
+    def _established(self, conn: Connection) -> None:
+        self._unestablished.pop(conn, None)
+
+    def waiting_since(self) -> float | None:
+        """Loop time the connection waiting longest without being established was accepted
+        (None: every connection is established). Loop thread."""
+        for conn in self._unestablished:
+            return conn.connected_at
+        return None
+
+    def replace_unestablished(self) -> bool:
+        """Close the connection that has waited longest without being established, to make a
+        place for a new one; False when every connection is established. Loop thread."""
+        conn = next(iter(self._unestablished), None)
+        if conn is None:
+            return False
+        self._drop_unestablished(conn, "replaced by a new connection")
+        return True
+
+    def _drop_unestablished(self, conn: Connection, why: str) -> None:
+        self._unestablished.pop(conn, None)
+        self.connections.discard(conn)  # its place is free now; close listeners run later
+        self.closed_unestablished += 1
+        _refusals_log.log(
+            logging.WARNING,
+            "%s: closing %s: %s (no request %s within %g s)",
+            self.name,
+            conn.peer or "a connection",
+            why,
+            "its ACL took" if self.authenticated else "sent",
+            self.limits.handshake_timeout,
+        )
+        conn.abort()
 
     def statistics(self) -> ServerStatistics:
         """Where the connections stand, counted now (loop thread)."""
@@ -123,12 +191,14 @@ class RemotingServer:
             unsent_bytes=unsent,
             read_buffer_bytes=read_buffers,
             refused_connections=self.refused_connections,
+            closed_unestablished=self.closed_unestablished,
             closed_over_budget=self.budget.closed_over_budget,
             closed_stalled=self.closed_stalled,
         )
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self._unestablished.pop(conn, None)
         for listener in self.close_listeners:
             try:
                 listener(conn)
@@ -142,11 +212,18 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         idle_timeout = self.idle_timeout
         stall_timeout = self.limits.write_stall_timeout
-        shortest = stall_timeout if idle_timeout is None else min(idle_timeout, stall_timeout)
+        handshake_timeout = self.limits.handshake_timeout
+        shortest = min(stall_timeout, handshake_timeout)
+        if idle_timeout is not None:
+            shortest = min(shortest, idle_timeout)
         period = min(max(shortest / 4, 0.01), 10.0)
         while True:
             await asyncio.sleep(period)
             now = loop.time()
+            for conn in list(self._unestablished):  # the longest waiting first
+                if conn.connected_at >= now - handshake_timeout:
+                    break
+                self._drop_unestablished(conn, "not established")
             for conn in list(self.connections):
                 if conn.closed:
                     continue
@@ -162,7 +239,7 @@ class RemotingServer:
                         stall_timeout,
                     )
                     conn.abort()
-                elif idle_timeout is not None and conn.last_active < now - idle_timeout:
+                elif idle_timeout is not None and conn.last_frame < now - idle_timeout:
                     log.info("%s: closing %s, idle for %g s", self.name, conn.peer, idle_timeout)
                     conn.close()
                 elif conn.last_active < now - period:
@@ -179,6 +256,7 @@ class RemotingServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        PROCESS_CONNECTIONS.remove(self)
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

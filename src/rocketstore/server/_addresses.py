@@ -28,8 +28,9 @@ def resolve_addresses(
     """The store and broker settings a broker starts with. Listen port 0: a port
     ``choose_port(listen_host)`` gives, and any free HA port (brokers in one process must not
     collide); else the configured HA port. The store records the broker's advertised address,
-    replicates (HA on) and listens for slaves on the configured HA host, or on the broker's
-    listen host when that is the default 127.0.0.1."""
+    replicates (HA on) and listens for slaves on the configured HA host: 127.0.0.1 unless told
+    otherwise (``--ha-listen``), whatever host the broker listens on, since the HA port takes no
+    credentials and serves the whole commit log to whoever connects."""
     ha_port = store_config.ha_listen_port
     if config.listen_port == 0:
         config = dataclasses.replace(config, listen_port=choose_port(config.listen_host))
@@ -40,7 +41,7 @@ def resolve_addresses(
         store_host=config.advertised_host,
         store_port=config.listen_port,
         ha_enable=True,
-        ha_listen_host=ha_host if ha_host != "127.0.0.1" else config.listen_host,
+        ha_listen_host=ha_host,
         ha_listen_port=ha_port,
     )
     return store_config, config

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import difflib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING
 from .._extras import install_hint
 from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, admin_accounts
 from ..acl._remoting import AclSource
-from ..broker._config import BrokerConfig, ignored_keys
+from ..broker._config import BrokerConfig, broker_conf_keys, ignored_keys
 from ..broker._controller import BrokerController, load_acl
 from ..grpc import GrpcConfig, GrpcFrontEnd
 from ..remoting import RemotingServer
@@ -50,6 +52,33 @@ def _tier_service(store: MessageStore, config: StoreConfig, clock: Clock) -> Tie
     tier = TierService(config, settled=store.flushed_phy_offset, clock=clock)
     store.set_tiered_below(tier.covered)
     return tier
+
+
+def ignored_keys_warning(keys: list[str]) -> str:
+    """The start-up warning for broker.conf keys nothing acts on: RocketMQ's settings that
+    rocketstore does not support, then keys neither knows (typos, most likely), each with the
+    known key it is closest to."""
+    from ..broker.admin._config_keys import ROCKETMQ_KEYS
+
+    store_keys = {
+        f.name.split("_")[0] + "".join(w.capitalize() for w in f.name.split("_")[1:])
+        for f in dataclasses.fields(StoreConfig)
+    }
+    known = sorted(ROCKETMQ_KEYS | broker_conf_keys() | store_keys)
+    parts = []
+    unsupported = [k for k in keys if k in ROCKETMQ_KEYS]
+    if unsupported:
+        parts.append("broker configuration keys ignored (not supported): " + ", ".join(unsupported))
+    unknown = []
+    for key in (k for k in keys if k not in ROCKETMQ_KEYS):
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        unknown.append(f"{key} (did you mean {close[0]}?)" if close else key)
+    if unknown:
+        parts.append(
+            "unknown broker configuration keys ignored (neither RocketMQ's nor rocketstore's): "
+            + ", ".join(unknown)
+        )
+    return "; ".join(parts)
 
 
 class BrokerServer:
@@ -130,7 +159,7 @@ class BrokerServer:
         self._store_config, self._config = store_config, config
         ignored = ignored_keys(store_config)
         if ignored:
-            log.warning("broker configuration keys ignored (not supported): %s", ", ".join(ignored))
+            log.warning("%s", ignored_keys_warning(ignored))
         acl = load_acl(config, grpc_default_acl(self.grpc_config))
         inner = self._inner_account
         if acl is not None and inner is not None:
@@ -171,6 +200,7 @@ class BrokerServer:
                 max_frame=config.max_frame_size,
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
+                authenticated=broker.acl is not None,
             )
             if broker.send_frame_path is not None:
                 remoting.frame_path = broker.send_frame_path.serve

@@ -99,7 +99,11 @@ class ControllerServer:
             if acl is not None:
                 handlers = acl.guard_all(handlers)
             remoting = RemotingServer(
-                handlers, config.listen_host, config.listen_port, name="controller"
+                handlers,
+                config.listen_host,
+                config.listen_port,
+                name="controller",
+                authenticated=acl is not None,
             )
             remoting.close_listeners.append(controller.connection_closed)
             await remoting.start()

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from .._extras import install_hint
 from ..console._embed import DEFAULT_LISTEN as CONSOLE_DEFAULT
 from ..metrics import DEFAULT_METRICS_LISTEN as METRICS_DEFAULT
+from ..remoting._allowance import raise_open_files_limit
 from ..store._disk import why_not_writeable
-from ._ports import PortClaim, check_ports, server_claims
+from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
 
 if TYPE_CHECKING:
     from ..namesrv import NameServer
@@ -90,9 +91,11 @@ def _optional_claims(metrics_listen: str | None, console_listen: str | None) -> 
     when taken)."""
     claims = []
     if metrics_listen:
-        claims.append(PortClaim("the metrics endpoint", *_split(metrics_listen)))
+        claims.append(
+            PortClaim("the metrics endpoint", *_split(metrics_listen), "--metrics-listen")
+        )
     if console_listen:
-        claims.append(PortClaim("the console", *_split(console_listen)))
+        claims.append(PortClaim("the console", *_split(console_listen), "--console-listen"))
     return claims
 
 
@@ -117,7 +120,15 @@ def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
     elif store_config.ha_listens:
         host = store_config.ha_listen_host
         port = server.store.ha.listen_port
-        announce(f"HA port of broker {name} (slaves replicate from it) listening on {host}:{port}")
+        note = ""
+        if host != server.config.listen_host and host in ("127.0.0.1", "::1", "localhost"):
+            note = (
+                " (this host only: slaves elsewhere need --ha-listen HOST:PORT; it takes no "
+                "credentials and serves the whole commit log)"
+            )
+        announce(
+            f"HA port of broker {name} (slaves replicate from it) listening on {host}:{port}{note}"
+        )
 
 
 async def run_servers(
@@ -142,14 +153,21 @@ async def run_servers(
     over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
     announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
     ports, the metrics endpoint's, the console's), and two of them asking for one port are
-    refused before anything binds (PortClashError, naming both). Every ``stats_interval``
+    refused before anything binds (PortClashError, naming both); a port another process holds
+    ends the start with PortInUseError naming it. Every ``stats_interval``
     seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
     logger)."""
     extra = _optional_claims(metrics_listen, console_listen)
+    controller_claims = []
     if controller is not None:
         cfg = controller.config
-        extra.insert(0, PortClaim("the controller", cfg.listen_host, cfg.listen_port))
-    check_ports(server_claims(namesrv, brokers, extra))
+        option = "--controller-listen" if namesrv is not None else "--listen"
+        controller_claims.append(
+            PortClaim("the controller", cfg.listen_host, cfg.listen_port, option)
+        )
+    check_ports(server_claims(namesrv, brokers, controller_claims + extra))
+    raise_open_files_limit()
+    starting: list[PortClaim] = []  # the ports of the server being started
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
     _settle_allocator()
@@ -165,9 +183,11 @@ async def run_servers(
     stats: asyncio.Task[None] | None = None
     try:
         if namesrv is not None:
+            starting = server_claims(namesrv, brokers)[:1]
             await namesrv.start()
             announce(f"name server listening on {namesrv.address}")
         if controller is not None:
+            starting = controller_claims
             await controller.start()
             controller_started = True
             cfg = controller.config
@@ -179,6 +199,7 @@ async def run_servers(
                 + ")"
             )
         for server in brokers:
+            starting = broker_claims(server)
             await server.start()
             started.append(server)
             broker = server.broker
@@ -211,6 +232,7 @@ async def run_servers(
                 )
         from ..metrics import maybe_start_metrics
 
+        starting = [c for c in extra if c.owner == "the metrics endpoint"]
         metrics = await maybe_start_metrics(
             [s.broker for s in started],
             metrics_listen,
@@ -227,6 +249,7 @@ async def run_servers(
             announce(f"no metrics endpoint: {_no_default_metrics()}")
         from ..console._embed import maybe_start_console
 
+        starting = [c for c in extra if c.owner == "the console"]
         console = await maybe_start_console(
             console_listen,
             console_namesrv,
@@ -238,9 +261,12 @@ async def run_servers(
             announce(f"no console: {CONSOLE_DEFAULT} is taken (--console-listen HOST:PORT)")
         if started and stats_interval > 0:
             stats = asyncio.create_task(_log_stats(started, stats_interval), name="stats-log")
+        starting = []
         _settle_garbage_collector()
         await stop.wait()
         announce("shutting down")
+    except OSError as exc:
+        raise port_in_use_error(starting, exc) from None
     finally:
         if stats is not None:
             stats.cancel()

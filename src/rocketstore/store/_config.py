@@ -262,7 +262,7 @@ class StoreConfig:
             if name not in known:
                 extra.append((raw_key, str(raw_value)))
                 continue
-            kwargs[name] = _convert(name, hints[name], raw_value)
+            kwargs[name] = _convert(name, hints[name], raw_value, raw_key)
         if "store_port" in kwargs and "ha_listen_port" not in kwargs:
             # RocketMQ's broker listens for slaves on its own port + 1
             kwargs["ha_listen_port"] = kwargs["store_port"] + 1
@@ -271,7 +271,15 @@ class StoreConfig:
                 "broker configuration keys that are not store settings, kept in extra: %s",
                 ", ".join(k for k, _ in extra),
             )
-        return cls(**kwargs, extra=tuple(extra))
+        try:
+            return cls(**kwargs, extra=tuple(extra))
+        except StoreConfigError as exc:  # named as the configuration spelt it
+            text = str(exc)
+            for raw_key in values:
+                name = _CONF_ALIASES.get(raw_key) or _snake(raw_key).replace("maped", "mapped")
+                if name != raw_key and re.match(rf"{name}\b", text):
+                    raise StoreConfigError(raw_key + text[len(name) :]) from None
+            raise
 
     @classmethod
     def from_broker_conf(cls, path: str | os.PathLike[str]) -> StoreConfig:
@@ -299,13 +307,16 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def _convert(name: str, hint: Any, value: Any) -> Any:
+def _convert(name: str, hint: Any, value: Any, key: str | None = None) -> Any:
+    """``value`` as field ``name``'s type; StoreConfigError naming ``key`` (the key as the
+    configuration spelt it: broker.conf's ``listenPort`` for ``store_port``) when it is not."""
+    label = key or name
     origin = typing.get_origin(hint)
     if origin is Literal:
         allowed = typing.get_args(hint)
         text = str(value).strip()
         if text not in allowed:
-            raise StoreConfigError(f"{name}: {text!r} is not one of {', '.join(allowed)}")
+            raise StoreConfigError(f"{label}: {text!r} is not one of {', '.join(allowed)}")
         return text
     if hint is bool:
         if isinstance(value, bool):
@@ -315,19 +326,19 @@ def _convert(name: str, hint: Any, value: Any) -> Any:
             return True
         if text in ("false", "0", "no"):
             return False
-        raise StoreConfigError(f"{name}: {value!r} is not true or false")
+        raise StoreConfigError(f"{label}: {value!r} is not true or false")
     if hint is int:
         if isinstance(value, bool):
-            raise StoreConfigError(f"{name}: expected an integer, got {value!r}")
+            raise StoreConfigError(f"{label}: expected an integer, got {value!r}")
         try:
             return int(str(value).strip())
         except ValueError:
-            raise StoreConfigError(f"{name}: {value!r} is not an integer") from None
+            raise StoreConfigError(f"{label}: {value!r} is not an integer") from None
     if hint is float:
         try:
             return float(str(value).strip())
         except ValueError:
-            raise StoreConfigError(f"{name}: {value!r} is not a number") from None
+            raise StoreConfigError(f"{label}: {value!r} is not a number") from None
     if hint is str or isinstance(hint, types.UnionType):
         if name in ("store_path_root_dir", "store_path_commit_log", "tiered_dir"):
             return os.path.expanduser(str(value).strip())

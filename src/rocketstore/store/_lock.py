@@ -47,7 +47,9 @@ class StoreLock:
             os.close(fd)
             owner = f"process {text}" if text.isdigit() else "another process"
             raise StoreLockedError(
-                f"{self.path.parent} is owned by {owner}; open it read-only or stop that process"
+                f"store {self.path.parent.absolute()} is owned by {owner} (one process writes "
+                "a store): stop that process, or give this one another store directory; "
+                "get, query, stats and inspect read it as it is"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)

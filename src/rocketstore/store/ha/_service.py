@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 ACCEPT_TIMEOUT_S = 1.0
 JOIN_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 16
+"""Slaves a master serves at once (each costs two threads). A new connection beyond them takes
+the place of the oldest one that has not said where to start yet, else it is closed: the port
+takes no credentials (as RocketMQ's), so peers that connect and say nothing cannot keep the
+slaves out."""
+REFUSALS_LOG_S = 10.0  # refused connections are told at most once in this many seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +126,9 @@ class HAService:
             connection_count=self.connection_count,
             wake_writers=self.wake_writers,
         )
+        self.refused_connections = 0
+        self._refusals_told = 0.0  # monotonic time refusals were last logged
+        self._refusals_untold = 0
         self.client: HAClient | None = None
         if not self.is_master:
             self.client = HAClient(
@@ -192,7 +201,15 @@ class HAService:
     # ---- master -----------------------------------------------------------------------------
 
     def _accept(self, sock: socket.socket) -> None:
-        """The accept thread: a new slave."""
+        """The accept thread: a new slave (or, beyond MAX_CONNECTIONS, none)."""
+        with self._lock:
+            current = list(self.connections)
+        if len(current) >= MAX_CONNECTIONS:
+            waiting = [c for c in current if c.request_offset < 0 and not c.closed]
+            if not waiting:
+                self._refuse(sock)
+                return
+            min(waiting, key=lambda c: c.connected_at).close("replaced by a new connection")
         c = self.config
         conn = HAConnection(
             sock,
@@ -208,6 +225,25 @@ class HAService:
         with self._lock:
             self.connections = [*self.connections, conn]
         conn.start()
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Close a connection beyond MAX_CONNECTIONS (told in the log now and then)."""
+        self.refused_connections += 1
+        self._refusals_untold += 1
+        try:
+            sock.close()
+        except OSError:
+            pass
+        now = self.clock.monotonic()
+        if now - self._refusals_told >= REFUSALS_LOG_S:
+            log.warning(
+                "HA service: refused %d connection(s): %d slaves connected (the most served "
+                "at once), every one replicating",
+                self._refusals_untold,
+                MAX_CONNECTIONS,
+            )
+            self._refusals_told = now
+            self._refusals_untold = 0
 
     def _remove(self, conn: HAConnection) -> None:
         with self._lock:

@@ -1,0 +1,89 @@
+"""A flood of connections leaves `rocketstore serve` its open files: the servers of one process
+hold at most half its open-file limit of connections together (remoting/_allowance.py), so a
+peer that opens more connections than the process may open files (to the gRPC port, which had
+no limit, or a remoting port, whose limit of 10,000 is beyond most processes' open files) no
+longer takes the last file: the broker accepted nobody then, and its store could start no new
+file. Each flood here is twice the child's limit of open files."""
+
+from __future__ import annotations
+
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
+from test_base_install import _read_until
+from test_serve_ports import free_port
+
+CLI = [sys.executable, "-m", "rocketstore.cli"]
+LIMIT = 512  # the child's open files (soft and hard)
+
+
+def _limit_open_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
+
+
+def _own_limit_at_least(n: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        if hard != resource.RLIM_INFINITY and hard < n:
+            pytest.skip(f"this process may open {hard} files, the flood needs {n}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
+
+
+def send(address: str, body: bytes) -> RemotingCommand:
+    ext = {"a": "P", "b": "FloodT", "c": "TBW102", "d": "1", "e": "0", "f": "0", "g": "0"}
+    ext |= {"h": "0", "i": "", "j": "0", "k": "false", "m": "false"}
+    with RemotingClient(timeout=30) as client:
+        return client.invoke(address, RemotingCommand.request(310, ext, body))
+
+
+@pytest.mark.parametrize("flooded", ["gRPC", "broker", "name server"])
+def test_a_connection_flood_leaves_the_process_its_files(tmp_path: Path, flooded: str) -> None:
+    _own_limit_at_least(3 * LIMIT)
+    ns, broker, grpc = free_port(), free_port(pair=True), free_port()
+    args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{ns}"]
+    args += ["--listen", f"127.0.0.1:{broker}", "--grpc-listen", f"127.0.0.1:{grpc}"]
+    args += ["--metrics-listen", "", "--console-listen", ""]
+    port = {"gRPC": grpc, "broker": broker, "name server": ns}[flooded]
+    flood: list[socket.socket] = []
+    with (tmp_path / "serve.err").open("w") as err:
+        proc = subprocess.Popen(
+            [*CLI, *args],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            preexec_fn=_limit_open_files,
+        )
+        try:
+            _read_until(proc, r"^gRPC front end listening on ")
+            address = f"127.0.0.1:{broker}"
+            assert send(address, b"before").code == ResponseCode.SUCCESS
+            for _ in range(2 * LIMIT):
+                try:
+                    flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+                except OSError:  # refused or timed out: the flood is over the limits
+                    break
+            # the broker still accepts, serves and stores
+            assert send(address, b"after").code == ResponseCode.SUCCESS
+            with RemotingClient(timeout=30) as client:
+                r = client.invoke(address, RemotingCommand.request(28, {}))
+            assert r.code == ResponseCode.SUCCESS
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+        finally:
+            for sock in flood:
+                sock.close()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+            assert proc.stdout is not None
+            proc.stdout.close()
+    log = (tmp_path / "serve.err").read_text()
+    assert not re.search(r"Too many open files", log), log[-2000:]
