@@ -141,7 +141,11 @@ class SlaveWaits:
         while ended:
             w, answer = ended.popleft()
             if w is not self._attached:
-                continue  # a wait that ended here already (acknowledged, or timed out)
+                # a wait that ended here already (acknowledged, or timed out): the service
+                # counted a timeout only if it ended it so too
+                if w.result.status is _TIMED_OUT and answer.status is _PUT_OK:
+                    self.transfer.timeouts += 1
+                continue
             self._attached = None
             if answer.status is _PUT_OK or not queue or queue[0] is not w:
                 continue  # covered: ended above
@@ -177,7 +181,7 @@ class SlaveWaits:
             w = queue.popleft()
             w.result = w.result._replace(status=_TIMED_OUT)
             if w is self._attached:
-                self._attached = None  # the service times it out too (and counts it)
+                self._attached = None  # counted when the service ends it (``_drain``)
             else:
                 transfer.timeouts += 1
             done.append(w)
