@@ -2,13 +2,17 @@
 thread grouped by part (store put, index, codec, send processing, system calls, collector).
 
     python benchmarks/broker_profile.py [--load send|raw|pull] [--flush ASYNC_FLUSH|SYNC_FLUSH]
-        [--messages N] [--rate 200] [--keep FILE]
+        [--role ASYNC_MASTER|SYNC_MASTER] [--slave] [--messages N] [--rate 200] [--keep FILE]
 
 Loads (the broker is a ``rocketstore serve`` subprocess, as in ``rocketstore bench``):
 
 - ``send``: one blocking client, one SEND_MESSAGE_V2 per round trip;
 - ``raw``: pre-encoded sends on 64 connections, 8 outstanding on each (the broker's ceiling);
 - ``pull``: a fill, then one consumer draining the topic (the drain is profiled).
+
+``--role`` sets the broker's role; ``--slave`` attaches a slave process (a store replicating
+from the broker's HA port, as in ``rocketstore bench --scenario ha_broker_sync_master``), which
+a SYNC_MASTER needs to answer SUCCESS.
 
 Needs py-spy (``pip install py-spy``) and permission to attach to a child process. A sample
 is put in the group of the deepest frame that matches one (so a store call made from the send
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import shutil
 import subprocess
@@ -27,7 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from rocketstore import StoreConfig
 from rocketstore.bench import broker as b
+from rocketstore.bench.ha import _slave_of
 
 GROUPS = [
     ("collector (gc)", ["gc_collect"]),
@@ -103,6 +110,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--load", choices=("send", "raw", "pull"), default="raw")
     ap.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
+    ap.add_argument("--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER")
+    ap.add_argument("--slave", action="store_true", help="attach a slave process")
     ap.add_argument("--messages", type=int, default=64_000)
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples a second")
     ap.add_argument("--keep", default=None, help="keep py-spy's raw output in FILE")
@@ -112,7 +121,18 @@ def main() -> None:
     n = args.messages
     load_before = _load()
     try:
-        with b.broker_server(os.path.join(root, "store"), flush=args.flush) as server:
+        with contextlib.ExitStack() as stack:
+            server = stack.enter_context(
+                b.broker_server(
+                    os.path.join(root, "store"),
+                    flush=args.flush,
+                    role=args.role,
+                    want_ha=args.slave,
+                )
+            )
+            if args.slave:
+                size = StoreConfig().mapped_file_size_commit_log
+                stack.enter_context(_slave_of(os.path.join(root, "slave"), server.ha_address, size))
             b._create_topic(server)
             body = b._body()
             frames = b.send_frames(n, body) if args.load == "raw" else []
@@ -140,7 +160,8 @@ def main() -> None:
                 spy.send_signal(2)
                 spy.wait(60)
         print(
-            f"{args.load}, {args.flush}: {n / took:,.0f} msgs/s while sampled "
+            f"{args.load}, {args.flush}, {args.role}{' with a slave' if args.slave else ''}: "
+            f"{n / took:,.0f} msgs/s while sampled "
             f"(load average {load_before} before, {_load()} after)"
         )
         print("broker CPU a message by thread (µs):")

@@ -203,3 +203,15 @@ def test_broker_process_is_stopped(tmp_path: Path) -> None:
         assert server.namesrv and server.address
         assert server.cpu_seconds() > 0
     assert proc.poll() is not None
+
+
+@pytest.mark.timeout(240)
+def test_sync_master_scenario_runs_small_and_every_send_is_acknowledged(tmp_path: Path) -> None:
+    from rocketstore.bench.ha import bench_ha_broker_sync_master
+
+    # the raw rounds check that every answer is SUCCESS (a SYNC_MASTER's only once its slave
+    # holds the message): the round raises otherwise
+    out = bench_ha_broker_sync_master(str(tmp_path), 640)
+    assert out["messages"] == 640
+    for tag in ("async", "sync"):
+        assert out[f"{tag}_raw_msgs_per_s"] > 0 and out[f"{tag}_producers_msgs_per_s"] > 0

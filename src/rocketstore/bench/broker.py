@@ -73,6 +73,7 @@ class BrokerServer:
     address: str
     loop: str
     flush: str
+    ha_address: str = ""  # where its slaves replicate from (announced by serve)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the broker process so far (all its threads)."""
@@ -127,14 +128,17 @@ def broker_server(
     loop: str = "asyncio",
     cpu: int | None = None,
     start_timeout: float = 60.0,
+    role: str = "ASYNC_MASTER",
+    want_ha: bool = False,
 ) -> Iterator[BrokerServer]:
     """Run ``rocketstore serve`` over ``store`` on free loopback ports (``loop``: the event
-    loop, ``asyncio`` or ``uvloop``; ``cpu``: pin it there) until the block ends, then stop it
-    with SIGTERM (SIGKILL when it has not stopped within 30 s)."""
+    loop, ``asyncio`` or ``uvloop``; ``cpu``: pin it there; ``role``: the broker's role, a
+    master's; ``want_ha``: wait for its HA port too, for a slave) until the block ends, then stop
+    it with SIGTERM (SIGKILL when it has not stopped within 30 s)."""
     launch = _LAUNCH_UVLOOP if loop == "uvloop" else _LAUNCH
     conf = Path(store).parent / f"{Path(store).name}.conf"  # HA on a free port, not 10912
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text("haListenPort=0\n")
+    conf.write_text(f"haListenPort=0\nbrokerRole={role}\n")
     args = [sys.executable, "-c", launch, "serve", "--store", store, "--conf", str(conf)]
     args += ["--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--flush", flush]
     args += ["--grpc-listen", ""]
@@ -144,17 +148,22 @@ def broker_server(
             if cpu is not None:
                 os.sched_setaffinity(proc.pid, {cpu})
             assert proc.stdout is not None
-            namesrv, address = _addresses(_line_reader(proc.stdout), start_timeout, err)
-            yield BrokerServer(proc, namesrv, address, loop, flush)
+            namesrv, address, ha = _addresses(
+                _line_reader(proc.stdout), start_timeout, err, want_ha=want_ha
+            )
+            yield BrokerServer(proc, namesrv, address, loop, flush, ha)
         finally:
             _stop(proc)
 
 
-def _addresses(lines: queue.Queue[str | None], timeout: float, err: IO[bytes]) -> tuple[str, str]:
-    """The name server's and the broker's addresses from what ``serve`` announces."""
-    namesrv = address = ""
+def _addresses(
+    lines: queue.Queue[str | None], timeout: float, err: IO[bytes], *, want_ha: bool = False
+) -> tuple[str, str, str]:
+    """The name server's, the broker's and (``want_ha``: waited for too) its HA port's
+    addresses from what ``serve`` announces."""
+    namesrv = address = ha = ""
     deadline = time.monotonic() + timeout
-    while not address:
+    while not address or (want_ha and not ha):
         try:
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
         except queue.Empty:
@@ -165,9 +174,11 @@ def _addresses(lines: queue.Queue[str | None], timeout: float, err: IO[bytes]) -
             raise RuntimeError(f"rocketstore serve did not start: {tail}")
         if line.startswith("name server listening on "):
             namesrv = line.rsplit(" ", 1)[1]
+        elif line.startswith("HA port of broker ") and " listening on " in line:
+            ha = line.rsplit(" ", 1)[1]
         elif line.startswith("broker ") and " listening on " in line:
             address = line.split(" listening on ", 1)[1].split(",", 1)[0]
-    return namesrv, address
+    return namesrv, address, ha
 
 
 def _line_reader(stream: IO[bytes]) -> queue.Queue[str | None]:

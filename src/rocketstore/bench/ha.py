@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import Message, MessageStore, PutMessageStatus, StoreConfig
 from . import Figures, scenario
+from .broker import _body, _create_topic, _many_round, _raw_round, broker_server
 
 BODY_SIZE = 1024
 TOPIC = "BenchHA"
@@ -38,6 +39,10 @@ import json, sys, time
 from rocketstore import MessageStore, StoreConfig
 over = json.loads(sys.argv[1])
 with MessageStore(StoreConfig(**over)) as store:
+    client = store.ha.client
+    deadline = time.monotonic() + 30
+    while client is not None and client.reported_offset < 0 and time.monotonic() < deadline:
+        time.sleep(0.005)  # until it has told the master where it stands
     print("ready", flush=True)
     sys.stdin.read()  # until the benchmark closes our stdin
 """
@@ -56,11 +61,26 @@ def _config(root: str, **kw: Any) -> StoreConfig:
 @contextmanager
 def _slave(root: str, master: MessageStore, **kw: Any) -> Iterator[subprocess.Popen[str]]:
     """A slave process replicating ``master``; stopped (cleanly) on exit."""
+    with _slave_of(
+        root,
+        f"127.0.0.1:{master.ha.listen_port}",
+        master.config.mapped_file_size_commit_log,
+        **kw,
+    ) as proc:
+        yield proc
+
+
+@contextmanager
+def _slave_of(
+    root: str, ha_address: str, file_size: int, **kw: Any
+) -> Iterator[subprocess.Popen[str]]:
+    """A slave process replicating the master at ``ha_address`` (its commit-log files
+    ``file_size`` bytes), ready once it has reported its offset; stopped (cleanly) on exit."""
     over = {
         "store_path_root_dir": root,
-        "mapped_file_size_commit_log": master.config.mapped_file_size_commit_log,
+        "mapped_file_size_commit_log": file_size,
         "broker_role": "SLAVE",
-        "ha_master_address": f"127.0.0.1:{master.ha.listen_port}",
+        "ha_master_address": ha_address,
         **kw,
     }
     proc = subprocess.Popen(
@@ -340,3 +360,44 @@ def bench_ha_catch_up(root: str, count: int | None) -> Figures:
         "catch_up_mb_per_s": round(total / seconds / 1e6, 1),
         "with_slave_start_mb_per_s": round(total / (done - start) / 1e6, 1),
     }
+
+
+@scenario(
+    "ha_broker_sync_master",
+    "ha",
+    "through the broker: SYNC_MASTER vs ASYNC_MASTER serve, a slave each, 32 pipelined producers",
+)
+def bench_ha_broker_sync_master(root: str, count: int | None) -> Figures:
+    """``rocketstore serve`` as ASYNC_MASTER, then as SYNC_MASTER, each with a slave process
+    attached, sent to by 32 connections of pre-encoded SEND_MESSAGE_V2 frames with 8
+    outstanding on each (``raw``), and by 32 AsyncProducers with 8 sends in flight each
+    (``producers``); each answer must be SUCCESS (a SYNC_MASTER's only once the slave holds
+    the message). The broker's CPU a message is its whole process's."""
+    n = count or 64_000
+    producers = 32
+    window = 8
+    body = _body()
+    file_size = StoreConfig().mapped_file_size_commit_log
+    out: Figures = {"producers": producers, "window": window, "messages": n}
+    rates: dict[str, float] = {}
+    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        tag = role.split("_")[0].lower()
+        store = os.path.join(root, role)
+        with (
+            broker_server(store, role=role, want_ha=True) as server,
+            _slave_of(os.path.join(root, role + "-slave"), server.ha_address, file_size),
+        ):
+            _create_topic(server)
+            _raw_round(server, producers, min(n, 6400), body, window)  # warm-up
+            raw, raw_cpu = _raw_round(server, producers, n, body, window)
+            many, many_cpu, client_cpu = _many_round(server, producers, n, body, window)
+        rates[f"{tag}_raw"] = raw
+        rates[f"{tag}_producers"] = many
+        out[f"{tag}_raw_msgs_per_s"] = round(raw)
+        out[f"{tag}_raw_broker_cpu_us_per_msg"] = raw_cpu
+        out[f"{tag}_producers_msgs_per_s"] = round(many)
+        out[f"{tag}_producers_broker_cpu_us_per_msg"] = many_cpu
+        out[f"{tag}_producers_client_cpu_us_per_msg"] = client_cpu
+    out["sync_over_async_raw"] = round(rates["sync_raw"] / rates["async_raw"], 3)
+    out["sync_over_async_producers"] = round(rates["sync_producers"] / rates["async_producers"], 3)
+    return out

@@ -631,6 +631,16 @@ class Connection(asyncio.BufferedProtocol):
             self._write_parts(transport, head, body)
         return True
 
+    def write_frames(self, data: bytes) -> bool:
+        """Write whole encoded frames: answers completed outside this connection's reads
+        (sends that waited for a slave, ``broker/messaging/_slave_waits.py``). False when the
+        connection is closed and nothing was written. Loop thread."""
+        transport = self.transport
+        if transport is None or self.closed or transport.is_closing():
+            return False
+        self._write_joined(transport, data)
+        return True
+
     def _write_joined(self, transport: asyncio.Transport, data: bytes) -> None:
         """Write a whole frame: held with the answers of the read being parsed, if any."""
         cork = self._cork

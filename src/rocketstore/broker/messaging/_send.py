@@ -31,6 +31,7 @@ from ...remoting._command import RESPONSE_FLAG, int32_value, int_value, str_valu
 from ...remoting._send_header import SendHeader, send_header
 from ...store._config import StoreConfig
 from ...store._disk import disk_used_ratio
+from ...store.ha._transfer import GroupTransferService
 from ...store.log._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
 from ...store.log._record import (
     PROPERTY_DELAY,
@@ -51,6 +52,7 @@ from .._errors import InvalidTopicError
 from .._services import HasClock, HasTopics
 from ..state._topic_config import PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, is_not_allowed_send_topic
 from ._send_back import SendBackContext, retry_or_dlq
+from ._slave_waits import SlaveWait, SlaveWaits
 from ._transaction import HasTransactions
 
 RC = ResponseCode
@@ -227,6 +229,8 @@ class SendProcessor:
             broker.store_config.flush_disk_type == "ASYNC_FLUSH"
             and broker.store_config.broker_role != "SYNC_MASTER"
         )
+        # ASYNC_FLUSH: a put whose one stage is a slave's acknowledgement waits for nothing else
+        self._async_flush = broker.store_config.flush_disk_type == "ASYNC_FLUSH"
 
     def handlers(self) -> dict[int, Any]:
         return {10: self.send, 310: self.send, 320: self.send_batch}
@@ -324,6 +328,17 @@ class SendProcessor:
         stage added since the start."""
         return self._puts_never_wait and not self._commit_log.put_stages
 
+    def slave_stage(self) -> GroupTransferService | None:
+        """The group-transfer service when a slave's acknowledgement is a put's only wait
+        (ASYNC_FLUSH, the service the store's one put stage: a SYNC_MASTER), else None."""
+        if not self._async_flush:
+            return None
+        stages = self._commit_log.put_stages
+        if len(stages) != 1:
+            return None
+        stage = stages[0]
+        return stage if isinstance(stage, GroupTransferService) else None
+
     def plain_queue(self, topic: str, queue_id: int) -> bool:
         """May a plain send go to ``topic``'s queue ``queue_id`` without the general path's
         checks: this broker takes writes, the topic is known, neither the store's own nor a
@@ -351,11 +366,17 @@ class SendProcessor:
         reconsume: int,
         body: bytes,
         peer: str,
-    ) -> PutMessageResult | Future[PutMessageResult] | None:
+        waits: SlaveWaits | None = None,
+    ) -> PutMessageResult | Future[PutMessageResult] | SlaveWait | None:
         """Store a plain send whose header fields are read and checked (topic known, queue id
         in range, numbers plain): its properties ``text`` stored as ``_send`` stores them. The
         put's result, or its future when the put waits (SYNC_FLUSH, SYNC_MASTER), or None
-        (nothing stored) when a property asks for the general path."""
+        (nothing stored) when a property asks for the general path.
+
+        With ``waits`` (given only while ``slave_stage`` names its service), a send that
+        waits for the slave is put without the store's wait and its wait joins ``waits``: the
+        result is its ``SlaveWait``, answered on the loop (or the answer, when there is
+        nothing to wait for)."""
         props = split_properties(text)
         keys = tuple(props)
         plans = self._plans
@@ -384,6 +405,13 @@ class SendProcessor:
         msg.wait_store_msg_ok = wait is None or wait.lower() == "true"
         if self.puts_never_wait():
             return self.store.put_message(msg)  # returns once appended: nothing to wait for
+        if waits is not None and msg.wait_store_msg_ok:
+            # the slave's acknowledgement is the put's only wait: ``waits`` carries it
+            msg.wait_store_msg_ok = False
+            stored = self.store.put_message(msg)  # returns once appended
+            if stored.status is not _PUT_OK:
+                return stored
+            return waits.wait(stored, queue_id)
         fut = self.store.put_message_async(msg)
         if not fut.done():
             return fut

@@ -25,6 +25,7 @@ Loop thread.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ from ...store.log._message import PutMessageResult, PutMessageStatus
 from ..state._stats import BrokerStats
 from ._send import SendProcessor
 from ._send_scan import scan_send
+from ._slave_waits import SlaveWait, SlaveWaits
 
 log = logging.getLogger(__name__)
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -161,17 +163,20 @@ class SendFramePath:
         self.broker = broker
         self.stats = stats
         self.served = 0  # sends answered here (the tests and benchmarks read it)
+        self._waits: SlaveWaits | None = None
 
     def serve(self, frame: memoryview, conn: Connection) -> bytes | None:
-        """The answer frame to ``frame`` (without its length prefix) when this path served it,
-        None when the connection must decode and dispatch it."""
+        """The answer frame to ``frame`` (without its length prefix) when this path served it
+        (empty when the send waits for a slave: ``_answer_waits`` writes it), None when the
+        connection must decode and dispatch it."""
         processor = self.processor
-        if (
-            not processor.fast_path
-            or self.broker.acl is not None
-            or not processor.puts_never_wait()
-        ):
+        if not processor.fast_path or self.broker.acl is not None:
             return None
+        waits: SlaveWaits | None = None
+        if not processor.puts_never_wait():
+            waits = self._slave_waits()
+            if waits is None:
+                return None
         stats = self.stats
         began = stats.now() if stats.timing else 0.0
         h = scan_send(frame)
@@ -197,11 +202,32 @@ class SendFramePath:
         body = bytes(frame[body_at:])
         try:
             r = processor.put_plain(
-                topic, queue_id, text, sys_flag, message_flag, born, reconsume, body, conn.peer
+                topic,
+                queue_id,
+                text,
+                sys_flag,
+                message_flag,
+                born,
+                reconsume,
+                body,
+                conn.peer,
+                waits,
             )
             if r is None:
                 return None
-            result: PutMessageResult = r  # type: ignore[assignment]  # puts never wait here
+            if r.__class__ is SlaveWait:  # answered when a slave holds it
+                w: SlaveWait = r  # type: ignore[assignment]
+                w.conn = conn
+                w.opaque = opaque
+                w.serialize_type = serialize_type
+                w.code = code
+                w.topic = topic
+                w.properties = text
+                w.size = len(body)
+                w.began = began
+                self.served += 1
+                return b""
+            result: PutMessageResult = r  # type: ignore[assignment]  # no future: see put_plain
             if result.status is _PUT_OK:
                 msg_id = result.msg_id
                 assert msg_id is not None
@@ -219,3 +245,51 @@ class SendFramePath:
             stats.note_sent(code, response_code, topic, text, len(body), began)
         self.served += 1
         return out
+
+    # ---- sends waiting for a slave ----------------------------------------------------------
+
+    def _slave_waits(self) -> SlaveWaits | None:
+        """The loop's queue of sends waiting for a slave, when a slave's acknowledgement is a
+        put's only wait (SYNC_MASTER on ASYNC_FLUSH); None otherwise."""
+        stage = self.processor.slave_stage()
+        if stage is None:
+            return None
+        waits = self._waits
+        if waits is None or waits.transfer is not stage:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # frames fed without a loop (a benchmark): the general path
+                return None
+            waits = self._waits = SlaveWaits(loop, stage, self._answer_waits)
+        return waits
+
+    def _answer_waits(self, waits: list[SlaveWait]) -> None:
+        """Answer sends whose wait for a slave ended (each ``result`` the answer): the
+        answers of one connection in one write, counted as ``serve`` counts. Loop thread."""
+        processor = self.processor
+        stats = self.stats
+        timing = stats.timing
+        out: dict[Connection, list[bytes]] = {}
+        for w in waits:
+            conn: Connection = w.conn
+            if conn is None or conn.closed:
+                continue  # nobody to answer
+            r = w.result
+            if r.status is _PUT_OK:
+                msg_id = r.msg_id
+                assert msg_id is not None
+                data = answer_frame(w.opaque, msg_id, w.queue_id, r.queue_offset, w.serialize_type)
+                response_code = 0
+            else:
+                answer = processor._answer(r, w.queue_id, False)
+                data = _encoded(answer, w.opaque, w.serialize_type)
+                response_code = answer.code
+            if timing:
+                stats.note_sent(w.code, response_code, w.topic, w.properties, w.size, w.began)
+            parts = out.get(conn)
+            if parts is None:
+                out[conn] = [data]
+            else:
+                parts.append(data)
+        for conn, parts in out.items():
+            conn.write_frames(parts[0] if len(parts) == 1 else b"".join(parts))

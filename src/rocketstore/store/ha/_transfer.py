@@ -91,6 +91,15 @@ class GroupTransferService(ServiceThread):
         r = self.attach(end, result, functools.partial(settle, fut))
         return fut if r is None else r
 
+    def at_once(self, end: int, result: PutMessageResult) -> PutMessageResult | None:
+        """The answer to a put that ends at ``end`` when it need not wait (a slave holds it
+        already, or none is in reach: SLAVE_NOT_AVAILABLE), else None. Any thread; never
+        blocks. For a caller that keeps its waits itself, in the order it stored them (the
+        broker's event loop, ``broker/messaging/_slave_waits.py``): it asks this of every
+        put and ``attach``es only the first one waiting, whose completion tells it how far
+        the slaves hold the log."""
+        return self._at_once(end, result)
+
     def _at_once(self, end: int, result: PutMessageResult) -> PutMessageResult | None:
         """The answer when there is nothing to wait for, else None."""
         if self.acked >= end:
