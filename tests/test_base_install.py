@@ -163,8 +163,12 @@ def test_the_store_commands_run_without_the_extras(tmp_path: Path) -> None:
     ):
         line = refused(cli(*command), "pip install pyarrow numpy", "pip install '.[spark]'")
         assert "rocketstore[" not in line
-    refused(
+    refused(  # export and import run without Spark: they need pyarrow and numpy
         cli("export", "--store", store, "--topic", "T", "--to", str(tmp_path / "out")),
+        "pip install pyarrow numpy",
+    )
+    refused(
+        cli("export", "--store", store, "--to", str(tmp_path / "out"), "--spark"),
         "pip install pyspark pyarrow numpy",
     )
 

@@ -264,7 +264,7 @@ def test_the_walk_sees_the_imports_it_must() -> None:
     # a TYPE_CHECKING import
     assert ("rocketstore.server._run", "rocketstore.namesrv") in pairs
     # "from .. import X" of the package itself
-    assert ("rocketstore.spark._path_writer", "rocketstore") in pairs
+    assert ("rocketstore.spark._store_put", "rocketstore") in pairs
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
     graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"b", "a"}}

@@ -614,11 +614,20 @@ class _BrokerSampler:
 def test_freed_memory_goes_back_to_the_system_once_enough_was_let_go() -> None:
     trims: list[int] = []
     budget = BufferBudget(ServerLimits(), [], "test", trim=lambda: trims.append(1))
+    budget.total = 1  # a connection still holds something
     budget.released = TRIM_AFTER - 1
     assert not budget.maybe_trim() and trims == []
     budget.released += 1
     assert budget.maybe_trim() and trims == [1]
     assert budget.released == 0 and not budget.maybe_trim()
+    # less than TRIM_AFTER goes back too once the connections hold nothing
+    budget.released = 1024
+    budget.reserved = 10
+    budget.total = 0
+    assert not budget.maybe_trim() and trims == [1]
+    budget.reserved = 0
+    assert budget.maybe_trim() and trims == [1, 1]
+    assert not budget.maybe_trim()  # nothing let go since
     assert not BufferBudget(ServerLimits(), [], "test", trim=None).maybe_trim()
 
 

@@ -37,8 +37,8 @@ goes on when the budget's ``wake`` finds the room (after a write, a close, a rec
 
 Apart from that, a connection that does not read its answers stops being read from above the
 high-water mark (backpressure), and one that stays that way ``write_stall_timeout`` seconds is
-closed by the server's sweep. Once closed connections have let go of ``TRIM_AFTER`` bytes, the
-sweep hands the freed memory back to the system (glibc's ``malloc_trim``; the allocator keeps
+closed by the server's sweep. Once closed connections have let go of ``TRIM_AFTER`` bytes (or of
+any, when the connections hold nothing any more), the sweep hands the freed memory back to the system (glibc's ``malloc_trim``; the allocator keeps
 it otherwise, and the process stays as large as at its worst).
 
 Loop thread only (a LogLimiter shared by several loops is safe too: the worst a race does is
@@ -253,8 +253,11 @@ class BufferBudget:
 
     def maybe_trim(self) -> bool:
         """Hand freed memory back to the system once closed connections have let go of
-        ``TRIM_AFTER`` bytes; True when it did."""
-        if self.released < TRIM_AFTER or self._trim is None:
+        ``TRIM_AFTER`` bytes, or of any once the connections hold nothing (a burst that ended
+        short of ``TRIM_AFTER`` would keep its memory otherwise); True when it did."""
+        if self._trim is None or not self.released:
+            return False
+        if self.released < TRIM_AFTER and (self.total or self.reserved):
             return False
         self.released = 0
         self._trim()
