@@ -8,6 +8,7 @@ the same mapping; and the core refuses, writing nothing, a record its buffer can
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _waits import wait_dispatched
-from rocketstore import ManualClock, Message, MessageStore, StoreConfig
+from _waits import wait_dispatched, wait_until
+from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.log import _put_core
 from rocketstore.store.log._put_core import PutCorePy, QueueOffsetTablePy
 from rocketstore.store.log._record import DispatchRequest
@@ -206,6 +207,70 @@ def test_plain_puts_take_the_core_and_wrap_at_a_file_end(tmp_path: Path) -> None
         assert len(commit_logs) <= 40 - served <= 2 * len(commit_logs) + 1
 
 
+class _LateLock:
+    """The put lock, taken by the put only once shutdown has begun: the put passed the
+    core's first refusal check before."""
+
+    def __init__(self, lock: threading.Lock, cl: Any) -> None:
+        self.lock = lock
+        self.cl = cl
+        self.arrived = threading.Event()
+
+    def acquire(self) -> bool:
+        self.arrived.set()
+        assert wait_until(lambda: self.cl.refusal() is not None)
+        return self.lock.acquire()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> _LateLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_plain_put_that_reaches_the_lock_after_shutdown_began_is_refused(
+    tmp_path: Path, compiled: bool
+) -> None:
+    config = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=FILE_SIZE)
+    store = MessageStore(config)
+    core = _use(store, compiled)
+    store.load()
+    store.start()
+    ok = PutMessageStatus.PUT_OK
+    assert store.put_message(Message("Late", b"first", 0)).status is ok  # the general path
+    assert store.put_message(Message("Late", b"before", 0)).status is ok
+    assert core.served == 1
+    end_before = store.max_phy_offset
+    cl = store.commit_log
+    late = _LateLock(cl.put_lock, cl)
+    reput = store.reput if cl.inline_plain is not None else None
+    core.wire(late, cl.queue, reput, cl.inline_plain, cl.dispatch_handoff, cl.on_append)
+    out: list[object] = []
+
+    def put() -> None:
+        try:
+            out.append(store.put_message(Message("Late", b"after", 0)).status)
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=put)
+    t.start()
+    try:
+        assert late.arrived.wait(10)
+        store.shutdown()
+    finally:
+        t.join(10)
+    assert out == [PutMessageStatus.SERVICE_NOT_AVAILABLE]
+    assert core.served == 1
+    with MessageStore(config) as again:
+        assert again.max_phy_offset == end_before  # nothing appended after shutdown began
+
+
 # ---- the queue offset table -------------------------------------------------------------------
 
 key_st = st.tuples(
@@ -254,7 +319,8 @@ def test_the_offset_table_is_the_same_mapping(ops: list[tuple[Any, ...]]) -> Non
     for op in ops:
         assert _apply(py, op) == _apply(c, op), op
         assert sorted(py.items()) == sorted(c.items())
-        assert len(py) == len(c) and sorted(py) == sorted(c) and py == c
+        assert len(py) == len(c) and sorted(py) == sorted(c)
+        assert py == dict(c.items()) and c == dict(py.items())
         assert py.put_counts() == c.put_counts() and py.put_bytes() == c.put_bytes()
         assert dict(py.items()) == dict(c)
 
