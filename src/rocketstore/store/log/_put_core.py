@@ -46,11 +46,13 @@ from ..._speedups import EXTENSIONS_ENABLED, missing
 from ._message import Message, PutMessageResult, PutMessageStatus
 from ._record import (
     DEFAULT_BORN_HOST,
+    HEAD_V4_8,
     HEAD_V4_SIZE,
     MAGIC_V1,
     SYSFLAG_TRANSACTION_MASK,
     DispatchRequest,
     write_v4,
+    write_v4_py,
 )
 
 if TYPE_CHECKING:
@@ -221,44 +223,67 @@ class PutCore:
         if tail is None or body.__class__ is not bytes or len(body) > self.max_message_size:
             return None
         queue_id = msg.queue_id
-        sys_flag = msg.sys_flag
         flag = msg.flag
+        sys_flag = msg.sys_flag
         born = msg.born_timestamp
         reconsume = msg.reconsume_times
         prepared = msg.prepared_transaction_offset
-        if not _fits(queue_id, flag, sys_flag, reconsume) or queue_id < 0:
-            return None
-        if sys_flag & SYSFLAG_TRANSACTION_MASK or not _fits64(born, prepared):
+        # the fields' types and ranges are the record writer's to check (struct.error, as the
+        # general path raises it); the compiled twin checks them and declines instead
+        if queue_id < 0 or sys_flag & SYSFLAG_TRANSACTION_MASK:
             return None
         total = HEAD_V4_SIZE + len(body) + len(tail)
         if total + 8 > self.file_size or len(self.store_host) != 8:
             return None
         crc = self.crc32(body) & 0x7FFFFFFF
         lock = self.lock
-        if lock is None or self.queue is None:
+        queue = self.queue
+        if lock is None or queue is None:
             return None
+        table = self.table
+        key = (topic, queue_id)
         with lock:
-            files = self.queue.files
+            files = queue.files
             if self.refused or not files:
                 return None
             mf = files[-1]
             pos = mf.wrote_position
             if pos + total + 8 > mf.allocated:
                 return None  # a roll or a step of disk blocks: the general path
+            offsets = table._offsets
+            qoff = offsets.get(key, 0)
+            target = mf.write_target
+            if pos < 0 or pos + total > len(target):
+                return None  # a mapping shorter than its file: the general path raises
             self.begin_ns = now_ns = self.now_ns()
             try:
                 now = now_ns // 1_000_000
                 phys = mf.from_offset + pos
-                table = self.table
-                qoff = table.next_offset(topic, queue_id)
-                write_v4(
-                    mf.write_target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys,
-                    sys_flag, born or now, DEFAULT_BORN_HOST, now, self.store_host, reconsume,
-                    prepared, body, tail,
-                )  # fmt: skip
+                if _COMPILED_WRITE:
+                    write_v4(
+                        target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys,
+                        sys_flag, born or now, DEFAULT_BORN_HOST, now, self.store_host,
+                        reconsume, prepared, body, tail,
+                    )  # fmt: skip
+                else:  # write_v4_py's work without its checks (made above)
+                    HEAD_V4_8.pack_into(
+                        target, pos, total, MAGIC_V1, crc, queue_id, flag, qoff, phys,
+                        sys_flag, born or now, DEFAULT_BORN_HOST, now, self.store_host,
+                        reconsume, prepared, len(body),
+                    )  # fmt: skip
+                    q = pos + HEAD_V4_SIZE + len(body)
+                    target[pos + HEAD_V4_SIZE : q] = body
+                    target[q : pos + total] = tail
                 mf.wrote_position = pos + total
                 mf.store_timestamp = now
-                table.advance(topic, queue_id, qoff + 1, total)
+                offsets[key] = qoff + 1
+                counts = table._counts
+                if topic in counts:
+                    counts[topic] += 1
+                    table._bytes[topic] += total
+                else:
+                    counts[topic] = 1
+                    table._bytes[topic] = total
                 plain = self.inline_plain
                 if plain is not None:
                     plain(topic, queue_id, phys, total, 0, now, qoff)
@@ -277,14 +302,7 @@ class PutCore:
         return result
 
 
-def _fits(*values: object) -> bool:
-    """Every value an int within a record's int32 field."""
-    return all(v.__class__ is int and -(2**31) <= v < 2**31 for v in values)  # type: ignore[operator]
-
-
-def _fits64(*values: object) -> bool:
-    """Every value an int within a record's int64 field."""
-    return all(v.__class__ is int and -(2**63) <= v < 2**63 for v in values)  # type: ignore[operator]
+_COMPILED_WRITE = write_v4 is not write_v4_py
 
 
 QueueOffsetTablePy = QueueOffsetTable
