@@ -50,7 +50,12 @@ class ServiceThread:
         raise NotImplementedError
 
     def wakeup(self) -> None:
-        self._notified.set()
+        """Wake the service; nothing to do when a wake-up is pending already (the service
+        clears it when it wakes, before it works: what the caller did before is covered), as
+        RocketMQ's ``hasNotified.compareAndSet(false, true)`` skips it."""
+        notified = self._notified
+        if not notified.is_set():
+            notified.set()
 
     def wait_for_running(self, seconds: float) -> None:
         """Sleep up to ``seconds``; returns early when woken or stopped."""

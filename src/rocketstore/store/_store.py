@@ -336,6 +336,7 @@ class MessageStore:
                     wake()
 
             self.commit_log.on_append = on_append
+        self.commit_log.wire_dispatch(self.reput)
         self.commit_log.start()
         self.reput.start()
         self.flush_consume_queue.start()
@@ -393,6 +394,7 @@ class MessageStore:
         self.reput.stop()  # dispatches what is left first
         self.commit_log.dispatch_handoff = None
         self.commit_log.on_append = None
+        self.commit_log.wire_dispatch(None)
         self.flush_consume_queue.stop()  # flushes every queue
         self.index.shutdown()
         self._finish_checkpoint()

@@ -278,17 +278,17 @@ def put_encoded(log: CommitLog, batch: EncodedBatch) -> PutMessageResult:
     if max(batch.sizes) + 8 > log.file_size or total + 8 > log.file_size:
         return _refused(illegal, f"a batch of {total} bytes cannot fit in a commit-log file")
     key = (batch.topic, batch.queue_id)
-    if log._watch.begin_ns and (busy := log._busy_refusal()) is not None:
+    if log._core.begin_ns and (busy := log._busy_refusal()) is not None:
         return busy
     with log.put_lock:
         if log._refusal is not None:  # again under the lock: shutdown may have begun
             return _refused(*log._refusal)
         begin = log._monotonic()
-        log._watch.begin_ns = now_ns = log._now_ns()  # see CommitLog.is_os_page_cache_busy
+        log._core.begin_ns = now_ns = log._now_ns()  # see CommitLog.is_os_page_cache_busy
         now = now_ns // 1_000_000
         mf = log._writable_file(total, now)
         if isinstance(mf, PutMessageResult):
-            log._watch.begin_ns = 0
+            log._core.begin_ns = 0
             return mf
         wpos = mf.wrote_position
         first_phys = mf.from_offset + wpos
@@ -312,5 +312,5 @@ def put_encoded(log: CommitLog, batch: EncodedBatch) -> PutMessageResult:
             offsets, batch.sizes, batch.tags_codes, (), key_offsets, key_values,
         )  # fmt: skip
         log._note_latency(log._monotonic() - begin)
-        log._watch.begin_ns = 0
+        log._core.begin_ns = 0
     return log._batch_result(first_phys, total, first_qoff, now, offsets, True)

@@ -42,6 +42,7 @@ from ._message import (
     PutMessageStatus,
     RedeliveredMessage,
 )
+from ._put_core import PutCore, QueueOffsetTable
 from ._put_stages import DoneFuture, PutCompletion, PutStage, run_stages
 from ._record import (
     BLANK,
@@ -173,17 +174,6 @@ def _failed_future(
     return fut
 
 
-class _LockWatch:
-    """The put lock seen from other threads: since when a put holds it (RocketMQ's
-    beginTimeInLock, 0 while nobody does), and whether a full disk was reported already.
-    Written under the put lock, read by any thread."""
-
-    def __init__(self, busy_timeout_ms: int) -> None:
-        self.begin_ns = 0
-        self.busy_timeout_ms = busy_timeout_ms
-        self.disk_full_logged = False
-
-
 _BUSY_LIMIT_MS = 10_000_000  # RocketMQ's bound: a begin time further back is not a put's
 
 
@@ -207,8 +197,9 @@ class CommitLog:
         self.store_host = pack_host(f"{config.store_host}:{config.store_port}")
         self._store_host_extra = len(self.store_host) - 8  # 12 for an IPv6 store host
         self.put_lock = threading.Lock()
-        # (topic, queue id) → next logical offset
-        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        # (topic, queue id) → next logical offset, and the per-topic put counters (per stored
+        # topic: SCHEDULE_TOPIC_XXXX for delayed messages, as RocketMQ counts them)
+        self.topic_queue_table = QueueOffsetTable()
         self._topics: dict[str, bytes] = {}  # topic → length byte + UTF-8 name
         self._delay_levels = config.delay_levels_ms()
         self.dispatch_handoff: collections.deque[DispatchRequest | BatchDispatch] | None = None
@@ -251,10 +242,6 @@ class CommitLog:
                 thorough_interval_ms=config.commit_commit_log_thorough_interval,
                 flusher=self.flush_service,
             )
-        # statistics, updated under the put lock: per stored topic (SCHEDULE_TOPIC_XXXX for
-        # delayed messages, as RocketMQ counts them); plain dicts, the cheapest increment
-        self.topic_put_counts: dict[str, int] = {}
-        self.topic_put_bytes: dict[str, int] = {}
         self.put_latency_max_ms = 0.0
         # None while writes are accepted, else (status, reason)
         self._refusal: tuple[PutMessageStatus, str] | None = (
@@ -262,7 +249,19 @@ class CommitLog:
             "the store is not running",
         )
         self._extra_refusals: dict[str, tuple[PutMessageStatus, str]] = {}
-        self._watch = _LockWatch(config.os_page_cache_busy_timeout_mills)
+        # the plain put in one call over the hot state (``_put_core``); also the put lock as
+        # other threads see it (begin_ns, busy_timeout_ms, disk_full_logged)
+        self._core = PutCore(
+            self.topic_queue_table,
+            self._topics,
+            self.store_host,
+            self.file_size,
+            self.max_message_size,
+            crc32,
+            self._now_ns,
+            config.os_page_cache_busy_timeout_mills,
+        )
+        self.wire_dispatch(None)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -287,6 +286,16 @@ class CommitLog:
         return "stopped" not in self._extra_refusals
 
     @property
+    def topic_put_counts(self) -> dict[str, int]:
+        """Messages stored per topic since start (a copy)."""
+        return self.topic_queue_table.put_counts()
+
+    @property
+    def topic_put_bytes(self) -> dict[str, int]:
+        """Bytes of records stored per topic since start (a copy)."""
+        return self.topic_queue_table.put_bytes()
+
+    @property
     def stats_put_count(self) -> int:
         """Messages stored since start (all topics)."""
         return sum(self.topic_put_counts.values())
@@ -296,14 +305,28 @@ class CommitLog:
         """Bytes of records stored since start (all topics)."""
         return sum(self.topic_put_bytes.values())
 
+    def wire_dispatch(self, reput: Any) -> None:
+        """Tell the plain put (``_put_core``) how dispatch runs, after the store has set
+        ``inline_plain`` (with ``reput``, the ReputMessageService, when dispatch runs inline),
+        ``dispatch_handoff`` and ``on_append``, or cleared them. The store's start and
+        shutdown thread, no put running."""
+        self._core.wire(
+            self.put_lock,
+            self.queue,
+            reput if self.inline_plain is not None else None,
+            self.inline_plain,
+            self.dispatch_handoff,
+            self.on_append,
+        )
+
     def is_os_page_cache_busy(self) -> bool:
         """RocketMQ's isOSPageCacheBusy: a put has held the put lock for longer than
         ``os_page_cache_busy_timeout_mills`` (writing into the page cache stalls). Any thread."""
-        begin = self._watch.begin_ns
+        begin = self._core.begin_ns
         if not begin or not self.put_lock.locked():  # (a put that raised left its time)
             return False
         held_ms = (self._now_ns() - begin) // 1_000_000
-        return self._watch.busy_timeout_ms < held_ms < _BUSY_LIMIT_MS
+        return self._core.busy_timeout_ms < held_ms < _BUSY_LIMIT_MS
 
     def _early_refusal(self) -> PutMessageResult | None:
         """What every put checks before it prepares its messages and takes the put lock:
@@ -322,7 +345,7 @@ class CommitLog:
             return _refused(
                 PutMessageStatus.OS_PAGECACHE_BUSY,
                 f"a put has held the put lock for more than "
-                f"{self._watch.busy_timeout_ms} ms (os_page_cache_busy_timeout_mills)",
+                f"{self._core.busy_timeout_ms} ms (os_page_cache_busy_timeout_mills)",
             )
         return None
 
@@ -353,6 +376,7 @@ class CommitLog:
         else:
             self._extra_refusals[reason] = refusal
         self._refusal = next(iter(self._extra_refusals.values()), None)
+        self._core.refused = self._refusal is not None
 
     # ---- offsets ----------------------------------------------------------------------------
 
@@ -550,8 +574,8 @@ class CommitLog:
             mf.ensure_allocated(end)
         except StoreIOError as exc:
             if is_disk_full(exc):
-                if not self._watch.disk_full_logged:
-                    self._watch.disk_full_logged = True
+                if not self._core.disk_full_logged:
+                    self._core.disk_full_logged = True
                     log.error("the disk is full: %s; puts are refused", exc)
                 return _refused(
                     PutMessageStatus.SERVICE_NOT_AVAILABLE,
@@ -559,7 +583,7 @@ class CommitLog:
                 )
             log.error("cannot allocate commit-log space: %s", exc)
             return _refused(PutMessageStatus.UNKNOWN_ERROR, str(exc))
-        self._watch.disk_full_logged = False
+        self._core.disk_full_logged = False
         return None
 
     def put_message(
@@ -573,9 +597,17 @@ class CommitLog:
         into ``deferred``, and the append's result (PUT_OK) returns. A put with nothing to wait
         for, or refused before the append, returns its result and leaves ``deferred`` empty.
 
-        Any thread. Takes the put lock for the append only.
+        Any thread. Takes the put lock for the append only. A plain message is appended by
+        the put core in one call (``_put_core``); everything else here.
         """
-        if self._refusal is not None or self._watch.begin_ns:
+        appended = self._core.put(msg)
+        if appended is not None:
+            if deferred is not None:
+                self._defer(deferred, appended, msg.wait_store_msg_ok)
+            elif self._waits and msg.wait_store_msg_ok:
+                return self._wait_stored(appended)
+            return appended
+        if self._refusal is not None or self._core.begin_ns:
             if (early := self._early_refusal()) is not None:
                 return early
         p = self._prepare(msg)
@@ -607,8 +639,8 @@ class CommitLog:
             refusal = self._refusal  # again under the lock: shutdown may have begun
             if refusal is not None:
                 return _refused(*refusal)
-            watch = self._watch
-            watch.begin_ns = now_ns = self._now_ns()
+            core = self._core
+            core.begin_ns = now_ns = self._now_ns()
             try:
                 now = now_ns // 1_000_000
                 files = self.queue.files
@@ -696,14 +728,9 @@ class CommitLog:
                             inline(req)  # the record is readable already (wrote_position moved)
                         else:
                             handoff.append(req)  # type: ignore[union-attr]
-                try:
-                    self.topic_put_counts[topic] += 1
-                    self.topic_put_bytes[topic] += total
-                except KeyError:
-                    self.topic_put_counts[topic] = 1
-                    self.topic_put_bytes[topic] = total
+                self.topic_queue_table.count(topic, 1, total)
             finally:
-                watch.begin_ns = 0
+                core.begin_ns = 0
         on_append = self.on_append
         if on_append is not None:
             on_append()
@@ -777,7 +804,7 @@ class CommitLog:
         client refuses to build a batch whose messages disagree on WAIT and the broker goes by
         the batch's flag, the first message's; for a batch that agrees this is the same.)
         """
-        if self._refusal is not None or self._watch.begin_ns:
+        if self._refusal is not None or self._core.begin_ns:
             if (early := self._early_refusal()) is not None:
                 return early
         if not msgs:
@@ -817,8 +844,8 @@ class CommitLog:
             refusal = self._refusal  # again under the lock: shutdown may have begun
             if refusal is not None:
                 return _refused(*refusal)
-            watch = self._watch
-            watch.begin_ns = now_ns = self._now_ns()
+            core = self._core
+            core.begin_ns = now_ns = self._now_ns()
             try:
                 begin = self._monotonic()
                 now = now_ns // 1_000_000
@@ -896,7 +923,7 @@ class CommitLog:
                 )  # fmt: skip
                 self._note_latency(self._monotonic() - begin)
             finally:
-                watch.begin_ns = 0
+                core.begin_ns = 0
         return self._batch_result(
             base + first_pos, total, first_qoff, now, tuple(offsets), wait, deferred
         )
@@ -943,8 +970,7 @@ class CommitLog:
         mf.wrote_position = first_pos + total
         mf.store_timestamp = now
         self.topic_queue_table[(topic, queue_id)] = first_qoff + n
-        self.topic_put_counts[topic] = self.topic_put_counts.get(topic, 0) + n
-        self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + total
+        self.topic_queue_table.count(topic, n, total)
         if inline is not None and batch is not None:
             inline(batch)  # now that the batch is readable
 
@@ -1005,7 +1031,7 @@ class CommitLog:
 
         import numpy as np  # the spark extra; the rest of the store does without it
 
-        if self._refusal is not None or self._watch.begin_ns:
+        if self._refusal is not None or self._core.begin_ns:
             if (early := self._early_refusal()) is not None:
                 return early
         n = len(bodies)
@@ -1063,8 +1089,8 @@ class CommitLog:
             refusal = self._refusal  # again under the lock: shutdown may have begun
             if refusal is not None:
                 return _refused(*refusal)
-            watch = self._watch
-            watch.begin_ns = now_ns = self._now_ns()
+            core = self._core
+            core.begin_ns = now_ns = self._now_ns()
             try:
                 begin = self._monotonic()
                 now = now_ns // 1_000_000
@@ -1104,7 +1130,7 @@ class CommitLog:
                 )  # fmt: skip
                 self._note_latency(self._monotonic() - begin)
             finally:
-                watch.begin_ns = 0
+                core.begin_ns = 0
         return self._batch_result(first_phys, total, first_qoff, now, offsets, True)
 
     def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> bool:
@@ -1219,4 +1245,4 @@ class CommitLog:
     # ---- recovery helpers -------------------------------------------------------------------
 
     def rebuild_topic_queue_table(self, entries: dict[tuple[str, int], int]) -> None:
-        self.topic_queue_table = dict(entries)
+        self.topic_queue_table.reset(entries)
