@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tier",),  # sealed messages as Parquet with manifests; below the broker, which reads it
     ("acl",),
     ("namesrv",),
+    ("controller",),  # RocketMQ 5's controller; its wire codecs are the broker's too
     ("broker",),
     ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
     ("grpc",),
@@ -395,6 +396,29 @@ def test_only_the_composition_root_builds_the_store_and_the_remoting_server() ->
     assert not wrong, "\n".join(wrong)
     built = " ".join(_constructions("rocketstore.server._broker"))
     assert "MessageStore(...)" in built and "RemotingServer(...)" in built, built
+
+
+CONTROLLER_WIRE = (
+    "rocketstore.controller._headers",
+    "rocketstore.controller._bodies",
+    "rocketstore.controller._client",
+    "rocketstore.controller._errors",
+)
+
+
+def test_controller_wire_codecs_import_only_remoting() -> None:
+    """A broker in controller mode codes its requests with the controller's header and body
+    codecs and sends them with its client: they import nothing of the controller's server side
+    (nor anything but remoting)."""
+    wrong = [
+        str(i)
+        for i in IMPORTS
+        if i.source in CONTROLLER_WIRE
+        and i.target not in CONTROLLER_WIRE
+        and package_of(i.target) != "remoting"
+    ]
+    assert not wrong, "\n".join(wrong)
+    assert all(m in MODULES for m in CONTROLLER_WIRE)
 
 
 def test_services_import_no_processor() -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..remoting import Connection, Handler, RemotingCommand, RequestCode, ResponseCode
@@ -124,8 +124,19 @@ def request_needs(cmd: RemotingCommand) -> dict[str, int]:
     return needs
 
 
-def check_request(acl: PlainAcl, cmd: RemotingCommand, host: str) -> None:
-    """Let ``cmd`` from ``host`` in, or raise AccessDeniedError (RocketMQ's wording)."""
+def is_admin_request(cmd: RemotingCommand) -> bool:
+    """Whether the broker's request ``cmd`` needs an admin account."""
+    return cmd.code in ADMIN_CODES
+
+
+def check_request(
+    acl: PlainAcl,
+    cmd: RemotingCommand,
+    host: str,
+    admin: Callable[[RemotingCommand], bool] = is_admin_request,
+) -> None:
+    """Let ``cmd`` from ``host`` in, or raise AccessDeniedError (RocketMQ's wording); ``admin``
+    tells the requests that need an admin account (the broker's, unless told otherwise)."""
     ext = cmd.ext_fields
     given = _get(ext, SIGNATURE)
 
@@ -149,7 +160,7 @@ def check_request(acl: PlainAcl, cmd: RemotingCommand, host: str) -> None:
         verify=verify,
         code=cmd.code,
         needs=request_needs(cmd),
-        admin_needed=cmd.code in ADMIN_CODES,
+        admin_needed=admin(cmd),
     )
 
 
@@ -159,16 +170,21 @@ def peer_host(conn: Connection) -> str:
 
 
 class RemotingAcl:
-    """Wraps the broker's request handlers so that each request is checked first."""
+    """Wraps a server's request handlers so that each request is checked first; ``admin``
+    tells which requests need an admin account (the broker's by default; the controller names
+    its own)."""
 
-    def __init__(self, source: AclSource) -> None:
+    def __init__(
+        self, source: AclSource, admin: Callable[[RemotingCommand], bool] = is_admin_request
+    ) -> None:
         self.source = source
+        self.admin = admin
         self.refused = 0
 
     def guard(self, handler: Handler) -> Handler:
         def guarded(cmd: RemotingCommand, conn: Connection) -> Any:
             try:
-                check_request(self.source.current(), cmd, peer_host(conn))
+                check_request(self.source.current(), cmd, peer_host(conn), self.admin)
             except AccessDeniedError as exc:
                 self.refused += 1
                 log.warning(

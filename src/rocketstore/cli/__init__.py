@@ -7,6 +7,7 @@
     _bench     bench
     _spark     export, import (Spark jobs)
     _serve     namesrv, broker, serve
+    _controller  controller (RocketMQ 5's; run it, status, sync-state, elect-master, ...)
     _client    produce, consume (through the brokers)
     _admin     topic, cluster, group, consumer, message (admin requests to the brokers)
     _consume   following a topic's queues for consume

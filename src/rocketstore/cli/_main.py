@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from . import _admin, _bench, _client, _console, _serve, _spark, _store, _tier
+from . import _admin, _bench, _client, _console, _controller, _serve, _spark, _store, _tier
 
 
 @click.group()
@@ -33,6 +33,6 @@ def main(access_key: str | None, secret_key: str | None) -> None:
         os.environ["ROCKETSTORE_SECRET_KEY"] = secret_key
 
 
-for _module in (_store, _tier, _bench, _spark, _serve, _client, _admin, _console):
+for _module in (_store, _tier, _bench, _spark, _serve, _controller, _client, _admin, _console):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -62,12 +62,14 @@ def _logging(
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
     """Run servers until they stop; a start-up failure (a port in use, a store owned by
-    another process) is one line on standard error and exit status 1, not a traceback."""
+    another process, a controller state file that does not decode) is one line on standard
+    error and exit status 1, not a traceback."""
+    from ..controller import ControllerError
     from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
-    except (OSError, StoreError) as exc:
+    except (OSError, StoreError, ControllerError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
@@ -250,6 +252,26 @@ def _grpc_config(listen: str | None, acl: str | None, cert: str | None, key: str
         raise click.BadParameter(str(exc)) from None
 
 
+def controller_config(conf: str | None, overrides: dict[str, str]) -> Any:
+    """The ControllerConfig of a properties file (controller.conf or namesrv.conf) with the
+    command line's settings (RocketMQ's property names) over it; a bad one is a usage error."""
+    from ..controller import ControllerConfig, ControllerConfigError
+    from ..namesrv._properties import PropertiesError, parse_properties
+
+    values: dict[str, str] = {}
+    if conf:
+        try:
+            with open(conf, "rb") as f:
+                values = parse_properties(f.read())
+        except (OSError, PropertiesError) as exc:
+            raise click.BadParameter(f"{conf}: {exc}", param_hint="--conf") from None
+    values.update(overrides)
+    try:
+        return ControllerConfig.from_properties(values)
+    except ControllerConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _name_server(host: str, port: int, kv_config: str) -> Any:
     """A NameServer keeping its KV config in ``kv_config``; a file that is not KV config
     JSON (or cannot be read) ends the command with one line."""
@@ -262,7 +284,27 @@ def _name_server(host: str, port: int, kv_config: str) -> Any:
         sys.exit(1)
 
 
+def _given(name: str) -> bool:
+    """Whether option ``name`` of the running command was given on the command line."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+        None,
+    )
+
+
+controller_listen_option = click.option(
+    "--controller-listen",
+    default=None,
+    help="run RocketMQ 5's controller in this process, on HOST:PORT (its own port, as "
+    "enableControllerInNamesrv does)",
+)
+
+
 @click.command("namesrv")
+@click.option("-c", "--conf", default=None, help="a namesrv.conf (listenPort, kvConfigPath, "
+              "enableControllerInNamesrv and the controller's keys)")  # fmt: skip
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option(
     "--kv-config",
@@ -270,22 +312,44 @@ def _name_server(host: str, port: int, kv_config: str) -> Any:
     show_default=True,
     help="the file of the KV config (RocketMQ's kvConfigPath)",
 )
+@controller_listen_option
 @verbose_option
 def namesrv_cmd(
+    conf: str | None,
     listen: str,
     kv_config: str,
+    controller_listen: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
 ) -> None:
-    """Run a name server (routes; brokers register with it)."""
-    from ..server import run_servers
+    """Run a name server (routes; brokers register with it), with RocketMQ 5's controller
+    beside it when the conf has enableControllerInNamesrv=true or --controller-listen is
+    given."""
+    from ..controller import enabled_in_namesrv
+    from ..namesrv._properties import PropertiesError, parse_properties
+    from ..server import ControllerServer, run_servers
 
+    values: dict[str, str] = {}
+    if conf:
+        try:
+            with open(conf, "rb") as f:
+                values = parse_properties(f.read())
+        except (OSError, PropertiesError) as exc:
+            raise click.BadParameter(f"{conf}: {exc}", param_hint="--conf") from None
+    if not _given("listen") and "listenPort" in values:
+        listen = f"127.0.0.1:{values['listenPort']}"
+    if not _given("kv_config") and "kvConfigPath" in values:
+        kv_config = values["kvConfigPath"]
+    controller = None
+    if controller_listen is not None or enabled_in_namesrv(values):
+        overrides = {"controllerListen": controller_listen} if controller_listen else {}
+        controller = ControllerServer(controller_config(conf, overrides))
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
     ns = _name_server(host, port, os.path.expanduser(kv_config))
-    _run(run_servers(ns, [], announce=_announce))
+    _run(run_servers(ns, [], announce=_announce, controller=controller))
 
 
 metrics_option = click.option(
@@ -410,6 +474,7 @@ def broker_cmd(
 @grpc_options("127.0.0.1:8081")
 @metrics_option
 @console_option
+@controller_listen_option
 @verbose_option
 def serve_cmd(
     store: str,
@@ -425,13 +490,15 @@ def serve_cmd(
     grpc_tls_key: str | None,
     metrics_listen: str | None,
     console_listen: str | None,
+    controller_listen: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
 ) -> None:
-    """A name server and a broker in one process: the embedded default."""
-    from ..server import run_servers
+    """A name server and a broker in one process: the embedded default (with RocketMQ 5's
+    controller too, its state under the store's controller/, with --controller-listen)."""
+    from ..server import ControllerServer, run_servers
 
     host, port = _split_listen(namesrv_listen, 9876)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
@@ -440,6 +507,17 @@ def serve_cmd(
     # the name server's KV config beside the store
     root = store_dir or StoreConfig.from_broker_conf(conf or "").store_path_root_dir
     ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"))
+    controller = None
+    if controller_listen is not None:
+        controller = ControllerServer(
+            controller_config(
+                None,
+                {
+                    "controllerListen": controller_listen,
+                    "controllerStorePath": os.path.join(root, "controller"),
+                },
+            )
+        )
 
     async def main() -> None:
         # the broker registers with the name server, whose port may be chosen at start
@@ -469,6 +547,7 @@ def serve_cmd(
                 metrics_namesrv=ns,
                 console_listen=console_listen,
                 console_namesrv=ns.address,
+                controller=controller,
             )
         finally:
             await ns.close()

@@ -1,4 +1,4 @@
-"""start_metrics: a process's brokers (and name server) served as Prometheus metrics with
+"""start_metrics: a process's brokers (and name server, and controller) served as Prometheus metrics with
 health endpoints on one HTTP port (``--metrics-listen``; RocketMQ 5's exporter port, 5557, on
 127.0.0.1 by default).
 
@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ._collector import RocketMQCollector
+from ._controller_collector import ControllerCollector, ControllerSource
 from ._http import MetricsHttpServer
 from ._source import MetricsSource, NamesrvSource
 
 if TYPE_CHECKING:
+    from ..controller import Controller
     from ..namesrv import NameServer
     from ._broker_source import BrokerContext
 
@@ -55,6 +57,7 @@ class MetricsServer:
         port: int,
         *,
         namesrv: NamesrvSource | None = None,
+        controller: ControllerSource | None = None,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest
@@ -66,6 +69,8 @@ class MetricsServer:
         self.namesrv = namesrv
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(RocketMQCollector(self.sources, namesrv))  # type: ignore[arg-type]
+        if controller is not None:
+            self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
         self.http = MetricsHttpServer(self.render, self.not_ready, host, port)
 
@@ -94,8 +99,10 @@ async def start_metrics(
     listen: str,
     *,
     namesrv: NameServer | None = None,
+    controller: Controller | None = None,
 ) -> MetricsServer:
-    """Serve the brokers' (and the name server's) metrics on ``listen`` (HOST:PORT) and time
+    """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
+    (HOST:PORT) and time
     their remoting requests from now on. Loop thread; after the brokers started.
     MetricsUnavailableError without prometheus_client, MetricsListenError for a bad
     ``listen``, OSError when the port cannot be bound."""
@@ -109,6 +116,7 @@ async def start_metrics(
         host,
         port,
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
+        controller=controller,
     )
     await server.start()
     for broker in brokers:
@@ -121,6 +129,7 @@ async def maybe_start_metrics(
     listen: str | None,
     *,
     namesrv: NameServer | None = None,
+    controller: Controller | None = None,
 ) -> MetricsServer | None:
     """What ``--metrics-listen`` asks for: '' no metrics; None the default address, skipped
     when prometheus_client is missing (a line in the log) or the port is taken (a warning:
@@ -128,9 +137,11 @@ async def maybe_start_metrics(
     if listen == "":
         return None
     if listen is not None:
-        return await start_metrics(brokers, listen, namesrv=namesrv)
+        return await start_metrics(brokers, listen, namesrv=namesrv, controller=controller)
     try:
-        return await start_metrics(brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv)
+        return await start_metrics(
+            brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv, controller=controller
+        )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)
     except OSError as exc:

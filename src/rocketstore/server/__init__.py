@@ -20,7 +20,11 @@ Nothing below builds a store or a server of its own. The order::
                offsets / topics / groups persisted
                store shut down (flushed, abort file removed)
 
-``run_servers`` runs a name server and brokers in one process until SIGTERM or SIGINT.
+``ControllerServer`` builds RocketMQ 5's controller (its state backend, the controller, the
+remoting server on its own port) the same way: a failing start step stops what started.
+
+``run_servers`` runs a name server, a controller and brokers in one process until SIGTERM or
+SIGINT.
 
 Nothing below this package imports it: the broker knows none of its front ends, the gRPC front
 end knows the broker only through the protocols of ``rocketstore.broker._services``
@@ -28,6 +32,7 @@ end knows the broker only through the protocols of ``rocketstore.broker._service
 """
 
 from ._broker import BrokerServer as BrokerServer
+from ._controller import ControllerServer as ControllerServer
 from ._run import run_servers as run_servers
 
-__all__ = ["BrokerServer", "run_servers"]
+__all__ = ["BrokerServer", "ControllerServer", "run_servers"]

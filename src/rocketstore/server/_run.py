@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..namesrv import NameServer
     from ._broker import BrokerServer
+    from ._controller import ControllerServer
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,10 @@ async def run_servers(
     console_listen: str | None = "",
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
+    controller: ControllerServer | None = None,
 ) -> None:
-    """Start the name server and the brokers, then the metrics endpoint (``metrics_listen``:
+    """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
+    and the brokers, then the metrics endpoint (``metrics_listen``:
     None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
     ``stop``), then stop everything in reverse order. ``console_listen`` likewise starts the
     web console over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every ``stats_interval`` seconds each
@@ -76,6 +79,7 @@ async def run_servers(
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     started: list[BrokerServer] = []
+    controller_started = False
     metrics = None
     console = None
     stats: asyncio.Task[None] | None = None
@@ -83,6 +87,17 @@ async def run_servers(
         if namesrv is not None:
             await namesrv.start()
             announce(f"name server listening on {namesrv.address}")
+        if controller is not None:
+            await controller.start()
+            controller_started = True
+            cfg = controller.config
+            announce(
+                f"controller {cfg.self_id} of {cfg.group} listening on {controller.address} "
+                f"({cfg.backend} backend"
+                + (f", {cfg.store_dir}" if cfg.backend == "file" else "")
+                + (f", ACL {controller.acl_file}" if controller.acl_file else "")
+                + ")"
+            )
         for server in brokers:
             await server.start()
             started.append(server)
@@ -107,7 +122,10 @@ async def run_servers(
         from ..metrics import maybe_start_metrics
 
         metrics = await maybe_start_metrics(
-            [s.broker for s in started], metrics_listen, namesrv=metrics_namesrv or namesrv
+            [s.broker for s in started],
+            metrics_listen,
+            namesrv=metrics_namesrv or namesrv,
+            controller=controller.controller if controller_started and controller else None,
         )
         if metrics is not None:
             announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
@@ -140,6 +158,11 @@ async def run_servers(
                 await server.shutdown()
             except Exception:
                 log.exception("broker shutdown failed")
+        if controller is not None and controller_started:
+            try:
+                await controller.shutdown()
+            except Exception:
+                log.exception("controller shutdown failed")
         if namesrv is not None:
             await namesrv.close()
         announce("stopped")

@@ -1,0 +1,243 @@
+"""A small client of etcd's v3 API through its JSON gateway (etcd 3.4 and later): the calls
+the etcd backend needs, over HTTP/1.1 on asyncio, no library beyond the standard one.
+
+Calls (POST, JSON in and out; keys and values base64, 64-bit numbers as JSON strings)::
+
+    /v3/kv/range        {"key", "range_end"}                    → {"header", "kvs": [KV], "count"}
+    /v3/kv/txn          {"compare", "success", "failure"}       → {"header", "succeeded",
+                                                                    "responses"}
+    /v3/lease/grant     {"TTL"}                                 → {"ID", "TTL"}
+    /v3/lease/keepalive {"ID"}   (a stream of one answer)       → {"result": {"ID", "TTL"}}
+    /v3/lease/revoke    {"ID"}                                  → {"header"}
+
+    KV  {"key", "value", "create_revision", "mod_revision", "version", "lease"}
+
+A field that is zero, false or empty is left out of an answer (protobuf's JSON form).
+
+Endpoints are tried in turn, starting with the one that answered last: an endpoint that refuses
+the connection, does not answer within ``timeout`` seconds, or answers that it is unavailable
+(no leader, no quorum: gRPC codes UNAVAILABLE / DEADLINE_EXCEEDED) is passed over; when none
+answers the call raises ``BackendUnavailableError``. Any other error answer raises
+``EtcdRequestError`` with etcd's message (such as "requested lease not found").
+
+One connection per call (``Connection: close``): calls are few (a lease renewal every few
+seconds, a read or a transaction per controller request) and a dead member costs nothing to
+forget. Loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import BackendError, BackendUnavailableError, ControllerConfigError
+
+MAX_RESPONSE = 64 * 1024 * 1024
+_RETRY_GRPC_CODES = frozenset({4, 14})  # DEADLINE_EXCEEDED, UNAVAILABLE
+
+
+class EtcdRequestError(BackendError):
+    """etcd answered a call with an error other than being unavailable."""
+
+    def __init__(self, message: str, grpc_code: int | None) -> None:
+        super().__init__(message)
+        self.grpc_code = grpc_code
+
+
+def b64(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The range_end that covers every key starting with ``prefix``."""
+    head = bytearray(prefix)
+    while head:
+        if head[-1] < 0xFF:
+            head[-1] += 1
+            return bytes(head)
+        head.pop()
+    return b"\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> KeyValue:
+        return cls(
+            unb64(doc.get("key")),
+            unb64(doc.get("value")),
+            int(doc.get("create_revision", 0)),
+            int(doc.get("mod_revision", 0)),
+            int(doc.get("lease", 0)),
+        )
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``http://host:port`` or ``host:port`` → (host, port); ControllerConfigError otherwise."""
+    text = endpoint.strip()
+    if text.startswith("https://"):
+        raise ControllerConfigError(f"etcd endpoint {endpoint!r}: TLS is not supported")
+    text = text.removeprefix("http://").rstrip("/")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ControllerConfigError(f"etcd endpoint {endpoint!r} is not http://HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class EtcdClient:
+    """Calls to an etcd cluster through any of ``endpoints``."""
+
+    def __init__(self, endpoints: Sequence[str], *, timeout: float = 2.0) -> None:
+        if not endpoints:
+            raise ControllerConfigError("the etcd backend needs at least one etcd endpoint")
+        self.endpoints = [parse_endpoint(e) for e in endpoints]
+        self.timeout = timeout
+        self._preferred = 0
+
+    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` on the first endpoint that answers; its JSON answer."""
+        payload = json.dumps(body).encode("utf-8")
+        failures: list[str] = []
+        count = len(self.endpoints)
+        for step in range(count):
+            index = (self._preferred + step) % count
+            host, port = self.endpoints[index]
+            try:
+                status, data = await asyncio.wait_for(
+                    self._post(host, port, path, payload), self.timeout
+                )
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+                failures.append(f"{host}:{port}: {type(exc).__name__}: {exc}")
+                continue
+            doc = _json(data)
+            if status == 200:
+                self._preferred = index
+                return doc
+            code = doc.get("code") if isinstance(doc.get("code"), int) else None
+            message = str(doc.get("error") or doc.get("message") or f"HTTP {status}")
+            if code in _RETRY_GRPC_CODES or status >= 502:
+                failures.append(f"{host}:{port}: {message}")
+                continue
+            raise EtcdRequestError(f"etcd {path}: {message}", code)
+        raise BackendUnavailableError(f"etcd {path}: no endpoint answered ({'; '.join(failures)})")
+
+    async def _post(self, host: str, port: int, path: str, payload: bytes) -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                "Content-Type: application/json\r\nConnection: close\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n"
+            ).encode("ascii")
+            writer.write(head + payload)
+            await writer.drain()
+            return await _read_response(reader)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    # ---- the calls ----------------------------------------------------------------------------
+
+    async def range(self, key: bytes, range_end: bytes | None = None) -> list[KeyValue]:
+        body: dict[str, Any] = {"key": b64(key)}
+        if range_end is not None:
+            body["range_end"] = b64(range_end)
+        doc = await self.call("/v3/kv/range", body)
+        return [KeyValue.from_doc(kv) for kv in doc.get("kvs", [])]
+
+    async def txn(
+        self,
+        compare: list[dict[str, Any]],
+        success: list[dict[str, Any]],
+        failure: list[dict[str, Any]] | None = None,
+    ) -> tuple[bool, int, list[dict[str, Any]]]:
+        """(succeeded, the store's revision after it, the responses of the branch taken)."""
+        body = {"compare": compare, "success": success, "failure": failure or []}
+        doc = await self.call("/v3/kv/txn", body)
+        revision = int(doc.get("header", {}).get("revision", 0))
+        return bool(doc.get("succeeded", False)), revision, list(doc.get("responses", []))
+
+    async def grant(self, ttl_s: int) -> int:
+        doc = await self.call("/v3/lease/grant", {"TTL": str(ttl_s)})
+        if doc.get("error"):
+            raise EtcdRequestError(f"etcd lease grant: {doc['error']}", None)
+        return int(doc["ID"])
+
+    async def keepalive(self, lease_id: int) -> int:
+        """The lease's TTL after renewing it; 0 when the lease is gone."""
+        doc = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)})
+        result = doc.get("result", doc)
+        return int(result.get("TTL", 0))
+
+    async def revoke(self, lease_id: int) -> None:
+        with contextlib.suppress(EtcdRequestError):  # gone already
+            await self.call("/v3/lease/revoke", {"ID": str(lease_id)})
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    """The first JSON object of an answer (a stream's answers are one a line)."""
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text:
+        return {}
+    try:
+        doc, _end = json.JSONDecoder().raw_decode(text)
+    except ValueError as exc:
+        raise ValueError(f"an answer that is not JSON: {text[:200]!r}") from exc
+    if not isinstance(doc, dict):
+        raise ValueError(f"an answer that is not a JSON object: {text[:200]!r}")
+    return doc
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    status_line = await reader.readline()
+    parts = status_line.decode("latin-1").split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP answer: {status_line[:100]!r}")
+    status = int(parts[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _sep, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = bytearray()
+        while True:
+            size_line = await reader.readline()
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                break
+            if len(body) + size > MAX_RESPONSE:
+                raise ValueError("an answer larger than 64 MiB")
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+            if body.rstrip().endswith(b"}"):  # a stream's first answer is all we want
+                with contextlib.suppress(ValueError):
+                    _json(bytes(body))
+                    return status, bytes(body)
+        return status, bytes(body)
+    length = headers.get("content-length")
+    if length is not None:
+        if int(length) > MAX_RESPONSE:
+            raise ValueError("an answer larger than 64 MiB")
+        return status, await reader.readexactly(int(length))
+    return status, await reader.read(MAX_RESPONSE)

@@ -1,0 +1,299 @@
+"""The controller as an operator meets it: ``rocketstore controller`` standalone (SIGTERM stops
+it cleanly, its state file stays), inside the name server (``enableControllerInNamesrv`` in a
+namesrv.conf, on the controller's own port), its status / sync-state / elect-master /
+clean-broker-data / config commands against a group of brokers, the admin requests refused
+unless signed by an admin account when the controller checks ACL, and its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from _controllers import CLUSTER, FakeBroker, until
+from _remoting import LoopThread
+from rocketstore.cli import main
+from rocketstore.controller import ControllerConfig
+from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from rocketstore.server import ControllerServer
+from rocketstore.server._addresses import free_port
+from test_cli_net import _wait_for_line
+
+CLI = [sys.executable, "-m", "rocketstore.cli"]
+ADMIN = ("RocketMQAdmin", "12345678admin")
+USER = ("RocketMQUser", "12345678user")
+ACL = f"""
+accounts:
+  - accessKey: {ADMIN[0]}
+    secretKey: {ADMIN[1]}
+    admin: true
+  - accessKey: {USER[0]}
+    secretKey: {USER[1]}
+    admin: false
+"""
+
+
+class Running:
+    """A controller and a group of two brokers (1 master, both in sync, both beating) on a loop
+    thread."""
+
+    def __init__(
+        self, tmp: Path, acl_file: str | None = None, signed: tuple[str, str] | None = None
+    ):
+        self.loop = LoopThread()
+        config = ControllerConfig(listen_port=0, store_path=str(tmp / "controller"),
+                                  scan_inactive_master_interval_ms=100)  # fmt: skip
+        self.server = ControllerServer(config, acl_file=acl_file)
+        self.loop.run(self.server.start())
+        self.brokers: list[FakeBroker] = []
+        self.beating: asyncio.Task[None] | None = None
+        self.signed = signed
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def group(self) -> None:
+        async def make() -> None:
+            a = await FakeBroker(self.address).start()
+            b = await FakeBroker(self.address).start()
+            if self.signed is not None:
+                from rocketstore.remoting._signing import RequestSigner
+
+                for broker in (a, b):
+                    broker.client.signer = RequestSigner(*self.signed)
+            self.brokers = [a, b]
+            await a.register()
+            await b.register()
+            for broker in self.brokers:
+                await broker.heartbeat(epoch=1, max_offset=10)
+            await until(lambda: self.server.controller.live.is_alive(CLUSTER, "broker-a", 2))
+            assert (await a.elect()).code == ResponseCode.SUCCESS
+            assert (await a.alter({1, 2}, master_epoch=1, set_epoch=1)).code == ResponseCode.SUCCESS
+
+            async def beat() -> None:
+                while True:
+                    for broker in self.brokers:
+                        await broker.heartbeat(epoch=1, max_offset=10)
+                    await asyncio.sleep(0.5)
+
+            self.beating = asyncio.create_task(beat())
+
+        self.loop.run(make())
+
+    def stop(self) -> None:
+        async def stop() -> None:
+            if self.beating is not None:
+                self.beating.cancel()
+            for broker in self.brokers:
+                await broker.die()
+            await self.server.shutdown()
+
+        try:
+            self.loop.run(stop())
+        finally:
+            self.loop.stop()
+
+
+def cli(*args: str, keys: tuple[str, str] | None = None) -> Result:
+    env = {"ROCKETSTORE_ACCESS_KEY": None, "ROCKETSTORE_SECRET_KEY": None}
+    if keys is not None:
+        env = {"ROCKETSTORE_ACCESS_KEY": keys[0], "ROCKETSTORE_SECRET_KEY": keys[1]}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def running(tmp_path: Path):  # type: ignore[no-untyped-def]
+    r = Running(tmp_path)
+    try:
+        r.group()
+        yield r
+    finally:
+        r.stop()
+
+
+def test_status_and_sync_state(running: Running) -> None:
+    out = cli("controller", "status", "-a", running.address)
+    assert out.exit_code == 0, out.output
+    assert "controller group  group1" in out.output
+    assert f"active            n0 {running.address}" in out.output
+    assert f"peer              n0 {running.address} active" in out.output
+    out = cli("controller", "sync-state", "-a", running.address, "-b", "broker-a")
+    assert out.exit_code == 0, out.output
+    a, b = running.brokers
+    assert f"master            1 {a.address}" in out.output
+    assert "master epoch      1" in out.output
+    assert "SyncStateSet      epoch 2, 2 in sync" in out.output
+    assert f"  1   {a.address:<24} yes      yes    master" in out.output
+    assert f"  2   {b.address:<24} yes      yes    slave" in out.output
+    doc = json.loads(
+        cli("controller", "sync-state", "-a", running.address, "-b", "broker-a", "--json").output
+    )
+    assert doc["replicasInfoTable"]["broker-a"]["masterEpoch"] == 1
+    missing = cli("controller", "sync-state", "-a", running.address, "-b", "nobody")
+    assert missing.exit_code == 1 and "knows no broker group nobody" in missing.output
+
+
+def test_elect_master_and_clean_broker_data(running: Running) -> None:
+    a, b = running.brokers
+    out = cli("controller", "elect-master", "-a", running.address, "-b", "broker-a")
+    assert out.exit_code == 0, out.output
+    assert f"master 2 ({b.address}), master epoch 2, SyncStateSet epoch 3" in out.output
+    # broker 1 is no longer in the SyncStateSet: it cannot be designated
+    out = cli(
+        "controller", "elect-master", "-a", running.address, "-b", "broker-a", "--broker-id", "1"
+    )
+    assert out.exit_code == 1 and "code 2012" in out.output
+    # a group with a master is not forgotten unless told to forget living brokers
+    out = cli(
+        "controller", "clean-broker-data", "-a", running.address, "-b", "broker-a", "-c", CLUSTER
+    )
+    assert out.exit_code == 1 and "still alive" in out.output
+    out = cli("controller", "clean-broker-data", "-a", running.address, "-b", "broker-a",
+              "--broker-ids", "1", "--clean-living")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    out = cli("controller", "sync-state", "-a", running.address, "-b", "broker-a")
+    assert a.address not in out.output and b.address in out.output
+    out = cli("controller", "config", "-a", running.address, "enableElectUncleanMaster=true")
+    assert out.exit_code == 0 and "enableElectUncleanMaster=true" in out.output
+    assert running.server.controller.config.enable_elect_unclean_master
+
+
+def test_unreachable_controller_is_one_line(tmp_path: Path) -> None:
+    out = cli("controller", "status", "-a", f"127.0.0.1:{free_port('127.0.0.1')}")
+    assert out.exit_code == 1 and out.output.startswith("error: ") and "Traceback" not in out.output
+
+
+def test_admin_requests_need_an_admin_account(tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    r = Running(tmp_path, acl_file=str(acl), signed=USER)
+    try:
+        r.group()  # the brokers sign as a plain account: their own requests are let in
+        out = cli(
+            "controller", "elect-master", "-a", r.address, "-b", "broker-a", "--broker-id", "2"
+        )
+        assert out.exit_code == 1 and "No accessKey" in out.output
+        out = cli("controller", "elect-master", "-a", r.address, "-b", "broker-a",
+                  "--broker-id", "2", keys=USER)  # fmt: skip
+        assert out.exit_code == 1 and "Need admin permission" in out.output
+        out = cli("controller", "elect-master", "-a", r.address, "-b", "broker-a",
+                  "--broker-id", "2", keys=ADMIN)  # fmt: skip
+        assert out.exit_code == 0 and "master 2" in out.output, out.output
+        out = cli("controller", "clean-broker-data", "-a", r.address, "-b", "broker-a",
+                  "--clean-living", keys=USER)  # fmt: skip
+        assert out.exit_code == 1 and "Need admin permission" in out.output
+        with RemotingClient(signer=None) as client:  # unsigned: refused, the server serves on
+            answer = client.invoke(
+                r.address, RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO)
+            )
+            assert answer.code == ResponseCode.SYSTEM_ERROR and "AclException" in (
+                answer.remark or ""
+            )
+        assert cli("controller", "status", "-a", r.address, keys=USER).exit_code == 0
+    finally:
+        r.stop()
+
+
+def test_metrics_of_the_controller(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from rocketstore.metrics import start_metrics
+
+    r = Running(tmp_path)
+    try:
+        r.group()
+        metrics = r.loop.run(start_metrics([], "127.0.0.1:0", controller=r.server.controller))
+        try:
+            with urllib.request.urlopen(f"http://{metrics.address}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+        finally:
+            r.loop.run(metrics.close())
+        own = f'address="{r.address}",group="group1",peer_id="n0"'
+        # the exposition writes labels in name order
+        group = f'address="{r.address}",broker_set="broker-a",cluster="{CLUSTER}",group="group1",peer_id="n0"'
+        assert f"role{{{own}}} 3.0" in text
+        assert (
+            f'election_total{{address="{r.address}",broker_set="broker-a",cluster="{CLUSTER}",'
+            'election_result="new_master_elected",group="group1",peer_id="n0"} 1.0'
+        ) in text
+        assert f"rocketstore_controller_master_epoch{{{group}}} 1.0" in text
+        assert f"rocketstore_controller_sync_state_set_size{{{group}}} 2.0" in text
+        assert f"active_broker_num{{{group}}} 2.0" in text
+        assert (
+            f'request_total{{{own},request_handle_status="success",'
+            f'request_type="controller_elect_master"}} 1.0'
+        ) in text
+    finally:
+        r.stop()
+
+
+def test_standalone_controller_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port("127.0.0.1")
+    store = tmp_path / "controller-store"
+    proc = subprocess.Popen(
+        [*CLI, "controller", "--listen", f"127.0.0.1:{port}", "--store", str(store),
+         "--metrics-listen", ""],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lines = _wait_for_line(proc, "controller n0 of group1 listening on")
+        assert any(f"127.0.0.1:{port} (file backend, {store})" in line for line in lines), lines
+        out = cli("controller", "status", "-a", f"127.0.0.1:{port}")
+        assert out.exit_code == 0 and f"active            n0 127.0.0.1:{port}" in out.output
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert (store / "lock").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_controller_inside_the_name_server(tmp_path: Path) -> None:
+    ns_port, ctl_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(
+        f"listenPort={ns_port}\n"
+        f"kvConfigPath={tmp_path / 'kv.json'}\n"
+        "enableControllerInNamesrv=true\n"
+        "controllerDLegerGroup=group1\n"
+        f"controllerDLegerPeers=n0-127.0.0.1:{ctl_port}\n"
+        "controllerDLegerSelfId=n0\n"
+        f"controllerStorePath={tmp_path / 'ctl'}\n"
+    )
+    proc = subprocess.Popen(
+        [*CLI, "namesrv", "-c", str(conf), "--log-dir", str(tmp_path / "logs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_line(proc, f"controller n0 of group1 listening on 127.0.0.1:{ctl_port}")
+        with RemotingClient(signer=None) as client:
+            meta = client.invoke(
+                f"127.0.0.1:{ctl_port}",
+                RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO),
+            )
+            assert meta.ext_fields["controllerLeaderAddress"] == f"127.0.0.1:{ctl_port}"
+            # the name server answers on its own port, the controller's codes on the other
+            cluster = client.invoke(
+                f"127.0.0.1:{ns_port}", RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+            )
+            assert cluster.code == ResponseCode.SUCCESS
+            other = client.invoke(
+                f"127.0.0.1:{ns_port}",
+                RemotingCommand.request(RequestCode.CONTROLLER_GET_METADATA_INFO),
+            )
+            assert other.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert (tmp_path / "ctl" / "lock").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
