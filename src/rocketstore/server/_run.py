@@ -102,9 +102,14 @@ async def run_servers(
             await server.start()
             started.append(server)
             broker = server.broker
+            role = (
+                f"controller mode, controllers {broker.config.controller_addr}"
+                if broker.config.enable_controller_mode
+                else f"id {broker.config.broker_id}, {broker.store_config.broker_role}"
+            )
             announce(
                 f"broker {broker.config.broker_name} (cluster {broker.config.cluster_name}, "
-                f"id {broker.config.broker_id}, {broker.store_config.broker_role}) listening on "
+                f"{role}) listening on "
                 f"{broker.config.listen_host}:{broker.config.listen_port}, store "
                 f"{broker.store_config.store_path_root_dir}"
             )

@@ -32,13 +32,13 @@ from ...store.log._record import (
     TRANSACTION_ROLLBACK_TYPE,
     encode_record,
 )
-from .._services import HasProducers, HasStoreConfig
+from .._services import HasProducers, HasStore, HasStoreConfig
 from ._transaction import CheckRequest, HasTransactions, TransactionError
 
 log = logging.getLogger(__name__)
 
 
-class EndTransactionContext(HasProducers, HasStoreConfig, HasTransactions, Protocol):
+class EndTransactionContext(HasProducers, HasStore, HasStoreConfig, HasTransactions, Protocol):
     """What END_TRANSACTION and the producers' checks use of the broker."""
 
 
@@ -51,7 +51,7 @@ class EndTransactionProcessor:
 
     async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> Any:
         broker = self.broker
-        if broker.store_config.broker_role == "SLAVE":
+        if not broker.store.is_master:
             return RemotingCommand.response(
                 RC.SLAVE_NOT_AVAILABLE, "the broker is a slave: it takes no end of transaction"
             )

@@ -236,7 +236,6 @@ class SendProcessor:
         self.topics = broker.topics
         self.cluster = broker.config.cluster_name
         self.broker_name = broker.config.broker_name
-        self.is_slave = broker.store_config.broker_role == "SLAVE"
         self._waits: _PutWaits | None = None
         self._levels_ms = broker.store_config.delay_levels_ms()
         # a send's property names (as sent) -> the stored order with CLUSTER, or None when a
@@ -301,7 +300,7 @@ class SendProcessor:
         topic = ext.get(topic_name)
         if (
             type(topic) is not str
-            or self.is_slave
+            or not self.store.is_master
             or not self.broker.config.broker_permission & PERM_WRITE
             or is_not_allowed_send_topic(topic)
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
@@ -509,11 +508,12 @@ class SendProcessor:
 
     def _check(self, ext: dict[str, Any], conn: Connection) -> tuple[str, int] | RemotingCommand:
         """(topic, queue id) of a send that may go ahead, or the refusal."""
-        if self.is_slave or not self.broker.config.broker_permission & PERM_WRITE:
+        is_slave = not self.store.is_master
+        if is_slave or not self.broker.config.broker_permission & PERM_WRITE:
             return RemotingCommand.response(
-                RC.NO_PERMISSION if not self.is_slave else RC.SERVICE_NOT_AVAILABLE,
+                RC.NO_PERMISSION if not is_slave else RC.SERVICE_NOT_AVAILABLE,
                 f"the broker[{self.broker_name}] sending message is forbidden"
-                + (" (it is a slave)" if self.is_slave else ""),
+                + (" (it is a slave)" if is_slave else ""),
             )
         topic = ext_str(ext, "topic") or ""
         if is_not_allowed_send_topic(topic):
