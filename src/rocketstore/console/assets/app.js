@@ -57,14 +57,17 @@ async function viewCluster() {
   const doc = await api("/api/cluster");
   const rows = doc.brokers.map((b) => h("tr", {},
     h("td", {}, b.cluster), h("td", {}, b.brokerName), num(b.brokerId), h("td", {}, b.address),
-    h("td", {}, b.role), h("td", {}, b.error ? h("span", { class: "bad" }, b.error) : b.version),
+    h("td", {}, b.role), num(b.epoch !== undefined ? b.epoch : "-"),
+    h("td", {}, b.syncStateSet !== undefined ? b.syncStateSet || "-" : "-"),
+    h("td", {}, b.error ? h("span", { class: "bad" }, b.error) : b.version),
     num(b.putTps !== undefined ? b.putTps.toFixed(2) : "-"),
     num(b.getTps !== undefined ? b.getTps.toFixed(2) : "-"),
     h("td", {}, b.disk || "-"),
     num(b.haLagBytes !== undefined ? b.haLagBytes : "-"),
     num(b.msgPutTotalTodayNow !== undefined ? b.msgPutTotalTodayNow : "-")));
   main.replaceChildren(h("h2", {}, "Brokers"),
-    table(["Cluster", "Broker", "ID", "Address", "Role", "Version", "Put TPS", "Get TPS",
+    table(["Cluster", "Broker", "ID", "Address", "Role", "Epoch", "SyncStateSet", "Version",
+      "Put TPS", "Get TPS",
       "Disk", "HA lag (bytes)", "Messages put"], rows),
     h("p", { class: "muted" }, "Read at " + time(doc.time)));
 }
