@@ -56,13 +56,16 @@ def test_epoch_file_text_is_rocketmqs_checkpoint_format(tmp_path: Path) -> None:
     assert EpochFile(tmp_path / "epochFileCheckpoint").load() == [E(1, 0), E(2, 720)]
 
 
-def test_epoch_file_refuses_older_epochs_and_replaces_an_empty_one(tmp_path: Path) -> None:
+def test_epoch_file_refuses_older_epochs_and_keeps_an_empty_one(tmp_path: Path) -> None:
     f = EpochFile(tmp_path / "e")
     assert f.append(3, 100)
     assert not f.append(2, 200)  # older epoch
     assert not f.append(4, 50)  # starts before the last
-    assert f.append(4, 100)  # epoch 3 held no data: epoch 4 takes its place
-    assert f.entries() == [E(4, 100)]
+    assert f.append(4, 100)  # epoch 3 holds no data; it stays, shared with other replicas
+    assert f.entries() == [E(3, 100), E(4, 100)]
+    assert f.find_by_offset(100) == E(4, 100)
+    # a replica that only saw epoch 3 shares it with this log
+    assert consistent_point([E(3, 100)], 100, f.entries(), 500) == 100
 
 
 def test_epoch_file_falls_back_to_its_backup(tmp_path: Path) -> None:
@@ -111,8 +114,13 @@ def test_epoch_file_truncations(tmp_path: Path) -> None:
         ([E(1, 0), E(2, 600)], 800, [E(1, 0), E(3, 650)], 700, 600),
         # the same epoch 2 on both sides, the slave shorter
         ([E(1, 0), E(2, 600)], 640, [E(1, 0), E(2, 600), E(3, 700)], 900, 640),
-        # nothing in common
-        ([E(2, 0)], 100, [E(3, 0)], 100, -1),
+        # a master elected with an empty log: nothing of epoch 2 there, all of it cut
+        ([E(2, 0)], 100, [E(3, 0)], 100, 0),
+        ([E(1, 20), E(2, 50)], 100, [E(3, 0)], 300, 0),
+        # a master whose epochs begin after this log's: what it holds before them is unknown
+        ([E(1, 0), E(2, 50)], 100, [E(3, 80)], 300, -1),
+        # nothing in common, and the master is not newer
+        ([E(3, 0)], 100, [E(2, 0)], 100, -1),
     ],
 )
 def test_consistent_point(

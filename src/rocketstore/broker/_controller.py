@@ -273,17 +273,20 @@ class BrokerController:
             self._learn_master_ha_address()
 
     def _learn_master_ha_address(self) -> None:
-        """A new slave registers again every second until the name servers name its
-        master's HA address (the new master registers as master at about the same time)."""
+        """A new slave registers again (every 0.2 s for 5 s, then every second) until the
+        name servers name its master's HA address (the new master registers as master at
+        about the same time)."""
         if self._slave_register_task is not None and not self._slave_register_task.done():
             return
 
         async def until_known() -> None:
             replicas = self.replicas
+            tries = 0
             while replicas is not None and replicas.role == "SLAVE":
                 if replicas.master_ha_address and self.store.ha.master_address:
                     return
-                await asyncio.sleep(1.0)
+                tries += 1
+                await asyncio.sleep(0.2 if tries <= 25 else 1.0)
                 if self.registrar is not None:
                     await self.registrar.registered()
 

@@ -136,6 +136,11 @@ class ReplicasManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._registered_master: tuple[RegisterBrokerResponse, SyncStateSet] | None = None
 
+    @property
+    def label(self) -> str:
+        """``broker-a[2]``: the group and this broker's id, for the logs."""
+        return f"{self.name}[{self.broker_id}]"
+
     # ---- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -167,7 +172,7 @@ class ReplicasManager:
             except (ControllerError, RemotingError, OSError, StoreError) as exc:
                 self.last_error = str(exc)
                 log.warning(
-                    "%s: controller registration not done: %s; trying again", self.name, exc
+                    "%s: controller registration not done: %s; trying again", self.label, exc
                 )
                 await asyncio.sleep(RETRY_S)
         for step, name in (
@@ -190,7 +195,7 @@ class ReplicasManager:
         self.registered = True
         log.info(
             "%s: registered with the controller as broker %d (master %s at %s, epoch %s)",
-            self.name,
+            self.label,
             self.broker_id,
             response.master_broker_id,
             response.master_address,
@@ -216,7 +221,7 @@ class ReplicasManager:
             await asyncio.to_thread(files.clear_temp)  # taken by another broker: start over
             raise
         done = await asyncio.to_thread(files.commit, temp.broker_id)
-        log.info("%s: the controller gave this broker id %d", self.name, done.broker_id)
+        log.info("%s: the controller gave this broker id %d", self.label, done.broker_id)
         return done.broker_id
 
     async def _take_first_role(self) -> bool:
@@ -242,7 +247,7 @@ class ReplicasManager:
         elected = await self.client.elect(self.cluster, self.name, self.broker_id)
         h = elected.header
         if h.master_broker_id is None or not h.master_address:
-            log.info("%s: no master elected (code %d)", self.name, elected.code)
+            log.info("%s: no master elected (code %d)", self.label, elected.code)
             return False
         members = elected.body.sync_state_set if elected.body is not None else frozenset()
         await self._change_role(
@@ -274,7 +279,7 @@ class ReplicasManager:
     async def _heartbeat_once(self) -> None:
         missed = await self.client.heartbeat(self._heartbeat_header())
         if missed:
-            log.debug("%s: heartbeat missed %s", self.name, missed)
+            log.debug("%s: heartbeat missed %s", self.label, missed)
         self._watch_connections()
 
     async def _heartbeats(self) -> None:
@@ -284,7 +289,7 @@ class ReplicasManager:
             try:
                 await self._heartbeat_once()
             except Exception:
-                log.exception("%s: heartbeat failed", self.name)
+                log.exception("%s: heartbeat failed", self.label)
 
     def _watch_connections(self) -> None:
         """Note when a connection to a controller was made anew (its predecessor closed)."""
@@ -321,9 +326,9 @@ class ReplicasManager:
                 await self.sync_role()
             except (ControllerError, RemotingError) as exc:
                 self.last_error = str(exc)
-                log.info("%s: cannot ask the controller for the role: %s", self.name, exc)
+                log.info("%s: cannot ask the controller for the role: %s", self.label, exc)
             except Exception:
-                log.exception("%s: asking the controller for the role failed", self.name)
+                log.exception("%s: asking the controller for the role failed", self.label)
 
     async def sync_role(self) -> None:
         """GET_REPLICA_INFO and act on it (RocketMQ's schedulingSyncBrokerMetadata)."""
@@ -333,7 +338,7 @@ class ReplicasManager:
         except ControllerRefusedError as exc:
             if exc.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
                 log.warning(
-                    "%s: the controller has no metadata of this group: registering", self.name
+                    "%s: the controller has no metadata of this group: registering", self.label
                 )
                 await self._register()
                 return
@@ -407,7 +412,7 @@ class ReplicasManager:
             if not ok:
                 log.error(
                     "%s: the store refused to become %s in epoch %d (its epoch file is newer)",
-                    self.name,
+                    self.label,
                     role,
                     epoch,
                 )
@@ -423,7 +428,7 @@ class ReplicasManager:
                 self._renew(confirmed_at)
             log.warning(
                 "%s: role change %s -> %s, epoch %d (broker %d, master %d at %s, SyncStateSet %s)",
-                self.name,
+                self.label,
                 old_role,
                 role,
                 epoch,
@@ -439,9 +444,14 @@ class ReplicasManager:
             try:
                 await self.on_role(change)
             except Exception:
-                log.exception("%s: acting on the role change failed", self.name)
+                log.exception("%s: acting on the role change failed", self.label)
         if role == "MASTER" and confirmed_at is None:
-            self.poke()  # the lease starts with the controller's next answer
+            # the lease starts with the controller's answer naming this master
+            try:
+                await self.sync_role()
+            except (ControllerError, RemotingError) as exc:
+                log.info("%s: the new role is not confirmed yet: %s", self.label, exc)
+                self.poke()
 
     def learn_master_ha_address(self, ha_address: str | None, master_address: str | None) -> None:
         """The name servers' answer to a slave's registration: its master's HA address (taken
@@ -451,7 +461,9 @@ class ReplicasManager:
         if master_address and self.master_address and master_address != self.master_address:
             return  # the name servers still know the old master
         if ha_address != self.master_ha_address:
-            log.info("%s: master %s replicates from %s", self.name, self.master_address, ha_address)
+            log.info(
+                "%s: master %s replicates from %s", self.label, self.master_address, ha_address
+            )
             self.master_ha_address = ha_address
         self.ha.update_master_address(ha_address)
 
@@ -517,14 +529,14 @@ class ReplicasManager:
             except ControllerRefusedError as exc:
                 self.proposals_refused += 1
                 in_sync.proposal_failed()
-                log.warning("%s: SyncStateSet %s refused: %s", self.name, sorted(members), exc)
+                log.warning("%s: SyncStateSet %s refused: %s", self.label, sorted(members), exc)
                 if exc.code in FENCED_CODES:
                     self.poke()
                 continue
             except (ControllerError, RemotingError) as exc:
                 self.proposals_refused += 1
                 in_sync.proposal_failed()
-                log.warning("%s: SyncStateSet %s not sent: %s", self.name, sorted(members), exc)
+                log.warning("%s: SyncStateSet %s not sent: %s", self.label, sorted(members), exc)
                 continue
             in_sync.set_sync_state_set(result.members, result.epoch)
 

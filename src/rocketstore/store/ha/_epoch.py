@@ -106,7 +106,10 @@ def consistent_point(
 ) -> int:
     """Where two logs stop being the same: the newest epoch both record with one start offset,
     up to the nearer of its two ends (each entry ends where the next begins, the last at the
-    log's end). -1 when they share no such epoch (RocketMQ's findConsistentPoint)."""
+    log's end) (RocketMQ's findConsistentPoint). When they share no epoch but every epoch of
+    ``theirs`` is newer than every one of ``mine`` and begins no later (a master that held no
+    data of this log's epochs, as one elected with an empty log), the logs agree up to where
+    ``theirs`` begins. -1 otherwise."""
     theirs_by_epoch = {e.epoch: i for i, e in enumerate(theirs)}
     for i in range(len(mine) - 1, -1, -1):
         entry = mine[i]
@@ -116,6 +119,13 @@ def consistent_point(
         end_mine = mine[i + 1].start_offset if i + 1 < len(mine) else my_end
         end_theirs = theirs[j + 1].start_offset if j + 1 < len(theirs) else their_end
         return min(end_mine, end_theirs)
+    if (
+        mine
+        and theirs
+        and theirs[0].epoch > mine[-1].epoch
+        and theirs[0].start_offset <= mine[0].start_offset
+    ):
+        return min(theirs[0].start_offset, my_end)
     return -1
 
 
@@ -201,8 +211,8 @@ class EpochFile:
             return OPEN_END
 
     def find_by_offset(self, offset: int) -> EpochEntry | None:
-        """The entry whose data holds ``offset`` (start <= offset < end), None when before
-        the first."""
+        """The entry whose data holds ``offset`` (start <= offset < end; of epochs starting
+        at one offset the newest), None when before the first."""
         with self._lock:
             found = None
             for e in self._entries:
@@ -216,15 +226,14 @@ class EpochFile:
 
     def append(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; False (nothing changed) when it
-        is not newer than the last entry, or starts before it."""
+        is not newer than the last entry, or starts before it. An epoch that holds no data
+        (the next one starts where it starts) is kept: a replica that has only it still
+        shares it with this log."""
         with self._lock:
             if self._entries:
                 last = self._entries[-1]
                 if epoch <= last.epoch or start_offset < last.start_offset:
                     return False
-                if start_offset == last.start_offset:
-                    # the last epoch has no data: the new one takes its place
-                    self._entries.pop()
             self._entries.append(EpochEntry(epoch, start_offset))
             self._persist()
             return True
