@@ -294,6 +294,16 @@ def test_without_its_controller_a_master_stops_acknowledging(tmp_path: Path) -> 
 
         r = store.put_message(Message("ReplicaTopic", b"late", 0))
         assert r.status.name == "SERVICE_NOT_AVAILABLE" and "fenced" in (r.error or "")
+        # a producer hears why
+        from rocketstore.client import ClientError
+
+        with (
+            Producer(g.namesrv.address, "fenced-test", retries=0) as p,
+            pytest.raises(ClientError) as refused,
+        ):
+            p.send("ReplicaTopic", b"refused")
+        assert refused.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert "fenced: the controller has not confirmed this master" in str(refused.value)
         g.start_controller()  # the same state file: the same master and epoch
         assert wait_until(lambda: not ha.fenced, 20, poll=0.1)
         assert g.master() == master and g.replicas(master).master_epoch == 1

@@ -30,6 +30,7 @@ from ...remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_
 from ...remoting._command import RESPONSE_FLAG
 from ...store._config import StoreConfig
 from ...store._disk import disk_used_ratio
+from ...store.ha._in_sync import FENCED_PREFIX
 from ...store.log._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
 from ...store.log._record import (
     PROPERTY_DELAY,
@@ -560,7 +561,10 @@ class SendProcessor:
     def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
         code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
         if r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
-            remark = disk_remark(self.broker.store_config)
+            if r.error is not None and r.error.startswith(FENCED_PREFIX):
+                remark = r.error  # a controller-mode master that may not acknowledge
+            else:
+                remark = disk_remark(self.broker.store_config)
         elif remark is None and code != RC.SUCCESS:
             remark = r.error or r.status.name
         if not r.ok:

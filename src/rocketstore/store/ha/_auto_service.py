@@ -39,7 +39,7 @@ from ..log._message import PutMessageStatus
 from ._auto_client import AutoClient
 from ._auto_connection import AutoConnection
 from ._epoch import EpochEntry, EpochFile
-from ._in_sync import InSyncReplicas, Refusal
+from ._in_sync import FENCED_PREFIX, InSyncReplicas, Refusal
 from ._service import (
     ACCEPT_TIMEOUT_S,
     JOIN_TIMEOUT_S,
@@ -316,7 +316,8 @@ class AutoSwitchHAService:
         if reason:
             log.warning("writes fenced: %s", reason)
             self.in_sync.expire_lease()
-            self.set_refusal(FENCED, (PutMessageStatus.SERVICE_NOT_AVAILABLE, f"fenced: {reason}"))
+            refusal = (PutMessageStatus.SERVICE_NOT_AVAILABLE, f"{FENCED_PREFIX}{reason}")
+            self.set_refusal(FENCED, refusal)
         else:
             log.info("writes no longer fenced")
             self.set_refusal(FENCED, None)

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 Refusal = tuple[PutMessageStatus, str] | None
 NOT_ENOUGH = "in-sync"
+# how the refusals of a fenced master begin (the broker answers them with this text)
+FENCED_PREFIX = "fenced: "
 
 
 class InSyncReplicas(GroupTransferService):
@@ -353,7 +355,7 @@ class InSyncReplicas(GroupTransferService):
             self.lease_timeouts += 1
             return result._replace(
                 status=PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                error="the master's lease with the controller ran out: not acknowledged",
+                error=f"{FENCED_PREFIX}the master's lease with the controller ran out",
             )
         if not self.all_ack and self.need <= 1:
             return result
