@@ -11,8 +11,8 @@ a 3-member etcd cluster on loopback with ``--backend etcd``, the default when ``
 installed; else the one file-backed controller is killed and started again), SIGSTOP of the
 master past the election timeout then SIGCONT, a partition cutting the master off from the
 controllers and the slaves (network namespaces: as root with ``ip``; elsewhere left out and
-said so), and kill -9 of every broker and controller at once. Each fault is healed (the group
-whole, every broker in the SyncStateSet) before the next.
+said so), and kill -9 of every broker, controller and the name server at once. Each fault is
+healed (the group whole, every broker in the SyncStateSet) before the next.
 
 It prints one line per fault and at the end the verdict: acknowledged keys lost, duplicates,
 replicas divergent below the confirm offset, reader anomalies, and per kind of fault on the

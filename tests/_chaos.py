@@ -10,8 +10,8 @@ checker that judges the history afterwards, never trusting the system's own acco
   answered), every fault as (kind, target, start, healed);
 - nemesis (``Nemesis``): kill -9 of the master, of a slave, of the active controller; SIGSTOP of
   the master past the election timeout, then SIGCONT; a partition cutting the master off from
-  the controllers and the slaves (not from producers); kill -9 of every broker and controller
-  at once, then all started again. One fault at a time, each healed before the next, the kinds
+  the controllers and the slaves (not from producers); kill -9 of every broker, controller and
+  the name server at once, then all started again. One fault at a time, each healed before the next, the kinds
   chosen by a seeded random generator;
 - checker (``check``), once the faults are healed and the replicas caught up, from the stores'
   files themselves (the processes stopped): every acknowledged key is in the master's log
@@ -370,12 +370,14 @@ class Nemesis:
         return fault
 
     def _restart_everything(self) -> None:
+        """kill -9 of every broker, controller and the name server, then all started again."""
         c = self.cluster
-        for node in [*c.brokers, *c.controllers]:
+        others = [c.namesrv] if c.namesrv is not None else []
+        for node in [*c.brokers, *c.controllers, *others]:
             node.kill()
         for i in range(BROKERS):
             c.topology.heal(i)
-        for node in c.controllers:
+        for node in [*others, *c.controllers]:
             node.start()
         for node in c.brokers:
             node.start()
@@ -484,6 +486,8 @@ class Verdict:
             "failover_s": by_kind,
             "unhealed": self.unhealed,
             "notes": self.notes[:20],
+            "read_problem_samples": self.read_problems[:10],
+            "lost_samples": self.acked_lost[:10],
         }
 
 
@@ -530,6 +534,11 @@ def check(
         after = [o.t1 for o in acked if o.t1 > f.t0 and o.broker and o.broker != old]
         if after:
             failovers.append((f.kind, min(after) - f.t0))
+            if min(after) - f.t0 > 20:
+                notes.append(
+                    f"{f.kind} on {f.target} (master {f.old_master} -> {f.new_master}): "
+                    f"first acknowledgement elsewhere {min(after) - f.t0:.1f} s after the fault"
+                )
         else:
             notes.append(f"{f.kind} at {f.t0:.1f}: no acknowledged send on another broker")
     kinds = Counter(f.kind for f in history.faults)

@@ -373,3 +373,33 @@ def test_wire_handshake_and_transfer_frames(stores: Callable[..., MessageStore])
         sock.sendall(SLAVE_TRANSFER.pack(TRANSFER, a.max_phy_offset + 1000))
         assert wait_until(lambda: not ha(a).connections, 5)
     assert struct.calcsize(">iiqiqq") == 36
+
+
+def test_recovery_dispatches_nothing_the_set_did_not_hold(
+    stores: Callable[..., MessageStore], tmp_path: Path
+) -> None:
+    """A replica that crashed with records past its confirm offset: recovery (abnormal, the
+    abort file is there) puts none of them in the consume queues; they wait for the confirm
+    offset as before the crash."""
+    import shutil
+
+    a = stores("a", sync_flush_timeout=300)
+    ha(a).change_to_master(1, 1, frozenset({1}), 1)
+    for i in range(3):
+        assert put(a, f"held-{i}".encode()) is S.PUT_OK
+    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 3, 5)
+    ha(a).in_sync.set_sync_state_set(frozenset({1, 2}), 2)  # broker 2 never connects
+    for i in range(2):
+        assert put(a, f"unheld-{i}".encode()) is S.FLUSH_SLAVE_TIMEOUT
+    assert a.get_max_offset_in_queue("T", 0) == 3
+    crashed = tmp_path / "crashed"
+    shutil.copytree(a.root, crashed)  # the files as a kill -9 leaves them (abort file too)
+    assert (crashed / "abort").exists()
+    b = MessageStore(cm_config(crashed))
+    b.load()
+    try:
+        assert b.load_result is not None and b.load_result.mode == "abnormal"
+        assert b.max_phy_offset == a.max_phy_offset  # the records stay in the log
+        assert b.get_max_offset_in_queue("T", 0) == 3  # and out of the queues
+    finally:
+        b.shutdown()

@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from .log._batch_encode import EncodedBatch
 
 _PUT_OK = PutMessageStatus.PUT_OK
+DISPATCH_WAIT_S = 30.0
 log = logging.getLogger(__name__)
 
 
@@ -390,6 +392,7 @@ class MessageStore:
         self._is_master = True
         self.reader.slave = False
         self.reput.physic_at_dispatch = self.config.flush_disk_type == "SYNC_FLUSH"
+        self._wait_dispatched(DISPATCH_WAIT_S)
         if self.maintenance and self._running:
             self.schedule.start()
 
@@ -402,6 +405,23 @@ class MessageStore:
         if self.maintenance and was_master:
             self.schedule.stop()
             self.schedule.persist()
+
+    def _wait_dispatched(self, timeout: float) -> None:
+        """Let dispatch reach its limit (a new master's consume queues hold everything its
+        confirm offset covers before consumers are sent to it). Bounded by ``timeout``."""
+        deadline = self._monotonic() + timeout
+        reput = self.reput
+        while reput.reput_from_offset < self._dispatch_limit() and reput.running:
+            if self._monotonic() > deadline:
+                log.warning(
+                    "%s: dispatch at %d has not reached %d; going on",
+                    self.root,
+                    reput.reput_from_offset,
+                    self._dispatch_limit(),
+                )
+                return
+            reput.wakeup()
+            time.sleep(0.005)
 
     @property
     def is_master(self) -> bool:
