@@ -16,17 +16,23 @@ removes the temp file. A file naming another cluster or broker name is an error 
 belongs to another group).
 
 Each file is written to a temporary file, fsynced and renamed; the directory is fsynced.
-Any thread (the broker's replication task, through a worker thread).
+The files: any thread; ``obtain_broker_id``: the broker's loop (the files in worker threads).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...controller._client import ControllerClient
+from ...controller._errors import ControllerRefusedError
 from ...store._durable import fsync_dir, replace_synced
 from ...store._errors import StoreConfigError, translate_os_errors
+
+log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "brokerIdentity"
 TEMP_SUFFIX = "-temp"
@@ -112,3 +118,29 @@ class IdentityFiles:
             except FileNotFoundError:
                 return
             fsync_dir(self.temp_path.parent)
+
+
+async def obtain_broker_id(
+    files: IdentityFiles, client: ControllerClient, address: str, now_ms: int
+) -> int:
+    """This broker's id in its group: from ``brokerIdentity``, else applied for (the temp
+    file's id, or the controller's next one) and then written there. ControllerRefusedError
+    (BROKER_ID_INVALID) when another broker took the id: the temp file is gone, the next call
+    starts over. Loop thread."""
+    found = await asyncio.to_thread(files.identity)
+    if found is not None:
+        return found.broker_id
+    temp = await asyncio.to_thread(files.temp)
+    if temp is None:
+        next_id = await client.next_broker_id(files.cluster, files.broker_name)
+        temp = await asyncio.to_thread(files.write_temp, next_id, f"{address};{now_ms}")
+    try:
+        await client.apply_broker_id(
+            files.cluster, files.broker_name, temp.broker_id, temp.check_code
+        )
+    except ControllerRefusedError:
+        await asyncio.to_thread(files.clear_temp)
+        raise
+    done = await asyncio.to_thread(files.commit, temp.broker_id)
+    log.info("%s: the controller gave this broker id %d", files.broker_name, done.broker_id)
+    return done.broker_id

@@ -20,10 +20,8 @@ ELECT_MASTER. Each role change is logged with the old and new role and the epoch
 store (``AutoSwitchHAService``) and goes to ``on_role`` (the broker re-registers with the name
 servers under it: broker id 0 for the master).
 
-A master keeps its SyncStateSet: every ``checkSyncStateSetPeriod`` it drops slaves that stopped
-catching up, and the store proposes slaves that caught up; each proposal goes out as one
-ALTER_SYNC_STATE_SET at a time with the master epoch and the set's epoch. A fenced answer
-(another master epoch, another set epoch) drops the proposal and asks for the role at once.
+A master keeps its SyncStateSet with the controller (``_sync_state_set``); a fenced answer there
+makes it ask for its role at once.
 
 Its lease: a master acknowledges writes only until ``lease_s`` after the send time of the last
 GET_REPLICA_INFO whose answer named it master in its epoch (the controllers cannot elect
@@ -43,7 +41,6 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...controller._bodies import SyncStateSet
 from ...controller._client import ControllerClient, split_controller_addresses
@@ -55,20 +52,14 @@ from ...store._errors import StoreError
 from ...store._store import MessageStore
 from ...store.ha._auto_service import AutoSwitchHAService
 from .._config import BrokerConfig
-from ._identity import IdentityFiles
+from ._identity import IdentityFiles, obtain_broker_id
+from ._sync_state_set import SyncStateSetReporter
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 2.0
 FENCE_CHECK_S = 0.1
 RECONNECT_QUIET_S = 1.0  # after a controller connection was made anew, no renewal this long
-FENCED_CODES = frozenset(
-    {
-        int(ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH),
-        int(ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH),
-        int(ResponseCode.CONTROLLER_INVALID_MASTER),
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,19 +113,22 @@ class ReplicasManager:
         self.role_changes = 0
         self.elections_requested = 0
         self.elections_seen = 0  # master epochs seen to change
-        self.proposals = 0
-        self.proposals_refused = 0
         self.last_error = ""
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._poke = asyncio.Event()  # ask for the role now
-        self._propose = asyncio.Event()
-        self._proposed: frozenset[int] | None = None
         self._closing = False
         self._conns: dict[str, int] = {}
         self._reconnected_at = -math.inf
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._registered_master: tuple[RegisterBrokerResponse, SyncStateSet] | None = None
+        self.sync_state_set = SyncStateSetReporter(
+            self.client,
+            self.ha.in_sync,
+            term=self._master_term,
+            check_period_s=config.check_sync_state_set_period / 1000,
+            on_fenced=self.poke,
+            label=lambda: self.label,
+        )
 
     @property
     def label(self) -> str:
@@ -145,8 +139,7 @@ class ReplicasManager:
 
     async def start(self) -> None:
         """Start the registration and the periodic work (returns at once). Loop thread."""
-        self._loop = asyncio.get_running_loop()
-        self.ha.in_sync.on_propose = self._proposed_from_store
+        self.sync_state_set.start()
         self._tasks.append(asyncio.create_task(self._main(), name=f"replicas-{self.name}"))
 
     async def close(self) -> None:
@@ -157,7 +150,7 @@ class ReplicasManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        self.ha.in_sync.on_propose = lambda _members: None
+        await self.sync_state_set.close()
         self.client.close()
 
     async def _main(self) -> None:
@@ -178,8 +171,6 @@ class ReplicasManager:
         for step, name in (
             (self._heartbeats, "heartbeat"),
             (self._replica_info_loop, "replica-info"),
-            (self._sync_state_set_loop, "sync-state-set"),
-            (self._proposals, "alter-sync-state-set"),
             (self._fence_loop, "fence"),
         ):
             self._tasks.append(asyncio.create_task(step(), name=f"replicas-{self.name}-{name}"))
@@ -188,7 +179,9 @@ class ReplicasManager:
 
     async def _register(self) -> None:
         if self.broker_id < 0:
-            self.broker_id = await self._broker_id()
+            self.broker_id = await obtain_broker_id(
+                self.identity, self.client, self.address, self.clock.now_ms()
+            )
         response, sset = await self.client.register(
             self.cluster, self.name, self.broker_id, self.address
         )
@@ -202,27 +195,6 @@ class ReplicasManager:
             response.master_epoch,
         )
         self._registered_master = (response, sset)
-
-    async def _broker_id(self) -> int:
-        files = self.identity
-        found = await asyncio.to_thread(files.identity)
-        if found is not None:
-            return found.broker_id
-        temp = await asyncio.to_thread(files.temp)
-        if temp is None:
-            next_id = await self.client.next_broker_id(self.cluster, self.name)
-            code = f"{self.address};{self.clock.now_ms()}"
-            temp = await asyncio.to_thread(files.write_temp, next_id, code)
-        try:
-            await self.client.apply_broker_id(
-                self.cluster, self.name, temp.broker_id, temp.check_code
-            )
-        except ControllerRefusedError:
-            await asyncio.to_thread(files.clear_temp)  # taken by another broker: start over
-            raise
-        done = await asyncio.to_thread(files.commit, temp.broker_id)
-        log.info("%s: the controller gave this broker id %d", self.label, done.broker_id)
-        return done.broker_id
 
     async def _take_first_role(self) -> bool:
         if self._registered_master is None:
@@ -306,6 +278,11 @@ class ReplicasManager:
             self._conns[address] = now_id
 
     # ---- the role ---------------------------------------------------------------------------
+
+    def _master_term(self) -> tuple[str, int, int] | None:
+        if self.role != "MASTER":
+            return None
+        return self.name, self.broker_id, self.master_epoch
 
     def poke(self) -> None:
         """Ask the controller for the role now (a notification came, a proposal was fenced)."""
@@ -488,71 +465,3 @@ class ReplicasManager:
                     f"the controller has not confirmed this master (epoch {self.master_epoch}) "
                     f"for {self.lease_s:g} s"
                 )
-
-    # ---- the SyncStateSet -------------------------------------------------------------------
-
-    async def _sync_state_set_loop(self) -> None:
-        interval = self.config.check_sync_state_set_period / 1000
-        while not self._closing:
-            await asyncio.sleep(interval)
-            if self.role == "MASTER":
-                self.ha.in_sync.shrink()
-
-    def _proposed_from_store(self, members: frozenset[int]) -> None:
-        """The store proposes a SyncStateSet (any thread): sent by ``_proposals``."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-
-        def take() -> None:
-            self._proposed = members
-            self._propose.set()
-
-        loop.call_soon_threadsafe(take)
-
-    async def _proposals(self) -> None:
-        in_sync = self.ha.in_sync
-        while not self._closing:
-            await self._propose.wait()
-            self._propose.clear()
-            members, self._proposed = self._proposed, None
-            if members is None or self.role != "MASTER":
-                continue
-            self.proposals += 1
-            try:
-                result = await self.client.alter_sync_state_set(
-                    self.name,
-                    self.broker_id,
-                    self.master_epoch,
-                    SyncStateSet(members, in_sync.confirmed_epoch),
-                )
-            except ControllerRefusedError as exc:
-                self.proposals_refused += 1
-                in_sync.proposal_failed()
-                log.warning("%s: SyncStateSet %s refused: %s", self.label, sorted(members), exc)
-                if exc.code in FENCED_CODES:
-                    self.poke()
-                continue
-            except (ControllerError, RemotingError) as exc:
-                self.proposals_refused += 1
-                in_sync.proposal_failed()
-                log.warning("%s: SyncStateSet %s not sent: %s", self.label, sorted(members), exc)
-                continue
-            in_sync.set_sync_state_set(result.members, result.epoch)
-
-    # ---- reading ----------------------------------------------------------------------------
-
-    def describe(self) -> dict[str, Any]:
-        s = self.ha.replica_statistics()
-        return {
-            "role": self.role,
-            "brokerId": self.broker_id,
-            "masterEpoch": self.master_epoch,
-            "masterBrokerId": self.master_id,
-            "masterAddress": self.master_address,
-            "syncStateSet": list(s.sync_state_set),
-            "syncStateSetEpoch": s.sync_state_set_epoch,
-            "confirmOffset": s.confirm_offset,
-            "leaseRemainingS": round(s.lease_remaining_s, 3) if s.lease_remaining_s < 1e9 else None,
-            "fenced": s.fenced,
-        }
