@@ -294,19 +294,27 @@ def test_without_its_controller_a_master_stops_acknowledging(tmp_path: Path) -> 
 
         r = store.put_message(Message("ReplicaTopic", b"late", 0))
         assert r.status.name == "SERVICE_NOT_AVAILABLE" and "fenced" in (r.error or "")
-        # a producer hears why
-        from rocketstore.client import ClientError
+        # a producer hears why (SEND_MESSAGE_V2 to the master itself)
+        from rocketstore.client import MessageQueue
+        from rocketstore.client._producer import message_properties, send_request
 
-        with (
-            Producer(g.namesrv.address, "fenced-test", retries=0) as p,
-            pytest.raises(ClientError) as refused,
-        ):
-            p.send("ReplicaTopic", b"refused")
-        assert refused.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
-        assert "fenced: the controller has not confirmed this master" in str(refused.value)
+        mq = MessageQueue("ReplicaTopic", GROUP, 0)
+        cmd = send_request(
+            "fenced-test", mq.topic, mq, message_properties(None, None, None), b"x", batch=False
+        )
+        with RemotingClient() as client:
+            refused = client.invoke(g.brokers[master].address, cmd)
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert "fenced: the controller has not confirmed this master" in (refused.remark or "")
+        # it registers with the name server under its own id: no route to it for writes
+        address = g.brokers[master].address
+        with AdminClient(g.namesrv.address) as admin:
+            assert wait_until(lambda: admin.masters().get(GROUP) != address, 10, poll=0.1)
         g.start_controller()  # the same state file: the same master and epoch
         assert wait_until(lambda: not ha.fenced, 20, poll=0.1)
         assert g.master() == master and g.replicas(master).master_epoch == 1
+        with AdminClient(g.namesrv.address) as admin:
+            assert wait_until(lambda: admin.masters().get(GROUP) == address, 10, poll=0.1)
         assert len(send(g.namesrv.address, 5, "again")) == 5
     finally:
         g.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,7 +241,12 @@ class BrokerController:
         from .replication._replicas import ReplicasManager
 
         self.replicas = ReplicasManager(
-            self.config, self.store, address=self.address, on_role=self._on_role, clock=self.clock
+            self.config,
+            self.store,
+            address=self.address,
+            on_role=self._on_role,
+            on_fence=lambda _fenced: self.topic_changed(),  # registered again, under its id
+            clock=self.clock,
         )
         await self.replicas.start()
 
@@ -265,12 +271,25 @@ class BrokerController:
         if not self.config.namesrv_addrs:
             return
         if self.registrar is None:
-            await self._start_registrar(broker_id)
+            await self._start_registrar(broker_id, self._registration_id)
         else:
             self.registrar.broker_id = broker_id
             await self.registrar.registered()
         if change.role == "SLAVE":
             self._learn_master_ha_address()
+
+    def _registration_id(self) -> int:
+        """The id to register with the name servers under: 0 only while this broker is a master
+        the controller has confirmed (its lease valid), else its id in the group — a master
+        paused or cut off that wakes up must not take the route back from its successor."""
+        replicas = self.replicas
+        if replicas is None:
+            return self.config.broker_id
+        ha = self.store.ha
+        confirmed = getattr(ha, "in_sync", None)
+        if replicas.role == "MASTER" and confirmed is not None and confirmed.lease_valid():
+            return 0
+        return max(replicas.broker_id, 0)
 
     def _learn_master_ha_address(self) -> None:
         """A new slave registers again (every 0.2 s for 5 s, then every second) until the
@@ -292,7 +311,9 @@ class BrokerController:
 
         self._slave_register_task = asyncio.create_task(until_known())
 
-    async def _start_registrar(self, broker_id: int | None = None) -> None:
+    async def _start_registrar(
+        self, broker_id: int | None = None, broker_id_of: Callable[[], int] | None = None
+    ) -> None:
         from .replication._outer_api import NamesrvRegistrar
 
         config = self.config
@@ -306,6 +327,7 @@ class BrokerController:
             topic_configs_provider=self.topic_configs_for_registration,
             period_s=config.register_name_server_period / 1000.0,
             on_registered=self._on_registered,
+            broker_id_of=broker_id_of,
         )
         await self.registrar.start()
 

@@ -84,6 +84,7 @@ class ReplicasManager:
         address: str,
         client: ControllerClient | None = None,
         on_role: Callable[[RoleChange], Awaitable[None]] | None = None,
+        on_fence: Callable[[bool], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not isinstance(store.ha, AutoSwitchHAService):
@@ -94,6 +95,7 @@ class ReplicasManager:
         self.address = address
         self.client = client or ControllerClient(split_controller_addresses(config.controller_addr))
         self.on_role = on_role
+        self.on_fence = on_fence
         self.clock = clock
         self.identity = IdentityFiles(
             store.config.store_path_root_dir, config.cluster_name, config.broker_name
@@ -417,18 +419,19 @@ class ReplicasManager:
             change = RoleChange(
                 role, old_role, epoch, self.broker_id, master_id, master_address, members
             )
-        if self.on_role is not None:
-            try:
-                await self.on_role(change)
-            except Exception:
-                log.exception("%s: acting on the role change failed", self.label)
         if role == "MASTER" and confirmed_at is None:
-            # the lease starts with the controller's answer naming this master
+            # the lease starts with the controller's answer naming this master (before the
+            # name servers hear of it: they route writes to a confirmed master only)
             try:
                 await self.sync_role()
             except (ControllerError, RemotingError) as exc:
                 log.info("%s: the new role is not confirmed yet: %s", self.label, exc)
                 self.poke()
+        if self.on_role is not None:
+            try:
+                await self.on_role(change)
+            except Exception:
+                log.exception("%s: acting on the role change failed", self.label)
 
     def learn_master_ha_address(self, ha_address: str | None, master_address: str | None) -> None:
         """The name servers' answer to a slave's registration: its master's HA address (taken
@@ -449,19 +452,30 @@ class ReplicasManager:
     def _renew(self, sent_at: float) -> None:
         if sent_at < self._reconnected_at + RECONNECT_QUIET_S:
             return
+        was_valid = self.ha.in_sync.lease_valid()
         self.ha.in_sync.renew_lease(sent_at + self.lease_s)
-        if self.ha.fenced:
-            self.ha.fence(None)
+        if not was_valid and not self.ha.fenced and self.on_fence is not None:
+            self.on_fence(False)  # confirmed again: registered as the master at once
+        self._fence(None)
+
+    def _fence(self, reason: str | None) -> None:
+        """Fence the store's writes (or lift it); ``on_fence`` hears of each change."""
+        was = bool(self.ha.fenced)
+        self.ha.fence(reason)
+        if was != bool(reason) and self.on_fence is not None:
+            try:
+                self.on_fence(bool(reason))
+            except Exception:
+                log.exception("%s: acting on the fence failed", self.label)
 
     async def _fence_loop(self) -> None:
         while not self._closing:
             await asyncio.sleep(FENCE_CHECK_S)
             if self.role != "MASTER":
-                if self.ha.fenced:
-                    self.ha.fence(None)
+                self._fence(None)
                 continue
             if not self.ha.in_sync.lease_valid():
-                self.ha.fence(
+                self._fence(
                     f"the controller has not confirmed this master (epoch {self.master_epoch}) "
                     f"for {self.lease_s:g} s"
                 )
