@@ -94,6 +94,10 @@ class InSyncReplicas(GroupTransferService):
         self.confirmed: frozenset[int] = frozenset()
         self.confirmed_epoch = 0
         self.proposed: frozenset[int] | None = None
+        # derived from the above on every change of the set (rare), read on every ack
+        self._force: frozenset[int] = frozenset()
+        self._others: tuple[int, ...] = ()  # the set in force but this master
+        self._acked = 0  # how far enough of the set hold the log (-2: the log's end)
         self.acks: dict[int, int] = {}
         self.caught_up: dict[int, float] = {}
         self.confirm = 0
@@ -105,8 +109,13 @@ class InSyncReplicas(GroupTransferService):
 
     def in_force(self) -> frozenset[int]:
         """The confirmed set, with a proposed change added while it is out."""
+        return self._force
+
+    def _set_changed_locked(self) -> None:
         proposed = self.proposed
-        return self.confirmed if proposed is None else self.confirmed | proposed
+        force = self.confirmed if proposed is None else self.confirmed | proposed
+        self._force = force
+        self._others = tuple(sorted(m for m in force if m != self.local_id))
 
     def in_sync_count(self) -> int:
         """RocketMQ's inSyncReplicasNums: the larger of the confirmed and proposed sets."""
@@ -127,6 +136,7 @@ class InSyncReplicas(GroupTransferService):
             self.confirmed = frozenset(members) | {local_id}
             self.confirmed_epoch = set_epoch
             self.proposed = None
+            self._set_changed_locked()
             self.acks = {}
             self.caught_up = {}
             with self._lock:
@@ -139,6 +149,7 @@ class InSyncReplicas(GroupTransferService):
         with self._set_lock:
             self.is_master = False
             self.proposed = None
+            self._set_changed_locked()
             self.acks = {}
             self.caught_up = {}
             self._solo = False
@@ -155,6 +166,7 @@ class InSyncReplicas(GroupTransferService):
             self.confirmed = frozenset(members)
             self.confirmed_epoch = set_epoch
             self.proposed = None
+            self._set_changed_locked()
             self._recompute_locked()
         if old != self.confirmed:
             log.info(
@@ -171,6 +183,7 @@ class InSyncReplicas(GroupTransferService):
         """The controller refused (or did not answer) the proposal: the confirmed set stays."""
         with self._set_lock:
             self.proposed = None
+            self._set_changed_locked()
             self._recompute_locked()
         self._update_refusal()
         self._notify()
@@ -179,6 +192,7 @@ class InSyncReplicas(GroupTransferService):
         if not self.is_master or members == self.confirmed or members == self.proposed:
             return None
         self.proposed = members
+        self._set_changed_locked()
         self._recompute_locked()
         return members
 
@@ -272,34 +286,37 @@ class InSyncReplicas(GroupTransferService):
 
     def _recompute_locked(self) -> None:
         """The acknowledged end (how far enough of the set hold the log) and the confirm
-        offset, from the acks and the set in force. ``_set_lock`` held."""
+        offset (how far all of it does), from the acks and the set in force. ``_set_lock``
+        held."""
         if not self.is_master:
             return
-        members = self.in_force() - {self.local_id}
-        acks = self.acks
-        self._solo = not members
-        if not members:
+        others = self._others
+        self._solo = not others
+        if not others:
             self.confirm = max(self.confirm, self.max_offset())
+            self._acked = -2
             return
-        held = [acks.get(m, -1) for m in members]
-        if all(m in acks for m in members):
-            lowest = min(held)
-            if lowest > self.confirm:
-                self.confirm = lowest
+        acks = self.acks
+        held = [acks.get(m, -1) for m in others]
+        lowest = min(held)  # -1 while a member is not connected: the confirm offset stays
+        if lowest > self.confirm:
+            self.confirm = lowest
+        if self.all_ack:
+            self._acked = lowest
+            return
+        need = self.need - 1  # this master holds it
+        if need <= 0:
+            self._acked = -2
+            return
+        held.sort(reverse=True)
+        self._acked = held[need - 1] if len(held) >= need else -1
 
     def acked_end(self) -> int:
         """How far the log is held by enough of the set for a put to be acknowledged."""
-        with self._set_lock:
-            if not self.is_master:
-                return 0
-            members = self.in_force() - {self.local_id}
-            held = sorted((self.acks.get(m, -1) for m in members), reverse=True)
-        if self.all_ack:
-            return min(held) if held else self.max_offset()
-        need = self.need - 1  # this master holds it
-        if need <= 0:
-            return self.max_offset()
-        return held[need - 1] if len(held) >= need else -1
+        if not self.is_master:
+            return 0
+        acked = self._acked
+        return self.max_offset() if acked == -2 else acked
 
     def confirm_offset(self) -> int:
         """How far the set in force holds the log. Any thread; cheap."""
