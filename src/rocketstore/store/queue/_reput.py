@@ -445,6 +445,17 @@ class ReputMessageService(ServiceThread):
             if self.inline:  # the put path dispatches; a failure there wakes this thread
                 self.wait_for_running(IDLE_WAIT_S)
                 continue
+            if self.idle_at_limit and self._request_flush is None:
+                # dispatch reached its limit: sleep until whoever moves it wakes this thread
+                # (no polling every millisecond: each round takes the interpreter lock; under
+                # SYNC_FLUSH the flush moves the limit too, and wakes nobody: polled)
+                self._idle = True
+                if self._limit() > self.reput_from_offset:
+                    self._idle = False
+                    continue
+                self.wait_for_running(IDLE_WAIT_S)
+                self._idle = False
+                continue
             if n:
                 idle_rounds = 0
             else:
