@@ -2,11 +2,12 @@
 4.x's SYNC_MASTER mode, alternated (A B A B ...), with the ratio of each pair:
 
     python benchmarks/failover_throughput.py [--pairs 3] [--messages 40000] [--producers 16]
-        [--size 1024] [--work-dir DIR] [--keep]
+        [--size 1024] [--controller-acks all|two] [--work-dir DIR] [--keep]
 
 A: a name server, the project's controller (file backend) and three rocketstore brokers of one
 group in controller mode, ``allAckInSyncStateSet=true`` and ``minInSyncReplicas=2`` (a send is
-acknowledged once all three hold it). B: the same name server and three rocketstore brokers in
+acknowledged once all three hold it; ``--controller-acks two``: once two do, this master
+counted). B: the same name server and three rocketstore brokers in
 4.x mode: a SYNC_MASTER (acknowledged once a slave holds it) and two SLAVEs. Both ASYNC_FLUSH,
 128 MiB commit-log files, every process started afresh on empty stores for each run, each one a
 process of its own. Each run waits for the group to be whole (A: the SyncStateSet holds all
@@ -76,7 +77,9 @@ def _wait(cond: object, timeout: float, what: str) -> None:
     raise TimeoutError(f"not within {timeout} s: {what}")
 
 
-def run_once(root: Path, mode: str, messages: int, producers: int, size: int) -> float:
+def run_once(
+    root: Path, mode: str, messages: int, producers: int, size: int, all_ack: bool = True
+) -> float:
     """One run of ``mode`` (controller / sync_master) on fresh stores; messages a second."""
     nodes: list[Node] = []
     try:
@@ -95,7 +98,7 @@ def run_once(root: Path, mode: str, messages: int, producers: int, size: int) ->
                 "enableControllerMode": "true",
                 "controllerAddr": ctl,
                 "brokerId": "-1",
-                "allAckInSyncStateSet": "true",
+                "allAckInSyncStateSet": "true" if all_ack else "false",
                 "minInSyncReplicas": "2",
             }
             for i in range(3):
@@ -156,6 +159,14 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--controller-acks",
+        choices=("all", "two"),
+        default="all",
+        help="controller mode waits for every replica of the SyncStateSet (all, the default), "
+        "or for two of them, this master counted (two: allAckInSyncStateSet=false, as "
+        "SYNC_MASTER waits for one slave)",
+    )
     args = parser.parse_args()
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="failover-throughput-"))
     ratios = []
@@ -166,7 +177,14 @@ def main() -> int:
             for mode in ("controller", "sync_master"):
                 root = work / f"pair{pair}-{mode}"
                 root.mkdir(parents=True, exist_ok=True)
-                rate = run_once(root, mode, args.messages, args.producers, args.size)
+                rate = run_once(
+                    root,
+                    mode,
+                    args.messages,
+                    args.producers,
+                    args.size,
+                    all_ack=args.controller_acks == "all",
+                )
                 rates[mode] = rate
                 totals[mode] += rate
                 print(

@@ -214,7 +214,7 @@ class MessageStore:
                 self.commit_log,
                 clock,
                 LogCutter(self.commit_log, self.reput, self.consume_queues, self.index),
-                on_append=self.reput.on_append,
+                on_append=self._dispatch_confirmed,
                 set_refusal=self.commit_log.set_refusal,
             )
             self.ha.hooks = self
@@ -422,6 +422,24 @@ class MessageStore:
                 return
             reput.wakeup()
             time.sleep(0.005)
+
+    def _dispatch_confirmed(self) -> None:
+        """The confirm offset moved (controller mode; an HA thread): dispatch what it now
+        covers in this thread, which holds the interpreter lock already, rather than wake the
+        dispatch thread for it; when that thread is dispatching, make sure it goes on."""
+        reput = self.reput
+        if not reput.dispatch_lock.acquire(blocking=False):
+            reput.wakeup()
+            return
+        try:
+            if reput.failing is None and not reput.inline:
+                reput.do_reput()
+        except Exception:
+            reput.wakeup()  # the dispatch thread retries and reports it
+        finally:
+            reput.dispatch_lock.release()
+        if reput.reput_from_offset < self._dispatch_limit():
+            reput.on_append()
 
     @property
     def is_master(self) -> bool:

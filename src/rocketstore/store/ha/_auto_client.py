@@ -329,11 +329,11 @@ class AutoClient(ServiceThread):
                     buf[: end - start] = buf[start:end]
                     end -= start
                     start = 0
-                self.on_append()
                 if appended:
                     mine = cl.max_offset
                     if mine > self.reported_offset:
                         self._report(sock, mine)
+                self.on_append()  # after the report: the master waits for it, not for this
         finally:
             view.release()
 
