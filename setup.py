@@ -25,14 +25,19 @@ SOURCES = {
     "rocketstore.store.read._raw_read_c": "src/rocketstore/store/read/_raw_read_c.pyx",
     "rocketstore.store.queue._unit_write_c": "src/rocketstore/store/queue/_unit_write_c.pyx",
     "rocketstore.store.queue._index_write_c": "src/rocketstore/store/queue/_index_write_c.pyx",
+    "rocketstore.broker.messaging._send_scan_c": (
+        "src/rocketstore/broker/messaging/_send_scan_c.pyx"
+    ),
 }
 
 # compiled by mypyc as they are (rocketstore._speedups.COMPILED_MODULES names the same modules)
 MYPYC_MODULES = (
     "src/rocketstore/broker/messaging/_send.py",
+    "src/rocketstore/broker/messaging/_send_frame.py",
     "src/rocketstore/broker/state/_stats.py",
     "src/rocketstore/broker/state/_long_poll.py",
     "src/rocketstore/remoting/_command.py",
+    "src/rocketstore/remoting/_send_header.py",
     "src/rocketstore/remoting/_connection.py",
     "src/rocketstore/remoting/_client.py",  # its ClientConnection derives from Connection
     "src/rocketstore/store/_store.py",
@@ -60,6 +65,7 @@ class OptionalBuildExt(build_ext):
         others = [e for e in self.extensions if e not in library]
         shims = [e for e in others if _is_mypyc_shim(e)]
         self.check_extensions_list(self.extensions)
+        self._done, self._total = 0, len(self.extensions)
         for ext in library:
             if not self._build(ext):
                 others = [e for e in others if e not in shims]
@@ -67,6 +73,11 @@ class OptionalBuildExt(build_ext):
             self._build(ext)
 
     def _build(self, ext: Extension) -> bool:
+        self._done += 1
+        what = ext.name
+        if ext.name.endswith("__mypyc"):
+            what = "the glue modules' shared library (the longest step)"
+        _progress(f"compiling {what} ({self._done} of {self._total})")
         try:
             self.build_extension(ext)
         except Exception as exc:
@@ -80,6 +91,11 @@ class OptionalBuildExt(build_ext):
             f"rocketstore: could not build {name} ({exc}); installing the pure-Python code",
             file=sys.stderr,
         )
+
+
+def _progress(line: str) -> None:
+    """One line of the build's progress on standard error (``pip install -v`` shows it)."""
+    print(f"rocketstore: {line}", file=sys.stderr, flush=True)
 
 
 def _is_mypyc_shim(ext: Extension) -> bool:
@@ -97,6 +113,7 @@ def cython_extensions() -> list[Extension]:
         )
         return []
     exts = [Extension(name, [src], optional=True) for name, src in SOURCES.items()]
+    _progress(f"translating {len(exts)} Cython modules to C")
     return cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True)
 
 
@@ -106,6 +123,7 @@ def mypyc_extensions() -> list[Extension]:
     except ImportError:
         print("rocketstore: mypyc is not available; the glue modules stay Python", file=sys.stderr)
         return []
+    _progress(f"translating {len(MYPYC_MODULES)} modules to C with mypyc (type-checks them first)")
     try:  # third-party imports are not needed to compile (the build may not have them)
         return mypycify(
             ["--ignore-missing-imports", *MYPYC_MODULES], group_name=MYPYC_GROUP, opt_level="3"

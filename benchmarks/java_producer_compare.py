@@ -1,17 +1,34 @@
-"""RocketMQ's own benchmark producer against rocketstore's broker and against RocketMQ's broker,
-run alternately (A B A B ...), with the ratio of each pair.
+"""RocketMQ's own benchmark producer and consumer against rocketstore's broker and against
+RocketMQ's broker, both kept running and warmed, measured alternately (A B A B ...), with the
+ratio of each pair.
 
     ROCKETMQ_CLASSPATH=... python benchmarks/java_producer_compare.py [--pairs 3]
-        [--duration 30] [--threads 1,64] [--size 1024] [--work-dir DIR] [--keep]
+        [--duration 30] [--threads 64,1] [--consumer-threads 64] [--warmup 30]
+        [--size 1024] [--bare] [--work-dir DIR] [--keep]
 
-A is ``rocketstore serve`` (ASYNC_FLUSH, no gRPC, console or metrics), B is RocketMQ 4.9.8's
-NamesrvStartup and BrokerStartup (ASYNC_FLUSH, 1 GiB commit-log files like rocketstore's
-default); each run starts its side afresh on an empty store under the work directory (a new
-temporary one unless given), makes topic ``JavaBench`` with 8 queues with mqadmin, then runs
-``org.apache.rocketmq.example.benchmark.Producer`` (``-w`` sending threads, ``-s`` bytes a
-message) for ``--duration`` seconds. The producer prints the send rate of the last 10 s every
-10 s; the first such line (the JVM warming up) is dropped and the rest averaged. The machine's
-speed drifts, so compare within a pair; the load average is printed with each run.
+A is ``rocketstore serve`` with its defaults (ASYNC_FLUSH, the metrics endpoint and the web
+console on, on free ports; ``--bare`` turns both off: ``--metrics-listen= --console-listen=``);
+B is RocketMQ 4.9.8's NamesrvStartup and BrokerStartup (ASYNC_FLUSH, 1 GiB commit-log files
+like rocketstore's default). Each side is started once, on an empty store under the work
+directory, gets topic ``JavaBench`` with 8 queues (mqadmin), and is warmed by an 8-thread
+producer run of ``--warmup`` seconds on the very processes that are then measured: a broker
+in production runs warm, and a JVM measured while its JIT still compiles is not. Then, per
+thread count, ``--pairs`` pairs of ``org.apache.rocketmq.example.benchmark.Producer`` runs
+(``-w`` threads, ``-s`` bytes a message, ``--duration`` seconds), A then B, on the same
+processes. The producer prints the send rate of the last 10 s every 10 s; its first line
+(the producer's own JVM warming up) is dropped and the rest averaged.
+
+Then the consumer side: ``org.apache.rocketmq.example.benchmark.Consumer`` (push,
+``--consumer-threads`` consuming threads), a new group each run, reading the topic the
+producer runs filled from its first offset (a group without a committed offset starts at 0 on
+both brokers while the queue's start is in memory). It prints the rate of the last 10 s every
+10 s; the windows while the backlog lasts are averaged (the first, which holds the consumer's
+start, and the last, in which the backlog ran out, are dropped when there are others). A
+consumer run ends when its rate falls to zero or after ``--consumer-duration`` seconds. One
+unmeasured consumer run on each side first warms the brokers' pull paths.
+
+Each run prints the broker's CPU time a message (from /proc, every thread of its process)
+and the load average before and after. The machine's speed drifts, so compare within a pair.
 
 ``ROCKETMQ_CLASSPATH`` (or ``--classpath``) must hold RocketMQ 4.9.8's namesrv, broker, tools,
 client and example.benchmark classes and their dependencies; see tests/_rocketmq_java.py.
@@ -38,22 +55,27 @@ import _rocketmq_java as rj
 from _interop import ServerProcess, free_port
 
 PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
+CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"
 ADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 TOPIC = "JavaBench"
-_TPS = re.compile(
+WARMUP_THREADS = 8
+_SEND = re.compile(
     r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)"
 )
+_CONSUME = re.compile(r"TPS: (\d+) FAIL: (\d+) AVG\(B2C\) RT\(ms\):\s*([\d.]+)")
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
 class Run:
     side: str
+    what: str  # "produce" or "consume"
     threads: int
     tps: float
     avg_rt_ms: float
-    max_rt_ms: int
     failed: int
     lines: int
+    broker_cpu_us: float  # the broker process's CPU a message (every thread)
     load_before: str
     load_after: str
 
@@ -63,17 +85,67 @@ def load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def start_rocketstore(root: Path) -> tuple[ServerProcess, str]:
-    root.mkdir(parents=True)
-    args = [sys.executable, "-c", "from rocketstore.cli import main; main()", "serve"]
-    args += ["--store", str(root / "store"), "--flush", "ASYNC_FLUSH"]
-    args += ["--namesrv-listen", f"127.0.0.1:{free_port()}", "--listen", "127.0.0.1:0"]
-    args += ["--grpc-listen", "", "--metrics-listen", "", "--console-listen", ""]
-    args += ["--log-dir", str(root / "logs")]
-    server = ServerProcess(args, root / "serve.log", want_namesrv=True, want_broker=True)
-    server._wait_started(60.0)
-    assert server.namesrv is not None
-    return server, server.namesrv
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class Side:
+    """One broker (with its name server), started once and kept for every run."""
+
+    name: str
+    namesrv: str
+    broker_pid: int
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class Rocketstore(Side):
+    name = "rocketstore"
+
+    def __init__(self, root: Path, *, bare: bool) -> None:
+        root.mkdir(parents=True)
+        args = [sys.executable, "-c", "from rocketstore.cli import main; main()", "serve"]
+        args += ["--store", str(root / "store"), "--flush", "ASYNC_FLUSH"]
+        args += ["--namesrv-listen", f"127.0.0.1:{free_port()}", "--listen", "127.0.0.1:0"]
+        args += ["--grpc-listen", f"127.0.0.1:{free_port()}"]
+        if bare:
+            args += ["--metrics-listen", "", "--console-listen", ""]
+        else:  # the defaults' endpoints, on ports known to be free
+            args += ["--metrics-listen", f"127.0.0.1:{free_port()}"]
+            args += ["--console-listen", f"127.0.0.1:{free_port()}"]
+        args += ["--log-dir", str(root / "logs")]
+        self.server = ServerProcess(args, root / "serve.log", want_namesrv=True, want_broker=True)
+        try:
+            self.server._wait_started(60.0)
+        except BaseException:
+            self.server.stop()
+            raise
+        assert self.server.namesrv is not None
+        self.namesrv = self.server.namesrv
+        self.broker_pid = self.server.proc.pid
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class RocketMQ(Side):
+    name = "rocketmq"
+
+    def __init__(self, root: Path) -> None:
+        self.servers = rj.RocketMQServers.start(
+            root,
+            opts=["-Xms2g", "-Xmx2g", "-XX:MaxDirectMemorySize=2g", *rj.OPENS],
+            mappedFileSizeCommitLog=str(1024 * 1024 * 1024),
+        )
+        self.namesrv = self.servers.namesrv
+        self.broker_pid = self.servers.procs[-1].pid
+
+    def stop(self) -> None:
+        self.servers.stop()
 
 
 def make_topic(root: Path, namesrv: str) -> None:
@@ -86,14 +158,11 @@ def make_topic(root: Path, namesrv: str) -> None:
         raise RuntimeError(f"updateTopic failed:\n{done.stdout}\n{done.stderr[-2000:]}")
 
 
-def produce(root: Path, namesrv: str, threads: int, size: int, duration: float) -> list[str]:
-    """Run the benchmark producer for about ``duration`` seconds; its lines."""
-    cmd = rj.java_command(
-        root,
-        PRODUCER,
-        *("-n", namesrv, "-t", TOPIC, "-w", str(threads), "-s", str(size)),
-        opts=rj.BENCH_JAVA_OPTS,
-    )
+def run_java(
+    root: Path, main: str, args: list[str], done: Callable[[list[str]], bool], timeout: float
+) -> list[str]:
+    """Run a benchmark program until ``done(lines)`` or ``timeout`` seconds; its lines."""
+    cmd = rj.java_command(root, main, *args, opts=rj.BENCH_JAVA_OPTS)
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -111,12 +180,10 @@ def produce(root: Path, namesrv: str, threads: int, size: int, duration: float) 
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    # a rate line every 10 s once it runs: wait for as many as the duration holds
-    want = max(1, int(duration // 10))
-    deadline = time.monotonic() + duration + 15
+    deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if sum(1 for line in list(lines) if _TPS.search(line)) >= want:
+            if done(list(lines)):
                 break
             time.sleep(0.2)
     finally:
@@ -125,64 +192,115 @@ def produce(root: Path, namesrv: str, threads: int, size: int, duration: float) 
     return lines
 
 
-def one_run(side: str, work: Path, threads: int, args: argparse.Namespace) -> Run:
-    root = work / f"{side}-{threads}-{time.monotonic_ns()}"
-    stop: list[Callable[[], object]] = []
-    try:
-        if side == "rocketstore":
-            server, namesrv = start_rocketstore(root)
-            stop.append(server.stop)
-        else:
-            servers = rj.RocketMQServers.start(
-                root,
-                opts=["-Xms2g", "-Xmx2g", "-XX:MaxDirectMemorySize=2g", *rj.OPENS],
-                mappedFileSizeCommitLog=str(1024 * 1024 * 1024),
-            )
-            stop.append(servers.stop)
-            namesrv = servers.namesrv
-        make_topic(root, namesrv)
-        before = load()
-        lines = produce(root, namesrv, threads, args.size, args.duration)
-        after = load()
-    finally:
-        for fn in reversed(stop):
-            fn()
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
-    stats = [m for m in map(_TPS.search, lines) if m]
+def produce(root: Path, side: Side, threads: int, size: int, duration: float) -> Run:
+    want = max(1, int(duration // 10)) + 1  # a rate line every 10 s; the first is dropped
+    args = ["-n", side.namesrv, "-t", TOPIC, "-w", str(threads), "-s", str(size)]
+    before, cpu = load(), cpu_seconds(side.broker_pid)
+    lines = run_java(
+        root,
+        PRODUCER,
+        args,
+        lambda lines: sum(1 for line in lines if _SEND.search(line)) >= want,
+        duration + 30,
+    )
+    cpu = cpu_seconds(side.broker_pid) - cpu
+    stats = [m for m in map(_SEND.search, lines) if m]
     steady = stats[1:] or stats
     if not steady:
-        raise RuntimeError(f"{side}: no TPS lines from the producer:\n" + "\n".join(lines[-30:]))
+        raise RuntimeError(
+            f"{side.name}: no TPS lines from the producer:\n" + "\n".join(lines[-30:])
+        )
+    # every line is 10 s: the messages of all lines, for the CPU a message
+    sent = sum(int(m.group(1)) for m in stats) * 10
     return Run(
-        side,
+        side.name,
+        "produce",
         threads,
         sum(int(m.group(1)) for m in steady) / len(steady),
         sum(float(m.group(3)) for m in steady) / len(steady),
-        max(int(m.group(2)) for m in steady),
         sum(int(m.group(4)) for m in steady),
         len(steady),
+        cpu / sent * 1e6 if sent else float("nan"),
         before,
-        after,
+        load(),
+    )
+
+
+def consume(root: Path, side: Side, threads: int, group: str, duration: float) -> Run:
+    args = ["-n", side.namesrv, "-t", TOPIC, "-w", str(threads), "-g", group, "-p", "false"]
+
+    def drained(lines: list[str]) -> bool:
+        rates = [int(m.group(1)) for m in map(_CONSUME.search, lines) if m]
+        return bool(rates) and rates[-1] == 0
+
+    before, cpu = load(), cpu_seconds(side.broker_pid)
+    lines = run_java(root, CONSUMER, args, drained, duration)
+    cpu = cpu_seconds(side.broker_pid) - cpu
+    stats = [m for m in map(_CONSUME.search, lines) if m]
+    rates = [int(m.group(1)) for m in stats]
+    busy = [r for r in rates if r > 0]
+    total = sum(busy) * 10
+    full = busy[1:-1] if len(busy) > 2 else busy
+    if not full:
+        raise RuntimeError(
+            f"{side.name}: no TPS lines from the consumer:\n" + "\n".join(lines[-30:])
+        )
+    return Run(
+        side.name,
+        "consume",
+        threads,
+        sum(full) / len(full),
+        sum(float(m.group(3)) for m in stats if int(m.group(1)) > 0) / len(busy),
+        sum(int(m.group(2)) for m in stats),
+        len(full),
+        cpu / total * 1e6 if total else float("nan"),
+        before,
+        load(),
     )
 
 
 def show(run: Run) -> None:
+    rt = "B2C" if run.what == "consume" else "RT"
     print(
-        f"  {run.side:<11} -w {run.threads:<3} {run.tps:>9.0f} msg/s  avg RT {run.avg_rt_ms:7.3f} ms"
-        f"  max RT {run.max_rt_ms:5d} ms  failed {run.failed}  ({run.lines} lines)"
-        f"  load {run.load_before} -> {run.load_after}",
+        f"  {run.side:<11} {run.what} -w {run.threads:<3} {run.tps:>9.0f} msg/s"
+        f"  avg {rt} {run.avg_rt_ms:9.3f} ms  failed {run.failed}  ({run.lines} windows)"
+        f"  broker CPU {run.broker_cpu_us:6.1f} µs/msg  load {run.load_before} -> {run.load_after}",
         flush=True,
     )
+
+
+def pairs(
+    label: str, count: int, measure: Callable[[Side, int], Run], sides: tuple[Side, Side]
+) -> list[float]:
+    ratios = []
+    print(label, flush=True)
+    for pair in range(count):
+        a = measure(sides[0], pair)
+        show(a)
+        b = measure(sides[1], pair)
+        show(b)
+        ratios.append(a.tps / b.tps if b.tps else float("nan"))
+        print(f"  pair {pair + 1}: rocketstore / RocketMQ = {ratios[-1]:.3f}", flush=True)
+    print(f"  ratios {', '.join(f'{r:.3f}' for r in ratios)}", flush=True)
+    return ratios
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=30.0, help="seconds a run")
-    ap.add_argument("--threads", default="1,64", help="sending threads, comma separated")
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds a producer run")
+    ap.add_argument("--threads", default="64,1", help="producer threads, comma separated")
     ap.add_argument("--size", type=int, default=1024, help="message body bytes")
+    ap.add_argument("--warmup", type=float, default=30.0, help="seconds of 8-thread warm-up")
+    ap.add_argument(
+        "--consumer-threads", type=int, default=64, help="consumer threads (0: no consumer runs)"
+    )
+    ap.add_argument("--consumer-duration", type=float, default=90.0, help="longest a consumer run")
+    ap.add_argument(
+        "--bare", action="store_true", help="rocketstore without its metrics and console"
+    )
     ap.add_argument("--work-dir", default=None, help="default: a new temporary directory")
-    ap.add_argument("--keep", action="store_true", help="keep each run's stores and logs")
+    ap.add_argument("--keep", action="store_true", help="keep the stores and logs")
     ap.add_argument("--classpath", default=None, help="default: $ROCKETMQ_CLASSPATH")
     args = ap.parse_args()
     if args.classpath:
@@ -192,20 +310,61 @@ def main() -> None:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="java-producer-compare-"))
     work.mkdir(parents=True, exist_ok=True)
     compiled = not os.environ.get("ROCKETSTORE_NO_EXTENSIONS")
-    print(f"work dir {work}; rocketstore compiled core {'on' if compiled else 'off'}")
+    print(
+        f"work dir {work}; rocketstore compiled core {'on' if compiled else 'off'}, "
+        f"{'--metrics-listen= --console-listen=' if args.bare else 'serve defaults'}",
+        flush=True,
+    )
+    started: list[Side] = []
     try:
+        a = Rocketstore(work / "rocketstore", bare=args.bare)
+        started.append(a)
+        b = RocketMQ(work / "rocketmq")
+        started.append(b)
+        for side in started:
+            make_topic(work / side.name, side.namesrv)
+        if args.warmup > 0:
+            print(
+                f"warm-up: {WARMUP_THREADS} threads, {args.warmup:.0f} s on each side", flush=True
+            )
+            for side in started:
+                show(produce(work / side.name, side, WARMUP_THREADS, args.size, args.warmup))
         for threads in (int(t) for t in args.threads.split(",")):
-            ratios = []
-            print(f"-w {threads}, {args.size} B messages, {args.duration:.0f} s a run:")
-            for pair in range(args.pairs):
-                a = one_run("rocketstore", work, threads, args)
-                show(a)
-                b = one_run("rocketmq", work, threads, args)
-                show(b)
-                ratios.append(a.tps / b.tps if b.tps else float("nan"))
-                print(f"  pair {pair + 1}: rocketstore / RocketMQ = {ratios[-1]:.3f}", flush=True)
-            print(f"  ratios {', '.join(f'{r:.3f}' for r in ratios)}")
+            pairs(
+                f"producer -w {threads}, {args.size} B messages, {args.duration:.0f} s a run:",
+                args.pairs,
+                lambda side, _pair, t=threads: produce(  # type: ignore[misc]
+                    work / side.name, side, t, args.size, args.duration
+                ),
+                (a, b),
+            )
+        if args.consumer_threads > 0:
+            print("consumer warm-up: one run on each side", flush=True)
+            for side in started:
+                show(
+                    consume(
+                        work / side.name,
+                        side,
+                        args.consumer_threads,
+                        f"bench_consumer_warmup_{time.monotonic_ns()}",
+                        args.consumer_duration,
+                    )
+                )
+            pairs(
+                f"consumer -w {args.consumer_threads}, push, a new group a run from offset 0:",
+                args.pairs,
+                lambda side, pair: consume(
+                    work / side.name,
+                    side,
+                    args.consumer_threads,
+                    f"bench_consumer_{pair}_{time.monotonic_ns()}",
+                    args.consumer_duration,
+                ),
+                (a, b),
+            )
     finally:
+        for side in reversed(started):
+            side.stop()
         if not args.work_dir and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -4,11 +4,12 @@ their own, for the console's API and browser tests; plain HTTP calls to the cons
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,9 +17,12 @@ from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
+from rocketstore.client import Producer
 from rocketstore.client._admin import AdminClient
+from rocketstore.client._trace import TRACE_TOPIC, TraceContext, encode_trace, trace_keys
 from rocketstore.console import ConsoleServer
 from rocketstore.namesrv import NameServer
+from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.server import BrokerServer
 
 T = TypeVar("T")
@@ -37,6 +41,12 @@ accounts:
     admin: false
     defaultTopicPerm: PUB|SUB
     defaultGroupPerm: PUB|SUB
+  - accessKey: console-reader
+    secretKey: reader-secret-1
+    whiteRemoteAddress:
+    admin: false
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
 """
 
 
@@ -47,10 +57,22 @@ async def _wrap(coro: Awaitable[T]) -> T:
 class ConsoleEnv:
     """Start with :meth:`open`, stop with :meth:`close` (also after a failed start)."""
 
-    def __init__(self, root: Path, *, acl: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        acl: bool = False,
+        slave: bool = False,
+        trace_topic: bool = False,
+        acl_yml: str = ACL_YML,
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.acl = acl
+        self.acl_yml = acl_yml
+        self.with_slave = slave
+        self.trace_topic = trace_topic
+        self.slave: BrokerServer | None = None
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="console-env")
         self.thread.start()
@@ -68,38 +90,51 @@ class ConsoleEnv:
         acl_file = ""
         if self.acl:
             path = self.root / "plain_acl.yml"
-            path.write_text(ACL_YML)
+            path.write_text(self.acl_yml)
             acl_file = str(path)
+        self.server = self._broker("master", 0, acl_file)
+        await self.server.start()
+        if self.with_slave:
+            self.slave = self._broker("slave", 1, acl_file)
+            await self.slave.start()
+        self.admin = AdminClient(self.ns.address, signer=None)
+        self.console = ConsoleServer(self.admin, "127.0.0.1:0", login=self.acl)
+        await self.console.start()
+
+    def _broker(self, role: str, broker_id: int, acl_file: str) -> BrokerServer:
+        assert self.ns is not None
         store_config = StoreConfig(
-            store_path_root_dir=str(self.root / BROKER),
+            store_path_root_dir=str(self.root / (BROKER if broker_id == 0 else f"{BROKER}-{role}")),
             mapped_file_size_commit_log=256 * 1024,
             mapped_file_size_consume_queue=20 * 1000,
             max_hash_slot_num=1000,
             max_index_num=4000,
             flush_interval_commit_log=10,
             commit_interval_commit_log=10,
+            broker_role="SLAVE" if broker_id else "ASYNC_MASTER",
+            ha_listen_port=0,
         )
-        self.server = BrokerServer(
+        return BrokerServer(
             store_config,
             BrokerConfig(
                 listen_port=0,
                 namesrv_addr=self.ns.address,
                 broker_name=BROKER,
+                broker_id=broker_id,
                 cluster_name=CLUSTER,
                 acl_enable=self.acl,
                 acl_file=acl_file,
+                trace_topic_enable=self.trace_topic,
             ),
         )
-        await self.server.start()
-        self.admin = AdminClient(self.ns.address, signer=None)
-        self.console = ConsoleServer(self.admin, "127.0.0.1:0", login=self.acl)
-        await self.console.start()
 
     async def _stop(self) -> None:
         if self.console is not None:
             await self.console.close()
         if self.admin is not None:
             self.admin.close()
+        if self.slave is not None:
+            await self.slave.shutdown()
         if self.server is not None:
             await self.server.shutdown()
         if self.ns is not None:
@@ -107,7 +142,10 @@ class ConsoleEnv:
 
     def open(self) -> ConsoleEnv:
         self.run(self._start())
-        assert wait_until(lambda: self.ns is not None and len(self.ns.routes.live_brokers()) == 1)
+        brokers = 2 if self.with_slave else 1
+        assert wait_until(
+            lambda: self.ns is not None and len(self.ns.routes.live_brokers()) == brokers
+        )
         return self
 
     def close(self) -> None:
@@ -174,3 +212,29 @@ def http(
             return Reply(r.status, r.read(), r.headers)
     except urllib.error.HTTPError as exc:
         return Reply(exc.code, exc.read(), exc.headers)
+
+
+@contextlib.contextmanager
+def producer_online(env: ConsoleEnv, group: str, client_id: str) -> Iterator[None]:
+    """A producer of ``group`` connected to the broker while the block runs (its heartbeat,
+    as RocketMQ's clients send it, over a connection kept open)."""
+    heartbeat = {
+        "clientID": client_id,
+        "consumerDataSet": [],
+        "producerDataSet": [{"groupName": group}],
+    }
+    with RemotingClient(timeout=5) as client:
+        r = client.invoke(
+            env.broker_addr, RemotingCommand.request(34, {}, json.dumps(heartbeat).encode())
+        )
+        assert r.code == 0, r.remark
+        yield
+
+
+def write_traces(env: ConsoleEnv, contexts: list[TraceContext]) -> None:
+    """What a trace-enabled client's trace dispatcher sends: the contexts' text in one message
+    to RMQ_SYS_TRACE_TOPIC, keyed by the traced message's id and keys."""
+    keys = sorted({k for c in contexts for k in trace_keys(c)})
+    data = "".join(encode_trace(c) for c in contexts).encode()
+    with Producer(env.namesrv, "_INNER_TRACE_PRODUCER-console-test") as p:
+        assert p.send(TRACE_TOPIC, data, keys=keys).status == "SEND_OK"

@@ -252,6 +252,9 @@ class ServerProcess:
         args = [*cls._command(), "serve", "--store", str(store)]
         args += ["--namesrv-listen", f"127.0.0.1:{namesrv_port}"]
         args += ["--listen", f"127.0.0.1:{broker_port}", "--grpc-listen", ""]
+        # replication's port chosen by the server: the listen port + 1 may be taken by another
+        # process's connection between a stop and a restart on the same port
+        args += ["--ha-listen", "127.0.0.1:0"]
         if conf is not None:
             args += ["-c", str(conf)]
         if flush is not None:

@@ -5,7 +5,8 @@ port), brokers in controller mode, and mqadmin.
 This project ships none of RocketMQ's classes: ``ROCKETMQ5_CLASSPATH`` names a classpath with
 RocketMQ 5.1.4's namesrv, controller, broker and tools classes and their dependencies, and
 ``ROCKETMQ5_HOME`` (optional) a directory with ``conf/rmq.<role>.logback.xml`` (5.x logs through
-logback; without one, the JVM's default). Without the classpath or ``java`` the callers skip
+logback; without one, the JVM's default, and each process's own directory as its
+ROCKETMQ_HOME). Without the classpath or ``java`` the callers skip
 (``unavailable()`` says why). Every process is killed at the end, also after a failure.
 """
 
@@ -84,8 +85,9 @@ class JavaProcess:
         if HOME:
             opts.append(f"-Dlogback.configurationFile={HOME}/conf/rmq.{role}.logback.xml")
         env = dict(os.environ)
-        if HOME:
-            env["ROCKETMQ_HOME"] = HOME
+        # the name server refuses to start without a ROCKETMQ_HOME: the process's own directory
+        # when no ROCKETMQ5_HOME is given
+        env["ROCKETMQ_HOME"] = HOME or str(home)
         self.log = root / f"{name}.out"
         assert JAVA is not None
         with open(self.log, "ab") as out:

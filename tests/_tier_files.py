@@ -114,7 +114,7 @@ def expire_oldest(store: MessageStore, files: int) -> None:
     store.cleaner.run_once()  # consume queues corrected to the new minimum
 
 
-def wait_dispatched(store: MessageStore, timeout: float = 10.0) -> None:
+def wait_dispatched(store: MessageStore, timeout: float = 60.0) -> None:
     """Until every put message is in the consume queues and every full file is flushed."""
     last = store.commit_log.queue.files[-1].from_offset
     deadline = time.monotonic() + timeout

@@ -7,8 +7,13 @@ from collections.abc import Callable
 
 from rocketstore import MessageStore
 
+WAIT_S = 30.0
+"""How long a test waits for a condition before it fails: generous, since the poll returns as
+soon as the condition holds and CI runs on a busy shared machine (a test never asserts that
+something happens fast; speed is measured by the benchmarks)."""
 
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0, poll: float = 0.001) -> bool:
+
+def wait_until(cond: Callable[[], bool], timeout: float = WAIT_S, poll: float = 0.001) -> bool:
     """Whether ``cond()`` became true within ``timeout`` seconds (checked every ``poll``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -18,7 +23,7 @@ def wait_until(cond: Callable[[], bool], timeout: float = 5.0, poll: float = 0.0
     return cond()
 
 
-def wait_dispatched(store: MessageStore, timeout: float = 5.0) -> None:
+def wait_dispatched(store: MessageStore, timeout: float = WAIT_S) -> None:
     """Wait until dispatch has taken everything in the commit log; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while store.dispatch_behind_bytes() > 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,28 +89,78 @@ def manual_clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local SparkSession for the Spark tests (local[2], no UI, UTC, loopback driver,
-    Python filter pushdown on); the tests using it are skipped when pyspark is missing."""
-    pytest.importorskip("pyspark")
-    pytest.importorskip("pyarrow")
+LOCAL_MASTER = "local[2]"
+SESSION_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
+    """The process's SparkSession on ``master`` (no UI, UTC, loopback driver, Python filter
+    pushdown on): the running one when it runs there, else a new one, the running one stopped
+    first (a process has one SparkContext at a time)."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rocketstore-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    running = SparkContext._active_spark_context
+    if running is not None:
+        if running.master == master:
+            return SparkSession.builder.getOrCreate()
+        SparkSession.builder.getOrCreate().stop()
+    builder = SparkSession.builder.master(master).appName("rocketstore-tests")
+    for key, value in {**SESSION_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session
+
+
+@pytest.fixture(scope="session")
+def _spark_process() -> Iterator[None]:
+    """Stops whichever SparkSession runs when the test session ends."""
+    yield
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+
+
+@pytest.fixture
+def spark(_spark_process: None) -> Any:
+    """The local SparkSession of the Spark tests (local[2]; one for every test that asks,
+    started again only after a test ran on the standalone cluster); the tests using it are
+    skipped when pyspark is missing."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    return spark_session(LOCAL_MASTER)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory, _spark_process: None) -> Iterator[Any]:
+    """A Spark standalone cluster (a master and two workers of one core each, every one a JVM,
+    on 127.0.0.1) for the tests that run on it (``tests/_spark_cluster.py``); its logs stay in
+    the session's temporary directory."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from _spark_cluster import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        from pyspark import SparkContext
+
+        running = SparkContext._active_spark_context
+        if running is not None and running.master == cluster.url:
+            running.stop()  # the application ends: the workers stop its executors
+        cluster.stop()
 
 
 @pytest.fixture

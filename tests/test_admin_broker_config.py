@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker.admin._admin import config_texts
@@ -163,6 +165,38 @@ def test_update_broker_config_writes_the_config_file(cluster: Cluster, tmp_path:
         assert r.code == RC.SYSTEM_ERROR and "cannot write the broker config file" in r.remark
         assert broker.config.short_polling_time_mills == 1500
         assert json.loads(raw_call(addr, 26, {}).ext_fields["version"])["counter"] == 1
+    finally:
+        broker.config = started
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\u0668", "1_000", " 12 ", "12 ", "\uff11\uff12", "0x10", "1.0", "+", "1e3", "12\t"],
+)
+def test_update_broker_config_takes_numbers_only_as_java_parses_them(
+    cluster: Cluster, tmp_path: Path, value: str
+) -> None:
+    """Python's int() takes "\u0668" (8), "1_000" and " 12 "; RocketMQ's Integer.parseInt
+    takes none of them: refused, and nothing is written into broker.conf."""
+    broker = cluster.brokers["broker-b"]
+    conf = tmp_path / "broker.conf"
+    original = "brokerName=broker-b\nshortPollingTimeMills=1000\n"
+    conf.write_text(original)
+    started = broker.config
+    broker.config = dataclasses.replace(started, config_file=str(conf))
+    try:
+        for key in ("shortPollingTimeMills", "defaultTopicQueueNums", "brokerPermission"):
+            r = _call(broker.address, 25, f"{key}={value}\n".encode())
+            assert r.code == RC.SYSTEM_ERROR and "is not an integer" in (r.remark or ""), r.remark
+        for word in ("yes", "1", "TRUE ", "\u0442rue"):
+            r = _call(broker.address, 25, f"longPollingEnable={word}\n".encode())
+            assert r.code == RC.SYSTEM_ERROR and "true or false" in (r.remark or ""), r.remark
+        assert conf.read_text() == original
+        assert broker.config == dataclasses.replace(started, config_file=str(conf))
+        # what Java takes: ASCII digits with a sign
+        r = _call(broker.address, 25, b"shortPollingTimeMills=+1500\nlongPollingEnable=FALSE\n")
+        assert r.code == RC.SUCCESS, r.remark
+        assert broker.config.short_polling_time_mills == 1500
     finally:
         broker.config = started
 

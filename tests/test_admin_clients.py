@@ -117,6 +117,12 @@ def test_rolling_counter_windows() -> None:
     assert (total, avgpt) == (6, 6.0) and tps == pytest.approx(6 / 300)
     assert idle.window(5_000, 0)[0] == 6
 
+    # a counter a few milliseconds old: its TPS is over one 10 s sampling step, as RocketMQ's
+    # first sample covers, not over the milliseconds (8 pulls are not 8000 TPS)
+    young = RollingCounter()
+    young.add(1_000, 8)
+    assert young.window(1_001, 0) == (8, 0.8, 8.0)
+
 
 # ---- a cluster --------------------------------------------------------------------------------
 

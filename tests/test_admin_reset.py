@@ -74,13 +74,13 @@ def test_reset_offset(cluster: Cluster, admin: AdminClient) -> None:
     with Producer(cluster.namesrv) as producer:
         for i in range(2):
             producer.send(TOPIC, b"early-%d" % i, queue=a0)
-        time.sleep(0.3)
-        middle = int(time.time() * 1000)  # nearer the late ones: the store picks the nearest
-        time.sleep(0.02)
+        time.sleep(0.3)  # the late ones stored at least this much later
         for i in range(2):
             producer.send(TOPIC, b"late-%d" % i, queue=a0)
     store = cluster.brokers["broker-a"].store
     assert wait_until(lambda: store.get_max_offset_in_queue(TOPIC, 0) == 4)
+    # a millisecond before the first late one: nearer the late ones whatever the load
+    middle = store.get_message_store_timestamp(TOPIC, 0, 2) - 1
     assert store.get_offset_in_queue_by_time(TOPIC, 0, middle) == 2
     addr = cluster.addr("broker-a")
     ext = {"topic": TOPIC, "group": GROUP, "timestamp": str(middle), "isForce": "true"}
@@ -148,17 +148,19 @@ def test_reset_offset(cluster: Cluster, admin: AdminClient) -> None:
         cluster.run(_close(client))
 
 
-async def _online_client(cluster: Cluster, on_reset: object) -> AsyncRemotingClient:
+async def _online_client(
+    cluster: Cluster, on_reset: object, group: str = GROUP, topic: str = TOPIC
+) -> AsyncRemotingClient:
     client = AsyncRemotingClient({220: on_reset})  # type: ignore[dict-item]
     data = HeartbeatData(
         "127.0.0.1@reset-1",
         consumers=(
             ConsumerData(
-                GROUP,
+                group,
                 ConsumeType.CONSUME_PASSIVELY,
                 MessageModel.CLUSTERING,
                 ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                (build_subscription(TOPIC, "*"),),
+                (build_subscription(topic, "*"),),
             ),
         ),
     )
@@ -167,6 +169,73 @@ async def _online_client(cluster: Cluster, on_reset: object) -> AsyncRemotingCli
         r = await client.invoke(cluster.addr(name), request)
         assert r.code == RC.SUCCESS
     return client
+
+
+def test_reset_offset_of_a_group_with_queues_never_committed(
+    cluster: Cluster, admin: AdminClient
+) -> None:
+    """A group that committed an offset on one queue of a topic (or is online) exists: its
+    other queues, never committed, take the time's offset instead of RocketMQ's "THe consumer
+    group <G> not exist"; that remark stays for a group no broker knows."""
+    topic, group = "ResetPartly", "G_partly"
+    create_everywhere(admin, cluster, topic, queues=2)
+    everywhere = [MessageQueue(topic, b, q) for b in ("broker-a", "broker-b") for q in (0, 1)]
+    a0 = everywhere[0]
+    with Producer(cluster.namesrv) as producer:
+        for i in range(3):
+            producer.send(topic, b"m-%d" % i, queue=a0)
+    store = cluster.brokers["broker-a"].store
+    assert wait_until(lambda: store.get_max_offset_in_queue(topic, 0) == 3)
+    with PullConsumer(cluster.namesrv, group) as consumer:
+        consumer.commit_offset(a0, 3)  # the other three queues: never committed
+    ext = {"topic": topic, "group": group, "timestamp": "0", "isForce": "true"}
+    r = raw_call(cluster.addr("broker-a"), 222, ext)
+    assert r.code == RC.CONSUMER_NOT_ONLINE, r.remark  # the group exists, offline
+    # broker-b has no offset and no subscription of the group: RocketMQ's remark
+    r = raw_call(cluster.addr("broker-b"), 222, ext)
+    assert (r.code, r.remark) == (RC.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+
+    # offline: every queue's offset is set directly, the never-committed ones too
+    result = invoke(
+        "consumer", "reset-offset", "-n", cluster.namesrv, "-g", group, "-t", topic,
+        "--time", "0", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["online"] is False
+    assert {(q["broker_name"], q["queue_id"]): q["offset"] for q in doc["queues"]} == {
+        (mq.broker_name, mq.queue_id): 0 for mq in everywhere
+    }
+    stats = admin.examine_consume_stats(group, topic).offset_table
+    assert {mq: stats[mq].consumer_offset for mq in everywhere} == dict.fromkeys(everywhere, 0)
+    result = invoke(
+        "consumer", "reset-offset", "-n", cluster.namesrv, "-g", group, "-t", topic,
+        "--time", "-1", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output  # offline, to the end of each queue
+    assert {q["queue_id"]: q["offset"] for q in json.loads(result.output)["queues"]
+            if q["broker_name"] == "broker-a"} == {0: 3, 1: 0}  # fmt: skip
+
+    # online with nothing committed: the clients are told every queue's offset
+    received: list[RemotingCommand] = []
+    fresh = "G_partly_online"
+    client = cluster.run(
+        _online_client(cluster, lambda cmd, _conn: received.append(cmd), fresh, topic)
+    )
+    try:
+        online, table = admin.reset_consumer_offset(fresh, topic, 0, force=False)
+        assert online and table == dict.fromkeys(everywhere, 0)
+        assert wait_until(lambda: len(received) == 2)
+    finally:
+        cluster.run(_close(client))
+
+    # a group no broker knows
+    result = invoke(
+        "consumer", "reset-offset", "-n", cluster.namesrv, "-g", "G_nobody", "-t", topic,
+        "--time", "0",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "THe consumer group <G_nobody> not exist" in result.output
 
 
 async def _close(client: AsyncRemotingClient) -> None:

@@ -162,7 +162,7 @@ def test_running_info_relayed_from_the_client(cluster: Cluster, admin: AdminClie
         assert r.code == RC.SYSTEM_ERROR and r.remark.endswith("<127.0.0.1@other> not online")
 
         result = invoke(
-            "consumer", "status", "-n", cluster.namesrv, "-g", GROUP, "-c", CLIENT_ID, "--json"
+            "consumer", "status", "-n", cluster.namesrv, "-g", GROUP, "-i", CLIENT_ID, "--json"
         )
         assert result.exit_code == 0, result.output
         [doc] = json.loads(result.output)
@@ -183,7 +183,7 @@ def test_running_info_relayed_from_the_client(cluster: Cluster, admin: AdminClie
         assert [d["client_id"] for d in json.loads(result.output)] == [CLIENT_ID]
     finally:
         cluster.run(_close(client))
-    result = invoke("consumer", "status", "-n", cluster.namesrv, "-g", GROUP, "-c", CLIENT_ID)
+    result = invoke("consumer", "status", "-n", cluster.namesrv, "-g", GROUP, "-i", CLIENT_ID)
     assert result.exit_code == 1 and "not online" in result.output
     assert "Traceback" not in result.output
 

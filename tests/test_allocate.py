@@ -77,7 +77,7 @@ def test_requests_are_deduplicated(tmp_path: Path, allocator: AllocateMappedFile
     time.sleep(0.05)
     gate.set()
     for t in threads:
-        t.join(5)
+        t.join(60)
     assert len(results) == 3 and all(r is results[0] for r in results) and results[0] is not None
     assert wait_until(lambda: len(made) == 2)
     time.sleep(0.05)

@@ -434,7 +434,7 @@ def test_an_unanswered_send_times_out_with_a_remoting_error() -> None:
     took, exc, sends = run("asyncio", main())
     assert isinstance(exc, RemotingError)
     assert "in 0.3 s" in str(exc)
-    assert 0.25 <= took < 2.0
+    assert took >= 0.25  # ended by its timeout (a hang would end in the test's own)
     assert len(sends) == 1
 
 

@@ -129,7 +129,7 @@ class Cluster:
         self.servers: dict[str, BrokerServer] = {}
         self.brokers: dict[str, BrokerController] = {}
 
-    def run(self, coro: Awaitable[T], timeout: float = 15.0) -> T:
+    def run(self, coro: Awaitable[T], timeout: float = 60.0) -> T:
         return asyncio.run_coroutine_threadsafe(_wrap(coro), self.loop).result(timeout)
 
     async def start(self) -> None:
@@ -254,7 +254,7 @@ def test_create_topic_updates_config_and_registers_at_once(
     }
     assert "AdminCreated" not in admin.topic_configs(cluster.addr("broker-b"))
     # registered with the name server at once, not at the next 30 s period
-    assert wait_until(lambda: cluster.route("AdminCreated") is not None, timeout=5)
+    assert wait_until(lambda: cluster.route("AdminCreated") is not None)
     route = cluster.route("AdminCreated")
     assert [
         (q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas

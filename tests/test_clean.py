@@ -70,7 +70,7 @@ def fill(store: MessageStore, files: int) -> int:
     # dispatched, and every full file flushed: the flush thread holds a file while it syncs it,
     # and a held file is not deleted in that pass (RocketMQ's rule too)
     last = store.commit_log.queue.files[-1].from_offset
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (
         store.dispatch_behind_bytes() or store.commit_log.queue.flushed_where < last
     ):

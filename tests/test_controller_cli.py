@@ -174,9 +174,29 @@ def test_unreachable_controller_is_one_line(tmp_path: Path) -> None:
 def test_admin_requests_need_an_admin_account(tmp_path: Path) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
-    r = Running(tmp_path, acl_file=str(acl), signed=USER)
+    r = Running(tmp_path, acl_file=str(acl), signed=ADMIN)
     try:
-        r.group()  # the brokers sign as a plain account: their own requests are let in
+        r.group()  # the brokers sign with an admin account (their inner account)
+
+        async def plain_broker() -> list[RemotingCommand]:
+            """A broker signing as a plain account changes nothing of its group."""
+            from rocketstore.remoting._signing import RequestSigner
+
+            b = await FakeBroker(r.address).start()
+            b.client.signer = RequestSigner(*USER)
+            b.broker_id = 1
+            try:
+                return [
+                    await b.call(RequestCode.CONTROLLER_APPLY_BROKER_ID, {"brokerName": "x"}),
+                    await b.elect(),
+                    await b.alter({1}, master_epoch=1, set_epoch=1),
+                ]
+            finally:
+                await b.die()
+
+        for answer in r.loop.run(plain_broker()):
+            assert answer.code == ResponseCode.SYSTEM_ERROR, answer
+            assert "Need admin permission" in (answer.remark or ""), answer.remark
         out = cli(
             "controller", "elect-master", "-a", r.address, "-b", "broker-a", "--broker-id", "2"
         )

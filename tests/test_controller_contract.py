@@ -12,6 +12,7 @@ answered while the server keeps serving."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from _controllers import CLUSTER, Backends, FakeBroker, backends, etcd_cluster, run, until
 from rocketstore.controller import (
@@ -179,6 +180,9 @@ def test_register_elect_and_alter_as_a_broker_does(backends: Backends) -> None:
             info = BrokerReplicasInfo.decode(data.body).table["broker-a"]
             assert [r.broker_id for r in info.in_sync_replicas] == [1, 2]
             assert all(r.alive for r in info.in_sync_replicas)
+            many = json.dumps([f"nobody-{i}" for i in range(12)] + ["broker-a", "broker-a"])
+            data = await b.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=many.encode())
+            assert list(BrokerReplicasInfo.decode(data.body).table) == ["broker-a"]
         finally:
             await a.die()
             await b.die()
@@ -390,6 +394,14 @@ def test_bad_requests_are_answered_and_the_server_keeps_serving(backends: Backen
             r = await call(
                 RequestCode.UPDATE_CONTROLLER_CONFIG, {}, b"scanInactiveMasterInterval=x\n"
             )
+            assert r.code == ResponseCode.SYSTEM_ERROR
+            r = await call(
+                RequestCode.UPDATE_CONTROLLER_CONFIG,
+                {},
+                b"scanInactiveMasterInterval=999999999999\n",
+            )
+            assert r.code == ResponseCode.SYSTEM_ERROR and "at most" in (r.remark or "")
+            r = await call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, b"[" * 100_000)
             assert r.code == ResponseCode.SYSTEM_ERROR
             r = await call(9999, {})
             assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED

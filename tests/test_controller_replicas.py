@@ -76,6 +76,34 @@ def test_broker_ids_are_handed_out_from_one() -> None:
     assert second.record.address_of(2) == "127.0.0.1:30002"
 
 
+def test_a_group_has_at_most_max_replicas() -> None:
+    record = group(*range(1, replicas.MAX_REPLICAS + 1))
+    out = apply(record, replicas.MAX_REPLICAS + 1)
+    assert out.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID and "the most" in (
+        out.remark or ""
+    )
+    assert apply(record, 1).code == ResponseCode.SUCCESS  # one of its own, again
+
+
+def test_a_heartbeat_table_is_bounded() -> None:
+    from rocketstore.controller import _heartbeat
+
+    clock = ManualClock()
+    table = BrokerLiveTable(clock)
+    beat = BrokerHeartbeatRequest(C, "x", B, 1, heartbeat_timeout_mills=1 << 62)
+    assert table.heartbeat(beat, None) is True
+    clock.advance(_heartbeat.MAX_HEARTBEAT_TIMEOUT_MS / 1000 + 1)
+    assert not table.is_alive(C, B, 1)  # a timeout asked beyond the cap lives the cap
+    old = _heartbeat.MAX_BROKERS
+    _heartbeat.MAX_BROKERS = 2
+    try:
+        assert table.heartbeat(beat.__class__(C, "y", B, 2), None) is True
+        assert table.heartbeat(beat.__class__(C, "z", B, 3), None) is None  # full: dropped
+        assert table.heartbeat(beat.__class__(C, "y", B, 2), None) is False  # known: kept
+    finally:
+        _heartbeat.MAX_BROKERS = old
+
+
 def test_register_answers_the_live_master_and_records_a_new_address() -> None:
     record = group(1, 2).with_master(1)
     req = RegisterBrokerRequest(C, B, 2, "127.0.0.1:40002")

@@ -181,6 +181,7 @@ def test_broker_names_body() -> None:
         b'{"syncStateSet":[1,"x"],"syncStateSetEpoch":1}',
         b'{"syncStateSet":[true],"syncStateSetEpoch":1}',
         b'{"syncStateSet":[1],"syncStateSetEpoch":4294967296}',
+        b"[" * 100_000 + b"]" * 100_000,  # nested past the parser's depth
     ],
 )
 def test_a_sync_state_set_that_is_not_one_is_refused(body: bytes) -> None:

@@ -7,6 +7,7 @@ page of a mapped file, which the kernel answers with SIGBUS, shows as the child'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,11 +23,12 @@ import pytest
 CHILD = Path(__file__).with_name("_disk_full_child.py")
 
 
-@pytest.fixture
-def small_fs() -> Iterator[Path]:
+@contextlib.contextmanager
+def tmpfs(size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on a new directory (skips the test where that fails)."""
     mnt = Path(tempfile.mkdtemp(prefix="rs-diskfull-"))
     r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -39,6 +41,12 @@ def small_fs() -> Iterator[Path]:
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60)
         mnt.rmdir()
+
+
+@pytest.fixture
+def small_fs() -> Iterator[Path]:
+    with tmpfs("6m") as mnt:
+        yield mnt
 
 
 def run_child(mode: str, root: Path, report: Path, *extra: str) -> dict[str, object]:
@@ -215,38 +223,44 @@ cleanResourceInterval=3600000
 
 
 class Server:
-    """`rocketstore serve` on loopback ports; every wait bounded, killed on exit."""
+    """`rocketstore serve` on loopback ports; every wait bounded, killed on exit. ``out``
+    holds what it printed so far (``expect`` reads on)."""
 
-    def __init__(self, store: Path, conf: Path) -> None:
+    def __init__(self, store: Path, conf: Path, *extra: str) -> None:
         args = ["serve", "--store", str(store), "-c", str(conf), "--namesrv-listen"]
-        args += ["127.0.0.1:0", "--listen", "127.0.0.1:0", "--grpc-listen", ""]
+        args += ["127.0.0.1:0", "--listen", "127.0.0.1:0", "--grpc-listen", "", *extra]
         self.proc = subprocess.Popen(
             [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
         )
-        self.address = self._broker_address()
+        self.out = b""
+        self.address = self.expect(rb"broker broker-a .* listening on (127\.0\.0\.1:\d+)")
 
-    def _broker_address(self, timeout: float = 60.0) -> str:
+    def expect(self, pattern: bytes, timeout: float = 60.0) -> str:
+        """The first group of ``pattern`` in what the server printed, read until it shows;
+        AssertionError (with what it printed) when the server ends or the time is up first."""
         import re
         import select
         import time
 
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        buf = b""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
+            m = re.search(pattern, self.out)
+            if m:
+                return m.group(1).decode() if m.groups() else m.group(0).decode()
+            if time.monotonic() > deadline:
+                break
             if select.select([fd], [], [], 0.1)[0]:
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     break
-                buf += chunk
-                m = re.search(rb"broker broker-a .* listening on (127\.0\.0\.1:\d+)", buf)
-                if m:
-                    return m.group(1).decode()
+                self.out += chunk
         self.proc.kill()
         _out, err = self.proc.communicate(timeout=30)
         raise AssertionError(
-            f"serve did not come up (exit {self.proc.returncode}): {buf!r}\n{err[-3000:]!r}"
+            f"serve did not print {pattern!r} (exit {self.proc.returncode}): {self.out!r}\n"
+            f"{err[-3000:]!r}"
         )
 
     def stop(self, sig: int) -> int:
@@ -258,6 +272,11 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(10)
 
+    def stderr(self) -> str:
+        """What the server wrote to standard error (once it has ended)."""
+        assert self.proc.stderr is not None and self.proc.poll() is not None
+        return self.proc.stderr.read().decode(errors="replace")
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -267,7 +286,9 @@ class Server:
                 stream.close()
 
 
-def _send(client: object, address: str, topic: str, qid: int, body: bytes) -> object:
+def _send(
+    client: object, address: str, topic: str, qid: int, body: bytes, properties: str = ""
+) -> object:
     import time
 
     from rocketstore.remoting import RemotingCommand
@@ -281,7 +302,7 @@ def _send(client: object, address: str, topic: str, qid: int, body: bytes) -> ob
         "sysFlag": "0",
         "bornTimestamp": str(int(time.time() * 1000)),
         "flag": "0",
-        "properties": "",
+        "properties": properties,
         "reconsumeTimes": "0",
         "unitMode": "false",
     }
@@ -418,3 +439,118 @@ def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
         assert server.stop(signal.SIGTERM) == 0
     finally:
         server.close()
+
+
+# ---- a restart on a still-full disk: recovery's dispatch gets no blocks --------------------
+
+RESTART_CONF = "mappedFileSizeCommitLog=1048576\n"  # 1 MiB commit-log files, the rest default
+
+
+def _view(client: object, address: str, phys: int) -> object:
+    from rocketstore.remoting import RemotingCommand
+
+    cmd = RemotingCommand.request(33, {"offset": str(phys)})
+    return client.invoke(address, cmd)  # type: ignore[attr-defined]
+
+
+def test_a_restart_on_a_still_full_disk_comes_up_read_only_instead_of_dying_of_sigbus(
+    tmp_path: Path,
+) -> None:
+    """80 MB of tmpfs, 64 MB of it ballast, 1 MiB commit-log files, a client whose messages
+    carry a UNIQ_KEY (the index's slot pages need blocks all over their table): serve fills
+    the disk, stops on SIGINT with dispatch behind, and comes up again on the still-full disk
+    (the slot pages of a loaded index file were taken to have blocks: SIGBUS in recovery)."""
+    from rocketstore.remoting import RemotingClient
+    from rocketstore.store.log._record import decode_message
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(RESTART_CONF)
+    quiet = ("--metrics-listen", "", "--console-listen", "")
+    topic = "FullRestart"
+    with tmpfs("80m") as fs:
+        ballast = fs / "ballast"
+        ballast.write_bytes(bytes(64 << 20))
+        store = fs / "store"
+        acked: list[tuple[int, int, int, bytes]] = []  # queue, queue offset, phys, body
+        server = Server(store, conf, *quiet)
+        try:
+            with RemotingClient(timeout=10.0) as client:
+                # the consumer group is created (its config file written) while there is space
+                _pull_bodies(client, server.address, topic, 0, 0)
+                refused = 0
+                for i in range(20_000):
+                    body = (b"restart-%06d-" % i) * 60
+                    uniq = "UNIQ_KEY\x01%032X" % (i * 7919 + 1)
+                    r = _send(client, server.address, topic, i % 4, body, uniq)
+                    if r.code == 0:  # type: ignore[attr-defined]
+                        ext = r.ext_fields  # type: ignore[attr-defined]
+                        phys = int(ext["msgId"][-16:], 16)
+                        acked.append((i % 4, int(ext["queueOffset"]), phys, body))
+                    else:
+                        assert r.code == 14, (r.code, r.remark)  # type: ignore[attr-defined]
+                        refused += 1
+                        if refused >= 10:
+                            break
+                assert refused >= 10 and acked
+            assert server.stop(signal.SIGINT) == 0
+            first_err = server.stderr()
+        finally:
+            server.close()
+        # dispatch was behind the commit log at the stop: the next load recovers abnormally
+        assert (store / "abort").exists(), first_err[-3000:]
+        assert "--- Logging error ---" not in first_err
+        st = os.statvfs(fs)
+        assert st.f_bfree * st.f_frsize < 256 * 1024  # still full
+
+        server = Server(store, conf, *quiet)  # dies of SIGBUS before it listens on main
+        try:
+            why = server.expect(rb"store \S+ is read-only: ([^\n]*)")
+            assert "disk" in why
+            with RemotingClient(timeout=10.0) as client:
+                r = _send(client, server.address, topic, 0, b"refused", "UNIQ_KEY\x01AB")
+                assert r.code == 14  # type: ignore[attr-defined]
+                assert "disk is full" in r.remark  # type: ignore[attr-defined]
+                # reads work: what was dispatched through its queue, anything by its offset
+                pulled = _pull_bodies(client, server.address, topic, 0, 0)
+                mine = [b for q, _o, _p, b in sorted(acked) if q == 0]
+                assert pulled and pulled == mine[: len(pulled)]
+                for _q, _o, phys, body in (acked[0], acked[-1]):
+                    v = _view(client, server.address, phys)
+                    assert v.code == 0  # type: ignore[attr-defined]
+                    raw = bytes(v.body)  # type: ignore[attr-defined]
+                    assert decode_message(raw, 0, len(raw)).body == body
+            assert server.proc.poll() is None
+            # a fatal signal leaves the Python stacks in the log directory, on the full disk
+            assert server.stop(signal.SIGBUS) == -signal.SIGBUS
+            err = server.stderr()
+        finally:
+            server.close()
+        assert "--- Logging error ---" not in err, err[-3000:]
+        lost = [line for line in err.splitlines() if "cannot write the log file" in line]
+        assert len(lost) <= 1, lost  # one line a minute, and this run was shorter
+        fatal = (fs / "logs" / "fatal.log").read_text()
+        assert "Fatal Python error: Bus error" in fatal
+        assert 'File "' in fatal.split("Fatal Python error: Bus error", 1)[1]
+
+        ballast.unlink()  # space again: every acknowledged message is there, sends work
+        server = Server(store, conf, *quiet)
+        try:
+            assert b"read-only" not in server.out
+            with RemotingClient(timeout=10.0) as client:
+                import time
+
+                for qid in range(4):
+                    want = [b for q, _o, _p, b in sorted(acked) if q == qid]
+                    got: list[bytes] = []
+                    deadline = time.monotonic() + 60
+                    while len(got) < len(want) and time.monotonic() < deadline:
+                        more = _pull_bodies(client, server.address, topic, qid, len(got))
+                        if not more:
+                            time.sleep(0.05)  # dispatch catching up
+                        got += more
+                    assert got == want, qid
+                r = _send(client, server.address, topic, 0, b"space again", "UNIQ_KEY\x01CD")
+                assert r.code == 0  # type: ignore[attr-defined]
+            assert server.stop(signal.SIGTERM) == 0
+        finally:
+            server.close()

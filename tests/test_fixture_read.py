@@ -197,7 +197,7 @@ def test_opening_delivers_what_became_due(clean: Path, tmp_path: Path) -> None:
         want = dict(before)
         for m in pending:
             want[int(m["properties"]["REAL_QID"])] += 1
-        deadline = opened + 15
+        deadline = opened + 60
         while {q: store.get_max_offset_in_queue("TopicB", q) for q in range(4)} != want:
             assert time.monotonic() < deadline, "the due messages were not delivered"
             time.sleep(0.02)

@@ -221,3 +221,36 @@ def test_front_end_keys_guard_the_remoting_port(tmp_path: Path) -> None:
             assert stub.QueryRoute(route, metadata=md).status.code == Code.OK
     finally:
         b.close()
+
+
+def test_telemetry_settings_claim_only_what_the_account_may(
+    acl_broker: BrokerThread, stub: Any
+) -> None:
+    """A producer's Telemetry settings name the topics it publishes, and an orphaned
+    transaction of such a topic goes down its stream with the message: claiming a topic the
+    account may not write ends the stream, and the client is not registered for it."""
+
+    def settings(client_id: str, topic: str) -> spb.TelemetryCommand:
+        command = spb.TelemetryCommand()
+        command.settings.client_type = pb.PRODUCER
+        command.settings.publishing.topics.add(name=topic)
+        return command
+
+    def telemetry(client_id: str, topic: str) -> list[spb.TelemetryCommand]:
+        md = [("x-mq-client-id", client_id), *signed("userAK001", "userSK001", date_time_now())]
+        md = [(k, v) for k, v in md if not (k == "x-mq-client-id" and v == "acl-test-client")]
+        answers = stub.Telemetry(iter([settings(client_id, topic)]), metadata=md, timeout=5)
+        return list(answers)
+
+    def publishing(client_id: str) -> list[str]:
+        info = acl_broker.run(lambda: acl_broker.grpc.service.clients.get(client_id))
+        if info is None or info.settings is None:
+            return []
+        return [t.name for t in info.settings.publishing.topics]
+
+    refused = telemetry("claims-topicA", "topicA")  # userAK001: topicA=DENY
+    assert all(a.WhichOneof("command") != "settings" for a in refused), refused
+    assert publishing("claims-topicA") == []
+    allowed = telemetry("claims-topicB", "topicB")  # topicB=PUB|SUB
+    assert any(a.status.code == Code.OK and a.HasField("settings") for a in allowed), allowed
+    assert publishing("claims-topicB") == ["topicB"]

@@ -245,7 +245,7 @@ def test_rocketstore_slave_of_a_rocketmq_master(nodes: Any, tmp_path: Path) -> N
     slave = ours(tmp_path / "s", broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}")
     try:
         # RocketMQ acknowledges a SYNC_MASTER put only once our slave reported it
-        assert wait_until(lambda: slave.max_phy_offset == master.max_offset(), 10)
+        assert wait_until(lambda: slave.max_phy_offset == master.max_offset())
         statuses = master.put(1200)
         assert statuses == ["PUT_OK"] * 1200
         end = master.max_offset()
@@ -276,8 +276,8 @@ def test_rocketmq_slave_of_a_rocketstore_master(nodes: Any, tmp_path: Path) -> N
         addr = f"127.0.0.1:{master.ha.listen_port}"
         slave = nodes(tmp_path / "rmq", "SLAVE", free_port(), addr)
         # RocketMQ's HAClient reports only after its heartbeat interval: connected, then PUT_OK
-        assert wait_until(lambda: master.ha.connection_count() == 1, 10)
-        assert wait_until(lambda: master.ha.connections[0].ack_offset >= 0, 10)
+        assert wait_until(lambda: master.ha.connection_count() == 1)
+        assert wait_until(lambda: master.ha.connections[0].ack_offset >= 0)
         results = []
         for i in range(1000):
             body = (f"ours-{i}|" * (1 + i % 50)).encode()
@@ -290,7 +290,7 @@ def test_rocketmq_slave_of_a_rocketstore_master(nodes: Any, tmp_path: Path) -> N
         compare_files(tmp_path / "m" / "commitlog", tmp_path / "rmq" / "commitlog", end)
         # the slave disconnects: our master answers SLAVE_NOT_AVAILABLE after housekeeping
         slave.close()
-        assert wait_until(lambda: master.ha.connection_count() == 0, 10)
+        assert wait_until(lambda: master.ha.connection_count() == 0)
         r = master.put_message(Message("T", b"alone", 0))
         assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
     finally:
@@ -305,7 +305,7 @@ def test_rocketmq_slave_catches_up_from_the_last_file(nodes: Any, tmp_path: Path
         end = master.max_phy_offset
         last = end - end % FILE
         slave = nodes(tmp_path / "rmq", "SLAVE", free_port(), f"127.0.0.1:{master.ha.listen_port}")
-        assert wait_until(lambda: slave.max_offset() == end, 15)
+        assert wait_until(lambda: slave.max_offset() == end)
         names = sorted(p.name for p in (tmp_path / "rmq" / "commitlog").iterdir())
         assert int(names[0]) == last  # a request of 0 starts at the master's last file
         m_file = (tmp_path / "m" / "commitlog" / names[0]).read_bytes()

@@ -18,7 +18,8 @@ ROOT = SRC / "rocketstore"
 # Packages (and top-level modules) from bottom to top; a layer may import the layers below it,
 # never one above. Names on one line are side by side and import nothing of each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_inflate", "_speedups"),  # zlib with a size limit; whether the compiled twins are used
+    ("_inflate", "_speedups", "_extras"),  # zlib with a size limit; whether the compiled twins
+    # are used; what to install for an optional part
     ("store", "remoting"),  # "rocketstore" itself (the package's exports) counts as store
     ("columns",),  # messages as Arrow columns: the Spark source's and the tiered store's rows
     ("tier",),  # sealed messages as Parquet with manifests; below the broker, which reads it
@@ -36,7 +37,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bench",),
     ("cli",),  # the cli/ package
 )
-SPARK_MAY_IMPORT = frozenset({"_inflate", "store", "remoting", "columns", "tier", "acl", "client"})
+SPARK_MAY_IMPORT = frozenset(
+    {"_inflate", "_extras", "store", "remoting", "columns", "tier", "acl", "client"}
+)
 
 # the store's rooms (store/<room>/), from bottom to top: the foundation modules at store/'s
 # top level, then each room; the facade store/_store.py (and store/__init__.py) on top
@@ -261,7 +264,7 @@ def test_the_walk_sees_the_imports_it_must() -> None:
     # a TYPE_CHECKING import
     assert ("rocketstore.server._run", "rocketstore.namesrv") in pairs
     # "from .. import X" of the package itself
-    assert ("rocketstore.spark._path_writer", "rocketstore") in pairs
+    assert ("rocketstore.spark._store_put", "rocketstore") in pairs
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
     graph = {"a": {"b", "c"}, "b": {"c"}, "c": {"b", "a"}}

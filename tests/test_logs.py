@@ -11,6 +11,8 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore._logs import (
+    AUDIT_LOGGER,
+    FILES,
     ROOT_LOGGER,
     STATS_LOGGER,
     LogConfig,
@@ -26,7 +28,7 @@ from rocketstore._logs import (
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger(ROOT_LOGGER)
     handlers, level, propagate = list(root.handlers), root.level, root.propagate
-    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER]
+    touched = ["rocketstore.store", "rocketstore.store.log", STATS_LOGGER, AUDIT_LOGGER]
     levels = {n: logging.getLogger(n).level for n in touched}
     yield
     for h in list(root.handlers):
@@ -50,6 +52,7 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
         "rocketstore.broker.messaging._send",
         "rocketstore.grpc._service",
         "rocketstore.namesrv._server",
+        "rocketstore.controller._controller",
         "rocketstore.store.log._commit_log",
         "rocketstore.remoting._connection",
         "rocketstore.client._consumer",
@@ -57,9 +60,20 @@ def test_each_component_writes_its_own_file(tmp_path: Path, restore_logging: Non
     ):
         logging.getLogger(name).info("hello from %s", name)
     logging.getLogger(STATS_LOGGER).info("puts 1")
+    logging.getLogger(AUDIT_LOGGER).info("DENY account=x")
     _flush()
     text = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
-    assert sorted(text) == ["broker.log", "namesrv.log", "remoting.log", "stats.log", "store.log"]
+    assert sorted(text) == [
+        "audit.log",
+        "broker.log",
+        "controller.log",
+        "namesrv.log",
+        "remoting.log",
+        "stats.log",
+        "store.log",
+    ]
+    assert "DENY account=x" in text["audit.log"]
+    assert "rocketstore.controller._controller" in text["controller.log"]
     assert "rocketstore.broker.messaging._send" in text["broker.log"]
     assert "rocketstore.grpc._service" in text["broker.log"]
     assert "rocketstore._serve" in text["broker.log"]
@@ -134,7 +148,9 @@ def test_configure_twice_replaces_its_handlers(tmp_path: Path, restore_logging: 
     before = len(logging.getLogger(ROOT_LOGGER).handlers)
     configure(LogConfig(tmp_path / "a"))
     configure(LogConfig(tmp_path / "b"))
-    assert len(logging.getLogger(ROOT_LOGGER).handlers) == before + 6
+    assert (
+        len(logging.getLogger(ROOT_LOGGER).handlers) == before + len(FILES) + 1
+    )  # a file handler each, and standard error
 
 
 def test_default_directory_is_beside_the_store(tmp_path: Path) -> None:
@@ -181,7 +197,12 @@ def test_servers_write_a_stats_line_every_interval(tmp_path: Path, restore_loggi
                 stats_interval=0.2,
             )
         )
-        await asyncio.sleep(1.0)
+        stats_log = tmp_path / "logs" / "stats.log"
+        for _ in range(300):  # two intervals' lines (bounded: a busy machine is slower)
+            _flush()
+            if stats_log.exists() and len(stats_log.read_text().splitlines()) >= 2:
+                break
+            await asyncio.sleep(0.1)
         stop.set()
         await task
 
@@ -232,3 +253,84 @@ def test_serve_writes_its_log_files(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert "broker broker-a listening" in (logs / "broker.log").read_text()
     assert {p.name for p in logs.iterdir()} >= {"broker.log", "namesrv.log", "store.log"}
+
+
+# ---- log files that cannot be written; the stacks of a fatal signal -------------------------
+
+
+def test_a_log_file_that_cannot_be_written_says_so_once_a_minute(
+    tmp_path: Path, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every write of store.log fails with ENOSPC (the file is /dev/full): the lines are lost,
+    standard error gets one line a minute saying how many, never a traceback."""
+    from rocketstore._logs import WriteFailures
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "store.log").symlink_to("/dev/full")
+    now = [1000.0]
+    handlers = configure(LogConfig(logs, level="INFO"))
+    failures = next(h.failures for h in handlers if hasattr(h, "failures"))
+    assert isinstance(failures, WriteFailures)
+    failures._clock = lambda: now[0]  # a minute passes when the test says so
+    log = logging.getLogger("rocketstore.store")
+    for i in range(50):
+        log.info("line %d", i)
+    err = capsys.readouterr().err
+    assert "Logging error" not in err and "Traceback" not in err
+    said = [line for line in err.splitlines() if "cannot write the log file" in line]
+    assert len(said) == 1
+    assert "store.log" in said[0] and "No space left on device" in said[0]
+    assert "1 log line lost" in said[0]
+    now[0] += 59.0
+    log.info("still failing")
+    assert "cannot write" not in capsys.readouterr().err
+    now[0] += 1.0
+    log.info("a minute later")
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "51 log lines lost since the last report" in said[0]
+    logging.getLogger("rocketstore.broker").info("the other files are written")
+    _flush()
+    assert "the other files are written" in (logs / "broker.log").read_text()
+
+
+def test_a_fatal_signal_leaves_the_python_stacks_in_the_log_directory(tmp_path: Path) -> None:
+    """A name server killed by SIGSEGV: fatal.log in its log directory has every thread's
+    Python stack (the same for broker and serve: the servers' shared log set-up turns it on)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "rocketstore.cli", "namesrv", "--listen", "127.0.0.1:0"),
+            *("--kv-config", str(tmp_path / "kv.json"), "--log-dir", str(logs)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or "listening" in line:
+                break
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGSEGV)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert proc.returncode == -signal.SIGSEGV
+    fatal = (logs / "fatal.log").read_text()
+    assert f"pid {proc.pid} started" in fatal
+    after = fatal.split("Fatal Python error: Segmentation fault", 1)[1]
+    assert "Current thread" in after and 'File "' in after and "run_forever" in after

@@ -4,6 +4,7 @@ the HTTP server's answers (404, 405, oversized requests, health and readiness)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from rocketstore.metrics import (
     TopicTraffic,
     parse_listen,
 )
+from rocketstore.metrics._http import MAX_CONNECTIONS, PROBE_SLOTS
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 
 
@@ -395,6 +397,72 @@ def test_http_server_drops_a_silent_client_and_a_failing_render() -> None:
             await http.close()
 
     asyncio.run(run())
+
+
+def test_half_open_connections_do_not_starve_the_health_probes() -> None:
+    """More half-open connections than the port has slots (each a connection that sends no
+    request), in waves: /healthz and /readyz are still answered at once, the server closing
+    the connection that has waited longest for its request to make room."""
+
+    async def run() -> None:
+        server = MetricsServer([FakeSource()], "127.0.0.1", 0, namesrv=FakeNamesrv())
+        await server.start()
+        http = server.http
+        port = http.port
+        held: list[asyncio.StreamWriter] = []
+        try:
+            slots = MAX_CONNECTIONS + PROBE_SLOTS
+            requests = 0
+            for wave in range(1, 4):
+                for _ in range(slots + 4):
+                    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    held.append(writer)
+                # (the server takes connections in the order they were made)
+                assert (await _request(port, _get("/healthz")))[::2] == (200, b"ok\n")
+                assert (await _request(port, _get("/readyz")))[::2] == (200, b"ready\n")
+                assert (await _request(port, _get("/metrics")))[0] == 200
+                # every slot was taken, and the connections beyond them (the first request
+                # included) made room by closing the oldest without a request; the answered
+                # requests left of their own
+                made = wave * (slots + 4) + requests
+                assert http.evicted == made - slots - requests + 1 and http.refused == 0
+                requests += 3
+            for writer in held:
+                writer.close()
+        finally:
+            await server.close()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_a_slowloris_is_cut_at_the_head_timeout() -> None:
+    async def run() -> None:
+        http = MetricsHttpServer(lambda: b"", lambda: [], "127.0.0.1", 0, timeout_s=0.5)
+        await http.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", http.port)
+            writer.write(b"GET /metrics HTTP/1.1\r\n")
+            cut = False
+            for _ in range(200):  # a header byte every 50 ms, never the blank line
+                writer.write(b"X")
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+                try:
+                    data = await asyncio.wait_for(reader.read(100), 0.05)
+                except TimeoutError:
+                    continue
+                except ConnectionError:
+                    data = b""
+                assert data == b""  # closed, never answered
+                cut = True
+                break
+            assert cut
+            writer.close()
+            assert (await _request(http.port, _get("/healthz")))[0] == 200
+        finally:
+            await http.close()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
 
 
 # ---- the broker adapter over a stand-in broker ----------------------------------------------

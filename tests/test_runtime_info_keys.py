@@ -18,7 +18,7 @@ def test_refused_puts_are_counted(open_store: Any) -> None:
     assert store.put_message(Message("T", b"x" * 10)).status is PutMessageStatus.PUT_OK
     assert store.put_message(Message("T", b"x" * 100)).status is PutMessageStatus.MESSAGE_ILLEGAL
     assert store.put_messages([Message("T", b"y" * 100)]).status is not PutMessageStatus.PUT_OK
-    refused = store.put_message_async(Message("T", b"z" * 100)).result(5)
+    refused = store.put_message_async(Message("T", b"z" * 100)).result(60)
     assert refused.status is PutMessageStatus.MESSAGE_ILLEGAL
     assert store.statistics().put_message_failed_times == 3
     assert store.runtime_info()["putMessageFailedTimes"] == "3"

@@ -39,6 +39,9 @@ def _export(store: Path, to: Path | str, *extra: str) -> Result:
     return CliRunner().invoke(main, args)
 
 
+_export_with = _export
+
+
 def _one_line_error(r: Result, *needles: str) -> str:
     assert r.exit_code != 0, r.output
     assert isinstance(r.exception, SystemExit), r.exception  # nothing escaped click
@@ -102,28 +105,54 @@ def test_a_file_as_target_is_refused(store: Path, tmp_path: Path) -> None:
     _one_line_error(_export(store, "s3a://bucket/out"), "local directory")
 
 
-def test_without_the_spark_extra_one_line_with_the_hint(
+def _block(monkeypatch: pytest.MonkeyPatch, top: str) -> None:
+    monkeypatch.setitem(sys.modules, top, None)  # import top → ModuleNotFoundError
+    for name in [n for n in sys.modules if n.startswith(f"{top}.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_without_pyspark_export_and_import_run_and_spark_is_one_line(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark → ModuleNotFoundError
-    for name in [n for n in sys.modules if n.startswith("pyspark.")]:
-        monkeypatch.setitem(sys.modules, name, None)
-    hint = "pip install 'rocketstore[spark]'"
-    _one_line_error(_export(store, tmp_path / "out"), hint)
+    _block(monkeypatch, "pyspark")
+    r = _export(store, tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["exported"] == 12
+    r = CliRunner().invoke(
+        main, ["import", "--store", str(tmp_path / "s"), "--from", str(tmp_path / "out")]
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["imported"] == 12
+    hint = "running it on Spark needs pyspark: pip install pyspark"
+    _one_line_error(_export(store, tmp_path / "again", "--spark"), hint)
+    r = CliRunner().invoke(
+        main, ["import", "--store", str(tmp_path / "s"), "--from", str(tmp_path / "out"), "--spark"]
+    )
+    _one_line_error(r, hint)
+    assert not (tmp_path / "again").exists()
+
+
+def test_without_pyarrow_one_line_with_the_hint(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _block(monkeypatch, "pyarrow")
+    _one_line_error(_export(store, tmp_path / "out"), "needs pyarrow: pip install pyarrow numpy")
     src = tmp_path / "in.json"
     src.write_text('{"topic": "T", "body": "x"}\n')
     r = CliRunner().invoke(main, ["import", "--store", str(tmp_path / "s"), "--from", str(src)])
-    _one_line_error(r, hint)
+    _one_line_error(r, "pip install pyarrow numpy")
     assert not (tmp_path / "out").exists() and not (tmp_path / "s").exists()
 
 
-_BLOCK_PYSPARK = """
+_BLOCK = """
 import sys
+
+BLOCKED = sys.argv.pop(1).split(",")
 
 
 class Blocked:
     def find_spec(self, name, path=None, target=None):
-        if name == "pyspark" or name.startswith("pyspark."):
+        if name.split(".")[0] in BLOCKED:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
@@ -136,7 +165,7 @@ main()
 
 
 @pytest.mark.parametrize("command", ["export", "import"])
-def test_without_pyspark_the_command_line_prints_one_line(
+def test_without_pyspark_the_command_line_runs_without_a_jvm(
     store: Path, tmp_path: Path, command: str
 ) -> None:
     import subprocess
@@ -144,18 +173,30 @@ def test_without_pyspark_the_command_line_prints_one_line(
     args = (
         ["export", "--store", str(store), "--to", str(tmp_path / "out")]
         if command == "export"
-        else ["import", "--store", str(tmp_path / "s"), "--from", str(store)]
+        else ["import", "--store", str(tmp_path / "s"), "--from", str(tmp_path / "in.json")]
     )
-    done = subprocess.run(
-        [sys.executable, "-c", _BLOCK_PYSPARK, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode != 0
-    assert done.stdout == ""
+    (tmp_path / "in.json").write_text('{"topic": "T", "body": "x"}\n')
+
+    def run(blocked: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _BLOCK, blocked, *args, *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    done = run("pyspark,py4j")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout)[f"{command}ed"] == (12 if command == "export" else 1)
+    done = run("pyspark", "--spark")
+    assert done.returncode != 0 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'rocketstore[spark]'" in lines[0], done.stderr
+    assert len(lines) == 1 and "pip install pyspark" in lines[0], done.stderr
+    done = run("pyarrow")
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install pyarrow numpy" in lines[0], done.stderr
 
 
 # ---- with Spark ----------------------------------------------------------------------------
@@ -183,9 +224,13 @@ def _rows(spark: Any, d: Path) -> list[bytes]:
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("engine", [(), ("--spark",)], ids=["pyarrow", "spark"])
 def test_new_or_empty_target_then_overwrite_only_a_previous_export(
-    spark: Any, store: Path, tmp_path: Path
+    spark: Any, store: Path, tmp_path: Path, engine: tuple[str, ...]
 ) -> None:
+    def _export(store: Path, to: Path | str, *extra: str) -> Result:
+        return _export_with(store, to, *extra, *engine)
+
     new = tmp_path / "new"
     r = _export(store, new, "--topic", "A")
     assert r.exit_code == 0, r.output

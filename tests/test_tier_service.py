@@ -54,9 +54,11 @@ def live(tmp_path: Path) -> Iterator[tuple[MessageStore, StoreConfig]]:
 
 
 def _settle(store: MessageStore) -> None:
-    deadline = time.monotonic() + 10
-    while store.flushed_phy_offset() < store.max_phy_offset:
-        assert time.monotonic() < deadline, "the commit log was not flushed"
+    """Wait until the commit log is flushed and dispatched (the source's rows are read through
+    the consume queues)."""
+    deadline = time.monotonic() + 60
+    while store.flushed_phy_offset() < store.max_phy_offset or store.dispatch_behind_bytes():
+        assert time.monotonic() < deadline, "the commit log was not flushed and dispatched"
         time.sleep(0.01)
 
 
@@ -250,7 +252,7 @@ def test_the_broker_runs_the_tier_and_gates_cleaning(tmp_path: Path) -> None:
             gate = server.store.clean_commit_log.tiered_below
             assert gate is not None and gate() == server.tier.covered()
             await asyncio.to_thread(fill, server.store, 800)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             while server.tier.covered() < FILE_SIZE * 3:
                 assert time.monotonic() < deadline, "the tier did not follow the commit log"
                 await asyncio.sleep(0.05)

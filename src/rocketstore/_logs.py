@@ -5,9 +5,12 @@ A server process writes, under its log directory (``logs/`` beside the store unl
 =============== ======================================================================
 ``broker.log``   the broker, its processors, the gRPC front end and the ACL
 ``namesrv.log``  the name server
+``controller.log`` RocketMQ 5's controller: its elections, roles and the brokers it watches
 ``store.log``    the message store (recovery, flush, dispatch, cleaning, replication)
 ``remoting.log`` connections and frames of the remoting protocol, the project's clients
 ``stats.log``    one line a minute: puts, gets, their rates and the disk (``StatsLine``)
+``audit.log``    the ACL: every refusal, every admin request that changes state
+                 (``rocketstore.acl._audit``); written whatever the level
 =============== ======================================================================
 
 Each file rotates at ``max_bytes`` and keeps ``backups`` old files (``broker.log.1`` ...).
@@ -16,14 +19,26 @@ every logger (start-up lines are printed by the server itself).
 
 Levels: ``level`` for every logger of the project; a levels file sets single loggers, one
 ``name=LEVEL`` a line (``#`` starts a comment), for example ``rocketstore.store=DEBUG``.
+
+A log file that cannot be written (a full disk, a directory taken away) loses the lines it
+cannot take and says so on standard error at most once a minute, one line, no traceback
+(``WriteFailures``): a server on a full disk keeps serving and its terminal stays readable.
+
+``fatal.log``: the Python stacks of every thread when the process dies of a fatal signal
+(SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL), written by ``faulthandler`` (``enable_fatal_stacks``;
+the servers turn it on). Disk blocks are reserved for it ahead, so the stacks of a process that
+dies on a full disk still get written.
 """
 
 from __future__ import annotations
 
+import ctypes
+import faulthandler
 import logging
 import logging.handlers
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,17 +49,22 @@ if TYPE_CHECKING:
 
 ROOT_LOGGER = "rocketstore"
 STATS_LOGGER = "rocketstore.stats"
+AUDIT_LOGGER = "rocketstore.audit"
 FORMAT = "%(asctime)s %(levelname)-5s %(name)s - %(message)s"
 
 # file name → the loggers (and their children) written there
 FILES: Mapping[str, tuple[str, ...]] = {
     "broker.log": ("rocketstore.broker", "rocketstore.grpc", "rocketstore.acl", "rocketstore"),
     "namesrv.log": ("rocketstore.namesrv",),
+    "controller.log": ("rocketstore.controller",),
     "store.log": ("rocketstore.store",),
     "remoting.log": ("rocketstore.remoting", "rocketstore.client"),
     "stats.log": (STATS_LOGGER,),
+    "audit.log": (AUDIT_LOGGER,),
 }
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+FATAL_LOG = "fatal.log"
+FATAL_LOG_RESERVE = 256 * 1024  # disk blocks kept ahead for the stacks of a fatal signal
 
 
 class LogConfigError(ValueError):
@@ -97,6 +117,80 @@ class _Only(logging.Filter):
         return any(name == n or name.startswith(n + ".") for n in self.names)
 
 
+class WriteFailures:
+    """Tells standard error that log lines were lost, at most once an ``interval``::
+
+        rocketstore: cannot write the log file logs/store.log: [Errno 28] No space left on
+        device; 212 log lines lost in the last 60 s (said at most once a minute)
+
+    Shared by the files of one ``configure``; called from whichever thread logged the line
+    (a lock-free count: a race may miscount a line, never loses the report)."""
+
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._next = float("-inf")
+        self.lost = 0  # lines lost since the last report
+        self.reports = 0
+
+    def failed(self, path: str, exc: BaseException | None, lines: int = 1) -> None:
+        """A write of ``path`` failed with ``exc``, losing ``lines`` log lines."""
+        self.lost += lines
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        lost, self.lost = self.lost, 0
+        why = f"{exc}" if exc is not None else "unknown error"
+        self.reports += 1
+        try:
+            sys.stderr.write(
+                f"rocketstore: cannot write the log file {path}: {why}; {lost:,} log "
+                f"line{'s' if lost != 1 else ''} lost since the last report (said at most "
+                f"once every {self.interval:g} s)\n"
+            )
+            sys.stderr.flush()
+        except (OSError, ValueError):  # standard error is gone too: nothing to tell
+            pass
+
+
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """A rotating log file whose failed writes go to ``WriteFailures`` instead of a
+    traceback on standard error for every line."""
+
+    def __init__(self, path: Path, config: LogConfig, failures: WriteFailures) -> None:
+        super().__init__(
+            path, maxBytes=config.max_bytes, backupCount=config.backups, encoding="utf-8"
+        )
+        self.failures = failures
+
+    _emitting = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._emitting = True  # (under the handler's lock)
+        try:
+            super().emit(record)
+        finally:
+            self._emitting = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.failures.failed(self.baseFilename, sys.exc_info()[1])
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            if self._emitting:  # the line being written is lost: handleError counts it
+                raise
+            self.failures.failed(self.baseFilename, exc, lines=0)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:  # the file is closed all the same
+            self.failures.failed(self.baseFilename, exc, lines=0)
+
+
 def _children(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n != prefix and n.startswith(prefix + "."))
 
@@ -119,14 +213,13 @@ def configure(config: LogConfig) -> list[logging.Handler]:
     formatter = logging.Formatter(FORMAT)
     every = tuple(n for names in FILES.values() for n in names)
     handlers: list[logging.Handler] = []
+    failures = WriteFailures()
     for file_name, names in FILES.items():
         claimed = tuple(c for n in names for c in _children(n, every) if c not in names)
-        rotating = logging.handlers.RotatingFileHandler(
-            config.directory / file_name,
-            maxBytes=config.max_bytes,
-            backupCount=config.backups,
-            encoding="utf-8",
-        )
+        try:
+            rotating = _LogFile(config.directory / file_name, config, failures)
+        except OSError as exc:
+            raise LogConfigError(f"cannot open the log file {file_name}: {exc}") from None
         rotating.addFilter(_Only(names, claimed))
         handlers.append(rotating)
     err = logging.StreamHandler(sys.stderr)
@@ -139,9 +232,60 @@ def configure(config: LogConfig) -> list[logging.Handler]:
     root.setLevel(config.level.upper())
     root.propagate = False
     logging.getLogger(STATS_LOGGER).setLevel(logging.INFO)
+    logging.getLogger(AUDIT_LOGGER).setLevel(logging.INFO)
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     return handlers
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _reserve_ahead(fd: int, size: int) -> None:
+    """Give the ``size`` bytes after the end of the file disk blocks without changing its size
+    (Linux's fallocate with FALLOC_FL_KEEP_SIZE); appends then need no new blocks. Best
+    effort: nothing happens where that call is missing or the disk is full."""
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError, TypeError):
+        return
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    try:
+        end = os.fstat(fd).st_size
+    except OSError:
+        return
+    fallocate(fd, _FALLOC_FL_KEEP_SIZE, end, size)
+
+
+def enable_fatal_stacks(directory: Path) -> Path:
+    """From now on, a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL) writes the
+    Python stack of every thread to ``directory/fatal.log`` before the process dies
+    (``faulthandler``). The file is opened now and kept open, with disk blocks reserved ahead
+    for the stacks. Returns its path; LogConfigError when it cannot be opened. Main thread,
+    at start-up."""
+    global _fatal_fd
+    path = directory / FATAL_LOG
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise LogConfigError(f"cannot open {path}: {exc}") from None
+    _reserve_ahead(fd, FATAL_LOG_RESERVE)
+    header = (
+        f"--- pid {os.getpid()} started {time.strftime('%Y-%m-%d %H:%M:%S')}: the Python stacks "
+        "of a fatal signal follow this line ---\n"
+    )
+    try:
+        os.write(fd, header.encode())
+    except OSError:  # a full disk with nothing reserved: the stacks may still fit later
+        pass
+    faulthandler.enable(file=fd, all_threads=True)
+    if _fatal_fd is not None:  # enabled before: the new file takes over
+        os.close(_fatal_fd)
+    _fatal_fd = fd
+    return path
+
+
+_fatal_fd: int | None = None
 
 
 def default_directory(store: str | os.PathLike[str]) -> Path:

@@ -37,9 +37,11 @@ EXTENSIONS_ENABLED = not os.environ.get("ROCKETSTORE_NO_EXTENSIONS")
 COMPILED_MODULES = frozenset(
     {
         "rocketstore.broker.messaging._send",
+        "rocketstore.broker.messaging._send_frame",
         "rocketstore.broker.state._stats",
         "rocketstore.broker.state._long_poll",
         "rocketstore.remoting._command",
+        "rocketstore.remoting._send_header",
         "rocketstore.remoting._connection",
         "rocketstore.remoting._client",
         "rocketstore.store._store",

@@ -12,8 +12,10 @@ from ._errors import AccessDeniedError as AccessDeniedError
 from ._errors import AclConfigError as AclConfigError
 from ._file import AclFile as AclFile
 from ._file import StaticAcl as StaticAcl
+from ._file import WithAccounts as WithAccounts
 from ._file import default_acl_path as default_acl_path
 from ._file import load_acl as load_acl
+from ._file import process_account as process_account
 from ._plain import ANY as ANY
 from ._plain import DENY as DENY
 from ._plain import PUB as PUB
@@ -37,9 +39,11 @@ __all__ = [
     "PlainAcl",
     "RequestSigner",
     "StaticAcl",
+    "WithAccounts",
     "admin_accounts",
     "default_acl_path",
     "load_acl",
     "parse_plain_acl",
+    "process_account",
     "retry_topic",
 ]

@@ -21,4 +21,10 @@ class AccessDeniedError(StoreError):
 
 
 class PermissionDeniedError(AccessDeniedError):
-    """A known account that signed its request but lacks a permission (or admin)."""
+    """A known account that signed its request but lacks a permission (or admin);
+    ``resource`` (``topic:T``, ``group:G``) and ``needed`` say which, when it was one."""
+
+    def __init__(self, message: str, *, resource: str = "", needed: str = "") -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.needed = needed

@@ -18,16 +18,25 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 
 from ._errors import AclConfigError
-from ._plain import PlainAcl, admin_accounts, parse_plain_acl
+from ._plain import Account, PlainAcl, admin_accounts, parse_plain_acl
 
 log = logging.getLogger(__name__)
+
+
+class AclSource(Protocol):
+    """Where a server's ACL rules come from: the rules in force now."""
+
+    def current(self) -> PlainAcl: ...
+
 
 CHECK_INTERVAL_S = 1.0
 ROCKETMQ_HOME_ENV = "ROCKETMQ_HOME"
@@ -172,3 +181,34 @@ class StaticAcl:
 
     def current(self) -> PlainAcl:
         return self._acl
+
+
+class WithAccounts:
+    """The rules of ``source`` with ``extra`` accounts added (a server's own account, which
+    no file lists). The merged rules are made again only when ``source``'s change."""
+
+    def __init__(self, source: AclSource, extra: Iterable[Account]) -> None:
+        self.source = source
+        self.extra = tuple(extra)
+        self._base: PlainAcl | None = None
+        self._merged = PlainAcl()
+
+    def current(self) -> PlainAcl:
+        base = self.source.current()
+        if base is not self._base:
+            self._merged = base.with_accounts(self.extra)
+            self._base = base
+        return self._merged
+
+
+INNER_ACCESS_KEY_PREFIX = "rocketstore-inner-"
+
+
+def process_account() -> Account:
+    """A new admin account for the clients of one process to reach its own servers (``serve``:
+    its broker registering with its name server): random keys, kept in memory only."""
+    return Account(
+        access_key=INNER_ACCESS_KEY_PREFIX + secrets.token_hex(8),
+        secret_key=secrets.token_urlsafe(32),
+        admin=True,
+    )

@@ -17,7 +17,9 @@ The file (YAML)::
         groupPerms: [groupA=DENY, groupB=PUB|SUB]
 
 A group's permission is kept under its retry topic ``%RETRY%<group>``, as RocketMQ does, so
-a request names the resources it needs in one map (resource → needed permission).
+a request names the resources it needs in one map (resource → needed permission). The store's
+topics that hold other topics' messages (SCHEDULE_TOPIC_XXXX, the transaction topics) take no
+default permission: only an admin account, or one that lists them in ``topicPerms``.
 
 :meth:`PlainAcl.authorize` decides a request in RocketMQ's order: a global white address lets
 it in; else the access key must be known; the account's white address lets it in; else the
@@ -29,7 +31,7 @@ Immutable; any thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -44,6 +46,12 @@ SUB = 8
 
 RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+# the store's own topics, which hold other topics' messages (delayed ones, half ones and the
+# ends of transactions): no default permission covers them, only an admin account or an
+# account that names them in topicPerms
+MESSAGE_HOLDING_TOPICS = frozenset(
+    {"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}
+)
 MIN_KEY_LENGTH = 7  # RocketMQ: "length should longer than 6"
 
 _PERMS = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
@@ -87,24 +95,39 @@ class Account:
     # topic → perm, and %RETRY%group → perm; None when the account lists no resources
     resources: Mapping[str, int] | None = None
 
-    def check(self, code: int, needs: Mapping[str, int], admin_needed: bool) -> None:
-        """AccessDeniedError unless this account may make request ``code`` on ``needs``."""
+    def check(
+        self, code: int, needs: Mapping[str, int] | Iterable[tuple[str, int]], admin_needed: bool
+    ) -> None:
+        """AccessDeniedError unless this account may make request ``code`` on ``needs``
+        (resource → permission, or such pairs)."""
         if admin_needed and not self.admin:
             raise PermissionDeniedError(
                 f"Need admin permission for request code={code}, "
                 f"but accessKey={self.access_key} is not"
             )
-        if not needs or (self.resources is None and self.admin):
+        self.require(needs.items() if isinstance(needs, Mapping) else needs)
+
+    def require(self, needs: Iterable[tuple[str, int]]) -> None:
+        """PermissionDeniedError unless this account has each permission on its resource
+        (messages to RMQ_SYS_TRACE_TOPIC may always be written)."""
+        if self.resources is None and self.admin:
             return
         owned_map = self.resources or {}
-        for resource, needed in needs.items():
+        for resource, needed in needs:
+            if resource == TRACE_TOPIC and needed == PUB:
+                continue
             is_group = resource.startswith(RETRY_PREFIX)
             owned = owned_map.get(resource)
             if owned is None:
-                owned = self.default_group_perm if is_group else self.default_topic_perm
+                if resource in MESSAGE_HOLDING_TOPICS:
+                    owned = DENY
+                else:
+                    owned = self.default_group_perm if is_group else self.default_topic_perm
             if not perm_allows(needed, owned):
                 name = f"group:{resource[len(RETRY_PREFIX) :]}" if is_group else f"topic:{resource}"
-                raise PermissionDeniedError(f"No default permission for {name}")
+                raise PermissionDeniedError(
+                    f"No default permission for {name}", resource=name, needed=perm_text(needed)
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +143,25 @@ class PlainAcl:
     def account(self, access_key: str) -> Account | None:
         return self.accounts.get(access_key)
 
+    def authenticate(
+        self, *, host: str, access_key: str | None, verify: Callable[[str], bool]
+    ) -> Account | None:
+        """Who sent a request, or AccessDeniedError: None for a white address (a global one, or
+        the account's: no signature and no permission checks), else the account whose secret
+        key ``verify(secret_key)`` confirms signed it."""
+        if any(w.matches(host) for w in self.global_white):
+            return None
+        if not access_key:
+            raise AccessDeniedError("No accessKey is configured")
+        account = self.accounts.get(access_key)
+        if account is None:
+            raise AccessDeniedError(f"No acl config for {access_key}")
+        if account.white.matches(host):
+            return None
+        if not verify(account.secret_key):
+            raise AccessDeniedError(f"Check signature failed for accessKey={access_key}")
+        return account
+
     def authorize(
         self,
         *,
@@ -133,20 +175,15 @@ class PlainAcl:
         """Let a request in or raise AccessDeniedError. ``host``: the client's address;
         ``verify(secret_key)``: whether the request's signature is right for that secret key;
         ``needs``: resource → needed permission (groups as ``%RETRY%group``)."""
-        if any(w.matches(host) for w in self.global_white):
-            return
-        if not access_key:
-            raise AccessDeniedError("No accessKey is configured")
-        account = self.accounts.get(access_key)
-        if account is None:
-            raise AccessDeniedError(f"No acl config for {access_key}")
-        if account.white.matches(host):
-            return
-        if not verify(account.secret_key):
-            raise AccessDeniedError(f"Check signature failed for accessKey={access_key}")
-        if needs.get(TRACE_TOPIC) == PUB:  # message traces may always be written
-            return
-        account.check(code, needs, admin_needed)
+        account = self.authenticate(host=host, access_key=access_key, verify=verify)
+        if account is not None:
+            account.check(code, needs, admin_needed)
+
+    def with_accounts(self, extra: Iterable[Account]) -> PlainAcl:
+        """These rules with ``extra`` accounts added (an account of the same key replaced)."""
+        accounts = dict(self.accounts)
+        accounts.update((a.access_key, a) for a in extra)
+        return PlainAcl(accounts, self.global_white)
 
 
 # ---- the file format ------------------------------------------------------------------------

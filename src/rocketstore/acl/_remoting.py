@@ -1,39 +1,30 @@
-"""The ACL on the broker's remoting port: every request is checked before its handler runs.
+"""The ACL on a remoting port (a broker's, a name server's): every request is checked before
+its handler runs, by the rule of its code in the authorisation table (``_table``).
 
-What each request needs (RocketMQ 4.9's PlainAccessValidator.parse; a group's permission is
-its retry topic's)::
-
-    SEND_MESSAGE / _V2 / SEND_BATCH_MESSAGE   the topic: PUB (a %RETRY% topic: its group SUB)
-    CONSUMER_SEND_MSG_BACK                    the group: SUB
-    PULL_MESSAGE                              the topic and the group: SUB
-    QUERY_MESSAGE                             the topic: SUB
-    GET_TIER_MANIFEST (rocketstore's own)     the topic: SUB
-    HEART_BEAT                                each consumer group and subscribed topic: SUB
-    UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP   the group: SUB
-    UPDATE_CONSUMER_OFFSET                    the topic and the group: SUB
-    UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG, DELETE_TOPIC_IN_BROKER,
-    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP   an admin account
-    anything else                             a known account and a good signature
-
-RocketMQ 4.9 leaves SEND_BATCH_MESSAGE out of that table (a batch only needs a signature);
-here it needs PUB on its topic like a single send.
+The guard authenticates the request (its signature, or a white address), decodes what the
+rule reads (the header the handler then uses: ``cmd.header``), checks the rule's needs, and
+leaves a :class:`Grant` on the command (``cmd.grant``): the handler checks with it what it
+learns only later (``check_then``: the topic of a message it looked up, the groups of a body
+it decoded), before it does or returns anything.
 
 A refusal is answered as RocketMQ's broker answers an AclException thrown by its RPC hook:
 SYSTEM_ERROR with the remark ``org.apache.rocketmq.acl.common.AclException: <why>``. One-way
-requests are dropped. The connection stays open.
+requests get no answer. The connection stays open. Each refusal and each admin request that
+changes state goes to the audit log (``_audit``). A header the rule cannot read (a send
+that spells a field twice) is a bad request: SYSTEM_ERROR with the reason.
 
-Loop thread.
+Loop thread (``Grant`` is immutable: any thread).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from ..remoting import Connection, Handler, RemotingCommand, RequestCode, ResponseCode
-from ..remoting._fastjson import loads_lenient
+from ..remoting import Connection, Handler, RemotingCommand, ResponseCode
+from ..remoting._limits import LogLimiter
 from ..remoting._signing import (
     ACCESS_KEY,
     SIGNATURE,
@@ -42,26 +33,21 @@ from ..remoting._signing import (
     signature,
     signed_content,
 )
-from ._errors import AccessDeniedError
-from ._plain import PUB, SUB, PlainAcl, retry_topic
+from . import _audit
+from ._errors import AccessDeniedError, PermissionDeniedError
+from ._file import AclSource as AclSource
+from ._plain import Account, PlainAcl
+from ._request import Need
+from ._table import BROKER, Access, Rule, rule
 
 log = logging.getLogger(__name__)
+_refusals_log = LogLimiter(log)
 
-UPDATE_BROKER_CONFIG = 25
-ADMIN_CODES = frozenset(
-    {
-        int(RequestCode.UPDATE_AND_CREATE_TOPIC),
-        UPDATE_BROKER_CONFIG,
-        int(RequestCode.DELETE_TOPIC_IN_BROKER),
-        int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
-        int(RequestCode.DELETE_SUBSCRIPTIONGROUP),
-    }
-)
 EXCEPTION_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
-
-
-class AclSource(Protocol):
-    def current(self) -> PlainAcl: ...
+PRODUCER_GRANTS = "producer_grants"
+"""A connection's attribute: producer group → the grant of the heartbeat that registered the
+connection there (a transaction check goes only to a producer whose account may send the
+message it carries)."""
 
 
 def _get(ext: Mapping[str, Any], key: str) -> str | None:
@@ -69,74 +55,9 @@ def _get(ext: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else field_text(value)
 
 
-def _add(needs: dict[str, int], resource: str | None, perm: int) -> None:
-    if resource is not None:
-        needs[resource] = perm
-
-
-def _send_needs(needs: dict[str, int], topic: str | None, group: str | None) -> None:
-    if topic is not None and topic.startswith("%RETRY%"):
-        _add(needs, None if group is None else retry_topic(group), SUB)
-    else:
-        _add(needs, topic, PUB)
-
-
-def _heartbeat_needs(needs: dict[str, int], body: bytes | bytearray | memoryview) -> None:
-    try:
-        doc = loads_lenient(bytes(body).decode("utf-8")) if len(body) else {}
-        consumers = doc.get("consumerDataSet") or [] if isinstance(doc, dict) else []
-        for consumer in consumers:
-            _add(needs, retry_topic(str(consumer["groupName"])), SUB)
-            for sub in consumer.get("subscriptionDataSet") or []:
-                _add(needs, str(sub["topic"]), SUB)
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise AccessDeniedError(f"cannot read the heartbeat's groups and topics: {exc}") from None
-
-
-def request_needs(cmd: RemotingCommand) -> dict[str, int]:
-    """The resources request ``cmd`` needs: resource → PUB / SUB (groups as retry topics)."""
-    ext = cmd.ext_fields
-    code = cmd.code
-    needs: dict[str, int] = {}
-    if code == RequestCode.SEND_MESSAGE:
-        # RocketMQ reads the group of a %RETRY% send from a "group" field this header lacks
-        _send_needs(needs, _get(ext, "topic"), _get(ext, "group"))
-    elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        _send_needs(needs, _get(ext, "b"), _get(ext, "a"))
-    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        group = _get(ext, "group")
-        _add(needs, None if group is None else retry_topic(group), SUB)
-    elif code == RequestCode.PULL_MESSAGE:
-        _add(needs, _get(ext, "topic"), SUB)
-        group = _get(ext, "consumerGroup")
-        _add(needs, None if group is None else retry_topic(group), SUB)
-    elif code in (RequestCode.QUERY_MESSAGE, RequestCode.GET_TIER_MANIFEST):
-        _add(needs, _get(ext, "topic"), SUB)
-    elif code == RequestCode.HEART_BEAT:
-        _heartbeat_needs(needs, cmd.body)
-    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-        group = _get(ext, "consumerGroup")
-        _add(needs, None if group is None else retry_topic(group), SUB)
-    elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
-        group = _get(ext, "consumerGroup")
-        _add(needs, None if group is None else retry_topic(group), SUB)
-        _add(needs, _get(ext, "topic"), SUB)
-    return needs
-
-
-def is_admin_request(cmd: RemotingCommand) -> bool:
-    """Whether the broker's request ``cmd`` needs an admin account."""
-    return cmd.code in ADMIN_CODES
-
-
-def check_request(
-    acl: PlainAcl,
-    cmd: RemotingCommand,
-    host: str,
-    admin: Callable[[RemotingCommand], bool] = is_admin_request,
-) -> None:
-    """Let ``cmd`` from ``host`` in, or raise AccessDeniedError (RocketMQ's wording); ``admin``
-    tells the requests that need an admin account (the broker's, unless told otherwise)."""
+def authenticate(acl: PlainAcl, cmd: RemotingCommand, host: str) -> Account | None:
+    """The account that signed ``cmd`` (None: a white address lets it in unchecked), or
+    AccessDeniedError (RocketMQ's wording)."""
     ext = cmd.ext_fields
     given = _get(ext, SIGNATURE)
 
@@ -154,14 +75,96 @@ def check_request(
             for skip in skips
         )
 
-    acl.authorize(
-        host=host,
-        access_key=_get(ext, ACCESS_KEY),
-        verify=verify,
-        code=cmd.code,
-        needs=request_needs(cmd),
-        admin_needed=admin(cmd),
+    return acl.authenticate(host=host, access_key=_get(ext, ACCESS_KEY), verify=verify)
+
+
+class Grant:
+    """What the ACL let one request do: its ``account`` (None: a white address, every
+    resource), the ``rule`` of its code, who sent it. Immutable; any thread."""
+
+    __slots__ = ("access_key", "account", "code", "rule", "source")
+
+    def __init__(
+        self, account: Account | None, access_key: str | None, rule: Rule, code: int, source: str
+    ) -> None:
+        self.account = account
+        self.access_key = access_key
+        self.rule = rule
+        self.code = code
+        self.source = source
+
+    def require(self, needs: Iterable[Need]) -> None:
+        """PermissionDeniedError unless the account has each permission."""
+        if self.account is not None:
+            self.account.require(needs)
+
+    def allows(self, needs: Iterable[Need]) -> bool:
+        try:
+            self.require(needs)
+        except AccessDeniedError:
+            return False
+        return True
+
+    @property
+    def request(self) -> str:
+        return f"{self.code} {self.rule.name}"
+
+
+def check_request(
+    acl: PlainAcl, cmd: RemotingCommand, host: str, table: Mapping[int, Rule] = BROKER
+) -> Grant:
+    """Let ``cmd`` from ``host`` in by its rule in ``table`` and return its grant, or raise
+    AccessDeniedError (RocketMQ's wording); RequestError for a header its rule cannot read."""
+    account = authenticate(acl, cmd, host)
+    r = rule(table, cmd.code)
+    if account is not None:
+        if r.access is Access.ADMIN:
+            account.check(cmd.code, (), True)
+        elif r.needs is not None:
+            account.require(r.needs(cmd))
+    return Grant(account, _get(cmd.ext_fields, ACCESS_KEY), r, cmd.code, host)
+
+
+def refusal(exc: AccessDeniedError) -> RemotingCommand:
+    """The answer to a refused request (the connection sends none to a one-way request)."""
+    return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, EXCEPTION_PREFIX + str(exc))
+
+
+def _audit_refusal(
+    cmd: RemotingCommand, access_key: str | None, source: str, request: str, exc: Exception
+) -> None:
+    resource = getattr(exc, "resource", "") or _audit.resource_text(cmd.ext_fields)
+    _audit.refused(
+        account=access_key, source=source, request=request, resource=resource, reason=str(exc)
     )
+    _refusals_log.log(
+        logging.WARNING, "ACL: refused request code %s from %s: %s", request, source or "?", exc
+    )
+
+
+def check_then(cmd: RemotingCommand, value: Any) -> RemotingCommand | None:
+    """The handler's check of what it learned (its rule's ``then``: a message's topic, a
+    decoded body): None when the request may go on (or the ACL is off), else the refusal to
+    answer with (audited; the connection sends none to a one-way request), and the handler
+    does nothing more. Loop thread or a worker thread."""
+    grant = cmd.grant
+    if not isinstance(grant, Grant) or grant.rule.then is None:
+        return None
+    try:
+        grant.require(grant.rule.then(value))
+    except PermissionDeniedError as exc:
+        _audit_refusal(cmd, grant.access_key, grant.source, grant.request, exc)
+        return refusal(exc)
+    return None
+
+
+def allows_then(cmd: RemotingCommand, value: Any) -> bool:
+    """Whether the handler may hand out ``value`` (its rule's ``then``), without a refusal:
+    for a result of many messages, each left out when its topic is not the account's."""
+    grant = cmd.grant
+    if not isinstance(grant, Grant) or grant.rule.then is None:
+        return True
+    return grant.allows(grant.rule.then(value))
 
 
 def peer_host(conn: Connection) -> str:
@@ -170,30 +173,33 @@ def peer_host(conn: Connection) -> str:
 
 
 class RemotingAcl:
-    """Wraps a server's request handlers so that each request is checked first; ``admin``
-    tells which requests need an admin account (the broker's by default; the controller names
-    its own)."""
+    """Wraps a server's request handlers so that each request is checked first, by the rules
+    of ``table`` (the broker's, or the name server's)."""
 
-    def __init__(
-        self, source: AclSource, admin: Callable[[RemotingCommand], bool] = is_admin_request
-    ) -> None:
+    def __init__(self, source: AclSource, table: Mapping[int, Rule] = BROKER) -> None:
         self.source = source
-        self.admin = admin
+        self.table = table
         self.refused = 0
 
     def guard(self, handler: Handler) -> Handler:
+        table = self.table
+
         def guarded(cmd: RemotingCommand, conn: Connection) -> Any:
             try:
-                check_request(self.source.current(), cmd, peer_host(conn), self.admin)
+                grant = check_request(self.source.current(), cmd, peer_host(conn), table)
             except AccessDeniedError as exc:
                 self.refused += 1
-                log.warning(
-                    "ACL: refused request code %s from %s: %s", cmd.code, conn.peer or "?", exc
-                )
-                if cmd.is_oneway:
-                    return None
-                return RemotingCommand.response(
-                    ResponseCode.SYSTEM_ERROR, EXCEPTION_PREFIX + str(exc)
+                r = rule(table, cmd.code)
+                key = _get(cmd.ext_fields, ACCESS_KEY)
+                _audit_refusal(cmd, key, conn.peer, f"{cmd.code} {r.name}", exc)
+                return refusal(exc)
+            cmd.grant = grant
+            if grant.rule.changes:
+                _audit.allowed(
+                    account=grant.access_key,
+                    source=conn.peer,
+                    request=grant.request,
+                    resource=_audit.resource_text(cmd.ext_fields),
                 )
             return handler(cmd, conn)
 
@@ -201,3 +207,9 @@ class RemotingAcl:
 
     def guard_all(self, handlers: Mapping[int, Handler]) -> dict[int, Handler]:
         return {code: self.guard(handler) for code, handler in handlers.items()}
+
+
+def request_needs(cmd: RemotingCommand, table: Mapping[int, Rule] = BROKER) -> dict[str, int]:
+    """What ``cmd``'s rule checks before its handler runs: resource → permission."""
+    r = rule(table, cmd.code)
+    return dict(r.needs(cmd)) if r.needs is not None else {}

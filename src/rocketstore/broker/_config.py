@@ -6,7 +6,11 @@ broker.conf that StoreConfig kept in ``extra``.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..remoting import ServerLimits
@@ -15,6 +19,7 @@ from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
 MASTER_ID = 0
+_TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 DEFAULT_STORE_HOST = "127.0.0.1"  # StoreConfig.store_host's default
 
 _CONF_KEYS = {
@@ -26,6 +31,8 @@ _CONF_KEYS = {
     "brokerIP1": "broker_ip",
     "autoCreateTopicEnable": "auto_create_topic_enable",
     "autoCreateSubscriptionGroup": "auto_create_subscription_group",
+    "traceTopicEnable": "trace_topic_enable",
+    "msgTraceTopicName": "msg_trace_topic_name",
     "defaultTopicQueueNums": "default_topic_queue_nums",
     "brokerPermission": "broker_permission",
     "longPollingEnable": "long_polling_enable",
@@ -50,7 +57,10 @@ _CONF_KEYS = {
     "syncControllerMetadataPeriod": "sync_controller_metadata_period",
     "brokerElectionPriority": "broker_election_priority",
     "controllerLeaseMills": "controller_lease_mills",
+    "innerClientAuthenticationCredentials": "inner_client_credentials",
 }
+INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
+INNER_SECRET_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_SECRET_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,11 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
+    # the topic clients with message trace on write their traces to, made at start (1 queue)
+    # when trace_topic_enable; without it the first trace a client sends creates it, as any
+    # topic is created on a send (autoCreateTopicEnable)
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     broker_permission: int = 6
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
@@ -106,6 +121,11 @@ class BrokerConfig:
     # confirmed it (0: 80 % of controller_heart_beat_timeout_mills, the time the controllers
     # wait before they may elect another master)
     controller_lease_mills: int = 0
+    # the account the broker's own clients sign with (its registrations with the name servers,
+    # a slave's copying of its master, the gRPC front end's route reads), as RocketMQ 5's
+    # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
+    # environment's (see ``inner_credentials``)
+    inner_client_credentials: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -131,10 +151,34 @@ class BrokerConfig:
             raise StoreConfigError(
                 "transaction_check_interval must be positive and transaction_timeout not negative"
             )
+        if not _TOPIC_NAME.fullmatch(self.msg_trace_topic_name):
+            raise StoreConfigError(
+                f"msgTraceTopicName {self.msg_trace_topic_name!r} is not a topic name "
+                "(^[%|a-zA-Z0-9_-]+$, at most 127 characters)"
+            )
         if self.max_connections < 1 or self.max_buffered_bytes < 1024 * 1024:
             raise StoreConfigError(
                 "max_connections must be positive and max_buffered_bytes at least 1 MiB"
             )
+        if self.inner_client_credentials:
+            parse_credentials(self.inner_client_credentials)
+
+    def inner_credentials(self, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+        """(access key, secret key) the broker's own clients sign with:
+        ``innerClientAuthenticationCredentials`` when set, else the environment's
+        ROCKETSTORE_INNER_CLIENT_ACCESS_KEY and ROCKETSTORE_INNER_CLIENT_SECRET_KEY; None when
+        neither (the clients then sign with ROCKETSTORE_ACCESS_KEY's account, if any).
+        StoreConfigError when only one of the two variables is set."""
+        if self.inner_client_credentials:
+            return parse_credentials(self.inner_client_credentials)
+        env = os.environ if env is None else env
+        access_key = env.get(INNER_ACCESS_KEY_ENV, "")
+        secret_key = env.get(INNER_SECRET_KEY_ENV, "")
+        if not access_key and not secret_key:
+            return None
+        if not access_key or not secret_key:
+            raise StoreConfigError(f"set both {INNER_ACCESS_KEY_ENV} and {INNER_SECRET_KEY_ENV}")
+        return access_key, secret_key
 
     def server_limits(self) -> ServerLimits:
         """The remoting server's limits from these settings."""
@@ -193,6 +237,28 @@ class BrokerConfig:
             values.setdefault("enable_controller_mode", True)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def parse_credentials(text: str) -> tuple[str, str]:
+    """(access key, secret key) of ``{"accessKey": "...", "secretKey": "..."}`` (RocketMQ 5's
+    SessionCredentials JSON); StoreConfigError when it is not that."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise StoreConfigError(
+            'innerClientAuthenticationCredentials: expected {"accessKey": "...", '
+            '"secretKey": "..."}'
+        )
+    access_key, secret_key = doc.get("accessKey"), doc.get("secretKey")
+    if not isinstance(access_key, str) or not isinstance(secret_key, str):
+        raise StoreConfigError(
+            "innerClientAuthenticationCredentials: accessKey and secretKey must both be text"
+        )
+    if not access_key or not secret_key:
+        raise StoreConfigError("innerClientAuthenticationCredentials: an empty key")
+    return access_key, secret_key
 
 
 def ignored_keys(store: StoreConfig) -> list[str]:

@@ -26,8 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..remoting import Connection, RemotingServer, ext_int, ext_str
+from ..remoting._client import FROM_ENV, Signer
+from ..remoting._signing import signer_from_env
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
+from ..store._durable import is_disk_full
 from ..store._store import MessageStore
 from ._config import BrokerConfig
 from .admin._admin import AdminProcessor
@@ -44,6 +47,8 @@ from .messaging._pull import PullProcessor
 from .messaging._query import QueryProcessor
 from .messaging._send import SendProcessor
 from .messaging._send_back import SendBackProcessor
+from .messaging._send_frame import SendFramePath
+from .messaging._send_scan import scan_send
 from .messaging._transaction import TransactionService
 from .replication._replicas_processor import ReplicasProcessor
 from .replication._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
@@ -91,13 +96,16 @@ class BrokerController:
         clock: Clock = SYSTEM_CLOCK,
         acl: AclSource | None = None,
         tier: TierReader | None = None,
+        inner_signer: Signer | None = FROM_ENV,
     ) -> None:
         """The broker's state over ``store``, open and started, its config carrying the
         broker's address (``rocketstore.server`` builds both): topic configs, subscription
         groups, consumer offsets, client membership, held pulls, transactions. ``acl``: the
         accounts every port checks (None: no ACL; see ``load_acl``). ``tier``: the tiered
-        store pulls below a queue's minimum are answered from (None: none). Built on the event
-        loop the broker serves from (held pulls are woken there)."""
+        store pulls below a queue's minimum are answered from (None: none). ``inner_signer``:
+        what the broker's own clients sign with (default: ROCKETSTORE_ACCESS_KEY's account, if
+        any; see ``BrokerConfig.inner_credentials``). Built on the event loop the broker serves
+        from (held pulls are woken there)."""
         self.config = config
         self.clock = clock
         self.store = store
@@ -118,7 +126,13 @@ class BrokerController:
         self.pop_state: PopState | None = None
         # the ACL every port checks (None: off); see rocketstore.acl
         self.acl: AclSource | None = acl
+        # plain sends served from their frames (set by ``handlers`` where the compiled header
+        # scanner is built; the composition root hands it to the remoting server)
+        self.send_frame_path: SendFramePath | None = None
         self._tier = tier
+        self.inner_signer: Signer | None = (
+            signer_from_env() if inner_signer is FROM_ENV else inner_signer
+        )
         # messages handed to consumers, request latency (see rocketstore.metrics)
         self.stats = BrokerStats()
         self.config_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +142,8 @@ class BrokerController:
             cluster_name=config.cluster_name,
             auto_create_topic_enable=config.auto_create_topic_enable,
             default_topic_queue_nums=config.default_topic_queue_nums,
+            trace_topic_enable=config.trace_topic_enable,
+            msg_trace_topic_name=config.msg_trace_topic_name,
             clock=self.clock,
         )
         self.groups = SubscriptionGroupManager(
@@ -177,8 +193,11 @@ class BrokerController:
         """The request handlers of the remoting port, by request code, behind the ACL when it
         is on. The composition root serves them; called once."""
         handlers: dict[int, Any] = {}
+        sender = SendProcessor(self)
+        if scan_send is not None:
+            self.send_frame_path = SendFramePath(sender, self, self.stats)
         for processor in (
-            SendProcessor(self),
+            sender,
             PullProcessor(self),
             OffsetProcessor(self),
             self.clients,
@@ -328,6 +347,7 @@ class BrokerController:
             period_s=config.register_name_server_period / 1000.0,
             on_registered=self._on_registered,
             broker_id_of=broker_id_of,
+            signer=self.inner_signer,
         )
         await self.registrar.start()
 
@@ -402,8 +422,11 @@ class BrokerController:
         for persist in (self.offsets.persist, self.topics.persist, self.groups.persist):
             try:
                 persist()
-            except Exception:
-                log.exception("broker: persisting state at shutdown failed")
+            except Exception as exc:
+                if is_disk_full(exc):  # one line: the disk is full, not a bug
+                    log.error("broker: persisting state at shutdown failed: %s", exc)
+                else:
+                    log.exception("broker: persisting state at shutdown failed")
         log.info("broker %s stopped", self.config.broker_name)
 
     # ---- shared behaviour -------------------------------------------------------------------
@@ -455,13 +478,24 @@ class BrokerController:
         self.holds.notify_arriving(topic, queue_id, max_offset)
 
     async def _persist_offsets_periodically(self) -> None:
+        """Persist the consumer offsets every interval. A full disk is told once, in one line,
+        until a persist works again (any other failure each time, with its traceback)."""
         interval = self.config.flush_consumer_offset_interval / 1000.0
+        disk_full = False
         while True:
             await asyncio.sleep(interval)
             try:
                 await asyncio.to_thread(self.offsets.persist)
-            except Exception:
-                log.exception("broker: persisting consumer offsets failed")
+            except Exception as exc:
+                if not is_disk_full(exc):
+                    log.exception("broker: persisting consumer offsets failed")
+                elif not disk_full:
+                    log.error("broker: persisting consumer offsets failed (retried): %s", exc)
+                disk_full = is_disk_full(exc)
+            else:
+                if disk_full:
+                    log.info("broker: consumer offsets persisted again")
+                disk_full = False
 
     async def _record_daily_totals(self) -> None:
         """At each local midnight, the store's put and get totals (brokerStatus's morning

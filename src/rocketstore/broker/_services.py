@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..acl._remoting import AclSource
 from ..remoting import Connection
+from ..remoting._client import Signer
 from ..store._clock import Clock
 from ..store._config import StoreConfig
 from ..store._store import MessageStore
@@ -134,6 +135,14 @@ class HasStats(Protocol):
 
     @property
     def stats(self) -> BrokerStats: ...
+
+
+class HasInnerClient(Protocol):
+    """How the broker's own clients sign (registrations, a slave's copying of its master, the
+    gRPC front end's route reads): None signs nothing."""
+
+    @property
+    def inner_signer(self) -> Signer | None: ...
 
 
 class HasAcl(Protocol):

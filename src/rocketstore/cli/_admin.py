@@ -18,17 +18,11 @@ from typing import Any, TypeVar
 
 import click
 
+from ._common import either, mqadmin_bool, namesrv_option, parse_timestamp
 from ._errors import ClientGroup
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-namesrv_option = click.option(
-    "--namesrv",
-    "-n",
-    default="127.0.0.1:9876",
-    show_default=True,
-    help="name server HOST:PORT[;HOST:PORT]",
-)
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 
 
@@ -80,15 +74,36 @@ def topic_group() -> None:
     "--queues", type=click.IntRange(0), default=8, show_default=True, help="read and write queues"
 )
 @click.option(
-    "--read-queues", type=click.IntRange(0), default=None, help="read queues (default --queues)"
+    "--read-queues",
+    "-r",
+    type=click.IntRange(0),
+    default=None,
+    help="read queues (default --queues)",
 )
 @click.option(
-    "--write-queues", type=click.IntRange(0), default=None, help="write queues (default --queues)"
+    "--write-queues",
+    "-w",
+    type=click.IntRange(0),
+    default=None,
+    help="write queues (default --queues)",
 )
 @click.option(
-    "--perm", type=click.IntRange(0, 15), default=6, show_default=True, help="2: W, 4: R, 6: RW"
+    "--perm",
+    "-p",
+    type=click.IntRange(0, 15),
+    default=6,
+    show_default=True,
+    help="2: W, 4: R, 6: RW",
 )
-@click.option("--order", is_flag=True, help="an ordered topic")
+@click.option(
+    "--order",
+    "-o",
+    type=click.BOOL,
+    is_flag=False,
+    flag_value=True,
+    default=False,
+    help="an ordered topic (--order, or mqadmin's -o true|false)",
+)
 @click.option("--cluster", "-c", default=None, help="create on every master of this cluster")
 @click.option("--broker", "-b", default=None, help="create on this broker HOST:PORT only")
 def topic_create(
@@ -327,19 +342,26 @@ group_option = click.option("--group", "-g", required=True, help="consumer group
     default=None,
     help="FIFO delivery to pop (gRPC) consumers (consumeMessageOrderly)",
 )
-@click.option("--retry-max-times", type=click.IntRange(0), default=None, help="retryMaxTimes")
-@click.option("--retry-queue-nums", type=click.IntRange(0), default=None, help="retryQueueNums")
+@click.option("--retry-max-times", "-r", type=click.IntRange(0), default=None, help="retryMaxTimes")
+@click.option(
+    "--retry-queue-nums", "-q", type=click.IntRange(0), default=None, help="retryQueueNums"
+)
 @click.option("--consume-enable/--no-consume-enable", default=None, help="consumeEnable")
+@mqadmin_bool("-s", "consume_enable_value", "consumeEnable")
 @click.option("--broadcast/--no-broadcast", default=None, help="consumeBroadcastEnable")
+@mqadmin_bool("-d", "broadcast_value", "consumeBroadcastEnable")
 @click.option("--consume-from-min/--no-consume-from-min", default=None, help="consumeFromMinEnable")
+@mqadmin_bool("-m", "consume_from_min_value", "consumeFromMinEnable")
 @click.option(
     "--notify-ids-changed/--no-notify-ids-changed",
     default=None,
     help="notifyConsumerIdsChangedEnable",
 )
-@click.option("--broker-id", type=click.IntRange(0), default=None, help="brokerId")
+@mqadmin_bool("-a", "notify_ids_changed_value", "notifyConsumerIdsChangedEnable")
+@click.option("--broker-id", "-i", type=click.IntRange(0), default=None, help="brokerId")
 @click.option(
     "--which-broker-when-consume-slowly",
+    "-w",
     type=click.IntRange(0),
     default=None,
     help="whichBrokerWhenConsumeSlowly",
@@ -354,6 +376,9 @@ def group_update(
     """Create a group's settings or change some of them, on one broker or on every master of a
     cluster. Settings not given keep each broker's current value (the defaults for a new
     group)."""
+    for name in [k for k in settings if k.endswith("_value")]:  # mqadmin's -s true and the like
+        flag = name.removesuffix("_value")
+        settings[flag] = either(settings[flag], settings.pop(name), f"--{flag} and its short form")
     changes = {_GROUP_FIELDS[k]: v for k, v in settings.items() if v is not None}
     with _admin(namesrv) as admin:
         for addr in _targets(admin, cluster, broker):
@@ -381,11 +406,18 @@ _GROUP_FIELDS = {
 @broker_option
 @group_option
 @click.option("--clean-offset", is_flag=True, help="remove the group's consumer offsets too")
+@mqadmin_bool("-r", "remove_offset", "the same as --clean-offset (mqadmin's removeOffset)")
 def group_delete(
-    namesrv: str, cluster: str | None, broker: str | None, group: str, clean_offset: bool
+    namesrv: str,
+    cluster: str | None,
+    broker: str | None,
+    group: str,
+    clean_offset: bool,
+    remove_offset: bool | None,
 ) -> None:
     """Delete a group's settings from one broker or from every master of a cluster (its retry
     and dead-letter topics stay: delete them with ``topic delete``)."""
+    clean_offset = bool(either(clean_offset or None, remove_offset, "--clean-offset and -r"))
     with _admin(namesrv) as admin:
         for addr in _targets(admin, cluster, broker):
             admin.delete_subscription_group(addr, group, clean_offset=clean_offset)
@@ -605,23 +637,36 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
 @click.option("--group", "-g", required=True, help="consumer group")
 @click.option("--topic", "-t", required=True)
 @click.option(
+    "--timestamp",
     "--time",
-    "timestamp",
-    type=int,
+    "-s",
+    "when",
     required=True,
-    help="store time in ms since the epoch (-1: the end of each queue)",
+    help="store time: ms since the epoch, now, or yyyy-MM-dd#HH:mm:ss:SSS (local time), as "
+    "mqadmin takes it; -1: the end of each queue",
 )
 @click.option(
-    "--force/--no-force", default=True, show_default=True, help="also move offsets forward"
+    "--force/--no-force", default=None, help="also move offsets forward  [default: force]"
 )
+@mqadmin_bool("-f", "force_value", "the same as --force / --no-force")
 @json_option
 def consumer_reset_offset(
-    namesrv: str, group: str, topic: str, timestamp: int, force: bool, as_json: bool
+    namesrv: str,
+    group: str,
+    topic: str,
+    when: str,
+    force: bool | None,
+    force_value: bool | None,
+    as_json: bool,
 ) -> None:
     """Move a group's offsets on a topic to a point in time: online consumers are told by
     their brokers; an offline group's offsets are set directly."""
-    if timestamp < -1:
-        raise click.BadParameter("must be a time in ms or -1", param_hint="--time")
+    try:
+        timestamp = parse_timestamp(when)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="--timestamp") from None
+    force = either(force, force_value, "--force and -f")
+    force = True if force is None else force
     with _admin(namesrv) as admin:
         online, table = admin.reset_consumer_offset(group, topic, timestamp, force=force)
     rows = [
@@ -665,7 +710,7 @@ def _running_info_doc(client_id: str, info: Any) -> dict[str, Any]:
 @namesrv_option
 @click.option("--group", "-g", required=True, help="consumer group")
 @click.option(
-    "--client", "-c", "client_id", default=None, help="one client id (default: every online one)"
+    "--client", "-i", "client_id", default=None, help="one client id (default: every online one)"
 )
 @json_option
 def consumer_status(namesrv: str, group: str, client_id: str | None, as_json: bool) -> None:
@@ -746,7 +791,14 @@ def consumer_status(namesrv: str, group: str, client_id: str | None, as_json: bo
 @click.option("--dest-group", "-d", required=True, help="the group that gets them")
 @click.option("--topic", "-t", required=True)
 @click.option(
-    "--offline", is_flag=True, help="copy even when the online source group does not subscribe"
+    "--offline",
+    "-o",
+    type=click.BOOL,
+    is_flag=False,
+    flag_value=True,
+    default=False,
+    help="copy even when the online source group does not subscribe (--offline, or "
+    "mqadmin's -o true|false)",
 )
 @json_option
 def consumer_clone_offset(
@@ -972,7 +1024,7 @@ def _maybe_stats(admin: Any, addr: str, name: str, key: str) -> Any:
 @cluster_option
 @broker_option
 @click.option("--name", "stats_name", default=None, help="one stats item: e.g. TOPIC_PUT_NUMS")
-@click.option("--key", "stats_key", default=None, help="its key: a topic, TOPIC@GROUP, ...")
+@click.option("--key", "-k", "stats_key", default=None, help="its key: a topic, TOPIC@GROUP, ...")
 @json_option
 def broker_stats(
     namesrv: str,

@@ -8,18 +8,18 @@ from typing import Any
 
 import click
 
-from ._common import parse_properties
+from ._common import namesrv_option, parse_properties, topic_option
 from ._errors import ClientCommand
 
 
 @click.command("produce", cls=ClientCommand)
-@click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
-@click.option("--topic", required=True)
+@namesrv_option
+@topic_option()
 @click.option("--tags", default=None)
-@click.option("--key", "keys", multiple=True, help="a message key (repeatable)")
+@click.option("--key", "-k", "keys", multiple=True, help="a message key (repeatable)")
 @click.option("--property", "props", multiple=True, help="name=value (repeatable)")
 @click.option("--delay", default=0, type=int, help="delay level (0: none)")
-@click.option("--group", default="rocketstore-producer", show_default=True)
+@click.option("--group", "-g", default="rocketstore-producer", show_default=True)
 @click.argument("body", required=False)
 def produce_cmd(
     namesrv: str,
@@ -67,9 +67,9 @@ def produce_cmd(
 
 
 @click.command("consume", cls=ClientCommand)
-@click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
-@click.option("--topic", required=True)
-@click.option("--group", default="rocketstore-console", show_default=True)
+@namesrv_option
+@topic_option()
+@click.option("--group", "-g", default="rocketstore-console", show_default=True)
 @click.option("--tags", "expression", default="*", show_default=True, help='e.g. "TagA || TagB"')
 @click.option("--from-beginning", is_flag=True, help="start at each queue's minimum offset")
 @click.option("--max-messages", type=int, default=None, help="stop after this many")

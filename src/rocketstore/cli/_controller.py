@@ -25,7 +25,14 @@ from ..controller._config import DEFAULT_PORT
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ._errors import ClientGroup
-from ._serve import _announce, _logging, _run, controller_config, verbose_option
+from ._serve import (
+    _announce,
+    _logging,
+    _run,
+    controller_config,
+    metrics_auth_option,
+    verbose_option,
+)
 
 address_option = click.option(
     "--controller",
@@ -60,6 +67,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.option(
     "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
 )
+@metrics_auth_option
 @verbose_option
 @click.pass_context
 def controller_group(
@@ -73,6 +81,7 @@ def controller_group(
     group: str | None,
     acl_file: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
@@ -105,6 +114,7 @@ def controller_group(
             announce=_announce,
             controller=server,
             metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
             console_listen="",
             stats_interval=0,
         )

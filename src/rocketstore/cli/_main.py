@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import click
 
-from . import _admin, _bench, _client, _console, _controller, _serve, _spark, _store, _tier
+from . import (
+    _admin,
+    _bench,
+    _client,
+    _console,
+    _controller,
+    _serve,
+    _spark,
+    _stats,
+    _store,
+    _tier,
+)
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})  # mqadmin's -h too
 @click.version_option(package_name="rocketstore")
 @click.option(
     "--access-key",
@@ -33,6 +44,17 @@ def main(access_key: str | None, secret_key: str | None) -> None:
         os.environ["ROCKETSTORE_SECRET_KEY"] = secret_key
 
 
-for _module in (_store, _tier, _bench, _spark, _serve, _controller, _client, _admin, _console):
+for _module in (
+    _store,
+    _stats,
+    _tier,
+    _bench,
+    _spark,
+    _serve,
+    _controller,
+    _client,
+    _admin,
+    _console,
+):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..metrics._auth import AUTH_HELP as METRICS_AUTH_HELP
+from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
@@ -34,10 +36,17 @@ def _logging(
     conf: str | None = None,
 ) -> None:
     """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v."""
+    name server alone); standard error shows warnings, or everything logged with -v. A fatal
+    signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
-    from .._logs import LogConfig, LogConfigError, configure, default_directory
+    from .._logs import (
+        LogConfig,
+        LogConfigError,
+        configure,
+        default_directory,
+        enable_fatal_stacks,
+    )
 
     if log_dir is None:
         root = store_dir
@@ -55,6 +64,7 @@ def _logging(
                 stderr_level="INFO" if verbose else "WARNING",
             )
         )
+        enable_fatal_stacks(directory)
     except LogConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--log-*") from None
     _announce(f"logs in {directory}")
@@ -65,11 +75,12 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
     another process, a controller state file that does not decode) is one line on standard
     error and exit status 1, not a traceback."""
     from ..controller import ControllerError
+    from ..metrics._auth import MetricsAuthError
     from ..store._errors import StoreError
 
     try:
         asyncio.run(main)
-    except (OSError, StoreError, ControllerError) as exc:
+    except (OSError, StoreError, ControllerError, MetricsAuthError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
@@ -123,6 +134,7 @@ def _make_broker(
     acl_file: str | None = None,
     tiered_dir: str | None = None,
     controller: str | None = None,
+    inner_account: Any = None,
 ) -> Any:
     from ..broker._config import BrokerConfig
     from ..server import BrokerServer
@@ -169,7 +181,7 @@ def _make_broker(
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
-    return BrokerServer(store_config, broker_config, grpc=grpc)
+    return BrokerServer(store_config, broker_config, grpc=grpc, inner_account=inner_account)
 
 
 listen_help = "HOST:PORT to listen on (127.0.0.1 unless told otherwise)"
@@ -277,16 +289,44 @@ def controller_config(conf: str | None, overrides: dict[str, str]) -> Any:
         raise click.BadParameter(str(exc)) from None
 
 
-def _name_server(host: str, port: int, kv_config: str) -> Any:
-    """A NameServer keeping its KV config in ``kv_config``; a file that is not KV config
-    JSON (or cannot be read) ends the command with one line."""
+def _name_server(
+    host: str, port: int, kv_config: str, acl_path: str | None = None, inner: Any = None
+) -> Any:
+    """A NameServer keeping its KV config in ``kv_config``, checking every request against
+    the ACL file ``acl_path`` (None: no ACL) with the process's own account ``inner`` added;
+    a file that cannot be used ends the command with one line."""
+    from ..acl import AclConfigError, AclFile, WithAccounts
     from ..namesrv import KVConfigError, NameServer
 
+    acl: Any = None
+    if acl_path is not None:
+        try:
+            acl = AclFile(acl_path)
+        except AclConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        if inner is not None:
+            acl = WithAccounts(acl, [inner])
     try:
-        return NameServer(host, port, kv_config_path=kv_config)
+        return NameServer(host, port, kv_config_path=kv_config, acl=acl)
     except (KVConfigError, OSError) as exc:
         click.echo(f"error: KV config: {exc}", err=True)
         sys.exit(1)
+
+
+def _acl_path(conf: str | None, acl_file: str | None) -> str | None:
+    """The ACL file a broker started with ``conf`` and ``--acl-file`` checks (None: none)."""
+    from ..broker._config import BrokerConfig
+    from ..store._errors import StoreConfigError
+
+    try:
+        base = StoreConfig.from_broker_conf(conf) if conf else StoreConfig()
+        config = BrokerConfig.from_store_config(
+            base, acl_enable=True if acl_file else None, acl_file=acl_file
+        )
+    except StoreConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--conf") from None
+    return config.acl_path
 
 
 def _given(name: str) -> bool:
@@ -312,6 +352,13 @@ controller_listen_option = click.option(
               "enableControllerInNamesrv and the controller's keys)")  # fmt: skip
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option(
+    "--acl-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="ACL on: a plain_acl.yml; registrations, write permissions, the KV config and the "
+    "settings need a signed admin account, reads any signed account",
+)
+@click.option(
     "--kv-config",
     default=os.path.join("~", "namesrv", "kvConfig.json"),
     show_default=True,
@@ -322,6 +369,7 @@ controller_listen_option = click.option(
 def namesrv_cmd(
     conf: str | None,
     listen: str,
+    acl_file: str | None,
     kv_config: str,
     controller_listen: str | None,
     verbose: bool,
@@ -350,15 +398,20 @@ def namesrv_cmd(
     controller = None
     if controller_listen is not None or enabled_in_namesrv(values):
         overrides = {"controllerListen": controller_listen} if controller_listen else {}
-        controller = ControllerServer(controller_config(conf, overrides))
+        controller = ControllerServer(controller_config(conf, overrides), acl_file=acl_file)
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
-    ns = _name_server(host, port, os.path.expanduser(kv_config))
+    ns = _name_server(host, port, os.path.expanduser(kv_config), acl_file)
+    if acl_file:
+        _announce(f"ACL on the name server: {acl_file}")
     _run(run_servers(ns, [], announce=_announce, controller=controller))
 
 
 metrics_option = click.option(
     "--metrics-listen", default=None, callback=check_listen_option, help=METRICS_LISTEN_HELP
+)
+metrics_auth_option = click.option(
+    "--metrics-auth", default=None, callback=check_auth_option, help=METRICS_AUTH_HELP
 )
 
 
@@ -396,6 +449,12 @@ controller_option = click.option(
     help="controller mode: the controllers HOST:PORT[;HOST:PORT] give the broker its role "
     "(enableControllerMode=true, controllerAddr)",
 )
+ha_listen_option = click.option(
+    "--ha-listen",
+    default=None,
+    help="HOST:PORT slaves replicate from (default: the broker's port + 1, as RocketMQ's "
+    "haListenPort)",
+)
 flush_option = click.option(
     "--flush",
     type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
@@ -410,18 +469,19 @@ flush_option = click.option(
 )
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
-@click.option("--namesrv", default=None, help="name server HOST:PORT[;HOST:PORT]")
+@click.option("--namesrv", "-n", default=None, help="name server HOST:PORT[;HOST:PORT]")
 @click.option("--broker-name", default=None, help="broker name (default broker-a)")
 @click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
 @click.option("--broker-id", type=int, default=None, help="0 for a master, >= 1 for a slave")
 @role_option
 @flush_option
-@click.option("--ha-listen", default=None, help="HA HOST:PORT (default the listen port + 1)")
+@ha_listen_option
 @click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
 @controller_option
 @tiered_option
 @grpc_options(None)
 @metrics_option
+@metrics_auth_option
 @verbose_option
 def broker_cmd(
     store: str | None,
@@ -443,6 +503,7 @@ def broker_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     verbose: bool,
     log_dir: str | None,
     log_level: str,
@@ -471,7 +532,15 @@ def broker_cmd(
         controller_addr,
     )
     _announce_tier(broker)
-    _run(run_servers(None, [broker], announce=_announce, metrics_listen=metrics_listen))
+    _run(
+        run_servers(
+            None,
+            [broker],
+            announce=_announce,
+            metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
+        )
+    )
 
 
 @click.command("serve")
@@ -486,9 +555,11 @@ def broker_cmd(
 @click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
 @controller_option
+@ha_listen_option
 @tiered_option
 @grpc_options("127.0.0.1:8081")
 @metrics_option
+@metrics_auth_option
 @console_option
 @controller_listen_option
 @verbose_option
@@ -499,6 +570,7 @@ def serve_cmd(
     listen: str | None,
     flush: str | None,
     controller_addr: str | None,
+    ha_listen: str | None,
     tiered_dir: str | None,
     grpc_listen: str | None,
     acl_file: str | None,
@@ -506,6 +578,7 @@ def serve_cmd(
     grpc_tls_cert: str | None,
     grpc_tls_key: str | None,
     metrics_listen: str | None,
+    metrics_auth: str | None,
     console_listen: str | None,
     controller_listen: str | None,
     verbose: bool,
@@ -514,16 +587,30 @@ def serve_cmd(
     log_levels: str | None,
 ) -> None:
     """A name server and a broker in one process: the embedded default (with RocketMQ 5's
-    controller too, its state under the store's controller/, with --controller-listen)."""
+    controller too, its state under the store's controller/, with --controller-listen). Every
+    port it opens is printed (name server, controller, broker, HA, gRPC, metrics, console);
+    two of them on one port are refused before anything binds."""
     from ..server import ControllerServer, run_servers
+    from ..server._addresses import free_port
 
     host, port = _split_listen(namesrv_listen, 9876)
+    # the broker registers with the name server: a port chosen now, not at its start
+    port = port or free_port(host)
     grpc = _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key)
     store_dir = _store_dir(store, conf, "store")
     _logging(verbose, log_dir, log_level, log_levels, store_dir, conf)
     # the name server's KV config beside the store
     root = store_dir or StoreConfig.from_broker_conf(conf or "").store_path_root_dir
-    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"))
+    # with ACL on, the name server (and a controller beside it) checks the broker's accounts,
+    # and the two share an account of their own for the broker's registrations (unless
+    # broker.conf names one)
+    acl_path = _acl_path(conf, acl_file or grpc_acl)
+    inner = None
+    if acl_path is not None:
+        from ..acl import process_account
+
+        inner = process_account()
+    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"), acl_path, inner)
     controller = None
     if controller_listen is not None:
         controller = ControllerServer(
@@ -533,44 +620,41 @@ def serve_cmd(
                     "controllerListen": controller_listen,
                     "controllerStorePath": os.path.join(root, "controller"),
                 },
-            )
+            ),
+            acl_file=acl_path,
         )
-
-    async def main() -> None:
-        # the broker registers with the name server, whose port may be chosen at start
-        await ns.start()
-        broker = _make_broker(
-            store_dir,
-            conf,
-            listen,
-            ns.address,
-            None,
-            None,
-            None,
-            None,
-            flush,
-            grpc=grpc,
-            acl_file=acl_file or grpc_acl,
-            tiered_dir=tiered_dir,
-            controller=controller_addr,
+    broker = _make_broker(
+        store_dir,
+        conf,
+        listen,
+        ns.address,
+        None,
+        None,
+        None,
+        None,
+        flush,
+        ha_listen,
+        grpc=grpc,
+        acl_file=acl_file or grpc_acl,
+        tiered_dir=tiered_dir,
+        controller=controller_addr,
+        inner_account=inner,
+    )
+    if acl_path is not None:
+        _announce(f"ACL on the name server: {acl_path}")
+    _announce_tier(broker)
+    _run(
+        run_servers(
+            ns,
+            [broker],
+            announce=_announce,
+            metrics_listen=metrics_listen,
+            metrics_auth=metrics_auth,
+            console_listen=console_listen,
+            console_namesrv=ns.address,
+            controller=controller,
         )
-        _announce(f"name server listening on {ns.address}")
-        _announce_tier(broker)
-        try:
-            await run_servers(
-                None,
-                [broker],
-                announce=_announce,
-                metrics_listen=metrics_listen,
-                metrics_namesrv=ns,
-                console_listen=console_listen,
-                console_namesrv=ns.address,
-                controller=controller,
-            )
-        finally:
-            await ns.close()
-
-    _run(main())
+    )
 
 
 def _announce_tier(broker: Any) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from .. import Message, MessageStore, StoreConfig
-from ._common import parse_properties
+from .._extras import install_hint
+from ._common import conf_option, parse_properties, topic_option
 
 
 def store_config(store: str, conf: str | None, **overrides: Any) -> StoreConfig:
@@ -26,18 +27,15 @@ def store_config(store: str, conf: str | None, **overrides: Any) -> StoreConfig:
 store_option = click.option(
     "--store", "store", default="store", show_default=True, help="store directory"
 )
-conf_option = click.option(
-    "--conf", default=None, help="a RocketMQ broker.conf to read settings from"
-)
 
 
 @click.command()
 @store_option
 @conf_option
-@click.option("--topic", required=True)
+@topic_option()
 @click.option("--queue", "queue_id", default=0, show_default=True, type=int)
 @click.option("--tags", default=None)
-@click.option("--key", "keys", multiple=True, help="a message key (repeatable)")
+@click.option("--key", "-k", "keys", multiple=True, help="a message key (repeatable)")
 @click.option("--property", "props", multiple=True, help="name=value (repeatable)")
 @click.option(
     "--delay",
@@ -186,10 +184,14 @@ tiered_option = click.option(
 )
 
 
-def _tier(conf: str | None, tiered_dir: str | None) -> Any:
-    """A TierReader of --tiered-dir, else of --conf's tieredDir; None when neither names one."""
-    from ..tier._read import TierReader
+TIER_PACKAGES = ("pyarrow", "numpy")
+"""What reading and writing the tiered store's Parquet needs (of the spark extra)."""
 
+
+def _tier(conf: str | None, tiered_dir: str | None) -> Any:
+    """A TierReader of --tiered-dir, else of --conf's tieredDir; None when neither names one.
+    The reader's packages are imported only when a tier is asked for: a base install reads
+    stores without them."""
     if not tiered_dir and conf:
         tiered_dir = StoreConfig.from_broker_conf(conf).tiered_dir or None
     if not tiered_dir:
@@ -198,6 +200,13 @@ def _tier(conf: str | None, tiered_dir: str | None) -> Any:
 
     if not os.path.isdir(tiered_dir):
         raise click.ClickException(f"no tiered store at {tiered_dir}: check --tiered-dir")
+    try:
+        from ..tier._read import TierReader
+    except ImportError as exc:
+        raise click.ClickException(
+            f"reading the tiered store at {tiered_dir} needs {exc.name or exc}: "
+            f"{install_hint('spark', TIER_PACKAGES)}"
+        ) from None
     return TierReader(tiered_dir)
 
 
@@ -366,8 +375,8 @@ def _get_some(rs: Any, tier: Any, topic: str, queue_id: int, offset: int, n: int
 @click.command()
 @store_option
 @conf_option
-@click.option("--topic", default=None, help="the topic (needed with --key)")
-@click.option("--key", default=None, help="a KEYS token or the UNIQ_KEY")
+@topic_option(required=False, help="the topic (needed with --key)")
+@click.option("--key", "-k", default=None, help="a KEYS token or the UNIQ_KEY")
 @click.option(
     "--id",
     "msg_id",
@@ -464,53 +473,6 @@ def _by_id(
                 if m.uniq_key == msg_id:
                     found.setdefault(m.commitlog_offset, m)
     return [found[o] for o in sorted(found)][-max_num:]
-
-
-@click.command()
-@store_option
-@conf_option
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def stats(store: str, conf: str | None, as_json: bool) -> None:
-    """Print a store's runtime info (RocketMQ's keys), what each topic holds and the progress
-    of every delay level. Read-only: the store is not changed."""
-    with _store_errors(store), _open_read_only(store, conf) as rs:
-        levels_ms = _delay_levels(conf)
-        info = rs.runtime_info(levels_ms)
-        topics = rs.topic_totals()
-        levels = [p._asdict() for p in rs.delay_progress(levels_ms)]
-        warnings = list(rs.warnings)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "runtime_info": dict(sorted(info.items())),
-                    "topics": {
-                        t: {"messages": s.messages, "bytes": s.bytes} for t, s in topics.items()
-                    },
-                    "delay_levels": levels,
-                },
-                ensure_ascii=False,
-            )
-        )
-        _report_damage(warnings)
-        return
-    width = max(map(len, info), default=0)
-    for key in sorted(info):
-        click.echo(f"{key:<{width}}  {info[key]}")
-    click.echo(f"\n{'topic':<40} {'messages':>12} {'bytes':>16}")
-    for topic, t in topics.items():
-        click.echo(f"{topic:<40} {t.messages:>12} {t.bytes:>16}")
-    if levels:
-        click.echo(
-            f"\n{'delay level':<12} {'delay ms':>10} {'next offset':>12} {'max offset':>12} {'pending':>8}"
-        )
-        for lv in levels:
-            delay = "?" if lv["delay_ms"] is None else str(lv["delay_ms"])
-            click.echo(
-                f"{lv['level']:<12} {delay:>10} {lv['offset']:>12} {lv['max_offset']:>12} "
-                f"{max(0, lv['max_offset'] - lv['offset']):>8}"
-            )
-    _report_damage(warnings)
 
 
 @click.command()
@@ -616,4 +578,4 @@ def _print_report(report: Any) -> None:
     console.print("[green]OK[/green]" if report.ok else f"[red]{len(d['errors'])} error(s)[/red]")
 
 
-COMMANDS = [put, get, query, stats, inspect]
+COMMANDS = [put, get, query, inspect]

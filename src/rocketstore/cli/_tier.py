@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from ._store import _is_store, _owned_message, _store_errors
+from .._extras import install_hint
+from ._store import TIER_PACKAGES, _is_store, _owned_message, _store_errors
 
 
 @click.command()
@@ -24,7 +25,7 @@ def tier(store: str, tiered_dir: str, as_json: bool) -> None:
         import pyarrow  # noqa: F401
     except ImportError:
         raise click.ClickException(
-            "tiering writes Parquet, which needs pyarrow: pip install 'rocketstore[spark]'"
+            f"tiering writes Parquet, which needs pyarrow: {install_hint('spark', TIER_PACKAGES)}"
         ) from None
     from ..store._lock import StoreLock, lock_owner
     from ..tier._manifest import TierError

@@ -668,9 +668,14 @@ class AdminClient:
         ids = doc.get("consumerIdList") if isinstance(doc, dict) else None
         return [str(i) for i in ids] if isinstance(ids, list) else []
 
-    def _queue_offset(self, addr: str, code: int, mq: MessageQueue, **extra: str) -> int:
+    def _queue_offset(
+        self, addr: str, code: int, mq: MessageQueue, *, ok: Iterable[int] = (), **extra: str
+    ) -> int:
+        """The ``offset`` a queue-offset request answers; -1 when it answers a code in ``ok``."""
         ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **extra}
-        r = self.call(addr, code, ext)
+        r = self.call(addr, code, ext, ok=ok)
+        if r.code != ResponseCode.SUCCESS:
+            return -1
         try:
             return int(r.ext_fields.get("offset", ""))
         except ValueError:
@@ -697,24 +702,33 @@ class AdminClient:
         )
 
     def reset_offset_by_time(
-        self, group: str, topic: str, timestamp_ms: int
+        self, group: str, topic: str, timestamp_ms: int, *, brokers: set[str] | None = None
     ) -> dict[MessageQueue, tuple[int, int]]:
-        """The group's offset of each read queue of ``topic`` set to the first message stored
-        at or after ``timestamp_ms`` (SEARCH_OFFSET_BY_TIMESTAMP, then UPDATE_CONSUMER_OFFSET,
-        as mqadmin's resetOffsetByTimeOld does): queue → (old offset, new offset). Consumers
-        of the group that are online overwrite it with their own progress."""
+        """The group's offset of each read queue of ``topic`` (of ``brokers`` only, when
+        given) set to the first message stored at or after ``timestamp_ms``, -1: the end of
+        each queue (SEARCH_OFFSET_BY_TIMESTAMP or GET_MAX_OFFSET, then UPDATE_CONSUMER_OFFSET,
+        as mqadmin's resetOffsetByTimeOld does): queue → (old offset, -1 for none; new
+        offset). Consumers of the group that are online overwrite it with their own progress."""
         check_group(group)
         route = self.route(topic)
         if route is None:
             raise TopicNotFoundError(topic, f"no route for topic {topic}")
-        stats = self.examine_consume_stats(group, topic).offset_table
         out: dict[MessageQueue, tuple[int, int]] = {}
         for mq in route.queues(write=False):
             addr = route.address(mq.broker_name)
-            if addr is None:
+            if addr is None or (brokers is not None and mq.broker_name not in brokers):
                 continue
-            new = self.search_offset(addr, mq, timestamp_ms)
-            old = stats[mq].consumer_offset if mq in stats else -1
+            if timestamp_ms < 0:
+                new = self._queue_offset(addr, RequestCode.GET_MAX_OFFSET, mq)
+            else:
+                new = self.search_offset(addr, mq, timestamp_ms)
+            old = self._queue_offset(
+                addr,
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                mq,
+                consumerGroup=group,
+                ok=(ResponseCode.QUERY_NOT_FOUND,),
+            )
             self.update_consumer_offset(addr, group, mq, new)
             out[mq] = (old, new)
         return out
@@ -724,9 +738,11 @@ class AdminClient:
     ) -> tuple[bool, dict[MessageQueue, int]]:
         """RESET_CONSUMER_OFFSET on every broker of ``topic``'s route (mqadmin's
         resetOffsetByTime): the brokers tell the group's online clients to move to the offset
-        at ``timestamp_ms`` (-1: the end; ``force`` False only moves back). When the group is
-        not online the offsets are set here instead (:meth:`reset_offset_by_time`). Returns
-        (whether the clients were told, queue → new offset)."""
+        at ``timestamp_ms`` (-1: the end; ``force`` False only moves back). Where the group has
+        no client online (CONSUMER_NOT_ONLINE), or a broker does not know it while another one
+        does, the offsets are set here instead (:meth:`reset_offset_by_time`). A group no
+        broker knows (no subscription, no offsets) is RocketMQ's SYSTEM_ERROR "THe consumer
+        group <G> not exist". Returns (whether clients were told, queue → new offset)."""
         check_group(group)
         route = self.route(topic)
         if route is None:
@@ -738,18 +754,36 @@ class AdminClient:
             "isForce": "true" if force else "false",
         }
         table: dict[MessageQueue, int] = {}
+        told = False
+        offline: set[str] = set()
+        unknown: dict[str, RemotingCommand] = {}
         for broker_name in route.brokers:
             addr = route.address(broker_name)
             if addr is None:
                 continue
-            r = self.call(addr, RESET_CONSUMER_OFFSET, ext, ok=(ResponseCode.CONSUMER_NOT_ONLINE,))
-            if r.code == ResponseCode.CONSUMER_NOT_ONLINE:
-                if timestamp_ms < 0:
-                    raise ClientError(r.code, r.remark)
-                old = self.reset_offset_by_time(group, topic, timestamp_ms)
-                return False, {mq: new for mq, (_, new) in old.items()}
-            table.update(decode_reset_offset(r.body))
-        return True, table
+            r = self.call(
+                addr,
+                RESET_CONSUMER_OFFSET,
+                ext,
+                ok=(ResponseCode.CONSUMER_NOT_ONLINE, ResponseCode.SYSTEM_ERROR),
+            )
+            if r.code == ResponseCode.SUCCESS:
+                table.update(decode_reset_offset(r.body))
+                told = True
+            elif r.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                offline.add(broker_name)
+            elif (r.remark or "").endswith(f"<{group}> not exist"):
+                unknown[broker_name] = r
+            else:
+                raise ClientError(r.code, r.remark)
+        if unknown and not told and not offline:
+            r = next(iter(unknown.values()))
+            raise ClientError(r.code, r.remark)
+        direct = offline | set(unknown)
+        if direct:
+            done = self.reset_offset_by_time(group, topic, timestamp_ms, brokers=direct)
+            table.update((mq, new) for mq, (_, new) in done.items())
+        return told, table
 
     def pull_messages(
         self, addr: str, mq: MessageQueue, offset: int, max_nums: int = 32

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from ..remoting._client import FROM_ENV, Signer
 from ..store.log._record import body_crc
 from ._names import check_group, check_topic
 from ._route import ClientError, MessageQueue, RouteCache, TopicNotFoundError, TopicRoute
@@ -269,9 +270,12 @@ class Producer:
         *,
         timeout: float = 3.0,
         retries: int = 2,
+        signer: Signer | None = FROM_ENV,
     ) -> None:
+        """``signer`` signs each request for an ACL broker (default: the account in
+        ROCKETSTORE_ACCESS_KEY / ROCKETSTORE_SECRET_KEY, if set; None: unsigned)."""
         self.group = check_group(group)
-        self.client = RemotingClient(timeout=timeout)
+        self.client = RemotingClient(timeout=timeout, signer=signer)
         self.routes = RouteCache(self.client, [a for a in namesrv.split(";") if a])
         self.retries = retries
         self._turn = itertools.count()

@@ -3,6 +3,12 @@ the request line and headers bounded (``MAX_HEAD`` bytes), a body only with Cont
 and bounded (``MAX_BODY`` bytes), a deadline for reading the request. Anything malformed gets
 a 4xx JSON answer; an exception in a handler a 500 JSON answer; neither stops the server.
 
+Memory: answers count against the server's budget (``max_buffered``, a ``ByteRoom``) from
+before they are built until they are written: a request takes ``answer_room`` first (waiting
+for it up to ``READ_TIMEOUT_S``, else 503), its answer keeps what it needs (more when it is
+larger: taken, or 503), and a client that has not taken its answer ``WRITE_TIMEOUT_S`` after
+it was written is disconnected. So clients that ask and never read hold at most the budget.
+
 It runs on the loop that calls :meth:`HttpServer.start` (a broker's loop included), which is
 why it is not the standard library's http.server: that one wants a thread of its own and
 blocking handlers.
@@ -19,12 +25,17 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..remoting._room import ByteRoom
+
 log = logging.getLogger("rocketstore.console")
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64
+WRITE_TIMEOUT_S = 30.0  # a client that does not take its answer in this time is cut
+ANSWER_ROOM = 4 * 1024 * 1024  # what a request takes from the budget before its answer is built
+MAX_BUFFERED = 64 * 1024 * 1024  # the answers being built or written, all connections
 
 
 class HttpError(Exception):
@@ -150,15 +161,28 @@ async def read_request(reader: asyncio.StreamReader, peer: str) -> Request:
 
 class HttpServer:
     """Serves ``handler`` on ``host:port`` (port 0: any free port; see :attr:`port`), at most
-    ``max_connections`` at a time (the others are answered 503 at once). Loop thread only."""
+    ``max_connections`` at a time (the others are answered 503 at once), their answers within
+    ``max_buffered`` bytes (see the module docstring). Loop thread only."""
 
     def __init__(
-        self, handler: Handler, host: str, port: int, *, max_connections: int = MAX_CONNECTIONS
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        max_buffered: int = MAX_BUFFERED,
+        answer_room: int = ANSWER_ROOM,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
     ) -> None:
         self.handler = handler
         self.max_connections = max_connections
         self.host = host
         self.port = port
+        self.room = ByteRoom(max_buffered)
+        self.answer_room = answer_room
+        self.write_timeout_s = write_timeout_s
+        self.cut = 0  # clients disconnected for not taking their answers
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -181,6 +205,7 @@ class HttpServer:
         self._tasks.add(task)  # type: ignore[arg-type]
         peer = writer.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+        taken = 0  # bytes of the budget this connection's answer holds
         try:
             if len(self._tasks) > self.max_connections:
                 writer.write(error_response(503, "too many connections: try again").encode())
@@ -193,17 +218,38 @@ class HttpServer:
             except TimeoutError:
                 response = error_response(408, "the request was not read in time")
             else:
-                response = await self._answer(request)
-                if request.method == "HEAD":
-                    response.headers["Content-Length"] = str(len(response.body))
-                    response.body = b""
+                if not await self.room.acquire(self.answer_room, READ_TIMEOUT_S):
+                    response = error_response(503, "the console is busy: try again")
+                else:
+                    taken += self.answer_room
+                    response = await self._answer(request)
+                    if request.method == "HEAD":
+                        response.headers["Content-Length"] = str(len(response.body))
+                        response.body = b""
+            need = len(response.body)  # (its head, a few hundred bytes, is not counted)
+            if taken and need > taken:  # a large answer: the rest of its room first
+                if await self.room.acquire(need - taken, READ_TIMEOUT_S):
+                    taken = need
+                else:
+                    response = error_response(503, "the console is busy: try again")
+                    need = len(response.body)
+            if taken > need:
+                self.room.release(taken - need)
+                taken = need
             writer.write(response.encode())
-            await writer.drain()
+            del response
+            try:
+                await asyncio.wait_for(writer.drain(), self.write_timeout_s)
+            except TimeoutError:
+                self.cut += 1
+                writer.transport.abort()
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:  # the server stays up whatever one connection does
             log.exception("console connection from %s failed", peer_text)
         finally:
+            if taken:
+                self.room.release(taken)
             self._tasks.discard(task)  # type: ignore[arg-type]
             writer.close()
 

@@ -30,8 +30,11 @@ from ..client._route import ClientError, TopicNotFoundError
 from ..remoting import RemotingError, ResponseCode
 from ..remoting._client import split_address
 from ..remoting._signing import RequestSigner
+from . import _broker_views as broker_views
+from . import _lists as lists
 from . import _views as views
 from ._http import HttpError, HttpServer, Request, Response
+from ._trace_view import message_trace
 
 COOKIE = "rocketstore_console"
 ACL_REFUSAL = "AclException"  # how a broker's ACL words a refusal (RocketMQ's and ours)
@@ -77,12 +80,22 @@ class ConsoleServer:
         self._routes: dict[tuple[str, str], Callable[[Request, AdminClient], Any]] = {
             ("GET", "/api/cluster"): lambda r, a: views.cluster(a),
             ("GET", "/api/throughput"): lambda r, a: views.throughput(a),
-            ("GET", "/api/topics"): lambda r, a: views.topics(a),
+            ("GET", "/api/broker/config"): lambda r, a: broker_views.broker_config(
+                a, _arg(r, "broker")
+            ),
+            ("GET", "/api/broker/runtime"): lambda r, a: broker_views.broker_runtime(
+                a, _arg(r, "broker")
+            ),
+            ("GET", "/api/topics"): lambda r, a: lists.topic_list(a),
             ("GET", "/api/topic"): lambda r, a: views.topic(a, _arg(r, "topic")),
             ("POST", "/api/topic/create"): lambda r, a: views.create_topic(a, r.json()),
             ("POST", "/api/topic/delete"): lambda r, a: views.delete_topic(a, r.json()),
             ("POST", "/api/topic/perm"): lambda r, a: views.change_perm(a, r.json()),
-            ("GET", "/api/groups"): lambda r, a: views.groups(a),
+            ("POST", "/api/topic/send"): lambda r, a: broker_views.send_test_message(a, r.json()),
+            ("GET", "/api/producers"): lambda r, a: broker_views.producers(
+                a, _arg(r, "topic"), _arg(r, "group")
+            ),
+            ("GET", "/api/groups"): lambda r, a: lists.group_list(a),
             ("GET", "/api/group"): lambda r, a: views.group(
                 a, _arg(r, "group"), r.query.get("topic")
             ),
@@ -95,6 +108,9 @@ class ConsoleServer:
             ),
             ("GET", "/api/messages/id"): lambda r, a: views.message_by_id(
                 a, _arg(r, "id"), r.query.get("topic")
+            ),
+            ("GET", "/api/trace"): lambda r, a: message_trace(
+                a, _arg(r, "id"), r.query.get("traceTopic")
             ),
         }
 

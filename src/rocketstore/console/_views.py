@@ -52,7 +52,11 @@ def _int(text: str | None) -> int:
 
 
 def cluster(admin: AdminClient) -> dict[str, Any]:
-    """Every broker with its role, version, TPS, disk and replication figures."""
+    """Every broker with its role, version, TPS, disk and replication figures.
+
+    ``haLagBytes``: on a master, the bytes its nearest slave has not acknowledged; on a slave,
+    how far its commit log is behind its master's. None where there is no such figure: a
+    master with no slave connected, a slave whose master is not listed."""
     rows: list[dict[str, Any]] = []
     for b in admin.brokers():
         row: dict[str, Any] = {
@@ -75,7 +79,12 @@ def cluster(admin: AdminClient) -> dict[str, Any]:
                 disk=info.get("commitLogDirCapacity", ""),
                 diskRatio=info.get("commitLogDiskRatio", ""),
                 haRole=info.get("haRole", ""),
-                haLagBytes=_int(info.get("haNearestSlaveLagBytes")),
+                # a master's nearest slave; absent when no slave is connected (no lag figure)
+                haLagBytes=(
+                    _int(info["haNearestSlaveLagBytes"])
+                    if "haNearestSlaveLagBytes" in info
+                    else None
+                ),
                 msgPutTotalTodayNow=_int(info.get("msgPutTotalTodayNow")),
                 runtime=info.get("runtime", ""),
             )
@@ -88,12 +97,14 @@ def cluster(admin: AdminClient) -> dict[str, Any]:
                 row["syncStateSet"] = info.get("syncStateSet", "")
                 row["confirmOffset"] = _int(info.get("confirmOffset"))
         rows.append(row)
-    # a slave's lag: how far its commit log is behind its master's
+    # a slave's lag: how far its commit log is behind its master's (none without a master)
     masters = {r["brokerName"]: r for r in rows if r["brokerId"] == 0 and "error" not in r}
     for r in rows:
         m = masters.get(r["brokerName"])
-        if r["brokerId"] != 0 and m is not None and "error" not in r:
-            r["haLagBytes"] = max(0, m["commitLogMaxOffset"] - r["commitLogMaxOffset"])
+        if r["brokerId"] != 0 and "error" not in r:
+            r["haLagBytes"] = (
+                max(0, m["commitLogMaxOffset"] - r["commitLogMaxOffset"]) if m else None
+            )
     return {"brokers": rows, "time": int(time.time() * 1000)}
 
 
@@ -132,16 +143,6 @@ def _topic_kind(name: str, clusters: set[str], brokers: set[str]) -> str:
     ):
         return "system"
     return "normal"
-
-
-def topics(admin: AdminClient) -> dict[str, Any]:
-    """Every topic the name servers know, each marked normal, retry, dlq or system (the
-    broker-made ones: TBW102, the cluster's and each broker's own, RMQ_SYS_*, ...)."""
-    names = sorted(admin.topic_list())
-    info = admin.cluster_info()
-    clusters = set(info.cluster_addr_table)
-    brokers = set(info.broker_addr_table)
-    return {"topics": [{"topic": t, "kind": _topic_kind(t, clusters, brokers)} for t in names]}
 
 
 def topic(admin: AdminClient, name: str) -> dict[str, Any]:
@@ -268,19 +269,6 @@ def change_perm(admin: AdminClient, doc: dict[str, Any]) -> dict[str, Any]:
         )
         changed.append(broker_name)
     return {"topic": name, "perm": perm, "brokers": changed}
-
-
-def groups(admin: AdminClient) -> dict[str, Any]:
-    """The subscription groups of every master (the built-in ones marked "system")."""
-    names: set[str] = set()
-    for addr in admin.masters().values():
-        names.update(admin.subscription_group_docs(addr))
-    return {
-        "groups": [
-            {"group": g, "kind": "system" if g in SYSTEM_GROUPS else "normal"}
-            for g in sorted(names)
-        ]
-    }
 
 
 def group(admin: AdminClient, name: str, topic_name: str | None) -> dict[str, Any]:

@@ -54,7 +54,6 @@ from ._headers import NotifyBrokerRoleChangedRequest as NotifyBrokerRoleChangedR
 from ._headers import RegisterBrokerRequest as RegisterBrokerRequest
 from ._headers import RegisterBrokerResponse as RegisterBrokerResponse
 from ._processor import ControllerProcessor as ControllerProcessor
-from ._processor import admin_request as admin_request
 from ._record import GroupRecord as GroupRecord
 from ._stats import ControllerSnapshot as ControllerSnapshot
 from ._stats import GroupGauges as GroupGauges
@@ -105,7 +104,6 @@ __all__ = [
     "StateCorruptError",
     "SyncStateSet",
     "Versioned",
-    "admin_request",
     "decode_broker_names",
     "enabled_in_namesrv",
     "encode_broker_names",

@@ -45,7 +45,7 @@ def _doc(body: bytes | bytearray | memoryview | str, what: str) -> Any:
         raise BodyError(f"{what}: the body is empty")
     try:
         return fastjson.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BodyError(f"{what}: the body is not JSON: {exc}") from None
 
 

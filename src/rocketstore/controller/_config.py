@@ -38,6 +38,7 @@ from ._errors import ControllerConfigError
 
 DEFAULT_PORT = 9878  # the port RocketMQ's controller quick start gives n0
 BACKENDS = ("file", "etcd")
+DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +69,15 @@ class ControllerConfig:
             raise ControllerConfigError(f"controllerDLegerGroup {self.group!r}: a name, no '/'")
         if not self.self_id or any(c in self.self_id for c in ";:/"):
             raise ControllerConfigError(f"controllerDLegerSelfId {self.self_id!r}: no ';:/'")
-        if self.lease_ttl_s < 2:
-            raise ControllerConfigError(f"controllerLeaseTtl {self.lease_ttl_s}: at least 2 s")
-        for name in (
-            "scan_not_active_broker_interval_ms",
-            "scan_inactive_master_interval_ms",
-            "broker_heartbeat_timeout_ms",
+        if not 2 <= self.lease_ttl_s <= 3600:
+            raise ControllerConfigError(f"controllerLeaseTtl {self.lease_ttl_s}: 2 to 3600 s")
+        for name, most in (
+            ("scan_not_active_broker_interval_ms", DAY_MS),
+            ("scan_inactive_master_interval_ms", DAY_MS),
+            ("broker_heartbeat_timeout_ms", 600_000),
         ):
-            if getattr(self, name) <= 0:
-                raise ControllerConfigError(f"{_KEY_OF[name]} must be above 0")
+            if not 0 < getattr(self, name) <= most:
+                raise ControllerConfigError(f"{_KEY_OF[name]} must be above 0 and at most {most}")
 
     @property
     def address(self) -> str:

@@ -33,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..remoting import RequestError
+from ..remoting._limits import LogLimiter
 from ..store._clock import SYSTEM_CLOCK, Clock
 from . import _replicas as replicas
 from ._backend import Member, StateBackend
@@ -48,6 +49,7 @@ from ._requests import GroupRequests
 from ._stats import ControllerSnapshot, ControllerStats, GroupGauges
 
 log = logging.getLogger(__name__)
+_full_log = LogLimiter(log)
 
 
 class Controller:
@@ -170,8 +172,9 @@ class Controller:
             held = self.backend.holds_leadership()
         if held and not self._active:
             self._active = True
-            self._listening_since = min(self._listening_since, self.clock.monotonic())
-            log.warning(
+            # at start a matter of course; later a takeover, which an operator wants to see
+            log.log(
+                logging.WARNING if self._tasks else logging.INFO,
                 "controller %s (%s) is now the active controller of %s (%s backend)",
                 self.me.member_id,
                 self.me.address,
@@ -215,7 +218,16 @@ class Controller:
     # ---- heartbeats and elections the controller starts -----------------------------------------
 
     def heartbeat(self, req: BrokerHeartbeatRequest, connection: object | None) -> None:
-        if self.live.heartbeat(req, connection):
+        new = self.live.heartbeat(req, connection)
+        if new is None:
+            _full_log.log(
+                logging.WARNING,
+                "controller: %s brokers known: the heartbeat of broker %s of %s dropped",
+                len(self.live),
+                req.broker_id,
+                req.broker_name,
+            )
+        elif new:
             log.info(
                 "controller: broker %s of group %s (cluster %s) at %s heard from",
                 req.broker_id,

@@ -50,7 +50,7 @@ def decode_state(data: bytes) -> tuple[int, dict[str, Versioned]]:
     """(the last revision, name → Versioned) of a state file's bytes; StateCorruptError."""
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise StateCorruptError(f"{STATE_FILE} is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
         raise StateCorruptError(f"{STATE_FILE} is not a controller state of format 1")

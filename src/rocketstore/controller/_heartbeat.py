@@ -4,7 +4,9 @@ DefaultBrokerHeartbeatManager).
 A broker in controller mode sends BROKER_HEARTBEAT (one-way) to every controller it knows,
 active or not, about once a second, with its epoch, max offset, confirm offset, election
 priority and how long the controller should wait for the next one (``heartbeatTimeoutMills``,
-10 s when it names none). A broker is alive while its last heartbeat is younger than that. It
+10 s when it names none, at most 10 minutes). A broker is alive while its last heartbeat is
+younger than that. The table holds at most ``MAX_BROKERS`` brokers: heartbeats of new ones
+beyond that are dropped (a client inventing brokers cannot grow it without bound). It
 stops being alive when the scan finds it expired (``expire``) or when the connection its
 heartbeats came over closes (``closed``): a broker killed outright is known dead at once.
 
@@ -22,6 +24,8 @@ from ..store._clock import Clock
 from ._headers import BrokerHeartbeatRequest
 
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000  # RocketMQ's DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
+MAX_HEARTBEAT_TIMEOUT_MS = 600_000  # a heartbeat asking to live longer lives this long
+MAX_BROKERS = 65_536  # brokers the table holds; heartbeats of further new ones are dropped
 NO_PRIORITY = (1 << 31) - 1  # a broker naming no election priority comes last
 
 BrokerKey = tuple[str, str, int]  # cluster, broker name, broker id
@@ -60,20 +64,24 @@ class BrokerLiveTable:
         self.default_timeout_ms = default_timeout_ms
         self._table: dict[BrokerKey, BrokerLive] = {}
 
-    def heartbeat(self, header: BrokerHeartbeatRequest, connection: object | None) -> bool:
-        """Record a heartbeat (its ``broker_id`` not None); True when the broker is new here."""
+    def heartbeat(self, header: BrokerHeartbeatRequest, connection: object | None) -> bool | None:
+        """Record a heartbeat (its ``broker_id`` not None); True when the broker is new here,
+        None when it is new and the table is full (the heartbeat dropped)."""
         assert header.broker_id is not None
         key = (header.cluster_name, header.broker_name, header.broker_id)
         now = self.clock.monotonic()
         timeout_ms = header.heartbeat_timeout_mills
         if timeout_ms is None:
             timeout_ms = self.default_timeout_ms
+        timeout_ms = max(0, min(timeout_ms, MAX_HEARTBEAT_TIMEOUT_MS))
         epoch = -1 if header.epoch is None else header.epoch
         max_offset = -1 if header.max_offset is None else header.max_offset
         confirm = -1 if header.confirm_offset is None else header.confirm_offset
         priority = NO_PRIORITY if header.election_priority is None else header.election_priority
         live = self._table.get(key)
         if live is None:
+            if len(self._table) >= MAX_BROKERS:
+                return None
             self._table[key] = BrokerLive(
                 header.cluster_name,
                 header.broker_name,

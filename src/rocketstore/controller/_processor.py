@@ -25,9 +25,11 @@ code   request                           answer
 1010   GET_CONTROLLER_CONFIG             ``key=value`` lines of every setting
 =====  ================================  ==========================================================
 
-With ACL on (``--acl-file``), every request needs a known account and a good signature, and
-the administrator's (CLEAN_BROKER_DATA, UPDATE_CONTROLLER_CONFIG, and ELECT_MASTER with
-designateElect: ``admin_request``) an admin account.
+With ACL on (``--acl-file``), every request is checked by the controller's rules of the
+authorisation table (``rocketstore.acl._table.CONTROLLER``): whatever changes a broker group's
+state (registration, broker ids, the SyncStateSet, elections, heartbeats, cleaning) or the
+settings needs an admin account (a broker signs with its inner account), the reads any signed
+account.
 
 Every request but 1005 and 904 is answered 2007 CONTROLLER_NOT_LEADER by a controller that is
 not the active one. A header field missing or not a number, or a body that does not decode, is
@@ -48,7 +50,6 @@ from ..remoting import (
     RequestCode,
     RequestError,
     ResponseCode,
-    ext_bool,
 )
 from ._bodies import SyncStateSet, decode_broker_names
 from ._config import RUNTIME_KEYS, ControllerConfig
@@ -69,18 +70,6 @@ from ._replicas import Outcome
 log = logging.getLogger(__name__)
 
 NO_CONFIG_PATH = "Can not update config path"
-ADMIN_CODES = frozenset(
-    {int(RequestCode.CLEAN_BROKER_DATA), int(RequestCode.UPDATE_CONTROLLER_CONFIG)}
-)
-
-
-def admin_request(cmd: RemotingCommand) -> bool:
-    """Whether ``cmd`` needs an admin account when the controller checks ACL."""
-    if cmd.code in ADMIN_CODES:
-        return True
-    return cmd.code == RequestCode.CONTROLLER_ELECT_MASTER and ext_bool(
-        cmd.ext_fields, "designateElect"
-    )
 
 
 def answer(outcome: Outcome) -> RemotingCommand:

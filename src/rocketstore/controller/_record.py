@@ -136,7 +136,7 @@ class GroupRecord:
         """The record stored as ``data``; StateCorruptError when it is not one."""
         try:
             doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise StateCorruptError(f"a group record that is not JSON: {exc}") from None
         return cls.from_doc(doc)
 

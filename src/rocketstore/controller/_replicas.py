@@ -7,8 +7,8 @@ Answers, as RocketMQ gives them::
 
     GET_NEXT_BROKER_ID   the group's next id (1 for a group nobody registered)
     APPLY_BROKER_ID      the id taken by the broker whose check code ("addr;millis") applies
-                         for it (again: the same check code); a taken id, or a first id other
-                         than 1: BROKER_ID_INVALID
+                         for it (again: the same check code); a taken id, a first id other
+                         than 1, or a group of MAX_REPLICAS already: BROKER_ID_INVALID
     REGISTER_BROKER      the master (when alive) and the SyncStateSet; the broker's new
                          address recorded; an unknown group or id: BROKER_NEED_TO_BE_REGISTERED
     ELECT_MASTER         the first election of a group makes the asking broker master; later
@@ -63,6 +63,8 @@ from ._record import FIRST_BROKER_ID, GroupRecord
 
 Alive = Callable[[int], bool]
 LiveInfo = Callable[[int], BrokerLive | None]
+
+MAX_REPLICAS = 256  # brokers one group may have (a client applying for ids without end is refused)
 
 # how an election ended (RocketMQ's ElectionResult, the election_total metric's label)
 NEW_MASTER_ELECTED = "new_master_elected"
@@ -139,6 +141,12 @@ def apply_broker_id(req: ApplyBrokerIdRequest, record: GroupRecord | None) -> Ou
         return Outcome(header=header, record=new)
     replica = record.replicas.get(broker_id)
     if replica is None:
+        if len(record.replicas) >= MAX_REPLICAS:
+            return refused(
+                ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                f"Broker-set: {broker_name} has {len(record.replicas)} brokers, the most a "
+                "group may have; clean the ones that are gone",
+            )
         return Outcome(header=header, record=record.with_replica(broker_id, address, check_code))
     if replica.check_code == check_code:
         return Outcome(header=header)  # applied before by the same broker

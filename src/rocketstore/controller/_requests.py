@@ -44,6 +44,7 @@ from ._stats import ControllerStats
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 3
+FEW_NAMES = 8  # GET_SYNC_STATE_DATA for more groups than this reads them all at once
 NOT_LEADER = Outcome(
     code=ResponseCode.CONTROLLER_NOT_LEADER, remark="The controller is not in leader state"
 )
@@ -247,10 +248,14 @@ class GroupRequests:
         if not self.leadership.active:
             return NOT_LEADER
         found: dict[str, GroupRecord] = {}
-        for name in broker_names:
-            versioned = await self.read(name)
-            if versioned is not None:
-                found[name] = versioned.record
+        if len(broker_names) > FEW_NAMES:  # one poll of every group, not a read per name
+            every = await self.backend.read_all()
+            found = {n: every[n].record for n in dict.fromkeys(broker_names) if n in every}
+        else:
+            for name in dict.fromkeys(broker_names):
+                versioned = await self.read(name)
+                if versioned is not None:
+                    found[name] = versioned.record
         return replicas.sync_state_data(found, self._alive)
 
     async def clean_broker_data(self, req: CleanBrokerDataRequest) -> Outcome:

@@ -13,17 +13,24 @@ RocketMQ's clients write their local time with a ``Z`` suffix, so the date-time 
 with the broker's clock both in UTC and in the broker's own time zone; a client in another
 time zone must run in UTC (or the broker's zone) to be let in.
 
-Then the request's topics and groups are checked as on the remoting port (a group's
-permission is its retry topic's)::
+Then the request's topics and groups are checked as on the remoting port, by the method's
+entry in ``METHODS`` (a group's permission is its retry topic's; a group's %RETRY% and %DLQ%
+topics are the group's)::
 
     SendMessage, EndTransaction, RecallMessage              the topic: PUB
     QueryRoute                                              the topic: PUB or SUB
     ReceiveMessage, PullMessage, AckMessage, ChangeInvisibleDuration,
-    ForwardMessageToDeadLetterQueue, UpdateOffset, GetOffset, QueryAssignment
-                                                            the topic and the group: SUB
+    ForwardMessageToDeadLetterQueue, UpdateOffset, GetOffset, QueryAssignment,
+    SyncLiteSubscription                                    the topic and the group: SUB
     QueryOffset                                             the topic: SUB
     Heartbeat, NotifyClientTermination                      the group (if any): SUB
-    Telemetry                                               a known account
+    Telemetry                                               any signed account; then each
+                                                            Settings it sends: PUB on the
+                                                            topics it publishes, SUB on its
+                                                            group and subscriptions (refused:
+                                                            the stream ends)
+
+Each refusal goes to the audit log (``rocketstore.acl._audit``).
 
 A bad or missing signature is UNAUTHORIZED, a permission the account lacks FORBIDDEN; both go
 in the response's status, as every refusal of this front end does.
@@ -40,14 +47,17 @@ import hmac
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from ..acl import ANY, PUB, SUB, AccessDeniedError, retry_topic
+from ..acl import ANY, PUB, SUB, AccessDeniedError, Account, _audit
 from ..acl._addresses import normalize_host
 from ..acl._errors import AclConfigError, PermissionDeniedError
 from ..acl._file import parse_key_object, parse_key_pairs
 from ..acl._remoting import AclSource
+from ..acl._request import Need, group_needs, topic_need, topic_needs
 from ..store._errors import StoreConfigError
 
 ALGORITHM = "MQv2-HMAC-SHA1"
@@ -131,9 +141,10 @@ class AclChecker:
         *,
         peer: str = "",
         needs: Mapping[str, int] | None = None,
-    ) -> None:
-        """Let the request in, or raise AccessDeniedError (PermissionDeniedError when the
-        account is known and signed the request but lacks a permission)."""
+    ) -> Account | None:
+        """Let the request in and return its account (None: a white address, unchecked), or
+        raise AccessDeniedError (PermissionDeniedError when the account is known and signed
+        the request but lacks a permission)."""
         headers: dict[str, str] = {}
         for key, value in metadata:
             if isinstance(value, str):
@@ -167,18 +178,16 @@ class AclChecker:
             return hmac.compare_digest(sign(secret_key, date_time), signature.lower())
 
         try:
-            self.source.current().authorize(
-                host=normalize_host(peer),
-                access_key=access_key,
-                verify=verify,
-                code=0,
-                needs=needs or {},
-                admin_needed=False,
+            account = self.source.current().authenticate(
+                host=normalize_host(peer), access_key=access_key, verify=verify
             )
+            if account is not None:
+                account.check(0, needs or {}, False)
         except PermissionDeniedError:
             raise
         except AccessDeniedError as exc:
             raise AccessDeniedError(f"{exc} ({problem})" if problem else str(exc)) from None
+        return account
 
 
 def _name(resource: Any) -> str | None:
@@ -186,42 +195,88 @@ def _name(resource: Any) -> str | None:
     return name or None
 
 
+def _group(request: Any) -> list[Need]:
+    """The request's group (when it names one): SUB."""
+    if not request.HasField("group"):
+        return []
+    return group_needs((_name(request.group),))
+
+
+def _topic(perm: int) -> Callable[[Any], list[Need]]:
+    return lambda request: topic_needs((_name(request.topic),), perm)
+
+
+def _topic_and_group(request: Any) -> list[Need]:
+    return topic_needs((_name(request.topic),), SUB) + _group(request)
+
+
+def _queue_and_group(request: Any) -> list[Need]:
+    return topic_needs((_name(request.message_queue.topic),), SUB) + _group(request)
+
+
+def _sent(request: Any) -> list[Need]:
+    return topic_needs((_name(m.topic) for m in request.messages), PUB)
+
+
+def _route(request: Any) -> list[Need]:
+    """QueryRoute: PUB or SUB on the topic (a producer's or a consumer's route)."""
+    name = _name(request.topic)
+    return [] if name is None else [topic_need(name, ANY)]
+
+
+def settings_needs(settings: Any) -> list[Need]:
+    """What a client's Telemetry settings claim: PUB on the topics it publishes (a producer is
+    sent its topics' orphaned transactions, with their messages), SUB on its group and the
+    topics it subscribes to."""
+    kind = settings.WhichOneof("pub_sub")
+    if kind == "publishing":
+        return topic_needs((_name(t) for t in settings.publishing.topics), PUB)
+    if kind == "subscription":
+        sub = settings.subscription
+        topics = topic_needs((_name(e.topic) for e in sub.subscriptions), SUB)
+        return group_needs((_name(sub.group),)) + topics
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class MethodRule:
+    """What one MessagingService method needs: ``needs(request)`` on its topics and groups;
+    None: any signed account."""
+
+    needs: Callable[[Any], list[Need]] | None
+
+
+METHODS: Mapping[str, MethodRule] = MappingProxyType(
+    {
+        "QueryRoute": MethodRule(_route),
+        "SendMessage": MethodRule(_sent),
+        "EndTransaction": MethodRule(_topic(PUB)),
+        "RecallMessage": MethodRule(_topic(PUB)),
+        "ReceiveMessage": MethodRule(_queue_and_group),
+        "PullMessage": MethodRule(_queue_and_group),
+        "UpdateOffset": MethodRule(_queue_and_group),
+        "GetOffset": MethodRule(_queue_and_group),
+        "QueryOffset": MethodRule(lambda r: topic_needs((_name(r.message_queue.topic),), SUB)),
+        "AckMessage": MethodRule(_topic_and_group),
+        "ChangeInvisibleDuration": MethodRule(_topic_and_group),
+        "ForwardMessageToDeadLetterQueue": MethodRule(_topic_and_group),
+        "QueryAssignment": MethodRule(_topic_and_group),
+        "SyncLiteSubscription": MethodRule(_topic_and_group),
+        "Heartbeat": MethodRule(_group),
+        "NotifyClientTermination": MethodRule(_group),
+        "Telemetry": MethodRule(None),  # then each settings command: ``settings_needs``
+    }
+)
+"""Every method of MessagingService and what it needs (tests/test_grpc_acl.py walks the
+service's methods against it). A group's retry and dead-letter topics need SUB on the group
+(``rocketstore.acl._request.topic_need``)."""
+
+
 def request_needs(method: str, request: Any) -> dict[str, int]:
-    """The topics and groups (as retry topics) gRPC call ``method`` with ``request`` needs."""
-    needs: dict[str, int] = {}
-
-    def add(resource: str | None, perm: int) -> None:
-        if resource:
-            needs[resource] = perm
-
-    def group_sub() -> None:
-        if request.HasField("group"):
-            name = _name(request.group)
-            add(retry_topic(name) if name else None, SUB)
-
-    if method == "SendMessage":
-        for message in request.messages:
-            add(_name(message.topic), PUB)
-    elif method in ("EndTransaction", "RecallMessage"):
-        add(_name(request.topic), PUB)
-    elif method == "QueryRoute":
-        add(_name(request.topic), ANY)
-    elif method in (
-        "AckMessage",
-        "ChangeInvisibleDuration",
-        "ForwardMessageToDeadLetterQueue",
-        "QueryAssignment",
-    ):
-        add(_name(request.topic), SUB)
-        group_sub()
-    elif method in ("ReceiveMessage", "PullMessage", "UpdateOffset", "GetOffset"):
-        add(_name(request.message_queue.topic), SUB)
-        group_sub()
-    elif method == "QueryOffset":
-        add(_name(request.message_queue.topic), SUB)
-    elif method in ("Heartbeat", "NotifyClientTermination"):
-        group_sub()
-    return needs
+    """The topics and groups (as retry topics) gRPC call ``method`` with ``request`` needs;
+    KeyError for a method the table does not list."""
+    needs = METHODS[method].needs
+    return {} if needs is None or request is None else dict(needs(request))
 
 
 def parse_credentials(text: str) -> dict[str, str]:
@@ -246,23 +301,8 @@ def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
 
 # ---- the servicer wrapper -----------------------------------------------------------------------
 
-_UNARY = (
-    "QueryRoute",
-    "QueryAssignment",
-    "Heartbeat",
-    "NotifyClientTermination",
-    "SendMessage",
-    "AckMessage",
-    "ChangeInvisibleDuration",
-    "ForwardMessageToDeadLetterQueue",
-    "UpdateOffset",
-    "GetOffset",
-    "QueryOffset",
-    "EndTransaction",
-    "RecallMessage",
-    "SyncLiteSubscription",
-)
 _SERVER_STREAMS = ("ReceiveMessage", "PullMessage")
+_BIDIRECTIONAL = ("Telemetry",)
 
 
 def _peer(context: Any) -> str:
@@ -270,6 +310,32 @@ def _peer(context: Any) -> str:
         return str(context.peer() or "")
     except Exception:  # a context without a peer (tests)
         return ""
+
+
+def _audit_refusal(
+    method: str,
+    metadata: list[tuple[str, str | bytes]],
+    peer: str,
+    needs: Mapping[str, int],
+    exc: AccessDeniedError,
+) -> None:
+    access_key: str | None = None
+    for key, value in metadata:
+        if key.lower() == AUTHORIZATION_HEADER and isinstance(value, str):
+            try:
+                access_key = parse_authorization(value)[0]
+            except ValueError:
+                pass
+    resource = getattr(exc, "resource", "") or " ".join(
+        (f"group:{r[len('%RETRY%') :]}" if r.startswith("%RETRY%") else f"topic:{r}") for r in needs
+    )
+    _audit.refused(
+        account=access_key,
+        source=peer,
+        request=f"gRPC {method}",
+        resource=resource or "cluster",
+        reason=str(exc),
+    )
 
 
 class AclServicer:
@@ -280,26 +346,25 @@ class AclServicer:
     def __init__(self, service: Any, checker: AclChecker) -> None:
         self.service = service
         self.checker = checker
-        for name in _UNARY:
-            setattr(self, name, self._unary(name))
-        for name in _SERVER_STREAMS:
-            setattr(self, name, self._server_stream(name))
+        for name in METHODS:
+            if name in _SERVER_STREAMS:
+                setattr(self, name, self._server_stream(name))
+            elif name not in _BIDIRECTIONAL:
+                setattr(self, name, self._unary(name))
 
     def _refusal(self, method: str, request: Any, context: Any) -> Any:
         """None when the call may go on, else its Status."""
         from ._convert import Code, status
 
+        metadata = [(str(k), v) for k, v in (context.invocation_metadata() or ())]
+        needs = request_needs(method, request)
         try:
-            self.checker.check(
-                [(str(k), v) for k, v in (context.invocation_metadata() or ())],
-                peer=_peer(context),
-                needs=request_needs(method, request) if request is not None else None,
-            )
-        except PermissionDeniedError as exc:
-            self.service.auth_failures += 1
-            return status(Code.FORBIDDEN, f"forbidden: {exc}")
+            self.checker.check(metadata, peer=_peer(context), needs=needs)
         except AccessDeniedError as exc:
             self.service.auth_failures += 1
+            _audit_refusal(method, metadata, _peer(context), needs, exc)
+            if isinstance(exc, PermissionDeniedError):
+                return status(Code.FORBIDDEN, f"forbidden: {exc}")
             return status(Code.UNAUTHORIZED, f"unauthorized: {exc}")
         return None
 
@@ -343,5 +408,21 @@ class AclServicer:
         if refused is not None:
             yield spb.TelemetryCommand(status=refused)
             return
-        async for item in self.service.Telemetry(request_iterator, context):
+        metadata = [(str(k), v) for k, v in (context.invocation_metadata() or ())]
+        peer = _peer(context)
+
+        async def checked() -> AsyncIterator[Any]:
+            """The client's commands, up to a Settings it may not claim (the stream ends)."""
+            async for command in request_iterator:
+                if command.WhichOneof("command") == "settings":
+                    needs = dict(settings_needs(command.settings))
+                    try:
+                        self.checker.check(metadata, peer=peer, needs=needs)
+                    except AccessDeniedError as exc:
+                        self.service.auth_failures += 1
+                        _audit_refusal("Telemetry", metadata, peer, needs, exc)
+                        return
+                yield command
+
+        async for item in self.service.Telemetry(checked(), context):
             yield item

@@ -61,6 +61,11 @@ class GrpcConfig:
     pop_persist_interval_ms: int = 1_000
     # an unanswered DLQ put keeps its message invisible this long before it is offered again
     dead_letter_retry_ms: int = 30_000
+    # memory: one receive's answer holds at most max_receive_bytes of messages (and always at
+    # least one message); the answers of all receives being read or written at most
+    # max_buffered_bytes (a receive waits for room before it reads a message; see _receive)
+    max_receive_bytes: int = 4 * 1024 * 1024
+    max_buffered_bytes: int = 256 * 1024 * 1024
     # graceful stop: in-flight RPCs get this long to finish
     shutdown_grace_s: float = 1.0
     extra_options: tuple[tuple[str, int | str], ...] = field(default=())
@@ -83,6 +88,8 @@ class GrpcConfig:
             "max_delay_ms",
             "pop_persist_interval_ms",
             "dead_letter_retry_ms",
+            "max_receive_bytes",
+            "max_buffered_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise StoreConfigError(f"{name} must be positive, not {getattr(self, name)}")

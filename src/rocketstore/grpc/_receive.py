@@ -16,6 +16,13 @@ end of the poll; then it looks again. The poll is the client's ``long_polling_ti
 its deadline less half its request timeout), at most ``max_long_polling_ms``, and always ends
 ``long_polling_reserve_ms`` before the client's deadline.
 
+Memory: a receive takes room for its answer (``max_receive_bytes``) from the front end's
+budget (``room``, ``max_buffered_bytes`` for all receives) before it reads a message, waiting
+for it within its poll time (none in time: an empty answer), and gives back what its messages
+do not need at once; the rest goes back message by message as the stream writes them
+(``delivered``), so messages read for clients that do not take them cannot pile up. Messages
+beyond ``max_receive_bytes`` (after the first) are made visible again at once.
+
 A group's first receive from a queue starts at its committed consumer offset; without one at
 the queue's first message while that is still in memory (the queue was never cleaned),
 else at its end, as RocketMQ's pop does. The group's pop progress is committed as its consumer
@@ -48,6 +55,7 @@ from ..broker._services import (
 from ..broker.messaging._send_back import DLQ_NUMS_PER_GROUP, DLQ_PERM
 from ..broker.state._pop import InvalidReceiptHandleError, PopState, ReadBatch, Receipt
 from ..broker.state._topic_config import PERM_READ, dlq_topic
+from ..remoting._room import ByteRoom
 from ..store._clock import Clock
 from ..store._errors import CorruptRecordError, StoreError
 from ..store.log._message import GetMessageStatus
@@ -119,6 +127,13 @@ class PopService:
         # delivery ms, current deadline ms]; and each client's handles
         self._auto: dict[str, list[Any]] = {}
         self._auto_by_client: dict[str, set[str]] = {}
+        # the messages of receive answers being read or written (see the module docstring)
+        self.room = ByteRoom(config.max_buffered_bytes)
+
+    def delivered(self, msg: MessageExt) -> None:
+        """A message of a receive's answer was written to its stream, or will never be: its
+        room goes back."""
+        self.room.release(msg.store_size)
 
     # ---- checks ------------------------------------------------------------------------------
 
@@ -233,15 +248,24 @@ class PopService:
         key = (group, topic)
         holds = self.broker.holds
         store = self.broker.store
+        cap = self.config.max_receive_bytes
         while True:
+            # room for the answer before a message is read: none within the poll, no answer
+            if not await self.room.acquire(cap, max(0.0, give_up - loop.time())):
+                return []
             attempt_ms = self.clock.now_ms()
             # what the queues hold before the look: an arrival after it wakes the wait below
             snapshot = [store.get_max_offset_in_queue(topic, q) for q in queues]
-            found = self._pop_once(
-                group, topic, queues, batch, invisible_ms, tag_filter, max_attempts, orderly
-            )
+            try:
+                found = self._pop_once(
+                    group, topic, queues, batch, invisible_ms, tag_filter, max_attempts, orderly
+                )
+            except BaseException:
+                self.room.release(cap)
+                raise
+            self.room.release(cap - sum(msg.store_size for msg, _r in found))
             if found or self._closing:
-                return found
+                return found  # their room goes back as the stream writes them (delivered)
             left = give_up - loop.time()
             if left <= 0:
                 return []
@@ -278,6 +302,8 @@ class PopService:
         orderly: bool = False,
     ) -> list[Delivery]:
         out: list[Delivery] = []
+        size = 0
+        cap = self.config.max_receive_bytes
         turn = self._turns.get((group, topic))
         if turn is None:
             turn = self._turns[(group, topic)] = itertools.count()
@@ -285,7 +311,7 @@ class PopService:
         n = len(queues)
         store = self.broker.store
         for i in range(n):
-            if len(out) >= batch:
+            if len(out) >= batch or size >= cap:
                 break
             queue_id = queues[(start + i) % n]
             cache: dict[int, MessageExt] = {}
@@ -322,9 +348,22 @@ class PopService:
                     )
                     self._ack_quietly(receipt.handle)
                     continue
+                if out and size + msg.store_size > cap:  # the answer is full: visible again
+                    self._release_now(receipt)
+                    continue
+                size += msg.store_size
                 out.append((msg, receipt))
                 self.broker.stats.note_out(topic, group, 1, msg.store_size)
         return out
+
+    def _release_now(self, receipt: Receipt) -> None:
+        """A message handed out but not put into the answer: visible to the group at once."""
+        self._untrack(receipt.handle)
+        try:
+            self.pop.change_invisible(receipt.handle, 0)
+        except InvalidReceiptHandleError:
+            return
+        self._wake((receipt.group, receipt.topic))
 
     def _read(
         self,

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..broker._services import HasConfig, HasEndpoints
+from ..broker._services import HasConfig, HasEndpoints, HasInnerClient
 from ..broker.admin._admin import GET_BROKER_CONFIG, GRPC_ENDPOINT_KEY
 from ..client._route import MASTER_ID, TopicRoute, parse_route
 from ..remoting import RemotingCommand, RemotingError, ResponseCode
@@ -35,7 +35,7 @@ FAILURE_TTL_S = 1.0
 _ASK_TIMEOUT_S = 3.0
 
 
-class RoutesContext(HasConfig, HasEndpoints, Protocol):
+class RoutesContext(HasConfig, HasEndpoints, HasInnerClient, Protocol):
     """What the gRPC routes use of the broker."""
 
 
@@ -55,7 +55,9 @@ class BrokerQueues:
 class ClusterRoutes:
     def __init__(self, broker: RoutesContext) -> None:
         self.broker = broker
-        self._client = AsyncRemotingClient(connect_timeout=_ASK_TIMEOUT_S)
+        self._client = AsyncRemotingClient(
+            connect_timeout=_ASK_TIMEOUT_S, signer=broker.inner_signer
+        )
         self._routes: dict[str, tuple[float, TopicRoute | None]] = {}
         self._endpoints: dict[str, tuple[float, tuple[str, int] | None]] = {}
 

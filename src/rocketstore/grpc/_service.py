@@ -406,13 +406,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                         )
                     )
                     sent += 1
+                    self.pops.delivered(msg)  # written: its room goes back
             else:
                 yield spb.ReceiveMessageResponse(
                     status=status(Code.MESSAGE_NOT_FOUND, "no new message")
                 )
             yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self.pops.clock.now_ms()))
         finally:
-            for _msg, receipt in found[sent:]:
+            for msg, receipt in found[sent:]:
+                self.pops.delivered(msg)
                 self.pops.nack(receipt)
 
     async def PullMessage(

@@ -8,8 +8,10 @@ Where each figure comes from:
   left out, as RocketMQ does; a delayed message counts under SCHEDULE_TOPIC_XXXX as ``delay``,
   a transaction's half message under RMQ_SYS_TRANS_HALF_TOPIC as ``transaction``);
 - messages / bytes out, message sizes, request latency: the broker's ``BrokerStats``;
-- ready messages: a queue's max offset minus the group's committed offset (or its pop progress
-  where that is ahead), summed per topic;
+- ready messages: what GET_CONSUME_STATS (``consumer progress``) counts as the group's lag on
+  the topic (one reckoning, ``broker.state._consume_progress``: every read queue, a queue the
+  group never committed on behind by all its messages), less what the gRPC front end popped and
+  has not had acknowledged yet (in flight);
   lag latency: now minus the store time of the first unconsumed message, looked up for at most
   ``max_lag_lookups`` queues a scrape (the others count as no lag);
 - inflight: messages popped through the gRPC front end and not yet acknowledged;
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker._services import (
+    HasAcl,
     HasConfig,
     HasConsumers,
     HasEndpoints,
@@ -39,6 +42,7 @@ from ..broker._services import (
     HasStoreConfig,
     HasTopics,
 )
+from ..broker.state._consume_progress import consume_progress
 from ..broker.state._heartbeat import ConsumeType
 from ..broker.state._stats import code_name
 from ..broker.state._subscription_group import is_system_group
@@ -70,6 +74,7 @@ if TYPE_CHECKING:
 
 
 class BrokerContext(
+    HasAcl,
     HasConfig,
     HasStoreConfig,
     HasStore,
@@ -83,7 +88,8 @@ class BrokerContext(
     Protocol,
 ):
     """What the metrics read of a running broker: its state, its remoting server's handler
-    table (to time requests) and its name-server registration (readiness)."""
+    table (to time requests), its name-server registration (readiness) and its ACL (who may
+    read /metrics)."""
 
     @property
     def server(self) -> RemotingServer: ...
@@ -185,43 +191,54 @@ class BrokerSource:
             for (request, response, held, result), h in self.broker.stats.rpc_latency.items()
         ]
 
-    def _consumed(self) -> tuple[dict[tuple[str, str], dict[int, int]], Counter[tuple[str, str]]]:
-        """(topic, group) → queue id → the offset below which all is consumed (the committed
-        offset, or the gRPC front end's pop progress where it is ahead), and (topic, group) →
-        messages popped and not yet acknowledged."""
-        offsets: dict[tuple[str, str], dict[int, int]] = {}
-        for key, queues in self.broker.offsets.table().items():
-            topic, sep, group = key.partition("@")
-            if sep:
-                offsets[(topic, group)] = dict(queues)
+    def _popped(self) -> tuple[dict[tuple[str, str], dict[int, int]], Counter[tuple[str, str]]]:
+        """(topic, group) → queue id → the gRPC front end's pop progress (every offset below it
+        handed out), and (topic, group) → messages popped and not yet acknowledged."""
+        progress: dict[tuple[str, str], dict[int, int]] = {}
         inflight: Counter[tuple[str, str]] = Counter()
         pop = self.broker.pop_state
         if pop is not None:
-            for (group, topic, queue_id), progress in pop.progress_table().items():
-                queues = offsets.setdefault((topic, group), {})
-                queues[queue_id] = max(queues.get(queue_id, 0), progress)
+            for (group, topic, queue_id), offset in pop.progress_table().items():
+                progress.setdefault((topic, group), {})[queue_id] = offset
                 inflight[(topic, group)] += len(pop.in_flight(group, topic, queue_id))
-        return offsets, inflight
+        return progress, inflight
 
     def consumer_lags(self) -> Sequence[ConsumerLag]:
-        store = self.broker.store
+        """Per (topic, group): the messages not yet consumed, reckoned as GET_CONSUME_STATS
+        does (``consume_progress``: every read queue, a queue without a committed offset behind
+        by all its messages), less the messages popped and not yet acknowledged, which count as
+        in flight instead. The pairs: each group's topics with committed offsets, and those it
+        pops from."""
+        broker = self.broker
+        store = broker.store
         now_ms = int(time.time() * 1000)
-        offsets, inflight = self._consumed()
+        popped, inflight = self._popped()
+        pairs = set(popped)
+        for key in broker.offsets.table():
+            topic, sep, group = key.partition("@")
+            if sep:
+                pairs.add((topic, group))
         lookups = self.max_lag_lookups
         out = []
-        for (topic, group), queues in sorted(offsets.items()):
+        for topic, group in sorted(pairs):
             if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
                 continue
             ready = 0
             oldest: int | None = None
-            for queue_id, committed in queues.items():
-                behind = store.get_max_offset_in_queue(topic, queue_id) - committed
+            pop_progress = popped.get((topic, group), {})
+            queues = consume_progress(
+                store, broker.topics, broker.offsets, broker.consumers, group, topic
+            )
+            for q in queues:
+                consumed = max(q.consumer_offset, pop_progress.get(q.queue_id, 0))
+                behind = q.broker_offset - consumed
                 if behind <= 0:
                     continue
                 ready += behind
                 if lookups > 0:
                     lookups -= 1
-                    ts = store.get_message_store_timestamp(topic, queue_id, committed)
+                    first = max(consumed, store.get_min_offset_in_queue(topic, q.queue_id))
+                    ts = store.get_message_store_timestamp(topic, q.queue_id, first)
                     if ts > 0 and (oldest is None or ts < oldest):
                         oldest = ts
             out.append(

@@ -7,9 +7,21 @@ GET (or HEAD) of:
 - ``/readyz``: 200 when ``not_ready()`` is empty, else 503 with one reason a line.
 
 Any other path is 404, any other method on these paths 405. A request head larger than
-``max_request`` bytes is answered 431, a malformed one 400; a client that does not send its
-head within ``timeout_s`` is disconnected. One request a connection (``Connection: close``);
-at most ``max_connections`` at once (more are closed at once). Loop thread.
+``max_request`` bytes is answered 431, a malformed one 400. One request a connection
+(``Connection: close``). ``auth`` decides who may read /metrics (``_auth``: 401 / 403 for the
+others); the health paths are open. Loop thread.
+
+Connections, so that a supervisor's health probe is answered whatever other clients do:
+
+- a client that has not sent its whole request head ``timeout_s`` seconds after it connected
+  is disconnected (a half-open connection or a slowloris holds a slot that long at most);
+- ``max_connections`` requests are answered at once, and ``PROBE_SLOTS`` more connections are
+  kept for health probes: a request for ``/healthz`` or ``/readyz`` is answered even when
+  every other slot is busy; any other request that finds ``max_connections`` answers under way
+  gets 503;
+- when all of them are taken, a new connection closes the one that has waited longest for its
+  request head (a probe sends its head at once; a half-open connection never does); only when
+  every connection has sent its head is the new one closed.
 """
 
 from __future__ import annotations
@@ -19,11 +31,16 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
+from ..remoting._limits import LogLimiter
+from ._auth import OPEN, MetricsAuth
+
 log = logging.getLogger(__name__)
 
 MAX_REQUEST = 8 * 1024
 TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 32
+PROBE_SLOTS = 4  # connections beyond max_connections, answered for the health paths only
+HEALTH_PATHS = ("/healthz", "/readyz")
 TEXT = "text/plain; charset=utf-8"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PATHS = ("/metrics", "/healthz", "/readyz")
@@ -31,12 +48,15 @@ PATHS = ("/metrics", "/healthz", "/readyz")
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+_refusals_log = LogLimiter(log)
 
 
 class MetricsHttpServer:
@@ -50,6 +70,7 @@ class MetricsHttpServer:
         max_request: int = MAX_REQUEST,
         timeout_s: float = TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        auth: MetricsAuth = OPEN,
     ) -> None:
         self.render = render
         self.not_ready = not_ready
@@ -58,9 +79,17 @@ class MetricsHttpServer:
         self.max_request = max_request
         self.timeout_s = timeout_s
         self.max_connections = max_connections
+        self.auth = auth
         self.scrapes = 0
+        self.evicted = 0  # connections closed, still without a request head, for a newer one
+        self.refused = 0  # connections closed at once: every slot answering
+        self.busy = 0  # requests answered 503: max_connections answers under way
+        self.unauthorized = 0  # requests for /metrics refused 401 or 403
         self._server: asyncio.Server | None = None
         self._open = 0
+        self._answering = 0  # requests being answered, the health paths' not counted
+        # connections still reading their request head, oldest first
+        self._heads: dict[asyncio.StreamWriter, None] = {}
 
     @property
     def address(self) -> str:
@@ -82,60 +111,107 @@ class MetricsHttpServer:
                 await asyncio.wait_for(server.wait_closed(), self.timeout_s)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= self.max_connections:
+        if self._open >= self.max_connections + PROBE_SLOTS and not self._evict_one():
+            self.refused += 1
             writer.close()
             return
         self._open += 1
+        self._heads[writer] = None
+        counted = False
         try:
-            status, headers, body, head_only = await self._answer(reader)
-            if status:
-                self._write(writer, status, headers, b"" if head_only else body, len(body))
-                await asyncio.wait_for(writer.drain(), self.timeout_s)
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout_s)
+            except (asyncio.LimitOverrunError, ValueError):  # (ValueError: inside a chunk)
+                head = b""
+            finally:
+                self._heads.pop(writer, None)
+            path, status, headers, body, head_only = self._request(head, writer)
+            if path not in HEALTH_PATHS:
+                if self._answering >= self.max_connections:
+                    self.busy += 1
+                    status, headers, body = 503, {"Retry-After": "1"}, b"too many requests\n"
+                else:
+                    self._answering += 1
+                    counted = True
+                    if status == 200 and path == "/metrics":
+                        status, headers, body = self._metrics()
+            self._write(writer, status, headers, b"" if head_only else body, len(body))
+            await asyncio.wait_for(writer.drain(), self.timeout_s)
         except (OSError, TimeoutError, asyncio.IncompleteReadError):
-            pass
+            pass  # no head in time, or the client went: nothing to answer
         finally:
             self._open -= 1
+            if counted:
+                self._answering -= 1
             writer.close()
 
-    async def _answer(
-        self, reader: asyncio.StreamReader
-    ) -> tuple[int, dict[str, str], bytes, bool]:
+    def _evict_one(self) -> bool:
+        """Close the connection that has waited longest for its request head; False when
+        every connection has sent its head."""
+        for writer in self._heads:
+            del self._heads[writer]
+            self.evicted += 1
+            _refusals_log.log(
+                logging.WARNING,
+                "metrics: every connection taken; closing one without a request head for a "
+                "new one (max %d, and %d for health probes)",
+                self.max_connections,
+                PROBE_SLOTS,
+            )
+            writer.transport.abort()
+            return True
+        return False
+
+    def _request(
+        self, head: bytes, writer: asyncio.StreamWriter
+    ) -> tuple[str, int, dict[str, str], bytes, bool]:
+        """(path, status, headers, body, HEAD?) of the answer to ``head`` (b"": too large);
+        the body of a /metrics answer that may be served is rendered by the caller."""
+        if not head or len(head) > self.max_request:
+            return "", 431, {}, b"request too large\n", False
+        lines = head.split(b"\r\n")
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout_s)
-        except asyncio.LimitOverrunError:
-            return 431, {}, b"request too large\n", False
-        except ValueError:  # the limit was reached inside a chunk
-            return 431, {}, b"request too large\n", False
-        except (TimeoutError, asyncio.IncompleteReadError):
-            return 0, {}, b"", False
-        if len(head) > self.max_request:
-            return 431, {}, b"request too large\n", False
-        try:
-            method, target, version = head.split(b"\r\n", 1)[0].decode("ascii").split(" ")
+            method, target, version = lines[0].decode("ascii").split(" ")
         except (UnicodeDecodeError, ValueError):
-            return 400, {}, b"bad request line\n", False
+            return "", 400, {}, b"bad request line\n", False
         if not version.startswith("HTTP/1."):
-            return 400, {}, b"HTTP/1.x only\n", False
+            return "", 400, {}, b"HTTP/1.x only\n", False
         path = target.split("?", 1)[0]
         if path not in PATHS:
-            return 404, {}, b"not found: try /metrics, /healthz or /readyz\n", False
+            return path, 404, {}, b"not found: try /metrics, /healthz or /readyz\n", False
         if method not in ("GET", "HEAD"):
-            return 405, {"Allow": "GET, HEAD"}, b"method not allowed\n", False
+            return path, 405, {"Allow": "GET, HEAD"}, b"method not allowed\n", False
         head_only = method == "HEAD"
         if path == "/healthz":
-            return 200, {}, b"ok\n", head_only
+            return path, 200, {}, b"ok\n", head_only
         if path == "/readyz":
             reasons = list(self.not_ready())
             if reasons:
-                return 503, {}, "".join(r + "\n" for r in reasons).encode(), head_only
-            return 200, {}, b"ready\n", head_only
+                return path, 503, {}, "".join(r + "\n" for r in reasons).encode(), head_only
+            return path, 200, {}, b"ready\n", head_only
+        if self.auth is not OPEN:
+            peer = writer.get_extra_info("peername")
+            host = peer[0] if isinstance(peer, tuple) and peer else ""
+            decision = self.auth.check(_header(lines, b"authorization"), host)
+            if decision.status:
+                self.unauthorized += 1
+                return (
+                    path,
+                    decision.status,
+                    dict(decision.headers),
+                    decision.reason.encode(),
+                    (head_only),
+                )
+        return path, 200, {}, b"", head_only
+
+    def _metrics(self) -> tuple[int, dict[str, str], bytes]:
         try:
             body = self.render()
         except Exception:
             log.exception("metrics: collecting failed")
-            return 500, {}, b"collecting the metrics failed (see the log)\n", head_only
+            return 500, {}, b"collecting the metrics failed (see the log)\n"
         self.scrapes += 1
-        return 200, {"Content-Type": METRICS_CONTENT_TYPE}, body, head_only
+        return 200, {"Content-Type": METRICS_CONTENT_TYPE}, body
 
     @staticmethod
     def _write(
@@ -151,3 +227,12 @@ class MetricsHttpServer:
         headers["Connection"] = "close"
         lines += [f"{k}: {v}" for k, v in headers.items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + body)
+
+
+def _header(lines: list[bytes], name: bytes) -> str | None:
+    """The value of header ``name`` (lower case) in a request head's lines, or None."""
+    for line in lines[1:]:
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == name:
+            return value.strip().decode("latin-1")
+    return None

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .._extras import install_hint
+from ._auth import OPEN, AclAdminAuth, MetricsAuth, parse_metrics_auth
 from ._collector import RocketMQCollector
 from ._controller_collector import ControllerCollector, ControllerSource
 from ._http import MetricsHttpServer
@@ -58,12 +60,13 @@ class MetricsServer:
         *,
         namesrv: NamesrvSource | None = None,
         controller: ControllerSource | None = None,
+        auth: MetricsAuth = OPEN,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest
         except ImportError as exc:
             raise MetricsUnavailableError(
-                "metrics need prometheus_client: pip install 'rocketstore[server]'"
+                f"metrics need prometheus_client: {install_hint('server')}"
             ) from exc
         self.sources = list(brokers)
         self.namesrv = namesrv
@@ -72,7 +75,7 @@ class MetricsServer:
         if controller is not None:
             self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
-        self.http = MetricsHttpServer(self.render, self.not_ready, host, port)
+        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth)
 
     @property
     def address(self) -> str:
@@ -94,18 +97,31 @@ class MetricsServer:
         await self.http.close()
 
 
+def metrics_auth(auth: str | None, brokers: Sequence[BrokerContext]) -> MetricsAuth:
+    """Who may read /metrics: ``auth`` (a ``--metrics-auth`` value) when given; else an
+    admin account of the ACL when a broker checks one; else anyone. MetricsAuthError for a
+    value that cannot be used."""
+    if auth is not None:
+        return parse_metrics_auth(auth)
+    for broker in brokers:
+        if broker.acl is not None:
+            return AclAdminAuth(broker.acl.current)
+    return OPEN
+
+
 async def start_metrics(
     brokers: BrokerContext | Sequence[BrokerContext],
     listen: str,
     *,
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
+    auth: str | None = None,
 ) -> MetricsServer:
     """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
-    (HOST:PORT) and time
-    their remoting requests from now on. Loop thread; after the brokers started.
-    MetricsUnavailableError without prometheus_client, MetricsListenError for a bad
-    ``listen``, OSError when the port cannot be bound."""
+    (HOST:PORT) and time their remoting requests from now on; ``auth`` as ``metrics_auth``.
+    Loop thread; after the brokers started. MetricsUnavailableError without
+    prometheus_client, MetricsListenError for a bad ``listen``, MetricsAuthError for a bad
+    ``auth``, OSError when the port cannot be bound."""
     from ._broker_source import BrokerSource, NamesrvCount, instrument
 
     host, port = parse_listen(listen)
@@ -117,6 +133,7 @@ async def start_metrics(
         port,
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
         controller=controller,
+        auth=metrics_auth(auth, brokers),
     )
     await server.start()
     for broker in brokers:
@@ -130,17 +147,21 @@ async def maybe_start_metrics(
     *,
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
+    auth: str | None = None,
 ) -> MetricsServer | None:
     """What ``--metrics-listen`` asks for: '' no metrics; None the default address, skipped
     when prometheus_client is missing (a line in the log) or the port is taken (a warning:
-    another broker on the host has it); any other value required (its errors raised)."""
+    another broker on the host has it); any other value required (its errors raised).
+    ``auth``: ``--metrics-auth`` (see ``metrics_auth``)."""
     if listen == "":
         return None
     if listen is not None:
-        return await start_metrics(brokers, listen, namesrv=namesrv, controller=controller)
+        return await start_metrics(
+            brokers, listen, namesrv=namesrv, controller=controller, auth=auth
+        )
     try:
         return await start_metrics(
-            brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv, controller=controller
+            brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv, controller=controller, auth=auth
         )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)
@@ -162,7 +183,7 @@ def check_listen_option(_ctx: object, _param: object, value: str | None) -> str 
         raise click.BadParameter(str(exc)) from None
     if importlib.util.find_spec("prometheus_client") is None:
         raise click.BadParameter(
-            "metrics need prometheus_client: pip install 'rocketstore[server]' "
+            f"metrics need prometheus_client: {install_hint('server')} "
             "(or --metrics-listen '' for none)"
         )
     return value

@@ -79,6 +79,8 @@ from ._properties import (
     NAMESRV_BLACK_LIST,
     PropertiesError,
     format_properties,
+    java_bool,
+    java_int,
     parse_properties,
 )
 from ._route_table import RouteInfoManager
@@ -167,13 +169,13 @@ def check_namesrv_update(values: dict[str, str]) -> None:
     for key, value in values.items():
         if key in _FIXED_KEYS:
             raise RequestError(f"{key} cannot change at run time: set it at start and restart")
-        if key in _BOOL_KEYS and value.lower() not in ("true", "false"):
-            raise RequestError(f"{key}: {value!r} is not true or false")
-        if key in _INT_KEYS:
-            try:
-                int(value)
-            except ValueError:
-                raise RequestError(f"{key}: {value!r} is not an integer") from None
+        try:
+            if key in _BOOL_KEYS:
+                java_bool(value)
+            if key in _INT_KEYS:
+                java_int(value)
+        except ValueError as exc:
+            raise RequestError(f"{key}: {exc}") from None
 
 
 class NamesrvProcessor:

@@ -2,6 +2,12 @@
 server, a scan that drops brokers not heard from for 120 s (every 10 s, the first 5 s after
 start), and the housekeeping that drops a broker as soon as its connection closes.
 
+With an ACL (``acl``), every request is checked by the name server's rules of the
+authorisation table (``rocketstore.acl._table.NAMESRV``): whatever changes state (a broker's
+registration, write permissions, the KV config, the settings, a topic's deletion) needs an
+admin account, the reads any signed account. RocketMQ 4.9's name server checks nothing; a
+broker that cannot sign (RocketMQ's own) needs a white address there (docs/security.md).
+
 ``start`` / ``close`` are coroutines on the event loop that serves the name server; everything
 else runs on that loop too.
 """
@@ -13,6 +19,8 @@ import contextlib
 import logging
 import os
 
+from ..acl._remoting import AclSource, RemotingAcl
+from ..acl._table import NAMESRV
 from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer, ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
 from ..store._clock import SYSTEM_CLOCK, Clock
@@ -33,7 +41,8 @@ class NameServer:
     REGISTER_BROKER body may inflate to (larger ones are answered with SYSTEM_ERROR).
     ``limits``: the connections and buffered bytes its clients may hold. ``kv_config_path``:
     the file of its KV config (RocketMQ's kvConfig.json), read here (KVConfigError when it is
-    not KV config JSON) and rewritten on each change; None keeps the KV config in memory."""
+    not KV config JSON) and rewritten on each change; None keeps the KV config in memory.
+    ``acl``: the accounts every request is checked against (None: no ACL)."""
 
     def __init__(
         self,
@@ -48,6 +57,7 @@ class NameServer:
         max_register_body: int = MAX_REGISTER_BODY,
         limits: ServerLimits = DEFAULT_LIMITS,
         kv_config_path: str | os.PathLike[str] | None = None,
+        acl: AclSource | None = None,
     ) -> None:
         self.clock = clock
         self.scan_interval_s = scan_interval_s
@@ -60,8 +70,12 @@ class NameServer:
         )
         if kv_config_path is not None:
             self.processor.config["kvConfigPath"] = os.fspath(kv_config_path)
+        self.acl = acl
+        handlers = self.processor.handlers()
+        if acl is not None:
+            handlers = RemotingAcl(acl, NAMESRV).guard_all(handlers)
         self.server = RemotingServer(
-            self.processor.handlers(),
+            handlers,
             host,
             port,
             max_frame=max_frame,
@@ -79,7 +93,11 @@ class NameServer:
         await self.server.start()
         self.processor.config["listenPort"] = self.address.rpartition(":")[2]
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
-        log.info("name server listening on %s", self.address)
+        log.info(
+            "name server listening on %s%s",
+            self.address,
+            ", ACL on: changes need an admin account" if self.acl is not None else "",
+        )
 
     async def close(self) -> None:
         """Stop the scan, stop accepting and close every connection."""

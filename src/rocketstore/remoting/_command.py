@@ -29,7 +29,7 @@ import enum
 import itertools
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_str  # ensure_ascii=False, the C version
 from typing import Any
 
@@ -93,7 +93,11 @@ def next_opaque() -> int:
 @dataclass(slots=True, init=False)
 class RemotingCommand:
     """One request or response. ``ext_fields`` values are ``str`` when we build them; decoded
-    ones keep what the peer sent (``str`` or a JSON number). A decoded body is ``bytes``."""
+    ones keep what the peer sent (``str`` or a JSON number). A decoded body is ``bytes``.
+
+    ``header`` and ``grant`` are a server's, for the request it serves (None until set): the
+    header decoded once into the object its handler reads (e.g. ``send_header``), and what the
+    server's ACL let the request do (see ``rocketstore.acl``); neither goes on the wire."""
 
     code: int
     opaque: int
@@ -104,6 +108,8 @@ class RemotingCommand:
     language: str
     version: int
     serialize_type: int
+    header: Any = field(init=False, repr=False, compare=False)
+    grant: Any = field(init=False, repr=False, compare=False)
 
     # written out (not the dataclass's generated one) so that a compiled build compiles it:
     # a command is made for every request and every answer
@@ -128,6 +134,8 @@ class RemotingCommand:
         self.language = language
         self.version = version
         self.serialize_type = serialize_type
+        self.header = None
+        self.grant = None
 
     def __copy__(self) -> RemotingCommand:
         return RemotingCommand(
@@ -289,7 +297,11 @@ def _text(value: Any) -> str:
 def ext_str(ext: dict[str, Any], name: str, default: str | None = None) -> str | None:
     """A text ext field (a JSON number comes back as its decimal text); ``default`` when
     absent."""
-    value = ext.get(name)
+    return str_value(ext.get(name), default)
+
+
+def str_value(value: Any, default: str | None = None) -> str | None:
+    """:func:`ext_str` of a field's value as sent."""
     if value is None:
         return default
     return value if type(value) is str else _text(value)
@@ -303,7 +315,11 @@ def ext_int(ext: dict[str, Any], name: str, default: int | None = None) -> int |
     """An integer ext field sent as text or as a JSON number; ``default`` when absent or empty.
     Raises RequestError (a ValueError) for a value that is not an integer (``"1.5"``,
     ``"1_000"``, ``true``) or does not fit a Java long, as the Java side parses it."""
-    value = ext.get(name)
+    return int_value(ext.get(name), name, default)
+
+
+def int_value(value: Any, name: str, default: int | None = None) -> int | None:
+    """:func:`ext_int` of a field's value as sent (``name`` for the error)."""
     if type(value) is str:
         if not value:
             return default
@@ -334,9 +350,14 @@ def ext_int(ext: dict[str, Any], name: str, default: int | None = None) -> int |
 def ext_int32(ext: dict[str, Any], name: str, default: int | None = None) -> int | None:
     """:func:`ext_int` for a field the Java side reads as an ``int`` (queue ids, flags,
     counts): RequestError for a value outside 32 bits."""
-    number = ext_int(ext, name, default)
+    return int32_value(ext.get(name), name, default)
+
+
+def int32_value(value: Any, name: str, default: int | None = None) -> int | None:
+    """:func:`ext_int32` of a field's value as sent (``name`` for the error)."""
+    number = int_value(value, name, default)
     if number is not None and not _INT32_MIN <= number <= _INT32_MAX:
-        raise RequestError(f"{name}: out of range: {ext.get(name)!r}")
+        raise RequestError(f"{name}: out of range: {value!r}")
     return number
 
 

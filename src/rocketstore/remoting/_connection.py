@@ -20,7 +20,9 @@ copied once, into the command's ``bytes``. Writing: the responses to the frames 
 out in one write (a pipelining client gets one send per read, not one per request); a large
 body is written on its own, not copied into a joined frame. With ``backpressure`` (servers),
 a full write buffer stops both reading and serving the frames already read until the peer
-has taken the answers.
+has taken the answers. A handler that builds a large answer away from the loop counts it
+first (``reserve`` / ``room``, see ``_limits``); while a request waits for room, reading and
+serving stop too.
 
 Everything here runs on the loop thread.
 """
@@ -50,6 +52,11 @@ from ._limits import BufferBudget, LogLimiter, RequestError
 log = logging.getLogger(__name__)
 _bad_input_log = LogLimiter(log)  # requests and frames refused as the peer's mistake
 _failure_log = LogLimiter(log)  # handlers that failed: internal errors, with tracebacks
+
+FramePath = Callable[[memoryview, "Connection"], bytes | None]
+"""Serves a request frame (without its length prefix) before it is decoded: the answer frame's
+bytes (length prefix included), or None to let the connection decode the frame and call its
+handler. It must decide None before doing anything the handler would do again. Loop thread."""
 
 HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Handler = Callable[[RemotingCommand, "Connection"], HandlerResult]
@@ -92,8 +99,10 @@ class Connection(asyncio.BufferedProtocol):
         on_close: Callable[[Connection], None] | None = None,
         backpressure: bool = False,
         budget: BufferBudget | None = None,
+        frame_path: FramePath | None = None,
     ) -> None:
         self.handlers = handlers
+        self.frame_path = frame_path
         self.max_frame = max_frame
         self._on_close = on_close
         self._backpressure = backpressure
@@ -117,8 +126,18 @@ class Connection(asyncio.BufferedProtocol):
         self._held = False  # backpressure: frames are left unparsed until resume_writing
         self._busy = False  # too many requests in flight: frames are left unparsed until fewer
         self.held_since = 0.0  # loop time reading stopped for unread answers (when _held)
+        self.stalled_since = 0.0  # loop time since which its unsent answers have not gone
+        # down, as seen by the counts (0.0: nothing unsent)
+        self._unsent = 0  # its unsent bytes at the last count
         self._budget = budget
         self._buffered = 0  # what this connection holds, as last counted into the budget
+        # room counted for answers not written yet (see _limits): in all, by request opaque,
+        # and given to the request waiting in the read buffer
+        self._reserved = 0
+        self._room: dict[int, int] = {}
+        self._granted = 0
+        self._full = False  # a request waits for room: frames are left unparsed until it has it
+        self._deferred = False  # the frame just served waits for room in the read buffer
         self.closed = False
 
     # ---- asyncio.BufferedProtocol -----------------------------------------------------------
@@ -183,7 +202,7 @@ class Connection(asyncio.BufferedProtocol):
         self._rend += nbytes
         if nbytes >= self._offered:  # the peer had more to send: read in larger pieces
             self._rsize = _READ_SIZE
-        if not self.closed and not self._held and not self._busy:
+        if not self.closed and not self._held and not self._busy and not self._full:
             self._parse()
 
     def _parse(self) -> None:
@@ -207,8 +226,11 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 self._need = 0
                 self._frame(view[pos + 4 : stop])
+                if self._deferred:  # no room for its answer: served again from here
+                    self._deferred = False
+                    break
                 pos = stop
-                if self.closed or self._held or self._busy:
+                if self.closed or self._held or self._busy or self._full:
                     break
         except FrameError as exc:
             _bad_input_log.log(
@@ -257,7 +279,7 @@ class Connection(asyncio.BufferedProtocol):
             self._write_ok = asyncio.Event()
         self._write_ok.clear()
         if self._backpressure and self.transport is not None and not self.closed:
-            if not self._held and not self._busy:
+            if not self._held and not self._busy and not self._full:
                 self.transport.pause_reading()
             self._held = True
             if self._loop is not None:
@@ -269,17 +291,21 @@ class Connection(asyncio.BufferedProtocol):
         if self._held:
             self._held = False
             self._maybe_resume()
+        budget = self._budget
+        if budget is not None and budget.waiting:
+            budget.wake()
 
     def _maybe_resume(self) -> None:
-        """Read again once neither unread answers nor requests in flight hold reading."""
-        if self._held or self._busy or self.transport is None or self.closed:
+        """Read again once neither unread answers, requests in flight nor a request waiting
+        for room hold reading."""
+        if self._held or self._busy or self._full or self.transport is None or self.closed:
             return
         self.transport.resume_reading()
         if self._loop is not None:  # frames read before the pause, outside this call
             self._loop.call_soon(self._parse_held)
 
     def _parse_held(self) -> None:
-        if not self.closed and not self._held and not self._busy:
+        if not self.closed and not self._held and not self._busy and not self._full:
             self._parse()
 
     @property
@@ -290,13 +316,20 @@ class Connection(asyncio.BufferedProtocol):
     # ---- what this connection holds ---------------------------------------------------------
 
     def _recount(self) -> int:
-        """Count what this connection holds (its unsent answers and the part of its read
-        buffer beyond the standard size) into the budget; returns it."""
+        """Count what this connection holds (its unsent answers, the room counted for answers
+        not written yet and the part of its read buffer beyond the standard size) into the
+        budget; returns it."""
         transport = self.transport
         if self.closed or transport is None:
-            held = 0
+            held = self._reserved
         else:
-            held = transport.get_write_buffer_size() + max(0, len(self._rbuf) - _READ_SIZE)
+            unsent = transport.get_write_buffer_size()
+            if not unsent:
+                self.stalled_since = 0.0
+            elif unsent < self._unsent or not self.stalled_since:  # (some went out)
+                self.stalled_since = self._loop.time() if self._loop is not None else 0.0
+            self._unsent = unsent
+            held = unsent + max(0, len(self._rbuf) - _READ_SIZE) + self._reserved
         budget = self._budget
         if budget is not None:
             budget.total += held - self._buffered
@@ -328,19 +361,75 @@ class Connection(asyncio.BufferedProtocol):
         return len(self._rbuf)
 
     def _release(self) -> None:
-        """Closed: let the read buffer go and take this connection out of the budget."""
+        """Closed: let the read buffer go and take this connection (its room and waiting
+        requests too) out of the budget."""
         freed = len(self._rbuf) + self._buffered
         self._rbuf = bytearray(0)
         self._rview = memoryview(self._rbuf)
         self._rstart = self._rend = self._need = 0
         self._cork = None
+        budget = self._budget
+        if budget is not None:
+            budget.drop(self)
         self._recount()
-        if self._budget is not None:
-            self._budget.released += freed
+        if budget is not None:
+            budget.released += freed
+            budget.wake()
+
+    # ---- room for answers built away from the loop ------------------------------------------
+
+    def reserve(self, cmd: RemotingCommand, nbytes: int) -> bool:
+        """Count an answer of ``nbytes`` to ``cmd`` against this connection's share and the
+        server's budget before it is built (see ``_limits``); counted until it is written.
+        True when it fits (always, without a budget: clients). False when it does not: the
+        handler then returns None and builds nothing; the request stays in the read buffer,
+        this connection stops reading and serving, and the request is served again (its
+        handler called again) once there is room. Loop thread, from a handler."""
+        budget = self._budget
+        if budget is None or budget.reserve(self, cmd.opaque, nbytes):
+            return True
+        budget.wait(self, cmd.opaque, nbytes, None)
+        self._deferred = True
+        self._stop_for_room()
+        return False
+
+    async def room(self, cmd: RemotingCommand, nbytes: int) -> None:
+        """As ``reserve``, for a handler's coroutine that learns the answer's size on its way:
+        returns once room for it is counted (at once when it fits); meanwhile this connection
+        stops reading and serving. Cancelled when the connection closes."""
+        budget = self._budget
+        if budget is None or budget.reserve(self, cmd.opaque, nbytes):
+            return
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        budget.wait(self, cmd.opaque, nbytes, fut)
+        self._stop_for_room()
+        await fut
+
+    def _stop_for_room(self) -> None:
+        if not self._full:
+            transport = self.transport
+            if not self._held and not self._busy and transport is not None and not self.closed:
+                transport.pause_reading()
+            self._full = True
+
+    def _room_found(self) -> None:
+        """The budget found room for this connection's waiting requests: serve on."""
+        if self._full:
+            self._full = False
+            self._maybe_resume()
 
     # ---- frames -----------------------------------------------------------------------------
 
     def _frame(self, frame: memoryview) -> None:
+        frame_path = self.frame_path
+        if frame_path is not None:
+            answer = frame_path(frame, self)  # answers its own failures: it never raises
+            if answer is not None:
+                transport = self.transport
+                if transport is not None and not self.closed and not transport.is_closing():
+                    self._write_joined(transport, answer)
+                return
         try:
             cmd = decode_frame(frame)
         except HeaderError as exc:
@@ -412,7 +501,7 @@ class Connection(asyncio.BufferedProtocol):
             or self.closed
         ):
             return
-        if not self._held:
+        if not self._held and not self._full:
             self.transport.pause_reading()
         self._busy = True
 
@@ -473,10 +562,17 @@ class Connection(asyncio.BufferedProtocol):
         response.opaque = opaque
         response.flag |= RESPONSE_FLAG
         response.serialize_type = serialize_type
+        budget = self._budget
+        released = False
+        if self._room and budget is not None:  # the unsent bytes take its room's place
+            budget.release(self, opaque)
+            released = True
         try:
             self.send(response)
         except Exception as exc:  # TypeError, ValueError, struct.error from the encoder
             self._unencodable(opaque, response, exc)
+        if (released or self._full) and budget is not None:
+            budget.wake()
 
     def _unencodable(self, opaque: int, response: RemotingCommand, exc: Exception) -> None:
         _failure_log.log(

@@ -19,10 +19,26 @@ read::
 A frame's announced length buys it a buffer of that size only within the room left in the
 budget; beyond it, the buffer grows with the bytes that actually arrive.
 
+Answers built away from the loop (a handler that reads a large record in a worker thread) are
+counted before they are built: the handler asks for room (``Connection.reserve``, or
+``Connection.room`` in a coroutine) with the answer's size, and the room stays counted as the
+connection's until the answer is written, where the unsent bytes take its place. Room is given
+while the connection's unsent answers and rooms are below its share (the high-water mark) and
+the total stays within ``max_buffered_total``; when the total is full, connections that have
+not taken any of their unsent answers for ``STALL_GRACE_S`` are aborted to make room, the one
+stalled longest first (a client that pipelines requests and never reads cannot hold the budget
+against the others). A request that finds no room waits, unbuilt: the connection
+stops reading and serving (a request left in the read buffer, or a coroutine waiting), and
+goes on when the budget's ``wake`` finds the room (after a write, a close, a recount)::
+
+    reserve(n) ── fits? ── yes: counted (conn._reserved), answer built, written: uncounted
+                    │
+                    no: waiter (FIFO) ── wake(): fits now ── granted, the connection goes on
+
 Apart from that, a connection that does not read its answers stops being read from above the
 high-water mark (backpressure), and one that stays that way ``write_stall_timeout`` seconds is
-closed by the server's sweep. Once closed connections have let go of ``TRIM_AFTER`` bytes, the
-sweep hands the freed memory back to the system (glibc's ``malloc_trim``; the allocator keeps
+closed by the server's sweep. Once closed connections have let go of ``TRIM_AFTER`` bytes (or of
+any, when the connections hold nothing any more), the sweep hands the freed memory back to the system (glibc's ``malloc_trim``; the allocator keeps
 it otherwise, and the process stays as large as at its worst).
 
 Loop thread only (a LogLimiter shared by several loops is safe too: the worst a race does is
@@ -31,6 +47,8 @@ let a line more through).
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import ctypes
 import logging
 import time
@@ -45,6 +63,9 @@ if TYPE_CHECKING:
 
 MiB = 1024 * 1024
 TRIM_AFTER = 64 * MiB
+RETRY_WAKE_S = 0.05  # requests waiting for room in the total: looked at again this often
+STALL_GRACE_S = 1.0  # a connection whose unsent answers have not gone down for this long
+# is aborted when the total has no room for an answer
 
 
 def _malloc_trim() -> Callable[[], object] | None:
@@ -206,6 +227,13 @@ class BufferBudget:
         self._trim = trim
         self._scheduled = False
         self._log = LogLimiter(logging.getLogger("rocketstore.remoting._server"))
+        # requests waiting for room for their answers, first come first served:
+        # [connection, opaque, bytes, future (None: a request left in the read buffer)]
+        self.waiting: collections.deque[list[Any]] = collections.deque()
+        self.reserved = 0  # room given to answers not written yet, all connections
+        self.waited = 0  # requests that had to wait for room
+        self._waking = False
+        self._retry: asyncio.TimerHandle | None = None
 
     def changed(self, conn: Connection, *, defer: bool = False) -> None:
         """``conn``'s figure was recounted: when it or the total is over its limit, enforce
@@ -225,8 +253,11 @@ class BufferBudget:
 
     def maybe_trim(self) -> bool:
         """Hand freed memory back to the system once closed connections have let go of
-        ``TRIM_AFTER`` bytes; True when it did."""
-        if self.released < TRIM_AFTER or self._trim is None:
+        ``TRIM_AFTER`` bytes, or of any once the connections hold nothing (a burst that ended
+        short of ``TRIM_AFTER`` would keep its memory otherwise); True when it did."""
+        if self._trim is None or not self.released:
+            return False
+        if self.released < TRIM_AFTER and (self.total or self.reserved):
             return False
         self.released = 0
         self._trim()
@@ -277,3 +308,151 @@ class BufferBudget:
         )
         self.closed_over_budget += 1
         conn.abort()
+
+    # ---- room for answers built before they are written ------------------------------------
+
+    def _fits(self, conn: Connection, nbytes: int) -> bool:
+        """Whether an answer of ``nbytes`` fits ``conn``'s share: what it holds of unsent
+        answers and rooms is below the high-water mark."""
+        transport = conn.transport
+        used = conn._reserved + (transport.get_write_buffer_size() if transport else 0)
+        return used < self.limits.write_high_water
+
+    def _fits_total(self, conn: Connection, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit the total; aborts connections that have not taken any
+        of their unsent answers for STALL_GRACE_S (the longest stalled first) when that makes
+        them fit."""
+        limit = self.limits.max_buffered_total
+        if self.total + nbytes <= limit:
+            return True
+        if self.recount() + nbytes <= limit:  # (what went out since the last count)
+            return True
+        if conn._loop is None:
+            return False
+        before = conn._loop.time() - STALL_GRACE_S
+        stalled = sorted(
+            (
+                c
+                for c in self.members
+                if 0 < c.stalled_since <= before and c is not conn and not c.closed
+            ),
+            key=lambda c: c.stalled_since,
+        )
+        for other in stalled:
+            if self.total + nbytes <= limit:
+                break
+            self._abort(other, f"holds {other._buffered:,} bytes, its answers untaken")
+        return self.total + nbytes <= limit
+
+    def _grant(self, conn: Connection, opaque: int, nbytes: int) -> None:
+        conn._reserved += nbytes
+        conn._buffered += nbytes
+        conn._room[opaque] = conn._room.get(opaque, 0) + nbytes
+        self.total += nbytes
+        self.reserved += nbytes
+
+    def reserve(self, conn: Connection, opaque: int, nbytes: int) -> bool:
+        """Count an answer of ``nbytes`` to request ``opaque`` on ``conn`` now if it fits
+        (True), and until ``release``; False when it does not (nothing counted)."""
+        granted = conn._granted
+        if granted:  # room found for a request that waited in the read buffer
+            conn._granted = 0
+            self._release_bytes(conn, granted)
+            if nbytes <= granted:
+                self._grant(conn, opaque, nbytes)
+                return True
+        if self.waiting and any(w[0] is conn for w in self.waiting):
+            return False  # behind this connection's own waiting requests
+        if self._fits(conn, nbytes) and self._fits_total(conn, nbytes):
+            self._grant(conn, opaque, nbytes)
+            return True
+        return False
+
+    def wait(
+        self, conn: Connection, opaque: int, nbytes: int, fut: asyncio.Future[None] | None
+    ) -> None:
+        """Queue a request that found no room; ``fut`` is set when it is given (None: the
+        request waits in the connection's read buffer and is served again)."""
+        self.waited += 1
+        self.waiting.append([conn, opaque, nbytes, fut])
+
+    def release(self, conn: Connection, opaque: int) -> None:
+        """The answer to request ``opaque`` is being written (or will never be): its room
+        goes (the unsent bytes are counted from the write on)."""
+        nbytes = conn._room.pop(opaque, 0)
+        if nbytes:
+            self._release_bytes(conn, nbytes)
+
+    def _release_bytes(self, conn: Connection, nbytes: int) -> None:
+        conn._reserved -= nbytes
+        conn._buffered -= nbytes
+        self.total -= nbytes
+        self.reserved -= nbytes
+
+    def drop(self, conn: Connection) -> None:
+        """``conn`` closed: its rooms and waiting requests go."""
+        if conn._reserved:
+            self.total -= conn._reserved
+            self.reserved -= conn._reserved
+            conn._buffered -= conn._reserved
+            conn._reserved = 0
+            conn._granted = 0
+            conn._room.clear()
+        if self.waiting:
+            kept: collections.deque[list[Any]] = collections.deque()
+            for w in self.waiting:
+                if w[0] is conn:
+                    if w[3] is not None and not w[3].done():
+                        w[3].cancel()
+                else:
+                    kept.append(w)
+            self.waiting = kept
+
+    def _wake_again(self) -> None:
+        self._retry = None
+        self.wake()
+
+    def wake(self) -> None:
+        """Give room to the waiting requests it fits, first come first served (one that
+        waits for its own connection's share does not hold up the others; one that waits
+        for the total does)."""
+        if not self.waiting or self._waking:
+            return
+        self._waking = True
+        try:
+            kept: list[list[Any]] = []
+            found: list[Connection] = []
+            blocked: set[int] = set()  # connections with an earlier request still waiting
+            total_full = False
+            for w in list(self.waiting):
+                conn, opaque, nbytes, fut = w
+                if conn.closed or (fut is not None and fut.done()):
+                    continue
+                if total_full or id(conn) in blocked or not self._fits(conn, nbytes):
+                    blocked.add(id(conn))
+                    kept.append(w)
+                    continue
+                if not self._fits_total(conn, nbytes):
+                    total_full = True  # the later ones wait behind it
+                    blocked.add(id(conn))
+                    kept.append(w)
+                    continue
+                self._grant(conn, opaque, nbytes)
+                if fut is None:  # served again from the read buffer, which takes the room
+                    conn._room[opaque] -= nbytes
+                    if not conn._room[opaque]:
+                        del conn._room[opaque]
+                    conn._granted += nbytes
+                else:
+                    fut.set_result(None)
+                found.append(conn)
+            self.waiting = collections.deque(w for w in kept if not w[0].closed)
+        finally:
+            self._waking = False
+        if total_full and self._retry is None:
+            # answers of connections that read them leave without a callback below the
+            # high-water mark: look again shortly
+            self._retry = asyncio.get_running_loop().call_later(RETRY_WAKE_S, self._wake_again)
+        for conn in found:
+            if id(conn) not in blocked:
+                conn._room_found()

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 
 from ._command import DEFAULT_MAX_FRAME
-from ._connection import Connection, Handler
+from ._connection import Connection, FramePath, Handler
 from ._limits import (
     DEFAULT_LIMITS,
     BufferBudget,
@@ -64,6 +64,9 @@ class RemotingServer:
         self.refused_connections = 0
         self.closed_stalled = 0
         self.close_listeners: list[Callable[[Connection], None]] = []
+        # serves a request frame before it is decoded (see Connection's ``frame_path``); set
+        # before ``start``: a connection takes the one set when it is made
+        self.frame_path: FramePath | None = None
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -100,6 +103,7 @@ class RemotingServer:
             on_close=self._closed,
             backpressure=True,
             budget=self.budget,
+            frame_path=self.frame_path,
         )
         self.connections.add(conn)
         return conn
@@ -146,7 +150,9 @@ class RemotingServer:
             for conn in list(self.connections):
                 if conn.closed:
                     continue
-                if not conn.reading and conn.held_since < now - stall_timeout:
+                if (not conn.reading and conn.held_since < now - stall_timeout) or (
+                    0 < conn.stalled_since < now - stall_timeout
+                ):  # answers unread: above the high-water mark, or none taken below it
                     self.closed_stalled += 1
                     _refusals_log.log(
                         logging.WARNING,
@@ -162,6 +168,7 @@ class RemotingServer:
                 elif conn.last_active < now - period:
                     conn.maybe_shrink()
             self.budget.recount()
+            self.budget.wake()
             self.budget.maybe_trim()
 
     async def close(self, timeout: float = 5.0) -> None:

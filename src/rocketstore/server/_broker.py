@@ -7,12 +7,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ..acl import StaticAcl, admin_accounts
+from .._extras import install_hint
+from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, admin_accounts
 from ..acl._remoting import AclSource
 from ..broker._config import BrokerConfig, ignored_keys
 from ..broker._controller import BrokerController, load_acl
 from ..grpc import GrpcConfig, GrpcFrontEnd
 from ..remoting import RemotingServer
+from ..remoting._client import FROM_ENV
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
@@ -43,7 +45,7 @@ def _tier_service(store: MessageStore, config: StoreConfig, clock: Clock) -> Tie
         from ..tier._service import TierService
     except ImportError as exc:
         raise StoreConfigError(
-            f"tieredDir needs pyarrow ({exc}): pip install 'rocketstore[spark]'"
+            f"tieredDir needs pyarrow ({exc}): {install_hint('spark', ('pyarrow', 'numpy'))}"
         ) from None
     tier = TierService(config, settled=store.flushed_phy_offset, clock=clock)
     store.set_tiered_below(tier.covered)
@@ -64,11 +66,15 @@ class BrokerServer:
         clock: Clock = SYSTEM_CLOCK,
         grpc: GrpcConfig | None = None,
         tiered_dir: str | None = None,
+        inner_account: Account | None = None,
     ) -> None:
         self.grpc_config = grpc
         # the tiered store pulls below the consume queues are answered from: this, else the
         # store config's (empty: none); the store's tiering service writes the store config's
         self._tiered_dir = tiered_dir
+        # the process's own account (``serve``: shared with its name server): accepted by this
+        # broker's ACL, and signing its own clients unless broker.conf names their account
+        self._inner_account = inner_account
         self._store_config = store_config
         self._config = config
         self._clock = clock
@@ -126,6 +132,15 @@ class BrokerServer:
         if ignored:
             log.warning("broker configuration keys ignored (not supported): %s", ", ".join(ignored))
         acl = load_acl(config, grpc_default_acl(self.grpc_config))
+        inner = self._inner_account
+        if acl is not None and inner is not None:
+            acl = WithAccounts(acl, [inner])
+        # what the broker's own clients sign with: broker.conf's (or the environment's) inner
+        # account, else the process's own, else ROCKETSTORE_ACCESS_KEY's (FROM_ENV)
+        credentials = config.inner_credentials()
+        if credentials is None and inner is not None:
+            credentials = (inner.access_key, inner.secret_key)
+        inner_signer = FROM_ENV if credentials is None else RequestSigner(*credentials)
         store = MessageStore(store_config, clock=self._clock)
         tier = _tier_service(store, store_config, self._clock)
         await asyncio.to_thread(store.__enter__)  # load, recover, start
@@ -142,7 +157,12 @@ class BrokerServer:
 
                 reader = TierReader(tiered)
             broker = self._broker = BrokerController(
-                store, config, clock=self._clock, acl=acl, tier=reader
+                store,
+                config,
+                clock=self._clock,
+                acl=acl,
+                tier=reader,
+                inner_signer=inner_signer,
             )
             remoting = RemotingServer(
                 broker.handlers(),
@@ -152,6 +172,8 @@ class BrokerServer:
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
             )
+            if broker.send_frame_path is not None:
+                remoting.frame_path = broker.send_frame_path.serve
             remoting.close_listeners.append(broker.clients.on_connection_closed)
             await remoting.start()
             self._remoting = remoting

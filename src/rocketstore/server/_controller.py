@@ -21,6 +21,7 @@ import logging
 
 from ..acl._file import AclFile
 from ..acl._remoting import RemotingAcl
+from ..acl._table import CONTROLLER
 from ..controller import (
     Controller,
     ControllerConfig,
@@ -28,7 +29,6 @@ from ..controller import (
     EtcdBackend,
     FileBackend,
     StateBackend,
-    admin_request,
 )
 from ..remoting import RemotingServer
 from ..store._clock import SYSTEM_CLOCK, Clock
@@ -88,7 +88,7 @@ class ControllerServer:
         if config.listen_port == 0:
             config = dataclasses.replace(config, listen_port=free_port(config.listen_host))
             self.config = config
-        acl = RemotingAcl(AclFile(self.acl_file), admin_request) if self.acl_file else None
+        acl = RemotingAcl(AclFile(self.acl_file), CONTROLLER) if self.acl_file else None
         backend = self._backend if self._backend is not None else build_backend(config, self.clock)
         controller = Controller(config, backend, clock=self.clock)
         self._running = True

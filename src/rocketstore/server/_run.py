@@ -5,12 +5,20 @@ stores flushed, abort files removed)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
+import importlib.util
 import logging
 import signal
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from .._extras import install_hint
+from ..console._embed import DEFAULT_LISTEN as CONSOLE_DEFAULT
+from ..metrics import DEFAULT_METRICS_LISTEN as METRICS_DEFAULT
+from ..store._disk import why_not_writeable
+from ._ports import PortClaim, check_ports, server_claims
 
 if TYPE_CHECKING:
     from ..namesrv import NameServer
@@ -28,6 +36,24 @@ def _settle_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 50)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+LARGE_ALLOCATION = 512 * 1024
+
+
+def _settle_allocator() -> bool:
+    """Allocations of LARGE_ALLOCATION bytes or more (large answers, the write buffers of
+    connections that hold them) get pages of their own, handed back to the system when they
+    are freed. glibc otherwise raises that threshold to the size of the largest block freed
+    (up to 32 MiB), after which such buffers come from its heaps, which keep freed memory: a
+    burst of 1 MiB answers then left the process hundreds of MiB above its budget. True when
+    set (glibc only; elsewhere nothing happens)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_ALLOCATION))
 
 
 async def _log_stats(servers: list[BrokerServer], interval: float) -> None:
@@ -52,6 +78,52 @@ async def _log_stats(servers: list[BrokerServer], interval: float) -> None:
             out.info("broker %s: %s", name, text)
 
 
+def _split(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 in brackets) → (host, port); a port that is not a number: 0 (the
+    server's own check reports it)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port) if port.isdigit() else 0
+
+
+def _optional_claims(metrics_listen: str | None, console_listen: str | None) -> list[PortClaim]:
+    """The metrics endpoint's and the console's ports when given (their defaults step aside
+    when taken)."""
+    claims = []
+    if metrics_listen:
+        claims.append(PortClaim("the metrics endpoint", *_split(metrics_listen)))
+    if console_listen:
+        claims.append(PortClaim("the console", *_split(console_listen)))
+    return claims
+
+
+def _no_default_metrics() -> str:
+    """Why the metrics endpoint did not start at its default address."""
+    try:
+        installed = importlib.util.find_spec("prometheus_client") is not None
+    except ImportError:
+        installed = False
+    if not installed:
+        return f"prometheus_client is not installed: {install_hint('server')}"
+    return f"{METRICS_DEFAULT} is taken (--metrics-listen HOST:PORT)"
+
+
+def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
+    """The HA port a started master's slaves replicate from, or the master a slave copies."""
+    store_config = server.store_config
+    name = server.config.broker_name
+    if store_config.enable_controller_mode:
+        port = server.store.ha.listen_port
+        host = store_config.ha_listen_host
+        announce(f"HA port of broker {name} (controller mode) listening on {host}:{port}")
+    elif store_config.broker_role == "SLAVE":
+        master = store_config.ha_master_address or "the master the name server names"
+        announce(f"broker {name} replicates from {master} (HA)")
+    elif store_config.ha_listens:
+        host = store_config.ha_listen_host
+        port = server.store.ha.listen_port
+        announce(f"HA port of broker {name} (slaves replicate from it) listening on {host}:{port}")
+
+
 async def run_servers(
     namesrv: NameServer | None,
     brokers: list[BrokerServer],
@@ -60,19 +132,31 @@ async def run_servers(
     stop: asyncio.Event | None = None,
     metrics_listen: str | None = "",
     metrics_namesrv: NameServer | None = None,
+    metrics_auth: str | None = None,
     console_listen: str | None = "",
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
     controller: ControllerServer | None = None,
 ) -> None:
     """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
-    and the brokers, then the metrics endpoint (``metrics_listen``:
-    None for the default port when it is free, "" for none); run until SIGTERM or SIGINT (or
-    ``stop``), then stop everything in reverse order. ``console_listen`` likewise starts the
-    web console over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every ``stats_interval`` seconds each
-    broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats`` logger)."""
+    and the brokers (none started yet), then the metrics endpoint (``metrics_listen``: None for
+    the default port when it is free, "" for none; ``metrics_auth``: who may read /metrics,
+    ``--metrics-auth``); run until SIGTERM or SIGINT (or ``stop``),
+    then stop everything in reverse order. ``console_listen`` likewise starts the web console
+    over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
+    announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
+    ports, the metrics endpoint's, the console's), and two of them asking for one port are
+    refused before anything binds (PortClashError, naming both). Every ``stats_interval``
+    seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
+    logger)."""
+    extra = _optional_claims(metrics_listen, console_listen)
+    if controller is not None:
+        cfg = controller.config
+        extra.insert(0, PortClaim("the controller", cfg.listen_host, cfg.listen_port))
+    check_ports(server_claims(namesrv, brokers, extra))
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
+    _settle_allocator()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(sig, stop.set)
@@ -113,6 +197,16 @@ async def run_servers(
                 f"{broker.config.listen_host}:{broker.config.listen_port}, store "
                 f"{broker.store_config.store_path_root_dir}"
             )
+            announce_ha(server, announce)
+            read_only = why_not_writeable(broker.store.running_flags.bits)
+            if read_only:
+                text = (
+                    f"store {broker.store_config.store_path_root_dir} is read-only: {read_only};"
+                    " sends are refused (SERVICE_NOT_AVAILABLE), reads are served, writes "
+                    "resume once there is space"
+                )
+                log.warning("%s", text)
+                announce(text)
             if server.grpc is not None:
                 announce(f"gRPC front end listening on {server.grpc.address}")
             if broker.acl is not None:
@@ -131,9 +225,15 @@ async def run_servers(
             metrics_listen,
             namesrv=metrics_namesrv or namesrv,
             controller=controller.controller if controller_started and controller else None,
+            auth=metrics_auth,
         )
         if metrics is not None:
-            announce(f"metrics on http://{metrics.address}/metrics (/healthz, /readyz)")
+            announce(
+                f"metrics on http://{metrics.address}/metrics ({metrics.http.auth.describe()};"
+                " /healthz, /readyz open)"
+            )
+        elif metrics_listen is None and started:
+            announce(f"no metrics endpoint: {_no_default_metrics()}")
         from ..console._embed import maybe_start_console
 
         console = await maybe_start_console(
@@ -143,6 +243,8 @@ async def run_servers(
         )
         if console is not None:
             announce(f"console on http://{console.address}/")
+        elif console_listen is None and console_namesrv:
+            announce(f"no console: {CONSOLE_DEFAULT} is taken (--console-listen HOST:PORT)")
         if started and stats_interval > 0:
             stats = asyncio.create_task(_log_stats(started, stats_interval), name="stats-log")
         _settle_garbage_collector()

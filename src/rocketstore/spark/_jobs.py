@@ -1,5 +1,7 @@
-"""Spark jobs behind ``rocketstore export`` and ``rocketstore import`` (local Spark, with a
-progress bar fed by Spark's status tracker)."""
+"""Spark jobs behind ``rocketstore export --spark`` and ``rocketstore import --spark`` (the
+session from ``_session``: local[2] or the master the user chose, with a progress bar fed by
+Spark's status tracker), and the one-line reason a job failed. Without Spark the commands run
+``_local_export`` / ``_local_import``, which write the same rows."""
 
 from __future__ import annotations
 
@@ -13,10 +15,18 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..store._errors import StoreError, StoreLockedError
-from ..store._lock import lock_owner
+from .._extras import install_hint
+from ..store._errors import StoreError
 from ._export_target import StagedOutput, check_target
+from ._local_import import check_source, check_store, detect_format
+from ._master import DEFAULT_MASTER
+from ._session import cli_session
 
+TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
+JSON_SCHEMA = (
+    "topic string, body string, body_base64 string, tags string, keys array<string>, "
+    "properties map<string,string>, queue_id int"
+)
 _ERROR_LINE = re.compile(r"^(?::\s*|Caused by:\s*)?((?:[\w$]+\.)*)(\w*(?:Error|Exception)): (.+)$")
 
 
@@ -25,7 +35,7 @@ def failure_line(exc: BaseException) -> str:
     worker's tracebacks in their text: the last of rocketstore's own exceptions there is the
     cause, else the first exception line."""
     if isinstance(exc, ImportError):
-        return f"{exc}: pip install 'rocketstore[spark]'"
+        return f"{exc}: {install_hint('spark')}"
     if isinstance(exc, (StoreError, OSError)) and not hasattr(exc, "getErrorClass"):
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -39,32 +49,14 @@ def failure_line(exc: BaseException) -> str:
     return line if len(line) <= 400 else line[:397] + "..."
 
 
-def local_session(master: str = "local[2]") -> tuple[Any, bool]:
-    """(session, whether it was created here): a running session is reused, not stopped."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("rocketstore")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
-
-
 def run_with_progress(
     spark: Any, what: str, job: Callable[[], Any], console: Console | None = None
 ) -> Any:
     """Run ``job`` (in this thread: Spark resolves data sources per thread) while a helper
-    thread shows the tasks of Spark's active stages."""
+    thread shows the tasks of Spark's active stages (on a terminal; elsewhere nothing)."""
     console = console or Console(stderr=True)
+    if not console.is_terminal:
+        return job()
     done = threading.Event()
     tracker = spark.sparkContext.statusTracker()
     with Progress(
@@ -111,13 +103,15 @@ def export_topic(
     *,
     namesrv: str | None = None,
     overwrite: bool = False,
+    master: str = DEFAULT_MASTER,
+    log_dir: Path = Path("logs"),
 ) -> int:
     """Export ``topics`` of the store directory ``store``, or, with ``namesrv``, of the
     brokers behind that name server (topics required), into the directory ``to``: a new or
     empty one, or with ``overwrite`` a previous export (see ``_export_target``). Spark writes
     beside it; the output replaces ``to`` only once the job has succeeded."""
     target = check_target(to, overwrite)
-    spark, created = local_session()
+    spark, created = cli_session(master, log_dir)
     try:
         reader = spark.read.format("rocketstore")
         reader = reader.option("namesrv", namesrv) if namesrv else reader.option("path", store)
@@ -133,7 +127,16 @@ def export_topic(
 
             def job() -> None:
                 if fmt == "parquet":
-                    df.write.mode("errorifexists").parquet(out)
+                    # times as the source types them (microseconds, UTC), not as INT96
+                    previous = spark.conf.get(TIMESTAMP_TYPE, None)
+                    spark.conf.set(TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
+                    try:
+                        df.write.mode("errorifexists").parquet(out)
+                    finally:
+                        if previous is None:
+                            spark.conf.unset(TIMESTAMP_TYPE)
+                        else:
+                            spark.conf.set(TIMESTAMP_TYPE, previous)
                 else:
                     body_as_text = df.selectExpr("*", "base64(body) AS body_base64").drop("body")
                     body_as_text.write.mode("errorifexists").json(out)
@@ -166,28 +169,29 @@ def import_file(
     commit_log_file_size: int | None = None,
     *,
     namesrv: str | None = None,
+    master: str = DEFAULT_MASTER,
+    log_dir: Path = Path("logs"),
 ) -> int:
     """Write the rows of a Parquet / JSON-lines source into ``store``; a new store gets
     commit-log files of ``commit_log_file_size`` bytes (RocketMQ's 1 GiB when None). With
     ``namesrv`` the rows are sent through the brokers instead, by every task."""
-    if "://" not in source and not any(c in source for c in "*?[") and not os.path.exists(source):
-        raise FileNotFoundError(f"{source} does not exist")
-    owner = None if namesrv else lock_owner(store)
-    if owner is not None:
-        raise StoreLockedError(
-            f"{store} is owned by process {owner} (a running broker?): stop it, or import "
-            "through it with --namesrv"
-        )
-    spark, created = local_session()
+    check_source(source)
+    if not namesrv:
+        check_store(store)
+    fmt = detect_format(source, fmt)
+    spark, created = cli_session(master, log_dir)
     try:
-        if fmt == "auto":
-            fmt = (
-                "parquet" if Path(source).suffix == ".parquet" or Path(source).is_dir() else "json"
+        from pyspark.sql import functions as F
+
+        if fmt == "parquet":
+            df = spark.read.parquet(source)
+        else:  # the fields import takes, typed (inferred, properties would be a struct)
+            df = spark.read.schema(JSON_SCHEMA).json(source)
+            df = df.withColumn(
+                "body", F.coalesce(F.unbase64("body_base64"), F.col("body").cast("binary"))
             )
-        df = spark.read.parquet(source) if fmt == "parquet" else spark.read.json(source)
         if "body" not in df.columns and "body_base64" in df.columns:
             df = df.selectExpr("*", "unbase64(body_base64) AS body").drop("body_base64")
-        from pyspark.sql import functions as F
 
         if topic:
             df = df.withColumn("topic", F.lit(topic))

@@ -1,6 +1,9 @@
 """What the path and broker writers share: the columns a write takes (checked against the
 DataFrame's schema at planning), the task's index, and the system keys left out of
 ``properties`` (``_system_props``).
+
+pyspark is imported only by ``check_schema`` (a Spark write's planning): the writes without
+Spark use the rest.
 """
 
 from __future__ import annotations
@@ -8,16 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
-    StructType,
-)
 
 from ..columns._arrow import COLUMNS
 from ._options import SourceOptionError
@@ -31,6 +24,8 @@ from rocketstore is written as it is, and these are ignored."""
 
 def _of_strings(t: Any) -> bool:
     """Whether a map or array column holds strings (any other column: True)."""
+    from pyspark.sql.types import ArrayType, MapType, StringType
+
     if isinstance(t, MapType):
         return isinstance(t.keyType, StringType) and isinstance(t.valueType, StringType)
     if isinstance(t, ArrayType):
@@ -38,9 +33,20 @@ def _of_strings(t: Any) -> bool:
     return True
 
 
-def check_schema(schema: StructType) -> tuple[str, ...]:
+def check_schema(schema: Any) -> tuple[str, ...]:
     """The columns a write takes (in the frame's order), after checking them; the read-only
-    columns of a rocketstore read are left out, any other column is refused."""
+    columns of a rocketstore read are left out, any other column is refused. ``schema`` is
+    the DataFrame's StructType."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        MapType,
+        ShortType,
+        StringType,
+    )
+
     allowed: dict[str, tuple[type, ...]] = {
         "topic": (StringType,),
         "body": (BinaryType, StringType),

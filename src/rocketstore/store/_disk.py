@@ -59,6 +59,19 @@ def disk_used_ratio(path: str) -> float:
     return -(-used * 100 // entire) / 100.0  # a whole percent, rounded up
 
 
+_WHY_NOT_WRITEABLE = (
+    (DISK_FULL_BIT, "the disk is full"),
+    (WRITE_LOGICS_QUEUE_ERROR_BIT, "the consume queues get no disk blocks (dispatch paused)"),
+    (WRITE_INDEX_FILE_ERROR_BIT, "the index gets no disk blocks (dispatch paused)"),
+    (NOT_WRITEABLE_BIT, "writes are turned off"),
+)
+
+
+def why_not_writeable(bits: int) -> str:
+    """Why running flags ``bits`` refuse writes, in words ('' when they do not)."""
+    return "; ".join(text for bit, text in _WHY_NOT_WRITEABLE if bits & bit)
+
+
 class RunningFlags:
     """RocketMQ's running-flag bits of a store."""
 

@@ -45,6 +45,7 @@ import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ...acl._table import request_names
 from ...remoting import (
     Connection,
     RemotingCommand,
@@ -70,6 +71,7 @@ from .._services import (
     HasTopics,
     TopicCreation,
 )
+from ..state._consume_progress import consume_progress
 from ..state._stats import GROUP_GET_NUMS
 from ..state._subscription_group import SubscriptionGroupConfig
 from ..state._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
@@ -135,6 +137,13 @@ class RequestError(ValueError):
 
 def _required_str(ext: dict[str, Any], name: str) -> str:
     value = ext_str(ext, name)
+    if value is None:
+        raise RequestError(f"the custom field <{name}> is null")
+    return value
+
+
+def _required_name(value: str | None, name: str) -> str:
+    """A topic or group name the request must carry (read through ``request_names``)."""
     if value is None:
         raise RequestError(f"the custom field <{name}> is null")
     return value
@@ -280,7 +289,7 @@ class AdminProcessor:
         return int(result) if isinstance(result, int) else 0
 
     def get_topic_stats_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = _required_str(cmd.ext_fields, "topic")
+        topic = _required_name(request_names(cmd).topic, "topic")
         config = self.broker.topics.select(topic)
         if config is None:
             return RemotingCommand.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -294,7 +303,7 @@ class AdminProcessor:
         return _ok(encode_topic_stats(table))
 
     def query_topic_consume_by_who(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = _required_str(cmd.ext_fields, "topic")
+        topic = _required_name(request_names(cmd).topic, "topic")
         groups = self.broker.consumers.groups_by_topic(topic)
         groups |= self.broker.offsets.groups_by_topic(topic)
         return _ok(encode_group_list(sorted(groups)))
@@ -345,10 +354,9 @@ class AdminProcessor:
     # ---- consumer progress ------------------------------------------------------------------
 
     async def get_consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        ext = cmd.ext_fields
-        group = _required_str(ext, "consumerGroup")
-        topic = ext_str(ext, "topic") or ""
-        stats = await asyncio.to_thread(self.consume_stats, group, topic.strip() or None)
+        names = request_names(cmd)  # as the ACL read them
+        group = _required_name(names.group, "consumerGroup")
+        stats = await asyncio.to_thread(self.consume_stats, group, names.topic or None)
         stats.consume_tps = self.consume_tps(group, {mq.topic for mq in stats.offset_table})
         return _ok(stats.encode())
 
@@ -360,30 +368,24 @@ class AdminProcessor:
 
     def consume_stats(self, group: str, topic: str | None) -> ConsumeStats:
         """The group's progress on ``topic``, or on every topic it has offsets on (any
-        thread)."""
-        broker, store = self.broker, self.store
-        topics = {topic} if topic else broker.offsets.topics_by_group(group)
-        info = broker.consumers.group_info(group)
-        subscribed = set(info.subscriptions) if info is not None else set()
+        thread; the reckoning is ``state._consume_progress``'s, which the metrics share)."""
+        broker = self.broker
+        skipped: list[str] = []
         stats = ConsumeStats()
-        for name in sorted(topics):
-            config = broker.topics.select(name)
-            if config is None:
-                log.warning("consume stats of %s: topic %s does not exist", group, name)
-                continue
-            if subscribed and name not in subscribed:
-                # online, but not subscribing this topic any more
-                continue
-            for qid in range(config.read_queue_nums):
-                broker_offset = max(0, store.get_max_offset_in_queue(name, qid))
-                consumer_offset = max(0, broker.offsets.query_offset(group, name, qid))
-                last = 0
-                if consumer_offset > 0:
-                    ts = store.get_message_store_timestamp(name, qid, consumer_offset - 1)
-                    last = ts if ts > 0 else 0
-                stats.offset_table[MessageQueue(name, self.broker_name, qid)] = OffsetWrapper(
-                    broker_offset, consumer_offset, last
-                )
+        for q in consume_progress(
+            self.store,
+            broker.topics,
+            broker.offsets,
+            broker.consumers,
+            group,
+            topic,
+            skipped=skipped,
+        ):
+            stats.offset_table[MessageQueue(q.topic, self.broker_name, q.queue_id)] = OffsetWrapper(
+                q.broker_offset, q.consumer_offset, q.last_timestamp
+            )
+        for name in skipped:
+            log.warning("consume stats of %s: topic %s does not exist", group, name)
         return stats
 
     # ---- broker information -----------------------------------------------------------------
@@ -450,15 +452,20 @@ STORE_KEY_NAMES = {
 }
 
 
+SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
+"""Settings never shown (GET_BROKER_CONFIG): they hold a secret key."""
+
+
 def config_texts(config: Any, store_config: Any) -> dict[str, str]:
     """Broker and store settings by RocketMQ's names (BrokerConfig's, MessageStoreConfig's
-    spelling, "Maped" included), values as text; broker.conf's other keys as given."""
+    spelling, "Maped" included), values as text; broker.conf's other keys as given. Secrets
+    (``SECRET_KEYS``) are left out."""
     from .._config import _CONF_KEYS
 
     out: dict[str, str] = {}
     broker_names = {v: k for k, v in _CONF_KEYS.items()}
     for f in dataclasses.fields(config):
-        if f.name == "config_file":
+        if f.name == "config_file" or broker_names.get(f.name) in SECRET_KEYS:
             continue
         out[broker_names.get(f.name) or _camel(f.name)] = _text(getattr(config, f.name))
     for f in dataclasses.fields(store_config):
@@ -467,7 +474,8 @@ def config_texts(config: Any, store_config: Any) -> dict[str, str]:
         key = STORE_KEY_NAMES.get(f.name) or _camel(f.name)
         out.setdefault(key, _text(getattr(store_config, f.name)))
     for key, value in store_config.extra:
-        out.setdefault(key, value)
+        if key not in SECRET_KEYS:
+            out.setdefault(key, value)
     return out
 
 

@@ -18,10 +18,13 @@ code   request                       ext fields → answer
                                      back unless isForce) sent to every client of the group
                                      as RESET_CONSUMER_CLIENT_OFFSET (220, one way; the
                                      clients move and commit); the answer: ResetOffsetBody.
-                                     A group without offsets on a queue: SYSTEM_ERROR "THe
-                                     consumer group <G> not exist"; no client online:
-                                     CONSUMER_NOT_ONLINE (mqadmin then sets the offsets
-                                     itself); no such topic: SYSTEM_ERROR
+                                     A queue without a committed offset takes the target;
+                                     a group the broker does not know (no subscription
+                                     group, no client, no offset on the topic): SYSTEM_ERROR
+                                     "THe consumer group <G> not exist" (RocketMQ 4.9.8
+                                     answers it for any queue without an offset); no client
+                                     online: CONSUMER_NOT_ONLINE (the admin client then sets
+                                     the offsets itself); no such topic: SYSTEM_ERROR
 =====  ============================  =========================================================
 
 Stats names: TOPIC_PUT_NUMS / TOPIC_PUT_SIZE by topic, GROUP_GET_NUMS / GROUP_GET_SIZE by
@@ -38,9 +41,10 @@ import asyncio
 import logging
 from typing import Protocol
 
+from ...acl._table import request_names
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_bool, ext_str
 from .._services import HasProducers
-from ..state._consumer_manager import ClientChannelInfo
+from ..state._consumer_manager import ClientChannelInfo, ConsumerGroupInfo
 from ..state._stats import (
     BROKER_GET_NUMS,
     BROKER_PUT_NUMS,
@@ -57,6 +61,7 @@ from ._admin import (
     _guarded,
     _ok,
     _required_int,
+    _required_name,
     _required_str,
 )
 from ._bodies import (
@@ -99,6 +104,14 @@ def _connection(info: ClientChannelInfo[Connection]) -> ClientConnection:
     return ClientConnection(info.client_id, peer, info.language, info.version)
 
 
+def _known_group(
+    broker: ClientAdminContext, group: str, clients: ConsumerGroupInfo[Connection] | None
+) -> bool:
+    """Whether the broker knows ``group`` apart from its offsets: a subscription group
+    config, or clients online."""
+    return broker.groups.get(group) is not None or bool(clients is not None and clients.clients)
+
+
 class ClientAdminProcessor:
     """Serves 203, 204, 222, 315 and 317 for one BrokerController (loop thread)."""
 
@@ -118,8 +131,9 @@ class ClientAdminProcessor:
 
     def reset_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        topic = _required_str(ext, "topic")
-        group = _required_str(ext, "group")
+        names = request_names(cmd)  # as the ACL read them
+        topic = _required_name(names.topic, "topic")
+        group = _required_name(names.group, "group")
         timestamp = _required_int(ext, "timestamp")
         force = ext_bool(ext, "isForce")
         broker = self.broker
@@ -137,20 +151,22 @@ class ClientAdminProcessor:
                 f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
             )
         store = broker.store
+        queue_ids = range(config.write_queue_nums)
+        offsets = {qid: broker.offsets.query_offset(group, topic, qid) for qid in queue_ids}
+        clients = broker.consumers.group_info(group)
+        if all(o == -1 for o in offsets.values()) and not _known_group(broker, group, clients):
+            raise RequestError(f"THe consumer group <{group}> not exist")
         table: dict[MessageQueue, int] = {}
-        for qid in range(config.write_queue_nums):
-            current = broker.offsets.query_offset(group, topic, qid)
-            if current == -1:
-                raise RequestError(f"THe consumer group <{group}> not exist")
+        for qid in queue_ids:
             if timestamp == -1:
                 target = store.get_max_offset_in_queue(topic, qid)
             else:
                 target = store.get_offset_in_queue_by_time(topic, qid, timestamp)
             target = max(0, target)
+            current = offsets[qid]  # -1: nothing committed yet, the target is taken
             table[MessageQueue(topic, broker.config.broker_name, qid)] = (
-                target if force or target < current else current
+                target if force or current == -1 or target < current else current
             )
-        clients = broker.consumers.group_info(group)
         if clients is None or not clients.clients:
             return RemotingCommand.response(
                 RC.CONSUMER_NOT_ONLINE,
@@ -180,7 +196,7 @@ class ClientAdminProcessor:
         return _ok(encode_reset_offset(table))
 
     def consumer_connection(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = _required_str(cmd.ext_fields, "consumerGroup")
+        group = _required_name(request_names(cmd).group, "consumerGroup")
         info = self.broker.consumers.group_info(group)
         if info is None:
             return RemotingCommand.response(

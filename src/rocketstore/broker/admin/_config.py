@@ -41,6 +41,8 @@ from ...namesrv._properties import (
     BLACK_LIST_REMARK,
     BROKER_BLACK_LIST,
     PropertiesError,
+    java_bool,
+    java_int,
     parse_properties,
 )
 from ...remoting import Connection, RemotingCommand, ResponseCode
@@ -67,22 +69,15 @@ APPLIED_REMARK = (
 PERSISTED_REMARK = "applied and written to {path}"
 
 
-def _bool(text: str) -> bool:
-    low = text.strip().lower()
-    if low not in ("true", "false"):
-        raise ValueError(f"{text!r} is not true or false")
-    return low == "true"
+_bool = java_bool
 
 
 def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An int setting as RocketMQ's Integer.parseInt reads it (``java_int``), within
+    [lo, hi]."""
+
     def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ValueError(f"{text!r} is not an integer") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"{value} is not within [{lo}, {hi}]")
-        return value
+        return java_int(text, lo, hi)
 
     return parse
 

@@ -45,8 +45,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ...acl._table import request_names
 from ...remoting import Connection, RemotingCommand, RemotingError, ResponseCode, ext_bool, ext_str
-from ._admin import AdminContext, Handler, RequestError, _guarded, _ok, _required_str
+from ._admin import (
+    AdminContext,
+    Handler,
+    RequestError,
+    _guarded,
+    _ok,
+    _required_name,
+    _required_str,
+)
 from ._bodies import BodyFormatError, MessageQueue
 from ._consumer_bodies import ConsumerStatusBody
 
@@ -98,7 +107,7 @@ class ConsumerAdminProcessor:
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand:
         ext = cmd.ext_fields
-        group = _required_str(ext, "consumerGroup")
+        group = _required_name(request_names(cmd).group, "consumerGroup")
         client_id = _required_str(ext, "clientId")
         info = self.broker.consumers.group_info(group)
         client = None
@@ -127,8 +136,9 @@ class ConsumerAdminProcessor:
 
     async def consumer_status(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        topic = _required_str(ext, "topic")
-        group = _required_str(ext, "group")
+        names = request_names(cmd)  # as the ACL read them
+        topic = _required_name(names.topic, "topic")
+        group = _required_name(names.group, "group")
         only = (ext_str(ext, "clientAddr") or "").strip()
         log.info(
             "[get-consumer-status] get consumer status by %s. topic=%s, group=%s",
@@ -182,9 +192,10 @@ class ConsumerAdminProcessor:
 
     def clone_group_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        src = _required_str(ext, "srcGroup")
-        dest = _required_str(ext, "destGroup")
-        topic = (ext_str(ext, "topic") or "").strip()
+        names = request_names(cmd)  # as the ACL read them
+        src = _required_name(names.source_group, "srcGroup")
+        dest = _required_name(names.group, "destGroup")
+        topic = names.topic or ""
         offline = ext_bool(ext, "offline")
         broker = self.broker
         topics = {topic} if topic else broker.offsets.topics_by_group(src)

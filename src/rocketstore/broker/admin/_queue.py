@@ -29,7 +29,8 @@ import asyncio
 import logging
 from typing import Protocol
 
-from ...remoting import Connection, RemotingCommand, ResponseCode, ext_str
+from ...acl._table import request_names
+from ...remoting import Connection, RemotingCommand, ResponseCode
 from ...store.log._record import SCHEDULE_TOPIC
 from ...store.queue._consume_queue import UNIT, UNIT_SIZE
 from .._services import HasConsumers, HasStore, HasTopics
@@ -40,7 +41,7 @@ from ._admin import (
     _guarded,
     _ok,
     _required_int,
-    _required_str,
+    _required_name,
 )
 from ._bodies import ConsumeQueueUnit, QueryConsumeQueueBody
 
@@ -72,11 +73,12 @@ class QueueAdminProcessor:
 
     def query_consume_queue(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        topic = _required_str(ext, "topic")
+        names = request_names(cmd)  # as the ACL read them
+        topic = _required_name(names.topic, "topic")
         queue_id = _required_int(ext, "queueId")
         index = _required_int(ext, "index")
         count = _required_int(ext, "count")
-        group = ext_str(ext, "consumerGroup")
+        group = names.group
         if not 0 <= count <= MAX_QUERY_COUNT:
             raise RequestError(f"count {count} is not within [0, {MAX_QUERY_COUNT}]")
         cq = self.broker.store.consume_queues.find(topic, queue_id)

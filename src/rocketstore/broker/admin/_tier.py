@@ -26,7 +26,8 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ...acl._table import request_names
+from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from ...tier._answer import NO_TIER, TierManifestBody
 from ...tier._manifest import TierError, is_topic_name, load_covered
 from .._services import HasConfig, HasTier, HasTopics
@@ -61,7 +62,7 @@ class TierAdminProcessor:
         return {int(RequestCode.GET_TIER_MANIFEST): self.get_tier_manifest}
 
     def get_tier_manifest(self, cmd: RemotingCommand, conn: Connection) -> Any:
-        topic = ext_str(cmd.ext_fields, "topic")
+        topic = request_names(cmd).topic  # as the ACL read it
         if not topic:
             return RemotingCommand.response(RC.SYSTEM_ERROR, "the custom field <topic> is null")
         tier = self.broker.tier_reader()

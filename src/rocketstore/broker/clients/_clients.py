@@ -12,7 +12,10 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ...acl._remoting import PRODUCER_GRANTS, check_then
+from ...acl._table import request_names
+from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from ...remoting._command import str_value
 from .._errors import InvalidHeartbeatError
 from .._services import HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation
 from ..state._consumer_manager import parse_heartbeat
@@ -44,6 +47,9 @@ class ClientProcessor:
             data = parse_heartbeat(cmd.body)
         except InvalidHeartbeatError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+        refused = check_then(cmd, data)  # its groups and topics, as decoded here
+        if refused is not None:
+            return refused
         broker = self.broker
         conn.attributes["client_id"] = data.client_id
         new_topic = False
@@ -72,6 +78,8 @@ class ClientProcessor:
             ):
                 self.notify_ids_changed(group)
         for group in data.producer_groups:
+            if cmd.grant is not None:
+                conn.attributes.setdefault(PRODUCER_GRANTS, {})[group] = cmd.grant
             broker.producers.register_producer(
                 group, conn, data.client_id, language=cmd.language, version=cmd.version
             )
@@ -83,9 +91,8 @@ class ClientProcessor:
         return answer
 
     def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        ext = cmd.ext_fields
-        producer_group = ext_str(ext, "producerGroup")
-        consumer_group = ext_str(ext, "consumerGroup")
+        producer_group = str_value(cmd.ext_fields.get("producerGroup"))
+        consumer_group = request_names(cmd).group
         if producer_group:
             self.broker.producers.unregister_producer(producer_group, conn)
         if consumer_group:
@@ -94,7 +101,7 @@ class ClientProcessor:
         return RemotingCommand.response(RC.SUCCESS)
 
     def consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = ext_str(cmd.ext_fields, "consumerGroup") or ""
+        group = request_names(cmd).group or ""
         ids = self.broker.consumers.consumer_ids(group)
         if not ids:
             return RemotingCommand.response(RC.SYSTEM_ERROR, f"no consumer for this group, {group}")

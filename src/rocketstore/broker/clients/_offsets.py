@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ...acl._table import request_names
 from ...remoting import (
     Connection,
     RemotingCommand,
@@ -19,7 +20,6 @@ from ...remoting import (
     ResponseCode,
     ext_int,
     ext_int32,
-    ext_str,
 )
 from ...tier._manifest import TierError
 from .._services import HasOffsets, HasStore, HasTier
@@ -35,8 +35,8 @@ def _ok(**ext: Any) -> RemotingCommand:
     return RemotingCommand.response(RC.SUCCESS, None, {k: str(v) for k, v in ext.items()})
 
 
-def _group(ext: dict[str, Any]) -> str:
-    group = ext_str(ext, "consumerGroup")
+def _group(cmd: RemotingCommand) -> str:
+    group = request_names(cmd).group
     if not group:
         raise RequestError("the custom field <consumerGroup> is null")
     return group
@@ -58,9 +58,10 @@ class OffsetProcessor:
         }
 
     @staticmethod
-    def _queue(ext: dict[str, Any]) -> tuple[str, int]:
-        topic = ext_str(ext, "topic") or ""
-        queue_id = ext_int32(ext, "queueId")
+    def _queue(cmd: RemotingCommand) -> tuple[str, int]:
+        """The request's topic (as the ACL read it) and queue id."""
+        topic = request_names(cmd).topic or ""
+        queue_id = ext_int32(cmd.ext_fields, "queueId")
         if not topic or queue_id is None:
             raise RequestError("topic and queueId are required")
         if queue_id < 0:
@@ -68,9 +69,8 @@ class OffsetProcessor:
         return topic, queue_id
 
     def query_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        ext = cmd.ext_fields
-        topic, queue_id = self._queue(ext)
-        group = _group(ext)
+        topic, queue_id = self._queue(cmd)
+        group = _group(cmd)
         offset = self.broker.offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
             return _ok(offset=offset)
@@ -91,32 +91,30 @@ class OffsetProcessor:
         return self.store.max_phy_offset - phys > self.store.reader.memory
 
     def update_consumer_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        ext = cmd.ext_fields
-        topic, queue_id = self._queue(ext)
-        group = _group(ext)
-        offset = ext_int(ext, "commitOffset")
+        topic, queue_id = self._queue(cmd)
+        group = _group(cmd)
+        offset = ext_int(cmd.ext_fields, "commitOffset")
         if offset is None:
             raise RequestError("commitOffset is required")
         self.broker.offsets.commit_offset(conn.peer, group, topic, queue_id, offset)
         return RemotingCommand.response(RC.SUCCESS)
 
     def search_offset_by_timestamp(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        ext = cmd.ext_fields
-        topic, queue_id = self._queue(ext)
-        timestamp = ext_int(ext, "timestamp")
+        topic, queue_id = self._queue(cmd)
+        timestamp = ext_int(cmd.ext_fields, "timestamp")
         if timestamp is None:
             raise RequestError("timestamp is required")
         return _ok(offset=self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp))
 
     def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic, queue_id = self._queue(cmd.ext_fields)
+        topic, queue_id = self._queue(cmd)
         return _ok(offset=self.store.get_max_offset_in_queue(topic, queue_id))
 
     def get_min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """The queue's first offset a pull can read: with a tiered store that holds the
         offsets right below the consume queue's minimum, the tier's first (as RocketMQ 5's
         tiered store answers), since pulls below the minimum are served from it."""
-        topic, queue_id = self._queue(cmd.ext_fields)
+        topic, queue_id = self._queue(cmd)
         low = self.store.get_min_offset_in_queue(topic, queue_id)
         tier = self.broker.tier_reader() if low > 0 else None
         if tier is not None:
@@ -131,5 +129,5 @@ class OffsetProcessor:
     def get_earliest_msg_store_time(
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand:
-        topic, queue_id = self._queue(cmd.ext_fields)
+        topic, queue_id = self._queue(cmd)
         return _ok(timestamp=self.store.get_earliest_message_time(topic, queue_id))

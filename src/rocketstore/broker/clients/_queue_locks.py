@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ...acl._remoting import check_then
 from ...remoting import Connection, RemotingCommand, ResponseCode
 from ...remoting._fastjson import loads_lenient
 from ...store._clock import SYSTEM_CLOCK, Clock
@@ -95,20 +96,35 @@ class QueueLocks:
         return now - held.renewed_ms > self._max_live_ms
 
 
-def _parse(body: bytes | bytearray | memoryview) -> tuple[str, str, list[QueueKey]]:
+@dataclass(frozen=True, slots=True)
+class LockRequest:
+    """A decoded LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body: the object the ACL checks (its group
+    and its queues' topics) and the handler acts on."""
+
+    group: str
+    client_id: str
+    queues: tuple[QueueKey, ...]
+
+    @property
+    def topics(self) -> list[str]:
+        return [q.topic for q in self.queues]
+
+
+def parse_lock_request(body: bytes | bytearray | memoryview) -> LockRequest:
+    """ValueError when the body is not a lock request."""
     try:
         doc = loads_lenient(bytes(body).decode("utf-8"))
         group = doc["consumerGroup"]
         client_id = doc["clientId"]
-        queues = [
+        queues = tuple(
             QueueKey(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
             for q in doc.get("mqSet") or []
-        ]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        )
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError) as exc:
         raise ValueError(f"bad lock request body: {exc}") from None
     if not isinstance(group, str) or not isinstance(client_id, str):
         raise ValueError("bad lock request body: consumerGroup and clientId must be strings")
-    return group, client_id, queues
+    return LockRequest(group, client_id, queues)
 
 
 class QueueLockProcessor:
@@ -120,17 +136,23 @@ class QueueLockProcessor:
 
     def lock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
-            group, client_id, queues = _parse(cmd.body)
+            request = parse_lock_request(cmd.body)
         except ValueError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
-        locked = self.locks.try_lock(group, queues, client_id)
+        refused = check_then(cmd, request)
+        if refused is not None:
+            return refused
+        locked = self.locks.try_lock(request.group, request.queues, request.client_id)
         body = json.dumps({"lockOKMQSet": [mq.to_json() for mq in locked]}, separators=(",", ":"))
         return RemotingCommand.response(RC.SUCCESS, None, {}, body.encode())
 
     def unlock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
-            group, client_id, queues = _parse(cmd.body)
+            request = parse_lock_request(cmd.body)
         except ValueError as exc:
             return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
-        self.locks.unlock(group, queues, client_id)
+        refused = check_then(cmd, request)
+        if refused is not None:
+            return refused
+        self.locks.unlock(request.group, request.queues, request.client_id)
         return RemotingCommand.response(RC.SUCCESS)

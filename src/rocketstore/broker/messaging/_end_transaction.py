@@ -13,6 +13,10 @@ UNIQ_KEY) and ``offsetMsgId``; the body is the half message encoded as a stored 
 its real topic and queue, as RocketMQ's MessageDecoder encodes it. The producer answers with
 END_TRANSACTION (fromTransactionCheck true).
 
+With the ACL on, an end of transaction needs PUB on the half message's real topic (checked
+once the half is found), and a check goes only to a producer whose heartbeat's account may
+send to that topic: the check carries the message.
+
 Loop thread only.
 """
 
@@ -21,24 +25,30 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from ...acl._remoting import PRODUCER_GRANTS, Grant, check_then
+from ...acl._table import writable
 from ...remoting._codes import RequestCode
 from ...remoting._codes import ResponseCode as RC
 from ...remoting._command import RemotingCommand, ext_int, ext_str
 from ...remoting._connection import Connection
 from ...store.log._record import (
+    PROPERTY_REAL_TOPIC,
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     encode_record,
 )
-from .._services import HasProducers, HasStore, HasStoreConfig
+from .._services import HasAcl, HasProducers, HasStore, HasStoreConfig
+from ..state._topic_config import owning_topic
 from ._transaction import CheckRequest, HasTransactions, TransactionError
 
 log = logging.getLogger(__name__)
 
 
-class EndTransactionContext(HasProducers, HasStore, HasStoreConfig, HasTransactions, Protocol):
+class EndTransactionContext(
+    HasAcl, HasProducers, HasStore, HasStoreConfig, HasTransactions, Protocol
+):
     """What END_TRANSACTION and the producers' checks use of the broker."""
 
 
@@ -88,6 +98,10 @@ class EndTransactionProcessor:
         service = broker.transactions
         try:
             half = await service.find_half(commit_log_offset, queue_offset)
+            real = half.properties.get(PROPERTY_REAL_TOPIC)
+            refused = check_then(cmd, owning_topic(half.topic, real))
+            if refused is not None:
+                return refused
             await service.end(
                 half,
                 kind == TRANSACTION_COMMIT_TYPE,
@@ -107,9 +121,17 @@ class EndTransactionProcessor:
         group = request.producer_group
         if not group:
             return False
-        conn = self.broker.producers.available_channel(
-            group, lambda c: isinstance(c, Connection) and not c.closed
-        )
+        need = writable(request.real_topic)
+
+        def may_ask(c: Any) -> bool:
+            if not isinstance(c, Connection) or c.closed:
+                return False
+            if self.broker.acl is None:
+                return True
+            grant = c.attributes.get(PRODUCER_GRANTS, {}).get(group)
+            return isinstance(grant, Grant) and grant.allows(need)
+
+        conn = self.broker.producers.available_channel(group, may_ask)
         if conn is None:
             return False
         half = request.half

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ...acl._table import request_names
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ...store._errors import CorruptRecordError
 from ...store.log._message import GetMessageStatus
@@ -123,9 +124,10 @@ class PullProcessor:
                 RC.NO_PERMISSION,
                 f"the broker[{broker.config.broker_name}] pulling message is forbidden",
             )
+        names = request_names(cmd)  # the topic and group the ACL checked
+        group = names.group or ""
+        topic = names.topic or ""
         try:
-            group = ext_str(ext, "consumerGroup") or ""
-            topic = ext_str(ext, "topic") or ""
             queue_id = ext_int(ext, "queueId", 0) or 0
             offset = ext_int(ext, "queueOffset", 0) or 0
             max_nums = ext_int(ext, "maxMsgNums", 32) or 32

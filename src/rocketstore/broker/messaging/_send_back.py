@@ -12,6 +12,8 @@ import asyncio
 import random
 from typing import Any, Protocol
 
+from ...acl._remoting import check_then
+from ...acl._table import request_names
 from ...remoting import (
     Connection,
     RemotingCommand,
@@ -22,13 +24,14 @@ from ...remoting import (
     ext_str,
 )
 from ...store.log._message import Message
-from ...store.log._record import PROPERTY_DELAY, PROPERTY_WAIT
+from ...store.log._record import PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_WAIT
 from .._services import HasConfig, HasGroups, HasStore, HasStoreConfig, TopicCreation
 from ..state._topic_config import (
     PERM_READ,
     PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     dlq_topic,
+    owning_topic,
     retry_topic,
 )
 
@@ -80,7 +83,7 @@ class SendBackProcessor:
     def send_back(self, cmd: RemotingCommand, conn: Connection) -> Any:
         ext = cmd.ext_fields
         broker = self.broker
-        group = ext_str(ext, "group") or ""
+        group = request_names(cmd).group or ""  # as the ACL read it
         if not group:
             raise RequestError("the custom field <group> is null")
         phys = ext_int(ext, "offset")
@@ -104,6 +107,10 @@ class SendBackProcessor:
             return RemotingCommand.response(
                 RC.SYSTEM_ERROR, f"look message by offset failed, {phys}"
             )
+        # the message is copied into the group's retry topic: the account must read its topic
+        refused = check_then(cmd, owning_topic(msg.topic, msg.properties.get(PROPERTY_REAL_TOPIC)))
+        if refused is not None:
+            return refused
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
         props[PROPERTY_WAIT] = "false"

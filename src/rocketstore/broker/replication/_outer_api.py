@@ -29,6 +29,7 @@ from ...namesrv import (
     decode_kv_table,
 )
 from ...remoting import AsyncRemotingClient, RemotingCommand, RemotingError, RequestCode, ext_str
+from ...remoting._client import FROM_ENV, Signer
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class NamesrvRegistrar:
         on_registered: Callable[[RegisterBrokerResult], None] | None = None,
         client: AsyncRemotingClient | None = None,
         broker_id_of: Callable[[], int] | None = None,
+        signer: Signer | None = FROM_ENV,
     ) -> None:
         self.namesrv_addrs = list(namesrv_addrs)
         self.cluster = cluster
@@ -87,7 +89,7 @@ class NamesrvRegistrar:
         self.compressed = compressed
         self.on_registered = on_registered
         self._own_client = client is None
-        self.client = client if client is not None else AsyncRemotingClient()
+        self.client = client if client is not None else AsyncRemotingClient(signer=signer)
         self.master_addr: str | None = None
         self.ha_master_addr: str | None = None
         self.last_result: RegisterBrokerResult | None = None

@@ -22,7 +22,7 @@ from ...remoting import (
     ResponseCode,
 )
 from ...remoting._fastjson import loads_lenient
-from .._services import HasGroups, HasOffsets, HasTopics
+from .._services import HasGroups, HasInnerClient, HasOffsets, HasTopics
 from ..state._subscription_group import SubscriptionGroupConfig
 from ..state._topic_config import TopicConfig
 
@@ -35,7 +35,7 @@ FIRST_SYNC_S = 3.0
 SYNC_INTERVAL_S = 10.0
 
 
-class SyncContext(HasGroups, HasOffsets, HasTopics, Protocol):
+class SyncContext(HasGroups, HasInnerClient, HasOffsets, HasTopics, Protocol):
     """What a slave's copy of its master's state (and the master's answers) use of the broker."""
 
 
@@ -67,7 +67,7 @@ class SlaveSynchronizer:
         self.broker = broker
         self.timeout_s = timeout_s
         self.master_addr: str | None = None
-        self.client = AsyncRemotingClient()
+        self.client = AsyncRemotingClient(signer=broker.inner_signer)
         self.syncs = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()

@@ -136,6 +136,9 @@ class BrokerStats:
         self.rolling = RollingStats()
         # the store's put and get totals at the last two midnights (brokerStatus)
         self.daily = DailyTotals()
+        # requests are timed (``timed_handlers`` was called): the send frame path, which
+        # serves sends outside the handler table, counts them itself (``note_sent``)
+        self.timing = False
 
     def note_out(self, topic: str, group: str, messages: int, size: int) -> None:
         """``messages`` of ``size`` bytes in all handed to ``group`` from ``topic``."""
@@ -169,11 +172,33 @@ class BrokerStats:
         ext = cmd.ext_fields  # a V2 header, or V1 names once the send handler converted it
         topic = ext_str(ext, "topic") or ext_str(ext, "b") or ""
         properties = ext_str(ext, "properties") or ext_str(ext, "i") or ""
+        self._note_size(topic, properties, len(cmd.body or b""))
+
+    def _note_size(self, topic: str, properties: str, size: int) -> None:
         key = (topic, message_type(properties))
         histogram = self.message_size.get(key)
         if histogram is None:
             histogram = self.message_size[key] = Histogram(MESSAGE_SIZE_BUCKETS)
-        histogram.observe(float(len(cmd.body or b"")))
+        histogram.observe(float(size))
+
+    def note_sent(
+        self, code: int, response_code: int, topic: str, properties: str, size: int, began: float
+    ) -> None:
+        """What ``timed`` counts for a send answered at once (not one-way), for the send frame
+        path: its latency since ``began`` (this object's clock) and, when it was stored
+        (``response_code`` 0), its body's ``size`` under its topic and message type."""
+        ms = (self._clock() - began) * 1000.0
+        if response_code == 0:
+            self._note_size(topic, properties, size)
+        key = (code, response_code, False, RESULT_SUCCESS)
+        histogram = self.rpc_latency.get(key)
+        if histogram is None:
+            histogram = self.rpc_latency[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
+        histogram.observe(ms)
+
+    def now(self) -> float:
+        """The time on the clock latencies are measured on (seconds)."""
+        return self._clock()
 
     def timed(self, handler: Callable[[RemotingCommand, Any], Any]) -> Callable[..., Any]:
         """``handler`` with its latency counted: until its response is ready (a held pull until
@@ -202,6 +227,7 @@ class BrokerStats:
         return timed_handler
 
     def timed_handlers(self, handlers: Mapping[int, Any]) -> dict[int, Any]:
+        self.timing = True
         return {code: self.timed(handler) for code, handler in handlers.items()}
 
 
@@ -299,8 +325,10 @@ class RollingCounter:
             else:
                 base_ts, base_value, base_times = ts, value, times
         total = self.value - base_value
-        elapsed = now_ms - base_ts
-        tps = total * 1000.0 / elapsed if elapsed > 0 else 0.0
+        # a counter younger than one sampling step (10 s) is divided by that step: RocketMQ's
+        # samples come every 10 s, so its first TPS covers 10 s, never a few milliseconds
+        elapsed = max(now_ms - base_ts, _WINDOWS_MS[0][0])
+        tps = total * 1000.0 / elapsed
         times_diff = self.times - base_times
         return total, tps, (total / times_diff if times_diff > 0 else 0.0)
 

@@ -103,6 +103,16 @@ _NOT_ALLOWED_SEND_TOPICS = frozenset(
 _VALID_CHARS = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+def owning_topic(topic: str, real_topic: str | None) -> str:
+    """The topic a stored message belongs to, for access checks: a delayed message
+    (SCHEDULE_TOPIC_XXXX) and a half message (RMQ_SYS_TRANS_HALF_TOPIC) belong to the topic
+    they wait for (their REAL_TOPIC property), any other message to the topic it is stored
+    in."""
+    if real_topic and topic in (SCHEDULE_TOPIC, TRANS_HALF_TOPIC):
+        return real_topic
+    return topic
+
+
 def validate_topic(topic: str, *, allow_default: bool = True) -> None:
     """Raise InvalidTopicError unless ``topic`` matches ``^[%|a-zA-Z0-9_-]+$`` and has at most 127
     characters; with ``allow_default=False`` the default topic TBW102 is refused too (a client may

@@ -62,7 +62,7 @@ class HAStatistics:
     push2slave_max_offset: int  # the highest offset a slave acknowledged
     connection_count: int
     slaves: tuple[SlaveConnectionStats, ...]
-    nearest_lag_bytes: int  # of the nearest slave; the master's max offset with none connected
+    nearest_lag_bytes: int | None  # of the nearest slave; None with no slave connected
     transfer_waits: int  # SYNC_MASTER puts that waited for a slave
     transfer_timeouts: int  # ... and ended in FLUSH_SLAVE_TIMEOUT
     slave_not_available: int  # puts answered SLAVE_NOT_AVAILABLE
@@ -267,7 +267,7 @@ class HAService:
             push2slave_max_offset=t.acked,
             connection_count=len(slaves),
             slaves=slaves,
-            nearest_lag_bytes=min((s.lag_bytes for s in slaves), default=master_max),
+            nearest_lag_bytes=min((s.lag_bytes for s in slaves), default=None),
             transfer_waits=t.waits,
             transfer_timeouts=t.timeouts,
             slave_not_available=t.not_available,
@@ -290,7 +290,8 @@ class HAService:
             info["haListenPort"] = str(s.listen_port)
             info["haConnectionCount"] = str(s.connection_count)
             info["haPush2SlaveMaxOffset"] = str(s.push2slave_max_offset)
-            info["haNearestSlaveLagBytes"] = str(s.nearest_lag_bytes)
+            if s.nearest_lag_bytes is not None:  # no slave: no lag figure
+                info["haNearestSlaveLagBytes"] = str(s.nearest_lag_bytes)
             info["haTransferWaits"] = str(s.transfer_waits)
             info["haTransferTimeouts"] = str(s.transfer_timeouts)
             info["haSlaveNotAvailable"] = str(s.slave_not_available)

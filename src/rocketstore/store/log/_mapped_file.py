@@ -254,16 +254,20 @@ class MappedFile:
 
     def allocate_range(self, start: int, end: int) -> None:
         """Give bytes [start, end) disk blocks (pages written out of order: index slots).
-        Raises StoreIOError as ``ensure_allocated``."""
+        Raises StoreIOError as ``ensure_allocated``.
+
+        The range is always reserved, even below ``allocated``: a loaded file's ``allocated``
+        is where its last data ends, and a file written out of order has holes below it (an
+        index file's slot pages never written). Blocks already there cost nothing."""
         lo = start - start % OS_PAGE_SIZE
         hi = min(self.file_size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
-        if hi <= self.allocated:
+        if hi <= lo:
             return
         with translate_os_errors(f"allocate disk blocks for {self.path}"):
             ok = reserve(self._fd, lo, hi)
         if not ok:
             self.allocated = self.file_size
-        elif lo <= self.allocated:
+        elif lo <= self.allocated < hi:
             self.allocated = hi
 
     def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:

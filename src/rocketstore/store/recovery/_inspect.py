@@ -22,6 +22,7 @@ report has one error saying it is not a store directory, and ``is_store`` is fal
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -256,7 +257,7 @@ class Inspector:
             base = int(path.name)
             with _mapped(path) as mm:
                 if ended:
-                    if len(mm) and _nonzero(mm):  # type: ignore[arg-type]
+                    if len(mm) and _nonzero(mm, path):
                         rep.errors.append(
                             f"commitlog/{path.name}: data after the end of the log at {end}"
                         )
@@ -293,7 +294,7 @@ class Inspector:
                 elif r.end < size:
                     end = base + r.end
                     ended = True
-                    tail = _nonzero(mm, r.end)  # type: ignore[arg-type]
+                    tail = _nonzero(mm, path, r.end)
                     if tail:
                         rep.errors.append(
                             f"commitlog/{path.name}: {tail} bytes past the end of the log at {end} are not zero"
@@ -383,7 +384,9 @@ class Inspector:
             base = int(n)
             with _mapped(qdir / n) as mm:
                 limit = len(mm) - len(mm) % UNIT_SIZE
-                for pos in range(0, limit, UNIT_SIZE):
+                # the units past the last non-zero byte are all zero: the queue's end
+                used = min(limit, -(-_nonzero(mm, qdir / n) // UNIT_SIZE) * UNIT_SIZE)
+                for pos in range(0, used, UNIT_SIZE):
                     off, usize, _tags = UNIT.unpack_from(mm, pos)
                     offset = (base + pos) // UNIT_SIZE
                     if ended or off < 0 or usize <= 0:
@@ -404,7 +407,8 @@ class Inspector:
                     q.units_checked += 1
                     self._unit(where, q, offset, off, usize)
                 if not ended:
-                    q.max_offset = (base + limit) // UNIT_SIZE
+                    ended = used < limit
+                    q.max_offset = (base + used) // UNIT_SIZE
             step(s)
         if stats is not None and q.max_offset < q.log_next_offset:
             rep.warnings.append(
@@ -552,13 +556,41 @@ class Inspector:
             cp.shutdown()
 
 
-def _nonzero(mm: mmap.mmap, start: int = 0) -> int:
-    """How far past ``start`` non-zero bytes reach (0: all zero)."""
+_STEP = 1 << 20
+_ZEROS = bytes(_STEP)
+
+
+def _data_ranges(path: Path, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The parts of ``[start, end)`` of a file that may hold data: the holes of a sparse file
+    (a pre-allocated commit-log or consume-queue file is mostly one) are skipped with
+    SEEK_DATA / SEEK_HOLE; where the file system cannot tell, the whole range."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < end:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # no SEEK_DATA here: read it all
+                    yield pos, end
+                return  # ENXIO: a hole up to the end of the file
+            if data >= end:
+                return
+            hole = min(end, os.lseek(fd, data, os.SEEK_HOLE))
+            yield data, hole
+            pos = hole
+    finally:
+        os.close(fd)
+
+
+def _nonzero(mm: mmap.mmap | bytes, path: Path, start: int = 0) -> int:
+    """How far past ``start`` non-zero bytes of ``mm`` (the mapping of ``path``) reach (0: all
+    zero). Only the file's data is read, a megabyte at a time compared with zeros."""
     size = len(mm)
-    step = 1 << 20
     reach = 0
-    for at in range(start, size, step):
-        chunk = mm[at : min(size, at + step)]
-        if chunk.count(0) != len(chunk):
-            reach = at + len(chunk.rstrip(b"\0")) - start
+    for begin, end in _data_ranges(path, start, size):
+        for at in range(begin, end, _STEP):
+            n = min(end, at + _STEP) - at
+            if mm[at : at + n] != _ZEROS[:n]:
+                reach = at + len(mm[at : at + n].rstrip(b"\0")) - start
     return reach

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .._clock import Clock
-from .._durable import fsync_dir, replace_synced
+from .._durable import fsync_dir, is_disk_full, replace_synced
 from .._service import ServiceThread
 from ..log._message import Message, PutMessageResult, PutMessageStatus, RedeliveredMessage
 from ..log._record import (
@@ -172,6 +172,7 @@ class ScheduleMessageService(ServiceThread):
         self._delivered: collections.Counter[int] = collections.Counter()
         self._warned_levels: set[int] = set()
         self._loaded = False
+        self._persist_disk_full = False  # the last persist found the disk full
         # recalled timer messages: "<topic>\x01<UNIQ_KEY>" → delivery time (epoch ms)
         self._recalled: dict[str, int] = {}
         self._recalled_dirty = False
@@ -240,8 +241,16 @@ class ScheduleMessageService(ServiceThread):
             table = self._collect_safe(self._flushed())
             try:
                 self.offset_file.persist(table)
-            except OSError:
-                log.exception("could not persist delay progress; retried at the next interval")
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    log.exception("could not persist delay progress; retried at the next interval")
+                elif not self._persist_disk_full:  # told once until it works again
+                    log.error("could not persist delay progress (retried): %s", exc)
+                self._persist_disk_full = is_disk_full(exc)
+            else:
+                if self._persist_disk_full:
+                    log.info("delay progress persisted again")
+                self._persist_disk_full = False
             stale = self.clock.now_ms() - _RECALL_KEPT_MS
             for key in [k for k, when in self._recalled.items() if when < stale]:
                 del self._recalled[key]

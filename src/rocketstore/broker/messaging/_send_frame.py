@@ -1,0 +1,221 @@
+"""The send frame path: a plain send served from its frame's bytes to its answer's bytes.
+
+The remoting connection hands every request frame to ``SendFramePath.serve`` before it decodes
+it (``Connection.frame_path``). For a plain SEND_MESSAGE / SEND_MESSAGE_V2 (what
+``_send_scan.scan_send`` accepts: one header, JSON or binary, of the send's own fields,
+nothing unusual) to a known topic's queue, with properties that need no general-path handling, whose put does
+not wait (ASYNC_FLUSH on a master that does not replicate synchronously) and with the ACL off,
+it reads the header's fields straight from the frame (no header dictionary, no command
+object), stores the message through the send processor's ``put_plain`` (as the processor's own
+fast path stores it) and returns the answer frame's bytes, written from a template: the same
+bytes the connection would write for the processor's answer. The broker's request statistics
+are counted as the handler table's timing counts them (``BrokerStats.note_sent``).
+
+Anything else returns None before anything is stored, and the connection decodes the frame
+and calls the handler as before: the send processor's general path decides, refuses what it
+must and answers as it always did. So this path changes no answer and no stored byte
+(tests/test_send_frame.py sends the same frames both ways and compares the stores, the answers
+and the statistics).
+
+It is installed only where the compiled header scanner is built: its pure-Python twin is the
+reference for the tests, and is not faster than the connection's own decode.
+
+Loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any, Protocol
+
+from ...remoting import Connection, RemotingCommand, RequestError, ResponseCode
+from ...remoting._codes import LanguageCode
+from ...remoting._command import ONEWAY_FLAG, RESPONSE_FLAG, SERIALIZE_ROCKETMQ, SERVER_VERSION
+from ...store.log._message import PutMessageResult, PutMessageStatus
+from ..state._stats import BrokerStats
+from ._send import SendProcessor
+from ._send_scan import scan_send
+
+log = logging.getLogger(__name__)
+_PUT_OK = PutMessageStatus.PUT_OK
+_PREFIX = struct.Struct(">ii")
+# the answer to a stored send, as the connection encodes the processor's answer: fixed fields,
+# extFields in the processor's order, the field the Java side adds
+_ANSWER_HEAD = f'{{"code":0,"language":"PYTHON","version":{SERVER_VERSION:d},"opaque":'
+_ANSWER_ID = ',"flag":1,"extFields":{"msgId":"'
+_ANSWER_QUEUE = '","queueId":"'
+_ANSWER_OFFSET = '","queueOffset":"'
+_ANSWER_TAIL = '","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"serializeTypeCurrentRPC":"JSON"}'
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_PYTHON = int(LanguageCode.PYTHON)
+_EMPTY_REMARK = _INT32.pack(0)
+
+
+def _ext_name(name: str) -> bytes:
+    return _INT16.pack(len(name)) + name.encode()
+
+
+def _ext_pair(name: str, value: str) -> bytes:
+    return _ext_name(name) + _INT32.pack(len(value)) + value.encode()
+
+
+_EXT_MSG_ID = _ext_name("msgId")
+_EXT_QUEUE_ID = _ext_name("queueId")
+_EXT_QUEUE_OFFSET = _ext_name("queueOffset")
+_EXT_TAIL = _ext_pair("MSG_REGION", "DefaultRegion") + _ext_pair("TRACE_ON", "true")
+
+
+class HasAclState(Protocol):
+    @property
+    def acl(self) -> Any: ...
+
+
+def answer_frame(
+    opaque: int, msg_id: str, queue_id: int, queue_offset: int, serialize_type: int = 0
+) -> bytes:
+    """The frame (length prefix included) answering a stored send: SUCCESS with its message
+    id (upper-case hex), queue id and queue offset, in the request's serialize type (0 JSON,
+    1 ROCKETMQ's binary form)."""
+    if serialize_type == SERIALIZE_ROCKETMQ:
+        return _binary_answer(opaque, msg_id, str(queue_id), str(queue_offset))
+    header = (
+        _ANSWER_HEAD
+        + str(opaque)
+        + _ANSWER_ID
+        + msg_id
+        + _ANSWER_QUEUE
+        + str(queue_id)
+        + _ANSWER_OFFSET
+        + str(queue_offset)
+        + _ANSWER_TAIL
+    )
+    n = len(header)  # ASCII: as many bytes as characters
+    if n < 0xFFFC and header.isascii():
+        # the length prefix as four characters each, then the whole frame encoded at once
+        m = n + 4
+        prefix = "\x00\x00" + chr(m >> 8) + chr(m & 0xFF) + "\x00\x00" + chr(n >> 8) + chr(n & 0xFF)
+        return (prefix + header).encode("latin-1")
+    data = header.encode()
+    return _PREFIX.pack(4 + len(data), len(data)) + data
+
+
+def _binary_answer(opaque: int, msg_id: str, queue_id: str, queue_offset: str) -> bytes:
+    """``answer_frame`` in the binary serialize type: the fixed fields (code 0, language
+    PYTHON, the server's version, the opaque, the response flag), an empty remark, then the ext
+    fields as (int16 length, name, int32 length, value), as ``_encode_binary_header`` writes
+    them (every text here is ASCII)."""
+    ext = (
+        _EXT_MSG_ID
+        + _INT32.pack(len(msg_id))
+        + msg_id.encode()
+        + _EXT_QUEUE_ID
+        + _INT32.pack(len(queue_id))
+        + queue_id.encode()
+        + _EXT_QUEUE_OFFSET
+        + _INT32.pack(len(queue_offset))
+        + queue_offset.encode()
+        + _EXT_TAIL
+    )
+    head = _BINARY_FIXED.pack(0, _PYTHON, SERVER_VERSION, opaque, RESPONSE_FLAG)
+    n = len(head) + 8 + len(ext)
+    return b"".join(
+        (
+            _PREFIX.pack(4 + n, (SERIALIZE_ROCKETMQ << 24) | n),
+            head,
+            _EMPTY_REMARK,
+            _INT32.pack(len(ext)),
+            ext,
+        )
+    )
+
+
+def failure_answer(exc: Exception, code: int, peer: str) -> RemotingCommand:
+    """The answer to a send whose put raised, logged, as the connection answers a handler
+    that raised (``Connection._failed``)."""
+    if isinstance(exc, ValueError):
+        response_code = exc.code if isinstance(exc, RequestError) else ResponseCode.SYSTEM_ERROR
+        remark = str(exc) or type(exc).__name__
+        log.warning("remoting: refused request code %s from %s: %s", code, peer, remark)
+    else:
+        response_code = ResponseCode.SYSTEM_ERROR
+        remark = f"{type(exc).__name__}: {exc}"
+        log.error("remoting: request code %s from %s failed", code, peer, exc_info=exc)
+    return RemotingCommand.response(response_code, remark)
+
+
+def _encoded(answer: RemotingCommand, opaque: int, serialize_type: int) -> bytes:
+    answer.opaque = opaque
+    answer.flag |= RESPONSE_FLAG
+    answer.serialize_type = serialize_type
+    return answer.encode()
+
+
+class SendFramePath:
+    """``serve`` a connection's request frame when it is a plain send; None otherwise."""
+
+    def __init__(self, processor: SendProcessor, broker: HasAclState, stats: BrokerStats) -> None:
+        self.processor = processor
+        self.broker = broker
+        self.stats = stats
+        self.served = 0  # sends answered here (the tests and benchmarks read it)
+
+    def serve(self, frame: memoryview, conn: Connection) -> bytes | None:
+        """The answer frame to ``frame`` (without its length prefix) when this path served it,
+        None when the connection must decode and dispatch it."""
+        processor = self.processor
+        if (
+            not processor.fast_path
+            or self.broker.acl is not None
+            or not processor.puts_never_wait()
+        ):
+            return None
+        stats = self.stats
+        began = stats.now() if stats.timing else 0.0
+        h = scan_send(frame)
+        if h is None:
+            return None
+        (
+            code,
+            opaque,
+            flag,
+            _version,
+            serialize_type,
+            topic,
+            queue_id,
+            text,
+            sys_flag,
+            message_flag,
+            born,
+            reconsume,
+            body_at,
+        ) = h
+        if flag & (RESPONSE_FLAG | ONEWAY_FLAG) or not processor.plain_queue(topic, queue_id):
+            return None
+        body = bytes(frame[body_at:])
+        try:
+            r = processor.put_plain(
+                topic, queue_id, text, sys_flag, message_flag, born, reconsume, body, conn.peer
+            )
+            if r is None:
+                return None
+            result: PutMessageResult = r  # type: ignore[assignment]  # puts never wait here
+            if result.status is _PUT_OK:
+                msg_id = result.msg_id
+                assert msg_id is not None
+                out = answer_frame(opaque, msg_id, queue_id, result.queue_offset, serialize_type)
+                response_code = 0
+            else:
+                answer = processor._answer(result, queue_id, False)
+                out = _encoded(answer, opaque, serialize_type)
+                response_code = answer.code
+        except Exception as exc:  # answered as the connection answers a handler that raised
+            answer = failure_answer(exc, code, conn.peer)
+            out = _encoded(answer, opaque, serialize_type)
+            response_code = answer.code
+        if stats.timing:
+            stats.note_sent(code, response_code, topic, text, len(body), began)
+        self.served += 1
+        return out

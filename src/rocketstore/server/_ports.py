@@ -1,0 +1,120 @@
+"""The ports one process of servers asks for, each with its owner, checked against each other
+before anything binds.
+
+A broker listens on more than its own port: its HA port (slaves replicate from it; the broker's
+port + 1 unless set, as RocketMQ does), its gRPC front end, and beside it the name server, the
+metrics endpoint and the console of ``rocketstore serve``. Two of them on one port would end in
+whichever binds second failing with a bare "address in use" (gRPC's C core says less), so
+``check_ports`` refuses the pair first, naming both owners. Port 0 (any free port) never
+clashes; hosts clash when they are equal or either is a wildcard address. The metrics endpoint
+and the console at their default addresses are not claimed: they step aside when their port is
+taken.
+
+Pure functions; any thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from ..store._errors import StoreConfigError
+
+if TYPE_CHECKING:
+    from ..namesrv import NameServer
+    from ._broker import BrokerServer
+
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+class PortClashError(StoreConfigError):
+    """Two of the servers of one process ask for the same port."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PortClaim:
+    """``owner`` (a phrase: "the name server") listens on ``host:port`` (0: any free port)."""
+
+    owner: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def _host(host: str) -> str:
+    return "127.0.0.1" if host == "localhost" else host
+
+
+def overlaps(a: PortClaim, b: PortClaim) -> bool:
+    """Whether ``a`` and ``b`` cannot both bind."""
+    if not a.port or a.port != b.port:
+        return False
+    ha, hb = _host(a.host), _host(b.host)
+    return ha == hb or ha in WILDCARDS or hb in WILDCARDS
+
+
+def check_ports(claims: Iterable[PortClaim]) -> None:
+    """Raise PortClashError for the first two claims that cannot both bind."""
+    seen: list[PortClaim] = []
+    for claim in claims:
+        for other in seen:
+            if overlaps(claim, other):
+                raise PortClashError(
+                    f"port {claim.port} is asked for twice: by {other.owner}, at "
+                    f"{other.address}, and by {claim.owner}, at {claim.address}; give one of "
+                    "them another port"
+                )
+        seen.append(claim)
+
+
+def broker_claims(server: BrokerServer) -> list[PortClaim]:
+    """The ports a broker not started yet will listen on: its own, its HA port (a master's),
+    its gRPC front end's. In controller mode every broker listens on its HA port."""
+    store, config = server.store_config, server.config
+    name = config.broker_name
+    claims = [PortClaim(f"broker {name}", config.listen_host, config.listen_port)]
+    listens = store.broker_role != "SLAVE" or store.enable_controller_mode
+    if listens and config.listen_port:  # masters listen (ha_enable)
+        ha_host = store.ha_listen_host if store.ha_listen_host != "127.0.0.1" else None
+        claims.append(
+            PortClaim(
+                f"the HA port of broker {name} (slaves replicate from it; the broker's port + 1 "
+                "unless --ha-listen sets it)",
+                ha_host or config.listen_host,
+                store.ha_listen_port,
+            )
+        )
+    grpc = server.grpc_config
+    if grpc is not None:
+        claims.append(PortClaim(f"the gRPC front end of broker {name}", grpc.host, grpc.port))
+    return claims
+
+
+def server_claims(
+    namesrv: NameServer | None,
+    brokers: Sequence[BrokerServer],
+    extra: Iterable[PortClaim] = (),
+) -> list[PortClaim]:
+    """Every port of a name server and brokers not started yet, then ``extra``."""
+    claims: list[PortClaim] = []
+    if namesrv is not None:
+        claims.append(PortClaim("the name server", namesrv.server.host, namesrv.server.port))
+    for server in brokers:
+        claims.extend(broker_claims(server))
+    claims.extend(extra)
+    return claims
+
+
+__all__ = [
+    "PortClaim",
+    "PortClashError",
+    "broker_claims",
+    "check_ports",
+    "overlaps",
+    "server_claims",
+]
