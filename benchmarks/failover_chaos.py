@@ -4,7 +4,8 @@ project's client and the official RocketMQ 4.x client, with ``--faults`` mixed f
 schedule, then the checker's verdict (see tests/_chaos.py):
 
     sudo python benchmarks/failover_chaos.py [--faults 100] [--seed 30] [--backend etcd|file]
-        [--kinds kill_master,kill_slave,...] [--work-dir DIR] [--keep] [--json OUT]
+        [--kinds kill_master,kill_slave,...] [--minutes M] [--work-dir DIR] [--keep]
+        [--json OUT]
 
 The faults: kill -9 of the master, of a slave, of the active controller (three controllers over
 a 3-member etcd cluster on loopback with ``--backend etcd``, the default when ``etcd`` is
@@ -12,7 +13,8 @@ installed; else the one file-backed controller is killed and started again), SIG
 master past the election timeout then SIGCONT, a partition cutting the master off from the
 controllers and the slaves (network namespaces: as root with ``ip``; elsewhere left out and
 said so), and kill -9 of every broker, controller and the name server at once. Each fault is
-healed (the group whole, every broker in the SyncStateSet) before the next.
+healed (the group whole, every broker in the SyncStateSet) before the next. ``--minutes``
+bounds the run: no fault is begun after that time (the verdict says how many were injected).
 
 It prints one line per fault and at the end the verdict: acknowledged keys lost, duplicates,
 replicas divergent below the confirm offset, reader anomalies, and per kind of fault on the
@@ -44,6 +46,9 @@ def main() -> int:
         "--backend", choices=("etcd", "file"), default="etcd" if shutil.which("etcd") else "file"
     )
     parser.add_argument("--kinds", default=",".join(FAULT_KINDS))
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="begin no fault after this many minutes"
+    )
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--json", default=None, help="write the verdict here")
@@ -75,11 +80,13 @@ def main() -> int:
             seed=args.seed,
             official_client=not args.no_official_client,
             log=log,
+            max_seconds=None if args.minutes is None else args.minutes * 60.0,
         )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     summary = verdict.summary()
+    summary["scheduled"] = args.faults
     summary["seed"] = args.seed
     summary["backend"] = args.backend
     summary["netns"] = cluster.topology.can_partition

@@ -293,8 +293,19 @@ class Nemesis:
     def schedule(self, count: int) -> list[str]:
         return [self.random.choice(self.kinds) for _ in range(count)]
 
-    def run(self, kinds: list[str], pause: float = 2.0, log: Any = None) -> None:
+    def run(
+        self,
+        kinds: list[str],
+        pause: float = 2.0,
+        log: Any = None,
+        deadline: float | None = None,
+    ) -> None:
+        """Inject ``kinds`` in order; none is begun after ``deadline`` (time.monotonic())."""
         for i, kind in enumerate(kinds):
+            if deadline is not None and time.monotonic() >= deadline:
+                if log is not None:
+                    log(f"time is up: {i} of {len(kinds)} faults injected")
+                return
             if not self.cluster.wait(self.cluster.healthy, self.heal_timeout):
                 self.stuck.append(f"before fault {i} ({kind}): the group is not whole")
                 self._restart_everything()
@@ -612,11 +623,14 @@ def run_chaos(
     seed: int = 30,
     official_client: bool = True,
     log: Any = print,
+    max_seconds: float | None = None,
 ) -> tuple[Verdict, History, ChaosCluster]:
-    """Form the group, run the workload under ``kinds`` of faults (in that order), heal, stop
-    everything and judge. Every process is stopped on the way out, whatever happened."""
+    """Form the group, run the workload under ``kinds`` of faults (in that order; none begun
+    once ``max_seconds`` have passed since the start), heal, stop everything and judge. Every
+    process is stopped on the way out, whatever happened."""
     from rocketstore.client._admin import AdminClient
 
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     cluster = ChaosCluster(work, backend=backend)
     history = History()
     producer: PyProducer | None = None
@@ -656,7 +670,7 @@ def run_chaos(
         nemesis = Nemesis(cluster, history, seed=seed)
         if not cluster.topology.can_partition:
             log(f"partition skipped: {cluster.topology.why_not}")
-        nemesis.run([k for k in kinds if k in nemesis.kinds], log=log)
+        nemesis.run([k for k in kinds if k in nemesis.kinds], log=log, deadline=deadline)
         time.sleep(3.0)
         producer.stopping.set()
         if rmq4 is not None:

@@ -2,7 +2,8 @@
 rocketstore brokers (``allAckInSyncStateSet``, ``minInSyncReplicas=2``) under the project's client
 and the official RocketMQ 4.x client, a reader with offsets of its own, faults injected one at a
 time, and the checker's verdict from the replicas' files (see tests/_chaos.py). The long run, 100
-mixed faults, is benchmarks/failover_chaos.py.
+mixed faults, is benchmarks/failover_chaos.py. Marked slow (``-m "not slow"`` leaves them out);
+each run is bounded by its fault count, by the harness's heal waits and by the test timeout.
 
 Each broker runs in a network namespace of its own where the machine allows it (root and
 ``ip``); elsewhere everything is on loopback and the partition is skipped (the run says why).
@@ -19,6 +20,7 @@ import pytest
 from _chaos import env_ok, run_chaos
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(sys.platform != "linux", reason="the harness runs processes on Linux"),
     pytest.mark.skipif(env_ok() is not None, reason=str(env_ok())),
 ]
