@@ -471,6 +471,8 @@ class Verdict:
     failover_s: list[tuple[str, float]]  # per fault on the master: fault → first ack elsewhere
     unhealed: list[str]
     notes: list[str]
+    # per fault on the master and client: fault → that client's first ack elsewhere
+    failover_by_client_s: list[tuple[str, str, float]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -492,6 +494,15 @@ class Verdict:
                 "p99": pct(times, 0.99),
                 "max": round(max(times), 3),
             }
+        by_client: dict[str, dict[str, Any]] = {}
+        for kind, client, _t in self.failover_by_client_s:
+            times = [t for k, c, t in self.failover_by_client_s if k == kind and c == client]
+            by_client.setdefault(kind, {})[client] = {
+                "n": len(times),
+                "p50": pct(times, 0.5),
+                "p99": pct(times, 0.99),
+                "max": round(max(times), 3),
+            }
         return {
             "faults": self.faults,
             "fault_kinds": self.fault_kinds,
@@ -505,6 +516,7 @@ class Verdict:
             "reads": self.reads,
             "slave_behind": self.slave_behind,
             "failover_s": by_kind,
+            "failover_s_by_client": by_client,
             "unhealed": self.unhealed,
             "notes": self.notes[:20],
             "read_problem_samples": self.read_problems[:10],
@@ -545,6 +557,7 @@ def check(
         if final != key:
             problems.append(f"queue {where[0]} offset {where[1]}: read {key}, the log has {final}")
     failovers = []
+    by_client = []
     addrs = cluster.broker_addrs
     for f in history.faults:
         if f.kind not in ("kill_master", "pause_master", "partition_master"):
@@ -553,6 +566,19 @@ def check(
             continue
         old = addrs[f.old_master]
         after = [o.t1 for o in acked if o.t1 > f.t0 and o.broker and o.broker != old]
+        # per client: the official client does not say which broker answered, so its first
+        # acknowledged send begun after the fault (the old master dead, paused or cut off from
+        # every replica cannot acknowledge one)
+        for client in sorted({o.client for o in acked}):
+            mine = [
+                o.t1
+                for o in acked
+                if o.client == client
+                and o.t1 > f.t0
+                and (o.broker != old if o.broker else o.t0 > f.t0)
+            ]
+            if mine:
+                by_client.append((f.kind, client, min(mine) - f.t0))
         if after:
             failovers.append((f.kind, min(after) - f.t0))
             if min(after) - f.t0 > 20:
@@ -579,6 +605,7 @@ def check(
         failovers,
         stuck,
         notes,
+        by_client,
     )
 
 
