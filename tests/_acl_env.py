@@ -379,6 +379,16 @@ BROKER_SAMPLES: dict[int, Sample] = {
     26: _ext(),
     28: _ext(),
     201: _ext(),
+    1007: _ext(),
+    1008: lambda w, t, g: (
+        {
+            "masterAddress": "127.0.0.1:1",
+            "masterEpoch": "99",
+            "syncStateSetEpoch": "99",
+            "masterBrokerId": "7",
+        },
+        b'{"syncStateSet":[7],"syncStateSetEpoch":99}',
+    ),
 }
 
 NAMESRV_SAMPLES: dict[int, Sample] = {

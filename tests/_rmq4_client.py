@@ -11,6 +11,9 @@ received, and ends on its own (a count reached or a time limit):
             [--orderly] [--linger S] [--timeout S]
     flood   --namesrv NS --group G --topic T --count N    (send_sync of "G-<i>" until a send
             fails)
+    stream  --namesrv NS --group G --topic T --count N [--interval S]   (send_sync of
+            "G-<i>" (body and KEYS) one after another, whatever each send gives, until N were
+            tried or standard input closes; a line before each send and one with its outcome)
 
 Each takes ``--access-key AK --secret-key SK [--channel C]``: requests signed for an ACL
 broker (the client's set_session_credentials).
@@ -151,6 +154,39 @@ def cmd_flood(args: argparse.Namespace) -> None:
         os._exit(0)
 
 
+def cmd_stream(args: argparse.Namespace) -> None:
+    """The fault harness's producer: every send is tried and reported, failures too."""
+    p = producer(args)
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        sys.stdin.read()  # the harness closes it to stop the stream
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    try:
+        for i in range(args.count):
+            if stop.is_set():
+                break
+            key = f"{args.group}-{i}"
+            msg = Message(args.topic)
+            msg.set_body(key)
+            msg.set_keys(key)
+            emit({"sending": key})
+            try:
+                r = p.send_sync(msg)
+            except Exception as exc:
+                emit({"key": key, "error": str(exc)[:200]})
+            else:
+                emit({"key": key, "status": r.status.name, "msg_id": r.msg_id})
+            if args.interval:
+                time.sleep(args.interval)
+    finally:
+        emit({"done": True})
+        sys.stdout.flush()
+        os._exit(0)  # the C++ producer's shutdown can hang while a broker is gone
+
+
 def cmd_pull(args: argparse.Namespace) -> None:
     c = PullConsumer(args.group)
     c.set_namesrv_addr(args.namesrv)
@@ -221,7 +257,7 @@ def cmd_push(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("send", "pull", "push", "flood"):
+    for name in ("send", "pull", "push", "flood", "stream"):
         p = sub.add_parser(name)
         p.add_argument("--namesrv", required=True)
         p.add_argument("--group", required=True)
@@ -240,8 +276,16 @@ def main() -> None:
         p.add_argument("--access-key", default="")
         p.add_argument("--secret-key", default="")
         p.add_argument("--channel", default="ALIYUN")
+        p.add_argument("--interval", type=float, default=0.0)
     args = parser.parse_args()
-    {"send": cmd_send, "pull": cmd_pull, "push": cmd_push, "flood": cmd_flood}[args.command](args)
+    commands = {
+        "send": cmd_send,
+        "pull": cmd_pull,
+        "push": cmd_push,
+        "flood": cmd_flood,
+        "stream": cmd_stream,
+    }
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ class FakeSource:
     def slave_lags(self) -> Sequence[SlaveLag]:
         return [SlaveLag("127.0.0.1:1", 5)]
 
+    def replica(self) -> None:
+        return None
+
     def not_ready(self) -> Sequence[str]:
         return self.reasons
 

@@ -57,6 +57,8 @@ Broker (remoting port)::
     215   DELETE_TOPIC_IN_BROKER             admin (audited)
     306   CLEAN_EXPIRED_CONSUMEQUEUE         admin (audited)
     316   CLEAN_UNUSED_TOPIC                 admin (audited)
+    1008  NOTIFY_BROKER_ROLE_CHANGED         admin (audited; a controller's notice unsigned is
+                                             refused and the broker learns its role by asking)
     43    GET_ALL_CONSUMER_OFFSET            admin (every group's offsets)
     204   GET_PRODUCER_CONNECTION_LIST       admin
     315   VIEW_BROKER_STATS_DATA             admin
@@ -65,6 +67,7 @@ Broker (remoting port)::
     26    GET_BROKER_CONFIG                  any signed account
     28    GET_BROKER_RUNTIME_INFO            any signed account
     201   GET_ALL_SUBSCRIPTIONGROUP_CONFIG   any signed account
+    1007  GET_BROKER_EPOCH_CACHE             any signed account
 
 Name server (with ACL on)::
 
@@ -269,6 +272,8 @@ BROKER: Mapping[int, Rule] = _table(
         (26, signed("GET_BROKER_CONFIG")),
         (28, signed("GET_BROKER_RUNTIME_INFO")),
         (201, signed("GET_ALL_SUBSCRIPTIONGROUP_CONFIG")),
+        (1008, admin("NOTIFY_BROKER_ROLE_CHANGED")),
+        (1007, signed("GET_BROKER_EPOCH_CACHE")),
     ]
 )
 

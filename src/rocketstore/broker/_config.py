@@ -49,6 +49,14 @@ _CONF_KEYS = {
     "aclEnable": "acl_enable",
     "serverMaxConnections": "max_connections",
     "serverMaxBufferedBytes": "max_buffered_bytes",
+    "controllerAddr": "controller_addr",
+    "brokerHeartbeatInterval": "broker_heartbeat_interval",
+    "controllerHeartBeatTimeoutMills": "controller_heart_beat_timeout_mills",
+    "syncBrokerMetadataPeriod": "sync_broker_metadata_period",
+    "checkSyncStateSetPeriod": "check_sync_state_set_period",
+    "syncControllerMetadataPeriod": "sync_controller_metadata_period",
+    "brokerElectionPriority": "broker_election_priority",
+    "controllerLeaseMills": "controller_lease_mills",
     "innerClientAuthenticationCredentials": "inner_client_credentials",
 }
 INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
@@ -96,6 +104,23 @@ class BrokerConfig:
     max_buffered_bytes: int = 256 * 1024 * 1024
     # the broker.conf the broker was started with ("": none); UPDATE_BROKER_CONFIG writes to it
     config_file: str = ""
+    # controller mode (RocketMQ 5): the role comes from the controllers at controller_addr
+    # ("host:port;host:port"); heartbeats every broker_heartbeat_interval ms, declared dead by
+    # them after controller_heart_beat_timeout_mills; the role and SyncStateSet are asked for
+    # every sync_broker_metadata_period ms (a master: every heartbeat interval, renewing its
+    # lease); a master checks its SyncStateSet every check_sync_state_set_period ms
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    broker_heartbeat_interval: int = 1000
+    controller_heart_beat_timeout_mills: int = 10_000
+    sync_broker_metadata_period: int = 5000
+    check_sync_state_set_period: int = 5000
+    sync_controller_metadata_period: int = 10_000
+    broker_election_priority: int = (1 << 31) - 1
+    # not a RocketMQ setting: how long a master acknowledges writes after the controller last
+    # confirmed it (0: 80 % of controller_heart_beat_timeout_mills, the time the controllers
+    # wait before they may elect another master)
+    controller_lease_mills: int = 0
     # the account the broker's own clients sign with (its registrations with the name servers,
     # a slave's copying of its master, the gRPC front end's route reads), as RocketMQ 5's
     # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
@@ -105,8 +130,21 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise StoreConfigError(f"listen_port out of range: {self.listen_port}")
-        if self.broker_id < 0:
+        if self.broker_id < 0 and not self.enable_controller_mode:
             raise StoreConfigError(f"broker_id must be >= 0, got {self.broker_id}")
+        if self.enable_controller_mode and not self.controller_addr.strip():
+            raise StoreConfigError("enableControllerMode=true needs controllerAddr")
+        for name in (
+            "broker_heartbeat_interval",
+            "controller_heart_beat_timeout_mills",
+            "sync_broker_metadata_period",
+            "check_sync_state_set_period",
+            "sync_controller_metadata_period",
+        ):
+            if getattr(self, name) <= 0:
+                raise StoreConfigError(f"{name} must be positive")
+        if self.controller_lease_mills < 0:
+            raise StoreConfigError("controller_lease_mills must not be negative")
         if self.default_topic_queue_nums <= 0:
             raise StoreConfigError("default_topic_queue_nums must be positive")
         if self.transaction_check_interval <= 0 or self.transaction_timeout < 0:
@@ -163,6 +201,13 @@ class BrokerConfig:
         return str(default_acl_path())
 
     @property
+    def lease_s(self) -> float:
+        """How long a controller-mode master acknowledges writes after its standing was last
+        confirmed (seconds)."""
+        ms = self.controller_lease_mills or self.controller_heart_beat_timeout_mills * 0.8
+        return ms / 1000.0
+
+    @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
 
@@ -188,6 +233,8 @@ class BrokerConfig:
             values.setdefault("listen_port", store.store_port)
         if store.store_host != DEFAULT_STORE_HOST:
             values.setdefault("broker_ip", store.store_host)
+        if store.enable_controller_mode:
+            values.setdefault("enable_controller_mode", True)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

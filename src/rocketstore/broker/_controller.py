@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ from .messaging._send_back import SendBackProcessor
 from .messaging._send_frame import SendFramePath
 from .messaging._send_scan import scan_send
 from .messaging._transaction import TransactionService
+from .replication._replicas_processor import ReplicasProcessor
 from .replication._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
 from .state._consumer_manager import ConsumerManager, ProducerManager
 from .state._consumer_offset import ConsumerOffsetManager
@@ -61,6 +63,7 @@ from .state._topic_config import TopicConfig, TopicConfigManager
 if TYPE_CHECKING:
     from ..acl._remoting import AclSource
     from ..tier._read import TierReader
+    from .replication._replicas import ReplicasManager, RoleChange
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,9 @@ class BrokerController:
         self.server: RemotingServer
         self.registrar: Any = None
         self.slave_sync: SlaveSynchronizer | None = None
+        # controller mode: the broker's place in its group, given by the controllers
+        self.replicas: ReplicasManager | None = None
+        self._slave_register_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         # "host:port" of the gRPC front end serving this broker (set by the front end)
         self.grpc_endpoint: str | None = None
@@ -206,6 +212,7 @@ class BrokerController:
             QueueAdminProcessor(self),
             QueryProcessor(self),
             TierAdminProcessor(self),
+            ReplicasProcessor(self),
             self.end_transaction,
         ):
             handlers.update(processor.handlers())
@@ -234,19 +241,99 @@ class BrokerController:
         self._tasks.append(asyncio.create_task(self._persist_offsets_periodically()))
         self._tasks.append(asyncio.create_task(self._scan_channels_periodically()))
         self._tasks.append(asyncio.create_task(self._record_daily_totals()))
-        if self.store_config.broker_role == "SLAVE":
+        if config.enable_controller_mode:
+            await self._start_replicas()
+        elif self.store_config.broker_role == "SLAVE":
             self.slave_sync = SlaveSynchronizer(self)
             self.slave_sync.start()
         else:
             self.transactions.start()
-        if config.namesrv_addrs:
+        if config.namesrv_addrs and not config.enable_controller_mode:
             await self._start_registrar()
         self._started = True
         log.info("broker %s listening on %s", config.broker_name, self.address)
         if self.acl is not None:
             log.info("broker %s: ACL on (%s)", config.broker_name, config.acl_path or "key list")
 
-    async def _start_registrar(self) -> None:
+    async def _start_replicas(self) -> None:
+        """Controller mode: register with the controllers and take the role they give; the
+        name-server registration starts with the first role."""
+        from .replication._replicas import ReplicasManager
+
+        self.replicas = ReplicasManager(
+            self.config,
+            self.store,
+            address=self.address,
+            on_role=self._on_role,
+            on_fence=lambda _fenced: self.topic_changed(),  # registered again, under its id
+            clock=self.clock,
+        )
+        await self.replicas.start()
+
+    async def _on_role(self, change: RoleChange) -> None:
+        """A role from the controller (the store has switched already): the services of the
+        role, and a registration with the name servers under it (broker id 0 for the master)
+        so that clients route writes to the new master. Loop thread."""
+        self.topics.next_version()
+        if change.role == "MASTER":
+            if self.slave_sync is not None:
+                await self.slave_sync.close()
+                self.slave_sync = None
+            self.transactions.start()
+            broker_id = 0
+        else:
+            await self.transactions.close()
+            if self.slave_sync is None:
+                self.slave_sync = SlaveSynchronizer(self)
+                self.slave_sync.start()
+            self.slave_sync.set_master(change.master_address)
+            broker_id = change.broker_id
+        if not self.config.namesrv_addrs:
+            return
+        if self.registrar is None:
+            await self._start_registrar(broker_id, self._registration_id)
+        else:
+            self.registrar.broker_id = broker_id
+            await self.registrar.registered()
+        if change.role == "SLAVE":
+            self._learn_master_ha_address()
+
+    def _registration_id(self) -> int:
+        """The id to register with the name servers under: 0 only while this broker is a master
+        the controller has confirmed (its lease valid), else its id in the group — a master
+        paused or cut off that wakes up must not take the route back from its successor."""
+        replicas = self.replicas
+        if replicas is None:
+            return self.config.broker_id
+        ha = self.store.ha
+        confirmed = getattr(ha, "in_sync", None)
+        if replicas.role == "MASTER" and confirmed is not None and confirmed.lease_valid():
+            return 0
+        return max(replicas.broker_id, 0)
+
+    def _learn_master_ha_address(self) -> None:
+        """A new slave registers again (every 0.2 s for 5 s, then every second) until the
+        name servers name its master's HA address (the new master registers as master at
+        about the same time)."""
+        if self._slave_register_task is not None and not self._slave_register_task.done():
+            return
+
+        async def until_known() -> None:
+            replicas = self.replicas
+            tries = 0
+            while replicas is not None and replicas.role == "SLAVE":
+                if replicas.master_ha_address and self.store.ha.master_address:
+                    return
+                tries += 1
+                await asyncio.sleep(0.2 if tries <= 25 else 1.0)
+                if self.registrar is not None:
+                    await self.registrar.registered()
+
+        self._slave_register_task = asyncio.create_task(until_known())
+
+    async def _start_registrar(
+        self, broker_id: int | None = None, broker_id_of: Callable[[], int] | None = None
+    ) -> None:
         from .replication._outer_api import NamesrvRegistrar
 
         config = self.config
@@ -254,12 +341,13 @@ class BrokerController:
             config.namesrv_addrs,
             cluster=config.cluster_name,
             broker_name=config.broker_name,
-            broker_id=config.broker_id,
+            broker_id=config.broker_id if broker_id is None else broker_id,
             broker_addr=self.address,
             ha_server_addr=f"{config.advertised_host}:{self._ha_port()}",
             topic_configs_provider=self.topic_configs_for_registration,
             period_s=config.register_name_server_period / 1000.0,
             on_registered=self._on_registered,
+            broker_id_of=broker_id_of,
             signer=self.inner_signer,
         )
         await self.registrar.start()
@@ -267,6 +355,11 @@ class BrokerController:
     def _on_registered(self, result: Any) -> None:
         """A slave without a configured master replicates from the HA address the name server
         reports for its group's master (RocketMQ's updateHaMasterAddress)."""
+        if self.replicas is not None:
+            self.replicas.learn_master_ha_address(
+                getattr(result, "ha_server_addr", None), getattr(result, "master_addr", None)
+            )
+            return
         if self.store_config.broker_role != "SLAVE":
             return
         if not self.store_config.ha_master_address and getattr(result, "ha_server_addr", None):
@@ -293,6 +386,12 @@ class BrokerController:
     async def stop_registering(self) -> None:
         """The first step of a shutdown: unregister from the name servers, stop copying a
         master's state. Loop thread; a second call does nothing."""
+        if self._slave_register_task is not None:
+            self._slave_register_task.cancel()
+            self._slave_register_task = None
+        if self.replicas is not None:
+            replicas, self.replicas = self.replicas, None
+            await replicas.close()
         if self.registrar is not None:
             registrar, self.registrar = self.registrar, None
             with contextlib.suppress(Exception):

@@ -264,13 +264,20 @@ def cluster_list(namesrv: str, cluster: str | None, no_stats: bool, as_json: boo
                     row["put_tps"] = _first_float(info.get("putTps", ""))
                     row["get_transferred_tps"] = _first_float(info.get("getTransferedTps", ""))
                     row["commit_log_max_offset"] = int(info.get("commitLogMaxOffset", 0) or 0)
+                    if info.get("controllerRole"):  # controller mode
+                        row["role"] = info["controllerRole"]
+                        row["epoch"] = int(info.get("masterEpoch", -1) or -1)
+                        row["sync_state_set"] = info.get("syncStateSet", "")
             rows.append(row)
     if as_json:
         _dump(rows)
         return
     columns = [("Cluster", "left"), ("Broker Name", "left"), ("BID", "right"), ("Addr", "left")]
+    roles = any("role" in row for row in rows)
     if not no_stats:
         columns += [("Version", "left"), ("InTPS", "right"), ("OutTPS", "right")]
+        if roles:
+            columns += [("Role", "left"), ("Epoch", "right"), ("SyncStateSet", "left")]
     table = _table("brokers", columns)
     for row in rows:
         cells = [row["cluster"], row["broker_name"], str(row["broker_id"]), row["address"]]
@@ -282,6 +289,12 @@ def cluster_list(namesrv: str, cluster: str | None, no_stats: bool, as_json: boo
                     row["version"],
                     f"{row['put_tps']:.2f}",
                     f"{row['get_transferred_tps']:.2f}",
+                ]
+            if roles:
+                cells += [
+                    row.get("role", "-"),
+                    str(row.get("epoch", "-")),
+                    row.get("sync_state_set", "") or "-",
                 ]
         table.add_row(*cells)
     _console().print(table)

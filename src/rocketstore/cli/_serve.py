@@ -133,6 +133,7 @@ def _make_broker(
     grpc: Any = None,
     acl_file: str | None = None,
     tiered_dir: str | None = None,
+    controller: str | None = None,
     inner_account: Any = None,
 ) -> Any:
     from ..broker._config import BrokerConfig
@@ -161,6 +162,8 @@ def _make_broker(
         store_over["ha_master_address"] = ha_master
     if tiered_dir:
         store_over["tiered_dir"] = tiered_dir
+    if controller:
+        store_over["enable_controller_mode"] = True
     store_config = dataclasses.replace(base, **store_over)
     broker_config = BrokerConfig.from_store_config(
         store_config,
@@ -173,6 +176,8 @@ def _make_broker(
         acl_enable=True if acl_file else None,
         acl_file=acl_file,
         config_file=conf,
+        controller_addr=controller,
+        enable_controller_mode=True if controller else None,
     )
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
@@ -440,6 +445,13 @@ tiered_option = click.option(
     help="keep sealed commit-log files' messages as Parquet here (default: the conf's "
     "tieredDir; none: off)",
 )
+controller_option = click.option(
+    "--controller",
+    "controller_addr",
+    default=None,
+    help="controller mode: the controllers HOST:PORT[;HOST:PORT] give the broker its role "
+    "(enableControllerMode=true, controllerAddr)",
+)
 ha_listen_option = click.option(
     "--ha-listen",
     default=None,
@@ -468,6 +480,7 @@ flush_option = click.option(
 @flush_option
 @ha_listen_option
 @click.option("--ha-master", default=None, help="a slave's master HA address HOST:PORT")
+@controller_option
 @tiered_option
 @grpc_options(None)
 @metrics_option
@@ -485,6 +498,7 @@ def broker_cmd(
     flush: str | None,
     ha_listen: str | None,
     ha_master: str | None,
+    controller_addr: str | None,
     tiered_dir: str | None,
     grpc_listen: str | None,
     acl_file: str | None,
@@ -518,6 +532,7 @@ def broker_cmd(
         _grpc_config(grpc_listen, None, grpc_tls_cert, grpc_tls_key),
         acl_file or grpc_acl,
         tiered_dir,
+        controller_addr,
     )
     _announce_tier(broker)
     _run(
@@ -542,6 +557,7 @@ def broker_cmd(
 @click.option("--namesrv-listen", default="127.0.0.1:9876", show_default=True, help=listen_help)
 @click.option("--listen", default=None, help=broker_listen_help)
 @flush_option
+@controller_option
 @ha_listen_option
 @tiered_option
 @grpc_options("127.0.0.1:8081")
@@ -556,6 +572,7 @@ def serve_cmd(
     namesrv_listen: str,
     listen: str | None,
     flush: str | None,
+    controller_addr: str | None,
     ha_listen: str | None,
     tiered_dir: str | None,
     grpc_listen: str | None,
@@ -623,6 +640,7 @@ def serve_cmd(
         grpc=grpc,
         acl_file=acl_file or grpc_acl,
         tiered_dir=tiered_dir,
+        controller=controller_addr,
         inner_account=inner,
     )
     if acl_path is not None:

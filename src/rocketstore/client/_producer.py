@@ -288,6 +288,11 @@ class Producer:
         route = self.routes.get(topic, allow_missing=True)
         if route is not None and route.queues(write=True):
             return route, False
+        # a cached route with no master (the name servers answered while a failover was under
+        # way): ask again, as RocketMQ's producer does for a route that is not usable
+        route = self.routes.get(topic, refresh=True, allow_missing=True)
+        if route is not None and route.queues(write=True):
+            return route, False
         default = self.routes.get(DEFAULT_TOPIC, allow_missing=True)
         if default is None or not default.queues(write=True):
             raise TopicNotFoundError(
@@ -341,6 +346,10 @@ class Producer:
                 r = self.client.invoke(addr, cmd)
             except RemotingError as exc:
                 last = exc
+                if attempt < self.retries:
+                    # the broker is gone or unreachable: the group may have a new master (a
+                    # failover), which the name servers name by now
+                    self._refresh_quietly(topic)
                 continue
             result = send_result(r, topic, mq, uniq)
             if result is None:
@@ -358,6 +367,12 @@ class Producer:
             return result
         assert last is not None
         raise last
+
+    def _refresh_quietly(self, topic: str) -> None:
+        try:
+            self.routes.get(topic, refresh=True, allow_missing=True)
+        except (RemotingError, ClientError):
+            pass  # the next attempt goes by the route cached
 
     def close(self) -> None:
         self.client.close()

@@ -90,6 +90,12 @@ def cluster(admin: AdminClient) -> dict[str, Any]:
             )
             if info.get("haRole") == "SLAVE":
                 row["role"] = "SLAVE"
+            if info.get("controllerRole"):  # controller mode: the role and epoch it was given
+                row["role"] = info["controllerRole"]
+                row["epoch"] = _int(info.get("masterEpoch"))
+                row["replicaId"] = _int(info.get("controllerBrokerId"))
+                row["syncStateSet"] = info.get("syncStateSet", "")
+                row["confirmOffset"] = _int(info.get("confirmOffset"))
         rows.append(row)
     # a slave's lag: how far its commit log is behind its master's (none without a master)
     masters = {r["brokerName"]: r for r in rows if r["brokerId"] == 0 and "error" not in r}

@@ -52,7 +52,7 @@ def recall(broker: RecallContext, request: spb.RecallMessageRequest) -> spb.Reca
         raise GrpcError(
             Code.BAD_REQUEST, f"the recall handle is of topic {handle_topic}, not {topic}"
         )
-    if broker.store_config.broker_role == "SLAVE":
+    if not broker.store.is_master:
         raise GrpcError(Code.FORBIDDEN, "the broker is a slave: it recalls nothing")
     try:
         broker.store.recall_timer_message(topic, message_id, deliver_ms)

@@ -116,9 +116,7 @@ class SendService:
             raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request name other topics")
         if is_not_allowed_send_topic(topic):
             raise GrpcError(Code.ILLEGAL_TOPIC, f"sending to topic {topic} is forbidden")
-        if broker.store_config.broker_role == "SLAVE" or not (
-            broker.config.broker_permission & PERM_WRITE
-        ):
+        if not broker.store.is_master or not (broker.config.broker_permission & PERM_WRITE):
             raise GrpcError(
                 Code.FORBIDDEN,
                 f"the broker[{broker.config.broker_name}] sending message is forbidden",

@@ -21,7 +21,7 @@ import itertools
 import logging
 from typing import Protocol
 
-from ..broker._services import HasStoreConfig, HasTopics, TopicCreation
+from ..broker._services import HasStore, HasStoreConfig, HasTopics, TopicCreation
 from ..broker.messaging._transaction import CheckRequest, HasTransactions, TransactionError
 from ..store.log._record import PROPERTY_REAL_TOPIC
 from ._checks import check_topic
@@ -40,7 +40,9 @@ _END_CODES = {
 }
 
 
-class TransactionContext(HasStoreConfig, HasTopics, HasTransactions, TopicCreation, Protocol):
+class TransactionContext(
+    HasStore, HasStoreConfig, HasTopics, HasTransactions, TopicCreation, Protocol
+):
     """What gRPC transactions use of the broker."""
 
 
@@ -118,7 +120,7 @@ class TransactionFront:
         topic = check_topic(request.topic, self.broker.topics)
         if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
             raise GrpcError(Code.BAD_REQUEST, "the resolution is neither COMMIT nor ROLLBACK")
-        if self.broker.store_config.broker_role == "SLAVE":
+        if not self.broker.store.is_master:
             raise GrpcError(Code.FORBIDDEN, "the broker is a slave: it ends no transaction")
         phys, queue_offset = parse_transaction_id(request.transaction_id)
         service = self.broker.transactions

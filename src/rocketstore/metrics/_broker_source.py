@@ -53,18 +53,21 @@ from ..broker.state._topic_config import (
     TRANS_HALF_TOPIC,
 )
 from ..remoting import RequestCode, ResponseCode
+from ..store.ha._auto_service import AutoSwitchHAService
 from ._source import (
     ConsumerConnections,
     ConsumerLag,
     HistogramData,
     Node,
     ProducerConnections,
+    ReplicaState,
     SlaveLag,
     Storage,
     TopicTraffic,
 )
 
 if TYPE_CHECKING:
+    from ..broker.replication._replicas import ReplicasManager
     from ..broker.state._stats import Histogram
     from ..namesrv import NameServer
     from ..remoting import RemotingServer
@@ -96,6 +99,9 @@ class BrokerContext(
 
     @property
     def started(self) -> bool: ...
+
+    @property
+    def replicas(self) -> ReplicasManager | None: ...
 
 
 MAX_LAG_LOOKUPS = 256
@@ -292,6 +298,22 @@ class BrokerSource:
         if ha is None:
             return []
         return [SlaveLag(s.address, s.lag_bytes) for s in ha.slaves]
+
+    def replica(self) -> ReplicaState | None:
+        replicas = self.broker.replicas
+        ha = self.broker.store.ha
+        if replicas is None or not isinstance(ha, AutoSwitchHAService):
+            return None
+        s = ha.replica_statistics()
+        return ReplicaState(
+            replicas.role.lower(),
+            replicas.master_epoch,
+            len(s.sync_state_set) if replicas.role == "MASTER" else 0,
+            replicas.elections_seen,
+            replicas.role_changes,
+            s.confirm_offset,
+            bool(s.fenced),
+        )
 
     def not_ready(self) -> Sequence[str]:
         broker = self.broker

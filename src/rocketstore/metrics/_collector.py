@@ -25,6 +25,13 @@ rocketmq_storage_size                   gauge      storage_type, storage_medium
 rocketmq_storage_flush_behind_bytes     gauge      storage_type, storage_medium
 rocketmq_storage_dispatch_behind_bytes  gauge      storage_type, storage_medium
 rocketstore_ha_slave_lag_bytes          gauge      slave
+rocketstore_replica_role                gauge      role (master, slave, none): 1 for the role held
+rocketstore_replica_master_epoch        gauge      -  (controller mode, as the next five)
+rocketstore_replica_sync_state_set_size gauge      -  (a master's SyncStateSet; 0 on a slave)
+rocketstore_replica_confirm_offset      gauge      -
+rocketstore_replica_fenced              gauge      -  (1: writes refused, the lease ran out)
+rocketstore_replica_elections_total     counter    -  (master epochs seen to change)
+rocketstore_replica_role_changes_total  counter    -
 rocketstore_namesrv_live_brokers        gauge      (none)
 """
 
@@ -33,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._source import HistogramData, MetricsSource, NamesrvSource, Node
+from ._source import HistogramData, MetricsSource, NamesrvSource, Node, ReplicaState
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -145,6 +152,7 @@ class RocketMQCollector:
             "Bytes a slave has not yet acknowledged",
             ("slave",),
         )
+        replicas: list[tuple[list[str], ReplicaState]] = []
         for source in self.brokers:
             node = _node(source.node())
             for t in source.messages_in():
@@ -191,6 +199,9 @@ class RocketMQCollector:
             dispatch_behind.add_metric([*node, *STORAGE_VALUES], storage.dispatch_behind_bytes)
             for s in source.slave_lags():
                 slave_lag.add_metric([*node, s.slave], s.lag_bytes)
+            replica = source.replica()
+            if replica is not None:
+                replicas.append((node, replica))
         if self.brokers:
             yield from (
                 messages_in,
@@ -211,12 +222,40 @@ class RocketMQCollector:
                 dispatch_behind,
                 slave_lag,
             )
+        if replicas:
+            yield from _replica_families(replicas, gauge, counter)
         if self.namesrv is not None:
             live = GaugeMetricFamily(
                 "rocketstore_namesrv_live_brokers", "Brokers registered with the name server"
             )
             live.add_metric([], self.namesrv.live_brokers())
             yield live
+
+
+def _replica_families(
+    replicas: list[tuple[list[str], ReplicaState]], gauge: Any, counter: Any
+) -> Iterator[Metric]:
+    role = gauge("rocketstore_replica_role", "The role the controller gave the broker", ("role",))
+    epoch = gauge("rocketstore_replica_master_epoch", "The master epoch of the broker's role", ())
+    size = gauge(
+        "rocketstore_replica_sync_state_set_size", "Replicas in a master's SyncStateSet", ()
+    )
+    confirm = gauge(
+        "rocketstore_replica_confirm_offset", "How far the SyncStateSet holds the log", ()
+    )
+    fenced = gauge("rocketstore_replica_fenced", "Writes refused: the master's lease ran out", ())
+    elections = counter("rocketstore_replica_elections", "Master epoch changes seen", ())
+    changes = counter("rocketstore_replica_role_changes", "Role changes of the broker", ())
+    for node, r in replicas:
+        for name in ("master", "slave", "none"):
+            role.add_metric([*node, name], 1 if r.role == name else 0)
+        epoch.add_metric(node, r.epoch)
+        size.add_metric(node, r.sync_state_set_size)
+        confirm.add_metric(node, r.confirm_offset)
+        fenced.add_metric(node, 1 if r.fenced else 0)
+        elections.add_metric(node, r.elections)
+        changes.add_metric(node, r.role_changes)
+    yield from (role, epoch, size, confirm, fenced, elections, changes)
 
 
 def _add_histogram(family: Any, labels: list[str], names: Sequence[str], h: HistogramData) -> None:

@@ -84,6 +84,19 @@ class SlaveLag:
     lag_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """A controller-mode broker's place in its group."""
+
+    role: str  # master, slave, none
+    epoch: int  # the master epoch of its role
+    sync_state_set_size: int  # a master's SyncStateSet (0 on a slave)
+    elections: int  # master epochs it saw change
+    role_changes: int
+    confirm_offset: int
+    fenced: bool  # writes refused: its lease with the controller ran out
+
+
 class MetricsSource(Protocol):
     """A broker's state for one scrape. Loop thread."""
 
@@ -110,6 +123,10 @@ class MetricsSource(Protocol):
     def storage(self) -> Storage: ...
 
     def slave_lags(self) -> Sequence[SlaveLag]: ...
+
+    def replica(self) -> ReplicaState | None:
+        """Controller mode: the broker's role and epoch (None: not in controller mode)."""
+        ...
 
     def not_ready(self) -> Sequence[str]:
         """Why the broker is not ready (empty: ready)."""

@@ -121,11 +121,12 @@ def port_in_use_error(claims: Iterable[PortClaim], exc: OSError) -> OSError | Po
 
 def broker_claims(server: BrokerServer) -> list[PortClaim]:
     """The ports a broker not started yet will listen on: its own, its HA port (a master's),
-    its gRPC front end's."""
+    its gRPC front end's. In controller mode every broker listens on its HA port."""
     store, config = server.store_config, server.config
     name = config.broker_name
     claims = [PortClaim(f"broker {name}", config.listen_host, config.listen_port, "--listen")]
-    if store.broker_role != "SLAVE" and config.listen_port:  # masters listen (ha_enable)
+    listens = store.broker_role != "SLAVE" or store.enable_controller_mode
+    if listens and config.listen_port:  # masters listen (ha_enable), any broker in controller mode
         claims.append(
             PortClaim(
                 f"the HA port of broker {name} (slaves replicate from it; 127.0.0.1 and the "

@@ -114,7 +114,11 @@ def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
     """The HA port a started master's slaves replicate from, or the master a slave copies."""
     store_config = server.store_config
     name = server.config.broker_name
-    if store_config.broker_role == "SLAVE":
+    if store_config.enable_controller_mode:
+        port = server.store.ha.listen_port
+        host = store_config.ha_listen_host
+        announce(f"HA port of broker {name} (controller mode) listening on {host}:{port}")
+    elif store_config.broker_role == "SLAVE":
         master = store_config.ha_master_address or "the master the name server names"
         announce(f"broker {name} replicates from {master} (HA)")
     elif store_config.ha_listens:
@@ -203,9 +207,14 @@ async def run_servers(
             await server.start()
             started.append(server)
             broker = server.broker
+            role = (
+                f"controller mode, controllers {broker.config.controller_addr}"
+                if broker.config.enable_controller_mode
+                else f"id {broker.config.broker_id}, {broker.store_config.broker_role}"
+            )
             announce(
                 f"broker {broker.config.broker_name} (cluster {broker.config.cluster_name}, "
-                f"id {broker.config.broker_id}, {broker.store_config.broker_role}) listening on "
+                f"{role}) listening on "
                 f"{broker.config.listen_host}:{broker.config.listen_port}, store "
                 f"{broker.store_config.store_path_root_dir}"
             )

@@ -123,6 +123,18 @@ class StoreConfig:
     ha_enable: bool = False
     ha_listen_host: str = "127.0.0.1"
     ha_reconnect_interval: int = 5000
+    # controller mode (RocketMQ 5): the role comes from the controller, replication is
+    # AutoSwitch HA with an epoch file; a SYNC put is acknowledged once min_in_sync_replicas
+    # replicas of the SyncStateSet hold it (every one of them with all_ack_in_sync_state_set)
+    # and refused while the set is smaller; a slave behind for ha_max_time_slave_not_catchup
+    # ms leaves the set
+    enable_controller_mode: bool = False
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    ha_max_time_slave_not_catchup: int = 15_000
+    store_path_epoch_file: str = ""  # "" → <root>/epochFileCheckpoint
+    sync_from_last_file: bool = False
     # os page cache
     os_page_cache_busy_timeout_mills: int = 1000
     # the tiered store (not RocketMQ settings): where sealed commit-log files are kept as
@@ -158,6 +170,9 @@ class StoreConfig:
             "ha_slave_fallbehind_max",
             "ha_reconnect_interval",
             "mapped_file_allocate_ahead",
+            "in_sync_replicas",
+            "min_in_sync_replicas",
+            "ha_max_time_slave_not_catchup",
         ):
             positive(name)
         if self.flush_disk_type not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
@@ -197,6 +212,12 @@ class StoreConfig:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
 
     @property
+    def epoch_file_path(self) -> str:
+        return self.store_path_epoch_file or os.path.join(
+            self.store_path_root_dir, "epochFileCheckpoint"
+        )
+
+    @property
     def consume_queue_file_size(self) -> int:
         """The consume-queue file size, rounded up to a whole number of 20-byte units."""
         units = -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE)
@@ -211,9 +232,11 @@ class StoreConfig:
 
     @property
     def transient_store_pool_active(self) -> bool:
-        """Write buffers are used only with async flush on a master (as in RocketMQ)."""
+        """Write buffers are used only with async flush on a master (as in RocketMQ), and
+        not in controller mode (a role change would have to hand the buffers over)."""
         return (
             self.transient_store_pool_enable
+            and not self.enable_controller_mode
             and self.flush_disk_type == "ASYNC_FLUSH"
             and self.broker_role != "SLAVE"
         )

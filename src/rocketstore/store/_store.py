@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -31,6 +32,8 @@ from ._durable import fsync_dir, is_disk_full
 from ._errors import IndexWriteError, StoreClosedError, StoreIOError, translate_os_errors
 from ._lock import StoreLock
 from .ha import HAService
+from .ha._auto_service import AutoSwitchHAService
+from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
 from .log._commit_log import CommitLog
 from .log._mapped_file_queue import MappedFileQueue
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
     from .log._batch_encode import EncodedBatch
 
 _PUT_OK = PutMessageStatus.PUT_OK
+DISPATCH_WAIT_S = 30.0
 log = logging.getLogger(__name__)
 
 
@@ -200,8 +204,23 @@ class MessageStore:
             flags=self.running_flags,
             schedule_progress=self.schedule.progress,
         )
-        # replication: the master's HA port and SYNC_MASTER waits, or the slave's client
-        self.ha = HAService(self.config, self.commit_log, clock)
+        # replication: the master's HA port and SYNC_MASTER waits, or the slave's client; in
+        # controller mode AutoSwitch HA, the role given at run time (see on_master, on_slave)
+        self.controller_mode = self.config.enable_controller_mode
+        self.ha: HAService | AutoSwitchHAService
+        if self.controller_mode:
+            self.ha = AutoSwitchHAService(
+                self.config,
+                self.commit_log,
+                clock,
+                LogCutter(self.commit_log, self.reput, self.consume_queues, self.index),
+                on_append=self._dispatch_confirmed,
+                set_refusal=self.commit_log.set_refusal,
+            )
+            self.ha.hooks = self
+        else:
+            self.ha = HAService(self.config, self.commit_log, clock)
+        self._is_master = self.config.broker_role != "SLAVE" and not self.controller_mode
         self._monotonic = clock.monotonic
         self._loaded = False
         self._running = False
@@ -211,6 +230,7 @@ class MessageStore:
         ASYNC_FLUSH without write buffers on a master (``dispatch_in_put_path``)."""
         return (
             self.config.dispatch_in_put_path
+            and not self.controller_mode
             and self.config.flush_disk_type == "ASYNC_FLUSH"
             and self.pool is None
             and self.config.broker_role != "SLAVE"
@@ -218,10 +238,16 @@ class MessageStore:
 
     def _dispatch_limit(self) -> int:
         """How far dispatch may go: under SYNC_FLUSH only what is flushed; else what readers
-        can see (the committed position when write buffers are used)."""
+        can see (the committed position when write buffers are used); in controller mode no
+        further than the confirm offset (what the SyncStateSet holds: consumers see only what
+        survives a failover)."""
         if self.config.flush_disk_type == "SYNC_FLUSH":
-            return self.commit_log.queue.flushed_where
-        return self.commit_log.queue.get_max_offset()
+            limit = self.commit_log.queue.flushed_where
+        else:
+            limit = self.commit_log.queue.get_max_offset()
+        if self.controller_mode:
+            return min(limit, self.ha.confirm_offset())  # type: ignore[union-attr]
+        return limit
 
     def _request_flush(self, end: int) -> None:
         self.commit_log.flush_service.request_flush(end)  # type: ignore[union-attr]
@@ -288,7 +314,9 @@ class MessageStore:
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             self.reput.checkpoint = self.checkpoint
             self.reput.physic_at_dispatch = (
-                self.config.broker_role == "SLAVE" or self.config.flush_disk_type == "SYNC_FLUSH"
+                self.config.broker_role == "SLAVE"
+                or self.controller_mode
+                or self.config.flush_disk_type == "SYNC_FLUSH"
             )
             self.load_result = StoreLoader(
                 self.config,
@@ -344,15 +372,81 @@ class MessageStore:
         self.stats.start()
         if self.maintenance:
             self.cleaner.start()
-            if self.config.broker_role != "SLAVE":
+            if self._is_master:
                 self.schedule.start()
-        if self.config.broker_role == "SLAVE":
+        if self.controller_mode:
+            self.reput.idle_at_limit = True
+            self.reader.slave = True
+        elif self.config.broker_role == "SLAVE":
             self.commit_log.set_refusal(
                 "slave", (PutMessageStatus.SERVICE_NOT_AVAILABLE, "a slave does not accept writes")
             )
         self._running = True
         if self.maintenance:
             self._start_replication()
+
+    # ---- controller mode: the role given at run time (AutoSwitchHAService calls these) -------
+
+    def on_master(self) -> None:
+        """This store became the master: reads answer as a master's, delayed delivery runs.
+        The HA service's role-change thread."""
+        self._is_master = True
+        self.reader.slave = False
+        self.reput.physic_at_dispatch = self.config.flush_disk_type == "SYNC_FLUSH"
+        self._wait_dispatched(DISPATCH_WAIT_S)
+        if self.maintenance and self._running:
+            self.schedule.start()
+
+    def on_slave(self) -> None:
+        """This store became a slave: delayed delivery stops (its progress saved), reads
+        answer as a slave's. The HA service's role-change thread."""
+        was_master, self._is_master = self._is_master, False
+        self.reader.slave = True
+        self.reput.physic_at_dispatch = True
+        if self.maintenance and was_master:
+            self.schedule.stop()
+            self.schedule.persist()
+
+    def _wait_dispatched(self, timeout: float) -> None:
+        """Let dispatch reach its limit (a new master's consume queues hold everything its
+        confirm offset covers before consumers are sent to it). Bounded by ``timeout``."""
+        deadline = self._monotonic() + timeout
+        reput = self.reput
+        while reput.reput_from_offset < self._dispatch_limit() and reput.running:
+            if self._monotonic() > deadline:
+                log.warning(
+                    "%s: dispatch at %d has not reached %d; going on",
+                    self.root,
+                    reput.reput_from_offset,
+                    self._dispatch_limit(),
+                )
+                return
+            reput.wakeup()
+            time.sleep(0.005)
+
+    def _dispatch_confirmed(self) -> None:
+        """The confirm offset moved (controller mode; an HA thread): dispatch what it now
+        covers in this thread, which holds the interpreter lock already, rather than wake the
+        dispatch thread for it; when that thread is dispatching, make sure it goes on."""
+        reput = self.reput
+        if not reput.dispatch_lock.acquire(blocking=False):
+            reput.wakeup()
+            return
+        try:
+            if reput.failing is None and not reput.inline:
+                reput.do_reput()
+        except Exception:
+            reput.wakeup()  # the dispatch thread retries and reports it
+        finally:
+            reput.dispatch_lock.release()
+        if reput.reput_from_offset < self._dispatch_limit():
+            reput.on_append()
+
+    @property
+    def is_master(self) -> bool:
+        """Whether this store takes writes as a master (its configured role, or in controller
+        mode the role the controller gave it)."""
+        return self._is_master
 
     def _flush_wakeup(self) -> Callable[[], None] | None:
         """What a put wakes under ASYNC_FLUSH when ``flush_commit_log_timed`` is off (as
@@ -368,7 +462,8 @@ class MessageStore:
         """Start HA; a SYNC_MASTER's puts wait for a slave from now on. Shuts the store down
         again when the HA port cannot be bound."""
         stage = self.ha.transfer
-        if self.config.broker_role == "SYNC_MASTER" and stage not in self.commit_log.put_stages:
+        sync = self.config.broker_role == "SYNC_MASTER" or self.controller_mode
+        if sync and stage not in self.commit_log.put_stages:
             self.commit_log.add_put_stage(stage)
         try:
             self.ha.start()
@@ -386,7 +481,7 @@ class MessageStore:
         self.cleaner.stop()
         self.stats.stop()
         self.commit_log.shutdown()
-        if self.maintenance and self.config.broker_role != "SLAVE":
+        if self.maintenance and self._is_master:
             self.schedule.persist()  # after the commit log's last flush: all progress is safe
         self.commit_log.inline_dispatch = None
         self.commit_log.inline_plain = None

@@ -195,7 +195,6 @@ class AdminProcessor:
         self.broker = broker
         self.store = broker.store
         self.broker_name = broker.config.broker_name
-        self.is_slave = broker.store_config.broker_role == "SLAVE"
         self.started_ms = broker.clock.now_ms()
 
     def handlers(self) -> dict[int, Handler]:
@@ -225,7 +224,7 @@ class AdminProcessor:
     async def update_and_create_topic(
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand:
-        if self.is_slave:
+        if not self.store.is_master:
             raise RequestError(SLAVE_REMARK)
         ext = cmd.ext_fields
         topic = _required_str(ext, "topic")
@@ -258,7 +257,7 @@ class AdminProcessor:
         return _ok(text.encode("utf-8"))
 
     async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        if self.is_slave:
+        if not self.store.is_master:
             raise RequestError(SLAVE_REMARK)
         topic = _required_str(cmd.ext_fields, "topic")
         self._check_topic(topic)
@@ -316,7 +315,7 @@ class AdminProcessor:
     ) -> RemotingCommand:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: create or replace a group's settings with the
         body's (loop thread; the file is written in a worker thread)."""
-        if self.is_slave:
+        if not self.store.is_master:
             raise RequestError(SLAVE_REMARK)
         config = parse_group_body(cmd.body)
         groups = self.broker.groups
@@ -329,7 +328,7 @@ class AdminProcessor:
     async def delete_group(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """DELETE_SUBSCRIPTIONGROUP: forget a group's settings and, when asked, its consumer
         offsets (loop thread; the files are written in a worker thread)."""
-        if self.is_slave:
+        if not self.store.is_master:
             raise RequestError(SLAVE_REMARK)
         ext = cmd.ext_fields
         group = _required_str(ext, "groupName").strip()

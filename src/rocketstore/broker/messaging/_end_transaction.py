@@ -39,14 +39,16 @@ from ...store.log._record import (
     TRANSACTION_ROLLBACK_TYPE,
     encode_record,
 )
-from .._services import HasAcl, HasProducers, HasStoreConfig
+from .._services import HasAcl, HasProducers, HasStore, HasStoreConfig
 from ..state._topic_config import owning_topic
 from ._transaction import CheckRequest, HasTransactions, TransactionError
 
 log = logging.getLogger(__name__)
 
 
-class EndTransactionContext(HasAcl, HasProducers, HasStoreConfig, HasTransactions, Protocol):
+class EndTransactionContext(
+    HasAcl, HasProducers, HasStore, HasStoreConfig, HasTransactions, Protocol
+):
     """What END_TRANSACTION and the producers' checks use of the broker."""
 
 
@@ -59,7 +61,7 @@ class EndTransactionProcessor:
 
     async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> Any:
         broker = self.broker
-        if broker.store_config.broker_role == "SLAVE":
+        if not broker.store.is_master:
             return RemotingCommand.response(
                 RC.SLAVE_NOT_AVAILABLE, "the broker is a slave: it takes no end of transaction"
             )

@@ -90,7 +90,6 @@ class PullProcessor:
         self.store = broker.store
         self.reader = broker.store.reader
         self.topics = broker.topics
-        self.is_slave = broker.store_config.broker_role == "SLAVE"
         self.tier = broker.tier_reader()
         self._codes: dict[str, frozenset[int] | None] = {}  # header subscriptions, parsed
 
@@ -200,7 +199,7 @@ class PullProcessor:
             except TierError as exc:
                 return RemotingCommand.response(RC.SYSTEM_ERROR, f"tier error: {exc}")
             if held:
-                commit = allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.is_slave
+                commit = allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and self.store.is_master
                 return self._from_tier(
                     tier,
                     conn,
@@ -215,7 +214,7 @@ class PullProcessor:
                 )
         code = self._code(r, offset)
         broker.stats.note_out(topic, group, r.msg_count, len(r.data))
-        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.is_slave:
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and self.store.is_master:
             broker.offsets.commit_offset(conn.peer, group, topic, queue_id, commit_offset)
         if code == RC.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
             timeout_ms = (
@@ -294,7 +293,7 @@ class PullProcessor:
             code = RC.PULL_OFFSET_MOVED if offset != 0 else RC.PULL_NOT_FOUND
         else:
             code = _CODES.get(status, RC.SYSTEM_ERROR)
-        if code == RC.PULL_OFFSET_MOVED and self.is_slave:
+        if code == RC.PULL_OFFSET_MOVED and not self.store.is_master:
             code = RC.PULL_RETRY_IMMEDIATELY
         return code
 

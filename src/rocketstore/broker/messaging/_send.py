@@ -31,6 +31,7 @@ from ...remoting._command import RESPONSE_FLAG, int32_value, int_value, str_valu
 from ...remoting._send_header import SendHeader, send_header
 from ...store._config import StoreConfig
 from ...store._disk import disk_used_ratio
+from ...store.ha._in_sync import FENCED_PREFIX
 from ...store.ha._transfer import GroupTransferService
 from ...store.log._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
 from ...store.log._record import (
@@ -216,7 +217,6 @@ class SendProcessor:
         self.topics = broker.topics
         self.cluster = broker.config.cluster_name
         self.broker_name = broker.config.broker_name
-        self.is_slave = broker.store_config.broker_role == "SLAVE"
         self._waits: _PutWaits | None = None
         self._levels_ms = broker.store_config.delay_levels_ms()
         # a send's property names (as sent) -> the stored order with CLUSTER, or None when a
@@ -344,7 +344,7 @@ class SendProcessor:
         checks: this broker takes writes, the topic is known, neither the store's own nor a
         retry topic, and has that queue."""
         if (
-            self.is_slave
+            not self.store.is_master
             or not self.broker.config.broker_permission & PERM_WRITE
             or is_not_allowed_send_topic(topic)
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
@@ -544,11 +544,12 @@ class SendProcessor:
 
     def _check(self, header: SendHeader, conn: Connection) -> tuple[str, int] | RemotingCommand:
         """(topic, queue id) of a send that may go ahead, or the refusal."""
-        if self.is_slave or not self.broker.config.broker_permission & PERM_WRITE:
+        is_slave = not self.store.is_master
+        if is_slave or not self.broker.config.broker_permission & PERM_WRITE:
             return RemotingCommand.response(
-                RC.NO_PERMISSION if not self.is_slave else RC.SERVICE_NOT_AVAILABLE,
+                RC.NO_PERMISSION if not is_slave else RC.SERVICE_NOT_AVAILABLE,
                 f"the broker[{self.broker_name}] sending message is forbidden"
-                + (" (it is a slave)" if self.is_slave else ""),
+                + (" (it is a slave)" if is_slave else ""),
             )
         topic = header.topic or ""
         if is_not_allowed_send_topic(topic):
@@ -602,7 +603,10 @@ class SendProcessor:
     def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
         code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
         if r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
-            remark = disk_remark(self.broker.store_config)
+            if r.error is not None and r.error.startswith(FENCED_PREFIX):
+                remark = r.error  # a controller-mode master that may not acknowledge
+            else:
+                remark = disk_remark(self.broker.store_config)
         elif remark is None and code != RC.SUCCESS:
             remark = r.error or r.status.name
         if not r.ok:

@@ -95,10 +95,7 @@ class SendBackProcessor:
             return RemotingCommand.response(
                 RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
             )
-        if (
-            broker.store_config.broker_role == "SLAVE"
-            or not broker.config.broker_permission & PERM_WRITE
-        ):
+        if not broker.store.is_master or not broker.config.broker_permission & PERM_WRITE:
             return RemotingCommand.response(
                 RC.NO_PERMISSION,
                 f"the broker[{broker.config.broker_name}] sending message is forbidden",

@@ -70,12 +70,16 @@ class NamesrvRegistrar:
         compressed: bool = False,
         on_registered: Callable[[RegisterBrokerResult], None] | None = None,
         client: AsyncRemotingClient | None = None,
+        broker_id_of: Callable[[], int] | None = None,
         signer: Signer | None = FROM_ENV,
     ) -> None:
         self.namesrv_addrs = list(namesrv_addrs)
         self.cluster = cluster
         self.broker_name = broker_name
         self.broker_id = broker_id
+        # the id to register under, asked at each round (controller mode: 0 only while the
+        # broker is a master the controller confirmed); None: ``broker_id``
+        self.broker_id_of = broker_id_of
         self.broker_addr = broker_addr
         self.ha_server_addr = ha_server_addr
         self.topic_configs_provider = topic_configs_provider
@@ -95,6 +99,9 @@ class NamesrvRegistrar:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._waiting: list[asyncio.Future[None]] = []  # registered() calls for the next round
+
+    def current_broker_id(self) -> int:
+        return self.broker_id_of() if self.broker_id_of is not None else self.broker_id
 
     async def start(self) -> None:
         """Register with every name server (failures are logged), then keep registering."""
@@ -136,7 +143,7 @@ class NamesrvRegistrar:
                 "brokerAddr": self.broker_addr,
                 "clusterName": self.cluster,
                 "haServerAddr": self.ha_server_addr,
-                "brokerId": str(self.broker_id),
+                "brokerId": str(self.current_broker_id()),
                 "compressed": "true" if self.compressed else "false",
                 "bodyCrc32": str(body_crc32(body)),
             }
@@ -241,7 +248,7 @@ class NamesrvRegistrar:
             "brokerName": self.broker_name,
             "brokerAddr": self.broker_addr,
             "clusterName": self.cluster,
-            "brokerId": str(self.broker_id),
+            "brokerId": str(self.current_broker_id()),
         }
         cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext)
         try:

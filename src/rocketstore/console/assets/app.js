@@ -130,7 +130,9 @@ async function viewCluster() {
   const doc = await api("/api/cluster");
   const rows = doc.brokers.map((b) => h("tr", { "data-broker": b.address },
     h("td", {}, b.cluster), h("td", {}, b.brokerName), num(b.brokerId), h("td", {}, b.address),
-    h("td", {}, b.role), h("td", {}, b.error ? h("span", { class: "bad" }, b.error) : b.version),
+    h("td", {}, b.role), num(b.epoch !== undefined ? b.epoch : "-"),
+    h("td", {}, b.syncStateSet !== undefined ? b.syncStateSet || "-" : "-"),
+    h("td", {}, b.error ? h("span", { class: "bad" }, b.error) : b.version),
     num(fixed(b.putTps)), num(fixed(b.getTps)),
     h("td", {}, b.disk || "-"),
     h("td", { class: "num ha-lag" }, haLag(b)),
@@ -139,8 +141,8 @@ async function viewCluster() {
       link("Config", "cluster", { broker: b.address, show: "config" }))));
   const detail = h("div", { id: "broker-detail" });
   main.replaceChildren(h("h2", {}, "Brokers"),
-    table(["Cluster", "Broker", "ID", "Address", "Role", "Version", "Put TPS", "Get TPS",
-      "Disk", "HA lag (bytes)", "Messages put today", ""], rows),
+    table(["Cluster", "Broker", "ID", "Address", "Role", "Epoch", "SyncStateSet", "Version",
+      "Put TPS", "Get TPS", "Disk", "HA lag (bytes)", "Messages put today", ""], rows),
     h("p", { class: "muted" }, "Read at " + time(doc.time)), detail);
   const { broker, show: which } = state.params;
   if (broker) await brokerDetail(broker, which === "config" ? "config" : "runtime", detail);

@@ -585,6 +585,13 @@ class ConsumeQueueTable:
     def truncate_dirty(self, phys_offset: int) -> int:
         return sum(cq.truncate_dirty(phys_offset) for cq in self)
 
+    def truncate_from(self, phys_offset: int) -> int:
+        """``truncate_dirty`` on a running store: only the queues whose last unit reaches
+        ``phys_offset`` are read (dispatch paused by the caller)."""
+        return sum(
+            cq.truncate_dirty(phys_offset) for cq in self if cq.max_physic_offset > phys_offset
+        )
+
     def correct_min_offset(self, min_phys_offset: int) -> None:
         for cq in self:
             cq.correct_min_offset(min_phys_offset)

@@ -796,6 +796,29 @@ class IndexService:
 
     # ---- cleaning and lifecycle -------------------------------------------------------------
 
+    def truncate_from(self, phys_offset: int) -> int:
+        """Drop the entries of records at or after ``phys_offset`` (the commit log was cut
+        there): the files that begin there or later are destroyed (never the first), the newest
+        one left loses its entries past it. Returns how many entries went. Dispatch paused (no
+        entry is added meanwhile)."""
+        self._join_flushers()
+        files = self.files
+        gone = [f for f in files[1:] if f.begin_phy_offset >= phys_offset]
+        dropped = 0
+        for f in gone:
+            dropped += max(0, f.index_count - 1)
+            f.destroy(0)
+        if gone:
+            with self._lock:
+                self.files = [f for f in self.files if f not in gone]
+        if self.files:
+            newest = self.files[-1]
+            keep = newest.index_count
+            while keep > 1 and newest.entry(keep - 1)[1] >= phys_offset:
+                keep -= 1
+            dropped += newest.truncate_entries(keep)
+        return dropped
+
     def delete_expired_files(self, min_phys_offset: int) -> int:
         """Destroy files (never the last) whose entries all point below ``min_phys_offset``."""
         self._join_flushers()

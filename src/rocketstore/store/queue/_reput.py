@@ -20,6 +20,7 @@ When the commit log stays idle it sleeps longer and is woken by the next append.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -85,6 +86,12 @@ class ReputMessageService(ServiceThread):
         # store stops taking writes meanwhile; reads of what was dispatched go on
         self.on_error: Callable[[BaseException | None], None] | None = None
         self.failing: BaseException | None = None
+        # held while a batch is dispatched: a cut of the log (controller mode) takes it to
+        # pause dispatch
+        self.dispatch_lock = threading.Lock()
+        # idle when dispatch reached its limit, not the log's end (controller mode: the
+        # confirm offset; whoever moves the limit wakes the service)
+        self.idle_at_limit = False
 
     # ---- progress ---------------------------------------------------------------------------
 
@@ -424,7 +431,8 @@ class ReputMessageService(ServiceThread):
         while not self.stopped:
             self.rounds += 1
             try:
-                n = self.do_reput()
+                with self.dispatch_lock:
+                    n = self.do_reput()
             except Exception as exc:
                 self._failed(exc)
                 n = 0
@@ -437,13 +445,25 @@ class ReputMessageService(ServiceThread):
             if self.inline:  # the put path dispatches; a failure there wakes this thread
                 self.wait_for_running(IDLE_WAIT_S)
                 continue
+            if self.idle_at_limit and self._request_flush is None:
+                # dispatch reached its limit: sleep until whoever moves it wakes this thread
+                # (no polling every millisecond: each round takes the interpreter lock; under
+                # SYNC_FLUSH the flush moves the limit too, and wakes nobody: polled)
+                self._idle = True
+                if self._limit() > self.reput_from_offset:
+                    self._idle = False
+                    continue
+                self.wait_for_running(IDLE_WAIT_S)
+                self._idle = False
+                continue
             if n:
                 idle_rounds = 0
             else:
                 idle_rounds += 1
             if idle_rounds >= IDLE_ROUNDS:
                 self._idle = True
-                if self.commit_log.max_offset > self.reput_from_offset:
+                ahead = self._limit() if self.idle_at_limit else self.commit_log.max_offset
+                if ahead > self.reput_from_offset:
                     self._idle = False  # raced with an append
                     continue
                 self.wait_for_running(IDLE_WAIT_S)
@@ -453,7 +473,8 @@ class ReputMessageService(ServiceThread):
                 self.wait_for_running(BUSY_WAIT_S)
         # let what was written before shutdown reach the queues
         try:
-            self.catch_up()
+            with self.dispatch_lock:
+                self.catch_up()
         except Exception as exc:
             if is_disk_full(exc):  # the next start goes on from here
                 log.error("dispatch at shutdown stopped at %d: %s", self.reput_from_offset, exc)

@@ -156,6 +156,9 @@ class StoreLoader:
         self._dispatched = 0
         self._redispatch_from: int | None = None
         self._dispatch_paused_at: int | None = None  # a full disk stopped recovery's dispatch
+        # controller mode: recovery dispatches no record past what was dispatched before (the
+        # confirm offset held dispatch back then; the rest waits for it again)
+        self._dispatch_limit: int | None = None
         self._destroyed_index: list[str] = []
         self._log_next: dict[tuple[str, int], int] = {}  # per queue: next offset seen in the scan
         self._dropped_index_entries = 0
@@ -189,6 +192,8 @@ class StoreLoader:
         self.cqt.load(on_corrupt=self._queue_unloadable)
         for cq in self.cqt:
             cq.recover()
+        if cfg.enable_controller_mode:
+            self._dispatch_limit = max(self.cqt.max_physic_offset(), 0)
         self._load_index(abort)
         # 3. end
         min_ts = cp.min_timestamp
@@ -524,6 +529,9 @@ class StoreLoader:
                     need = phys > f.end_phy_offset or (
                         phys == f.end_phy_offset and f.index_count <= 1
                     )
+            if need and self._dispatch_limit is not None and phys >= self._dispatch_limit:
+                if self._dispatch_paused_at is None:
+                    self._dispatch_paused_at = phys  # the rest waits for the confirm offset
             if need and self._dispatch_paused_at is None:
                 req = check_record(mm, phys - base, limit, check_crc=False, delay_time=delay_time)
                 assert not isinstance(req, int)

@@ -1,0 +1,192 @@
+"""RocketMQ 5.1.4's own programs for the controller-mode interop tests: a name server with its
+embedded controller (``enableControllerInNamesrv``; the controller answers on the DLedger peer
+port), brokers in controller mode, and mqadmin.
+
+This project ships none of RocketMQ's classes: ``ROCKETMQ5_CLASSPATH`` names a classpath with
+RocketMQ 5.1.4's namesrv, controller, broker and tools classes and their dependencies, and
+``ROCKETMQ5_HOME`` (optional) a directory with ``conf/rmq.<role>.logback.xml`` (5.x logs through
+logback; without one, the JVM's default, and each process's own directory as its
+ROCKETMQ_HOME). Without the classpath or ``java`` the callers skip
+(``unavailable()`` says why). Every process is killed at the end, also after a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
+HOME = os.environ.get("ROCKETMQ5_HOME", "")
+JAVA = shutil.which("java")
+OPENS = [
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+]
+JAVA_OPTS = [
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:MaxDirectMemorySize=512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    *OPENS,
+]
+NAMESRV = "org.apache.rocketmq.namesrv.NamesrvStartup"
+BROKER = "org.apache.rocketmq.broker.BrokerStartup"
+ADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+
+
+def unavailable() -> str | None:
+    if not CLASSPATH:
+        return "set ROCKETMQ5_CLASSPATH to RocketMQ 5.1.4's classes (see tests/_rocketmq5.py)"
+    if JAVA is None:
+        return "no java on PATH"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_broker_port() -> int:
+    """A port P with P-2 (the fast channel) and P+1 (HA) free too, as RocketMQ's broker binds."""
+    for _ in range(50):
+        p = free_port()
+        if p < 3 or p > 65533:
+            continue
+        try:
+            for q in (p - 2, p + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        return p
+    raise OSError("no free port for a RocketMQ broker")
+
+
+class JavaProcess:
+    def __init__(self, root: Path, name: str, role: str, main: str, *args: str) -> None:
+        home = root / f"home-{name}"
+        home.mkdir(parents=True, exist_ok=True)
+        opts = [*JAVA_OPTS, f"-Duser.home={home}"]
+        if HOME:
+            opts.append(f"-Dlogback.configurationFile={HOME}/conf/rmq.{role}.logback.xml")
+        env = dict(os.environ)
+        # the name server refuses to start without a ROCKETMQ_HOME: the process's own directory
+        # when no ROCKETMQ5_HOME is given
+        env["ROCKETMQ_HOME"] = HOME or str(home)
+        self.log = root / f"{name}.out"
+        assert JAVA is not None
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [JAVA, *opts, "-cp", CLASSPATH, main, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text("utf-8", "replace") if self.log.exists() else ""
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no {text!r} in {self.log}:\n{self.output()[-3000:]}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(20)
+
+
+def start_namesrv(root: Path) -> tuple[JavaProcess, str, str]:
+    """A 5.1.4 name server with its controller: (process, name server address, controller
+    address)."""
+    ns, ctl = free_port(), free_port()
+    conf = root / "namesrv.conf"
+    conf.write_text(
+        f"listenPort={ns}\n"
+        "enableControllerInNamesrv=true\n"
+        "controllerDLegerGroup=group1\n"
+        f"controllerDLegerPeers=n0-127.0.0.1:{ctl}\n"
+        "controllerDLegerSelfId=n0\n"
+        f"controllerStorePath={root / 'controller-store'}\n"
+        f"configStorePath={root / 'controller.properties'}\n"
+        f"kvConfigPath={root / 'namesrv' / 'kvConfig.json'}\n"
+    )
+    proc = JavaProcess(root, "namesrv", "namesrv", NAMESRV, "-c", str(conf))
+    try:
+        proc.wait_for("The ControllerManager boot success", 120)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, f"127.0.0.1:{ns}", f"127.0.0.1:{ctl}"
+
+
+def start_broker(
+    root: Path, name: str, group: str, namesrv: str, controller: str, file_size: int
+) -> tuple[JavaProcess, str]:
+    """A 5.1.4 broker in controller mode: (process, its address)."""
+    port = free_broker_port()
+    conf = root / f"{name}.conf"
+    conf.write_text(
+        "brokerClusterName=DefaultCluster\n"
+        f"brokerName={group}\n"
+        "brokerId=-1\n"
+        "brokerRole=SLAVE\n"
+        "enableControllerMode=true\n"
+        f"controllerAddr={controller}\n"
+        "allAckInSyncStateSet=true\n"
+        f"namesrvAddr={namesrv}\n"
+        "brokerIP1=127.0.0.1\n"
+        "brokerIP2=127.0.0.1\n"
+        f"listenPort={port}\n"
+        f"haListenPort={port + 1}\n"
+        f"storePathRootDir={root / name}\n"
+        f"storePathCommitLog={root / name / 'commitlog'}\n"
+        f"mappedFileSizeCommitLog={file_size}\n"
+        "flushDiskType=ASYNC_FLUSH\n"
+    )
+    proc = JavaProcess(root, name, "broker", BROKER, "-c", str(conf))
+    try:
+        proc.wait_for("boot success", 120)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, f"127.0.0.1:{port}"
+
+
+def admin(root: Path, *args: str, timeout: float = 120.0) -> str:
+    home = root / "home-admin"
+    home.mkdir(parents=True, exist_ok=True)
+    opts = [*JAVA_OPTS, f"-Duser.home={home}"]
+    if HOME:
+        opts.append(f"-Dlogback.configurationFile={HOME}/conf/rmq.tools.logback.xml")
+    assert JAVA is not None
+    done = subprocess.run(
+        [JAVA, *opts, "-cp", CLASSPATH, ADMIN, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return done.stdout + done.stderr
