@@ -136,4 +136,4 @@ def test_put_bad_conf_is_reported(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code != 0
-    assert "flush_disk_type" in str(result.exception) + result.output
+    assert "flushDiskType: 'SOMETIMES'" in str(result.exception) + result.output

@@ -222,7 +222,10 @@ def test_a_missing_or_bad_conf_is_one_line(tmp_path: Path) -> None:
     make_store(root, 4)
     bad = tmp_path / "bad.conf"
     bad.write_text("flushDiskType=SOMETIMES\n")
-    for conf, says in ((tmp_path / "absent.conf", "absent.conf"), (bad, "flush_disk_type")):
+    for conf, says in (
+        (tmp_path / "absent.conf", "absent.conf"),
+        (bad, "flushDiskType: 'SOMETIMES'"),
+    ):
         for args in [*read_args(root), ["inspect", str(root)]]:
             line = one_line_error(cli(*args, "--conf", str(conf)))
             assert says in line, (args, line)
