@@ -252,7 +252,7 @@ def test_bad_bodies_are_refused_and_change_nothing(
 def test_a_slave_refuses_changes() -> None:
     groups: dict[str, SubscriptionGroupConfig] = {}
     fake = SimpleNamespace(
-        store=None,
+        store=SimpleNamespace(is_master=False),  # a slave: its role from the store
         config=SimpleNamespace(broker_name="broker-a"),
         store_config=SimpleNamespace(broker_role="SLAVE"),
         clock=SimpleNamespace(now_ms=lambda: 0),
