@@ -1,4 +1,4 @@
-"""Broker benchmarks over the remoting protocol (issue 11): sends from one producer and from
+"""Broker benchmarks over the remoting protocol: sends from one producer and from
 many, a consumer draining a topic through PULL_MESSAGE, and long-poll latency.
 
 The broker runs as a separate process (``rocketstore serve`` on free loopback ports over a

@@ -252,7 +252,7 @@ def spark_read_write(store_dir: str, count: int | None) -> Figures:
     }
 
 
-# ---- through brokers (issue 14) ---------------------------------------------------------------
+# ---- through brokers ---------------------------------------------------------------------------
 
 BROKER_COUNT = 200_000
 BROKER_QUEUES = 4
