@@ -1,30 +1,16 @@
-"""Where the real RocketMQ 4.9.8 stores live, and how tests unpack them (never in place).
-
-The fixtures sit in ``shared/fixtures/rocketmq-4.9.8`` beside the repository; the environment
-variable ROCKETSTORE_FIXTURES points elsewhere.
-"""
+"""The files RocketMQ itself wrote and said, kept in ``tests/fixtures`` (its README says what
+each is), and how tests unpack the stores (into a directory of their own, never in place)."""
 
 from __future__ import annotations
 
-import os
 import tarfile
 from pathlib import Path
 
-import pytest
-
-
-def _locate() -> Path:
-    env = os.environ.get("ROCKETSTORE_FIXTURES")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parents[1]
-    return repo.parent / "shared" / "fixtures" / "rocketmq-4.9.8"
-
-
-FIXTURES = _locate()
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"RocketMQ fixtures not present at {FIXTURES}"
-)
+FIXTURES_ROOT = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = FIXTURES_ROOT / "rocketmq-4.9.8"
+"""The two store directories RocketMQ 4.9.8 wrote, as tarballs (clean and abort)."""
+TRANSCRIPTS = FIXTURES_ROOT / "remoting"
+"""The official 4.x client's conversations with RocketMQ 4.9.8, one JSON line per frame."""
 
 
 def tarball(name: str) -> Path:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
 
+from _fixtures import TRANSCRIPTS
 from rocketstore import ManualClock
 from rocketstore.broker._errors import InvalidHeartbeatError, InvalidSubscriptionError
 from rocketstore.broker.state._consumer_manager import (
@@ -28,14 +28,10 @@ from rocketstore.broker.state._heartbeat import (
 )
 from rocketstore.store._java_hash import java_string_hash
 
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "protocol" / "remoting"
-
 
 def heartbeat_bodies(name: str) -> list[bytes]:
     """The HEART_BEAT (34) bodies the official C++ client sent in a recorded session."""
     path = TRANSCRIPTS / name
-    if not path.exists():
-        pytest.skip(f"no transcript {path}")
     bodies = []
     for line in path.read_text().splitlines():
         frame = json.loads(line)

@@ -6,7 +6,7 @@ the protocol.
 
 This project ships none of RocketMQ's classes: ``ROCKETMQ5_CLASSPATH`` names a classpath with
 RocketMQ 5.1.4's tools, client, broker, store, remoting and common classes and their
-dependencies (see /work/shared/protocol/controller-notes.md for how it was built and run).
+dependencies (RocketMQ 5.1.4 compiled from its sources with JDK 17).
 Without it, or without ``java``, the tests are skipped, saying so.
 """
 

@@ -14,12 +14,9 @@ from typing import Any
 import pytest
 
 from _fixtures import FIXTURES as FIXTURES
-from _fixtures import needs_fixtures
 from _fixtures import unpack_fixture as unpack
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.store.log._record import decode_msg_id
-
-pytestmark = needs_fixtures
 
 
 def frozen(store: Path) -> MessageStore:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from _fixtures import TRANSCRIPTS
 from rocketstore.broker.replication._outer_api import NamesrvRegistrar
 from rocketstore.namesrv import (
     ClusterInfo,
@@ -39,8 +40,6 @@ from rocketstore.remoting import (
 )
 from rocketstore.remoting._fastjson import dumps_standard
 from rocketstore.store._clock import ManualClock
-
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "protocol" / "remoting"
 
 # the body RocketMQ 4.9.8's name server sent the C++ client for TBW102 (newtopic.jsonl)
 TBW102_ROUTE = (
@@ -633,7 +632,6 @@ def _namesrv_exchanges(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]
     return pairs
 
 
-@pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason="no protocol transcripts beside the repo")
 @pytest.mark.parametrize("name", ["send", "pull", "push", "retry", "newtopic"])
 def test_replay_of_rocketmqs_route_answers(name: str) -> None:
     """Every GET_ROUTEINFO_BY_TOPIC the official client sent RocketMQ 4.9.8's name server,

@@ -397,8 +397,6 @@ def test_tags_code() -> None:
 
 @pytest.fixture(scope="module")
 def clean_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not CLEAN_TARBALL.exists():
-        pytest.skip(f"{CLEAN_TARBALL} not present")
     dest = tmp_path_factory.mktemp("rmq-clean")
     with tarfile.open(CLEAN_TARBALL) as tar:
         tar.extractall(dest, filter="data")

@@ -23,8 +23,8 @@ from rocketstore.store.log._record import check_record, encode_record
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store.queue._index import HEADER
 from rocketstore.store.recovery._scan import BAD_RECORD, scan_records
-from test_fixture_read import FIXTURES, expected, unpack
 from test_fixture_read import config as fixture_config
+from test_fixture_read import expected, unpack
 
 T = "Rec"
 
@@ -55,10 +55,7 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 # ---- RocketMQ's stores --------------------------------------------------------------------------
 
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 
-
-@needs_fixtures
 def test_rocketmq_crashed_store_recovers_as_rocketmq_does(tmp_path: Path) -> None:
     fixture = unpack("abort", tmp_path)
     lines = expected(fixture)
@@ -92,7 +89,6 @@ def test_rocketmq_crashed_store_recovers_as_rocketmq_does(tmp_path: Path) -> Non
         )
 
 
-@needs_fixtures
 def test_rocketmq_clean_store_recovers_normally(tmp_path: Path) -> None:
     fixture = unpack("clean", tmp_path)
     root = fixture / "store"
@@ -329,7 +325,6 @@ def test_scan_records_agrees_with_check_record() -> None:
 # ---- rocketstore inspect --------------------------------------------------------------------------
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["clean", "abort"])
 def test_inspect_rocketmq_stores(tmp_path: Path, name: str) -> None:
     fixture = unpack(name, tmp_path)

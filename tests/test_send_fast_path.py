@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from _fixtures import TRANSCRIPTS
 from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
@@ -29,7 +30,7 @@ from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.remoting._command import decode_frame
 from rocketstore.server import BrokerServer
 
-RECORDED = Path("/work/shared/protocol/remoting/send.jsonl")
+RECORDED = TRANSCRIPTS / "send.jsonl"
 TOPIC = "FastTopic"
 UNIQ = "UNIQ_KEY\u00010100007F0000F44000000000\u0002"
 

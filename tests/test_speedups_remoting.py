@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _fixtures import TRANSCRIPTS
 from rocketstore.remoting import _command
 from rocketstore.remoting._codes import RequestCode, ResponseCode
 from rocketstore.remoting._command import RemotingCommand, decode_frame
 
 pytest.importorskip("orjson")
-
-TRANSCRIPTS = Path("/work/shared/protocol/remoting")
 
 
 def _outcome(frame: bytes, fast: bool) -> tuple[str, Any]:
