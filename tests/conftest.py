@@ -144,11 +144,11 @@ def spark(_spark_process: None) -> Any:
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory, _spark_process: None) -> Iterator[Any]:
     """A Spark standalone cluster (a master and two workers of one core each, every one a JVM,
-    on 127.0.0.1) for the tests that run on it (``tests/_spark_cluster.py``); its logs stay in
+    on 127.0.0.1) for the tests that run on it (``tests/support/spark_cluster.py``); its logs stay in
     the session's temporary directory."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from _spark_cluster import StandaloneCluster
+    from support.spark_cluster import StandaloneCluster
 
     cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1)
     try:
@@ -180,9 +180,9 @@ def synced_ranges(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A name server and two registered brokers (test_broker_admin's Cluster), one for each
+    """A name server and two registered brokers (support.cluster's Cluster), one for each
     test module that asks for it; a module may define its own ``cluster`` instead."""
-    from test_broker_admin import started_cluster
+    from support.cluster import started_cluster
 
     with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from _remoting import WAIT
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.server._run import _settle_allocator
 from rocketstore.store.log._record import decode_message
-from test_broker_server import RunningBroker, send_request
+from support.broker import RunningBroker, send_request
+from support.remoting import WAIT
 
 MiB = 1024 * 1024
 T = TypeVar("T")
@@ -171,9 +171,8 @@ def test_grpc_receives_take_room_before_they_read_and_answer_within_their_cap(
     (never past the budget), and every answer holds at most the cap (at least a message)."""
     import grpc
 
-    from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread
     from rocketstore.grpc._pb import service_pb2_grpc
-    from test_grpc_service import MD, receive, send_ok
+    from support.grpc_broker import MD, TEST_GRPC_CONFIG, BrokerThread, receive, send_ok
 
     cap, total = 1 * MiB, 3 * MiB
     config = TEST_GRPC_CONFIG.replace(max_receive_bytes=cap, max_buffered_bytes=total)

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _spark_helpers import unpack_fixture
 from rocketstore.store._errors import CorruptRecordError
 from rocketstore.store.log._record import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -31,6 +30,7 @@ from rocketstore.store.log._record import (
 )
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store.read._reader import StoreReader
+from support.spark_helpers import unpack_fixture
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from _fixtures import TRANSCRIPTS
 from rocketstore import ManualClock
 from rocketstore.broker._errors import InvalidHeartbeatError, InvalidSubscriptionError
 from rocketstore.broker.state._consumer_manager import (
@@ -27,6 +26,7 @@ from rocketstore.broker.state._heartbeat import (
     encode_heartbeat,
 )
 from rocketstore.store._java_hash import java_string_hash
+from support.fixtures import TRANSCRIPTS
 
 
 def heartbeat_bodies(name: str) -> list[bytes]:

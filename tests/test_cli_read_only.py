@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from _crash import produce_and_kill
-from _fixtures import unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
+from support.crash import produce_and_kill
+from support.fixtures import unpack_fixture
 
 Snapshot = tuple[frozenset[str], dict[str, bytes]]
 QUEUES = 4

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from _remoting import run_on as run
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RemotingError
 from rocketstore.remoting._client import ClientConnection
 from rocketstore.remoting._command import decode_frame
+from support.remoting import run_on as run
 
 pytestmark = pytest.mark.timeout(60)
 LOOPS = ["asyncio", "uvloop"]

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from _console_env import ConsoleEnv, http
-from _waits import wait_until
 from rocketstore.console import _http as console_http
 from rocketstore.console import _server as console_server
+from support.console_env import ConsoleEnv, http
+from support.waits import wait_until
 
 ACL_YML = """\
 accounts:

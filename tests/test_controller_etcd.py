@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from _controllers import CLUSTER, FakeBroker, run, until
-from _etcd import EtcdCluster
 from rocketstore.controller import (
     ControllerConfig,
     EtcdBackend,
@@ -29,7 +27,9 @@ from rocketstore.controller import (
 from rocketstore.controller._headers import GetReplicaInfoRequest
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import ControllerServer
-from rocketstore.server._addresses import free_port
+from support.controllers import CLUSTER, FakeBroker, run, until
+from support.etcd import EtcdCluster
+from support.ports import free_port
 
 PREFIX = "/rocketstore-etcd-test"
 

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from _controllers import CLUSTER, FakeBroker, until
-from _remoting import LoopThread
-from _rocketmq_java import OPENS, free_broker_port, kill_process
 from rocketstore.controller import ControllerConfig
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
+from support.controllers import CLUSTER, FakeBroker, until
+from support.remoting import LoopThread
+from support.rocketmq_java import OPENS, free_broker_port, kill_process
 
 CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
 JAVA = shutil.which("java")

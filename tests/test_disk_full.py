@@ -1,6 +1,6 @@
 """A store on a small, really full file system (a tmpfs mounted for the test).
 
-The store runs in a child process (tests/_disk_full_child.py), so a write into an unallocated
+The store runs in a child process (tests/support/disk_full_child.py), so a write into an unallocated
 page of a mapped file, which the kernel answers with SIGBUS, shows as the child's exit status
 -7 and fails the test. Needs root to mount; skipped (with the reason) where mounting fails.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-CHILD = Path(__file__).with_name("_disk_full_child.py")
+CHILD = Path(__file__).resolve().parent / "support" / "disk_full_child.py"
 
 
 @contextlib.contextmanager

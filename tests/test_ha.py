@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_dispatched, wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.ha import ClientState, ConnectionState, HAStatistics
 from rocketstore.store.ha._wire import HEADER, HEADER_SIZE, REPORT
+from support.waits import wait_dispatched, wait_until
 
 FILE = 64 * 1024
 S = PutMessageStatus

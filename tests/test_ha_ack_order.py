@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.client._producer import message_properties, send_header
@@ -35,6 +34,7 @@ from rocketstore.remoting import RemotingCommand, ResponseCode
 from rocketstore.remoting._command import decode_frame
 from rocketstore.server import BrokerServer
 from rocketstore.store.ha._wire import HEADER, HEADER_SIZE, REPORT
+from support.waits import wait_until
 
 TOPIC = "AckOrder"
 CONNECTIONS = 8

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from _fixtures import TRANSCRIPTS
 from rocketstore.broker.replication._outer_api import NamesrvRegistrar
 from rocketstore.namesrv import (
     ClusterInfo,
@@ -40,6 +38,8 @@ from rocketstore.remoting import (
 )
 from rocketstore.remoting._fastjson import dumps_standard
 from rocketstore.store._clock import ManualClock
+from support.fixtures import TRANSCRIPTS
+from support.ports import free_port
 
 # the body RocketMQ 4.9.8's name server sent the C++ client for TBW102 (newtopic.jsonl)
 TBW102_ROUTE = (
@@ -347,12 +347,6 @@ async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
     while not cond():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class FakeBroker:

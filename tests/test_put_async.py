@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageResult, PutMessageStatus
 from rocketstore.store._errors import StoreIOError
 from rocketstore.store.log._flush import GroupCommitService
 from rocketstore.store.log._record import PROPERTY_WAIT
-from test_group_commit import FakeLog, make_service
+from support.group_commit import FakeLog, make_service
+from support.waits import wait_until
 
 OK = PutMessageStatus.PUT_OK
 TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT

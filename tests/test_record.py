@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _fixtures import tarball
 from rocketstore import CorruptRecordError, StoreConfig
 from rocketstore.store.log._record import (
     BLANK,
@@ -45,6 +44,7 @@ from rocketstore.store.log._record import (
     tags_code,
     unpack_host,
 )
+from support.fixtures import tarball
 
 CLEAN_TARBALL = tarball("clean")
 

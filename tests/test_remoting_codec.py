@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from _fixtures import TRANSCRIPTS
 from rocketstore.remoting import (
     DEFAULT_MAX_FRAME,
     FrameError,
@@ -33,6 +32,7 @@ from rocketstore.remoting._command import (
     decode_frame,
     frame_length,
 )
+from support.fixtures import TRANSCRIPTS
 
 
 def roundtrip(cmd: RemotingCommand) -> RemotingCommand:

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.client import Producer
@@ -35,6 +34,7 @@ from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import BrokerServer, ControllerServer
 from rocketstore.store.ha._auto_service import AutoSwitchHAService
+from support.waits import wait_until
 
 GROUP = "broker-a"
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from _fixtures import tarball
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store._errors import CorruptFileError
 from rocketstore.store.log._record import (
@@ -28,6 +27,7 @@ from rocketstore.store.services._delay_offset import (
     decode_delay_offsets,
     encode_delay_offsets,
 )
+from support.fixtures import tarball
 
 LEVELS = "1s 3s"
 

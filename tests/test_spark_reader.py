@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from _spark_helpers import expected_queue_messages, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store._errors import CorruptRecordError
 from rocketstore.store._lock import lock_owner
 from rocketstore.store.log._record import OFFSET_BODY_LENGTH_V4
 from rocketstore.store.read._reader import NotAStoreError, StoreReader
+from support.spark_helpers import expected_queue_messages, unpack_fixture
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from _spark_helpers import expected_queue_messages, run_query, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
+from support.spark_helpers import expected_queue_messages, run_query, unpack_fixture
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")

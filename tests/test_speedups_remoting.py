@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _fixtures import TRANSCRIPTS
 from rocketstore.remoting import _command
 from rocketstore.remoting._codes import RequestCode, ResponseCode
 from rocketstore.remoting._command import RemotingCommand, decode_frame
+from support.fixtures import TRANSCRIPTS
 
 pytest.importorskip("orjson")
 

@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _grpc_broker import BrokerThread
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.client._producer import encode_batch
@@ -45,6 +44,7 @@ from rocketstore.store.log._record import (
     encode_record,
     properties_to_string,
 )
+from support.grpc_broker import BrokerThread
 
 T = TypeVar("T")
 

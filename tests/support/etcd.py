@@ -1,5 +1,5 @@
 """A 3-member etcd cluster on loopback for the controller's tests (Debian's etcd-server: the
-``etcd`` binary). Ports from the system, data directories under the test's tmp_path, every
+``etcd`` binary). Ports from support.ports, data directories under the test's tmp_path, every
 member killed and waited for at the end, even when the test fails. Without ``etcd`` on PATH the
 tests that need it are skipped, saying so."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,6 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from .ports import free_ports
 
 START_TIMEOUT = 30.0
 
@@ -27,19 +28,6 @@ def etcd_binary() -> str:
     return path
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on 127.0.0.1 now (all held until all are chosen: one
-    bound and released at a time may be handed out twice)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class EtcdCluster:
     """``size`` members named m0, m1, ...; ``endpoints`` their client URLs."""
 
@@ -47,7 +35,7 @@ class EtcdCluster:
         self.binary = etcd_binary()
         self.root = root
         self.names = [f"m{i}" for i in range(size)]
-        ports = _free_ports(2 * size)
+        ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
