@@ -18,8 +18,17 @@ SMALL_FILE = 64 * 1024
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``sources_only`` tests where mypyc's modules are loaded: they replace methods of
-    compiled classes, which cannot be replaced. scripts/test runs them on the sources."""
+    """Hand out first the modules of the longest runs (Spark's, each starting a JVM, and the
+    slow ones), so that none of them starts last on an otherwise idle pytest-xdist worker
+    (scripts/test runs a file on one worker: ``--dist loadfile``). Skip ``sources_only`` tests
+    where mypyc's modules are loaded: they replace methods of compiled classes, which cannot be
+    replaced. scripts/test runs them on the sources."""
+    long_modules = {
+        getattr(item, "module", None)
+        for item in items
+        if item.get_closest_marker("spark") or item.get_closest_marker("slow")
+    }
+    items.sort(key=lambda item: getattr(item, "module", None) not in long_modules)
     from rocketstore._speedups import compiled_glue
 
     if not compiled_glue():
