@@ -10,11 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from rocketstore import ManualClock, MessageStore, StoreConfig
 from rocketstore.store.log._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
+
+# no per-example deadline: a test asserts no duration, and a loaded machine takes its time
+settings.register_profile("rocketstore", deadline=None)
+settings.load_profile("rocketstore")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -159,7 +159,7 @@ def group(tmp_path: Path) -> Iterator[Group]:
 def form(g: Group) -> None:
     for name in ("b1", "b2", "b3"):
         g.start_broker(name)
-    assert wait_until(g.whole, 30, poll=0.1), g.sync_state()
+    assert wait_until(g.whole, 60, poll=0.1), g.sync_state()
 
 
 def send(namesrv: str, count: int, prefix: str, within: float = 30.0) -> list[str]:
@@ -348,11 +348,17 @@ def test_operators_see_roles_and_epochs(group: Group) -> None:
     from rocketstore.metrics._collector import RocketMQCollector
 
     collector = RocketMQCollector([BrokerSource(group.brokers[master].broker)])
+
+    def in_sync() -> float:
+        size = {f.name: f for f in collector.collect()}["rocketstore_replica_sync_state_set_size"]
+        return float(size.samples[0].value)
+
+    # the master learns the whole SyncStateSet from the controller's answer, a moment later
+    assert wait_until(lambda: in_sync() == 3, 60, poll=0.1), in_sync()
     families = {f.name: f for f in collector.collect()}
     roles = {s.labels["role"]: s.value for s in families["rocketstore_replica_role"].samples}
     assert roles == {"master": 1, "slave": 0, "none": 0}
     assert families["rocketstore_replica_master_epoch"].samples[0].value == 1
-    assert families["rocketstore_replica_sync_state_set_size"].samples[0].value == 3
     from rocketstore.console._views import cluster
 
     with AdminClient(group.namesrv.address) as admin:
