@@ -43,6 +43,16 @@ CLIENT_EXPIRY_MS = 120_000
 _CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER)
 
 
+def settings_topics(settings: pb.Settings) -> int:
+    """How many topics a client's settings name (published, or subscribed to)."""
+    kind = settings.WhichOneof("pub_sub")
+    if kind == "publishing":
+        return len(settings.publishing.topics)
+    if kind == "subscription":
+        return len(settings.subscription.subscriptions)
+    return 0
+
+
 class ClientsContext(HasGroups, HasStoreConfig, HasTopics, Protocol):
     """What the gRPC client registry uses of the broker."""
 
@@ -86,7 +96,14 @@ class ClientRegistry:
 
     def update_settings(self, client_id: str, settings: pb.Settings) -> pb.Settings:
         """Remember a client's settings; the settings the broker answers with. GrpcError for
-        settings without publishing or subscription, or with a bad topic or group."""
+        settings without publishing or subscription, with a bad topic or group, or naming
+        more than ``max_settings_topics`` topics."""
+        count = settings_topics(settings)
+        if count > self._config.max_settings_topics:
+            raise GrpcError(
+                Code.BAD_REQUEST,
+                f"settings name {count:,} topics, at most {self._config.max_settings_topics:,}",
+            )
         kind = settings.WhichOneof("pub_sub")
         group: str | None = None
         if kind == "publishing":

@@ -31,6 +31,7 @@ from ._pb import service_pb2_grpc
 from ._pull import PullService
 from ._recall import RecallContext, recall
 from ._receive import PopService
+from ._replies import Replies
 from ._routes import BrokerQueues, ClusterRoutes
 from ._send import SendService
 from ._transaction import TransactionFront
@@ -158,6 +159,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self.transactions = transactions
         self.routes = routes
         self.auth_failures = 0  # calls the ACL refused (counted by its AclServicer)
+        self.telemetry_stalls = 0  # Telemetry streams ended for not reading their replies
+        self.telemetry_closed = 0  # Telemetry streams that ended
 
     # ---- plumbing ----------------------------------------------------------------------------
 
@@ -442,28 +445,48 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> AsyncIterator[spb.TelemetryCommand]:
         """Answer each Settings with the broker's settings; other commands (thread stack
         traces, verify results) are taken without an answer. The broker's own commands
-        (orphaned-transaction checks) go down the same stream."""
+        (orphaned-transaction checks) go down the same stream. The replies wait in a bounded
+        queue (``Replies``): while it is full the client's commands are not read, and a
+        reply that finds no place for ``telemetry_stall_ms`` ends the stream."""
         client_id = _client_id(context)
-        out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        cfg = self.config
+        out = Replies(self.pops.room, cfg.telemetry_queue_size)
+        stall_s = cfg.telemetry_stall_ms / 1000.0
+        call = asyncio.current_task()  # the call's own task: cancelled, the stream ends
 
         async def read() -> None:
             try:
                 async for command in request_iterator:
                     answer = self._telemetry_answer(client_id, command)
-                    if answer is not None:
-                        out.put_nowait(answer)
+                    if answer is not None and not await out.put(answer, stall_s):
+                        self.telemetry_stalls += 1
+                        _bad_requests.log(
+                            logging.WARNING,
+                            "Telemetry of client %r: its replies unread for %g s, stream ended",
+                            client_id,
+                            stall_s,
+                        )
+                        if call is not None:
+                            call.cancel()
+                        return
             finally:
-                out.put_nowait(None)
+                out.end()
 
         reader = asyncio.create_task(read())
         if client_id:
             self.transactions.add_stream(client_id, out)
         try:
             while (item := await out.get()) is not None:
-                yield item
+                command, size = item
+                try:
+                    yield command
+                finally:
+                    out.written(size)
         finally:
             if client_id:
                 self.transactions.remove_stream(client_id, out)
+            out.drain()
+            self.telemetry_closed += 1
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
