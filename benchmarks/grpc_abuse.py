@@ -200,7 +200,7 @@ async def telemetry(address: str, seconds: float) -> None:
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
                 outcome = f"ended by the server ({type(exc).__name__})"
                 break
-        if call.done():
+        if call.done() and outcome == "open at the end":
             outcome = f"ended by the server: {await call.code()}"
         call.cancel()
     print(f"  {sent:,} Settings sent in {seconds:g} s; stream {outcome}")

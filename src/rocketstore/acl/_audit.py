@@ -70,7 +70,7 @@ def _quoted(text: str) -> str:
 
 
 SUMMARY_INTERVAL_S = 60.0
-FULL_LINES = 5
+FULL_LINES = 32
 MAX_SOURCES = 4096
 _MAX_NAMED = 4  # accounts and requests named in a summary line
 
@@ -155,6 +155,11 @@ class RefusalLog:
                 _quoted(reason),
             )
         return full
+
+    def clear(self) -> None:
+        """Forget every source, untold (tests: each starts with a clean slate)."""
+        with self._lock:
+            self._sources.clear()
 
     def flush(self) -> None:
         """Tell the sources whose interval is over."""

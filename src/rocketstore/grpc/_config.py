@@ -71,8 +71,8 @@ class GrpcConfig:
     send_wait_ms: int = 3_000
     # Telemetry: at most telemetry_queue_size replies wait for a stream's client to read them
     # (its commands are not read meanwhile); a reply that finds no place or room for
-    # telemetry_stall_ms ends the stream. A Settings names at most max_settings_topics topics
-    # (published, or subscribed to).
+    # telemetry_stall_ms drops what waits and the stream reads nothing more. A Settings names
+    # at most max_settings_topics topics (published, or subscribed to).
     telemetry_queue_size: int = 16
     telemetry_stall_ms: int = 10_000
     max_settings_topics: int = 1_024

@@ -6,14 +6,16 @@ its answers without end, so the queue is bounded twice::
 
     reader (the client's commands) ── put(answer): a place in the queue (at most ``capacity``)
                                         and the answer's bytes from the front end's room,
-                                        waiting up to ``timeout`` for both; False: the stream
-                                        is to end (nothing is read from it meanwhile)
+                                        waiting up to ``timeout`` for both (nothing is read
+                                        from the client meanwhile); False: the client does
+                                        not read, the stream reads no more (``drain``)
     broker's checks ───────────────── offer(check): only when both are free now; False: the
                                         check is tried again later (another producer, or the
                                         next round of checks)
-    writer (the stream) ───────────── get() → (command, size) ... written(size): room back
+    writer (the stream) ───────────── get() → (command, size), written(size): room back as
+                                        it goes to gRPC (one reply a stream being written);
                                         None once ended and drained
-    end()                              no more puts; drain() gives back what is left
+    end()                              no more puts; drain() drops what waits, room back
 
 Loop thread only.
 """

@@ -159,7 +159,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self.transactions = transactions
         self.routes = routes
         self.auth_failures = 0  # calls the ACL refused (counted by its AclServicer)
-        self.telemetry_stalls = 0  # Telemetry streams ended for not reading their replies
+        self.telemetry_stalls = 0  # Telemetry streams stopped for not reading their replies
+        self.telemetry_open = 0  # Telemetry streams open now
         self.telemetry_closed = 0  # Telemetry streams that ended
 
     # ---- plumbing ----------------------------------------------------------------------------
@@ -446,13 +447,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         """Answer each Settings with the broker's settings; other commands (thread stack
         traces, verify results) are taken without an answer. The broker's own commands
         (orphaned-transaction checks) go down the same stream. The replies wait in a bounded
-        queue (``Replies``): while it is full the client's commands are not read, and a
-        reply that finds no place for ``telemetry_stall_ms`` ends the stream."""
+        queue (``Replies``): while it is full the client's commands are not read; a reply
+        that finds no place (or room) for ``telemetry_stall_ms`` stops the reading for good
+        and the waiting replies are dropped (a client that does not read its replies gets
+        nothing more from the stream; gRPC cannot end a stream whose client does not read,
+        it ends when the client does or at its deadline)."""
         client_id = _client_id(context)
         cfg = self.config
         out = Replies(self.pops.room, cfg.telemetry_queue_size)
         stall_s = cfg.telemetry_stall_ms / 1000.0
-        call = asyncio.current_task()  # the call's own task: cancelled, the stream ends
 
         async def read() -> None:
             try:
@@ -462,12 +465,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                         self.telemetry_stalls += 1
                         _bad_requests.log(
                             logging.WARNING,
-                            "Telemetry of client %r: its replies unread for %g s, stream ended",
+                            "Telemetry of client %r: its replies unread for %g s, "
+                            "its commands are not read any more",
                             client_id,
                             stall_s,
                         )
-                        if call is not None:
-                            call.cancel()
+                        out.drain()  # what waits is dropped, its room given back
                         return
             finally:
                 out.end()
@@ -475,17 +478,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         reader = asyncio.create_task(read())
         if client_id:
             self.transactions.add_stream(client_id, out)
+        self.telemetry_open += 1
         try:
             while (item := await out.get()) is not None:
                 command, size = item
-                try:
-                    yield command
-                finally:
-                    out.written(size)
+                out.written(size)  # (one reply a stream at most is being written)
+                yield command
         finally:
             if client_id:
                 self.transactions.remove_stream(client_id, out)
             out.drain()
+            self.telemetry_open -= 1
             self.telemetry_closed += 1
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
