@@ -72,7 +72,7 @@ from ..acl._file import parse_key_object, parse_key_pairs
 from ..acl._remoting import AclSource
 from ..acl._request import Need, group_needs, topic_need, topic_needs
 from ..store._errors import StoreConfigError
-from ._clients import settings_topics
+from ._checks import settings_topics
 
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_HEADER = "x-mq-date-time"

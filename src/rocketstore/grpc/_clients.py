@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ..broker._services import HasGroups, HasStoreConfig, HasTopics
 from ..store._clock import Clock
-from ._checks import check_group, check_topic
+from ._checks import check_group, check_topic, settings_topics
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError
 from ._pb import definition_pb2 as pb
@@ -41,16 +41,6 @@ PRODUCER_BACKOFF_MULTIPLIER = 2.0
 CLIENT_EXPIRY_MS = 120_000
 
 _CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER)
-
-
-def settings_topics(settings: pb.Settings) -> int:
-    """How many topics a client's settings name (published, or subscribed to)."""
-    kind = settings.WhichOneof("pub_sub")
-    if kind == "publishing":
-        return len(settings.publishing.topics)
-    if kind == "subscription":
-        return len(settings.subscription.subscriptions)
-    return 0
 
 
 class ClientsContext(HasGroups, HasStoreConfig, HasTopics, Protocol):
