@@ -12,8 +12,7 @@ whether the call may cost the broker its message::
       │          (``room``: max_buffered_bytes, shared with receives and Telemetry replies),
       │          waiting up to send_wait_ms; none: answered TOO_MANY_REQUESTS, never read
       ▼
-    the request read (to the call's end) and decoded; SendMessage: its room shrunk to what
-      │   it costs
+    the request read and decoded; SendMessage: its room shrunk to what it costs
       │   (SEND_COPIES times its size: the request and the record the store writes)
       ▼
     ACL on: the permissions and the client id checked on the request (AclServicer)
@@ -64,25 +63,12 @@ def message_types(method: str) -> tuple[Any, Any]:
     return getattr(spb, f"{method}Request"), getattr(spb, f"{method}Response")
 
 
-class ExtraRequestsError(ValueError):
-    """A unary call whose client sent more than one request."""
-
-
-async def _only(requests: AsyncIterator[Any]) -> Any:
-    """The call's one request (None: the client sent none); ExtraRequestsError when it sent
-    more (each dropped as it comes: at most two are held at once). The requests are read to
-    their end: an iterator left part-read keeps the last request it yielded until the garbage
-    collector finds it (measured: hundreds of MiB under a flood of large sends)."""
-    first = None
-    extra = 0
-    async for request in requests:
-        if first is None:
-            first = request
-        else:
-            extra += 1
-    if extra:
-        raise ExtraRequestsError(f"{extra + 1} requests in a call that takes one")
-    return first
+async def _request(context: Any) -> Any:
+    """The call's one request (None: the client sent none), read with ``context.read`` (a
+    request iterator left part-read would keep the request it last yielded until the garbage
+    collector finds it: measured, hundreds of MiB under a flood of large sends)."""
+    request = await context.read()
+    return None if request is grpc.aio.EOF else request
 
 
 class Gate:
@@ -164,10 +150,7 @@ class Gate:
             if refused is not None:
                 self.refused_unread += 1
                 return response_type(status=refused)
-            try:
-                request = await _only(requests)
-            except ExtraRequestsError as exc:
-                return response_type(status=status(Code.BAD_REQUEST, str(exc)))
+            request = await _request(context)
             if request is None:
                 return response_type(status=status(Code.BAD_REQUEST, "no request message"))
             return await inner(request, context)
@@ -186,14 +169,10 @@ class Gate:
                 for answer in acl.refused_stream(method, refused):
                     yield answer
                 return
-            try:
-                request = await _only(requests)
-                problem = "no request message"
-            except ExtraRequestsError as exc:
-                request, problem = None, str(exc)
+            request = await _request(context)
             if request is None:
                 _request_type, response_type = message_types(method)
-                yield response_type(status=status(Code.BAD_REQUEST, problem))
+                yield response_type(status=status(Code.BAD_REQUEST, "no request message"))
                 return
             async for answer in inner(request, context):
                 yield answer
@@ -220,10 +199,7 @@ class Gate:
                 )
             )
         try:
-            try:
-                request, size = await self._read_send(requests)
-            except ExtraRequestsError as exc:
-                return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, str(exc)))
+            request, size = await self._read_send(context)
             cost = size * SEND_COPIES
             if cost < held:
                 room.release(held - cost)
@@ -238,13 +214,10 @@ class Gate:
         finally:
             room.release(held)
 
-    async def _read_send(
-        self, requests: AsyncIterator[bytes]
-    ) -> tuple[spb.SendMessageRequest | None, int]:
+    async def _read_send(self, context: Any) -> tuple[spb.SendMessageRequest | None, int]:
         """The request decoded (None: none came, or it does not decode) and its size; its
-        bytes are let go here. ExtraRequestsError for more than one request (read within the
-        room taken: the largest request, twice)."""
-        raw = await _only(requests)
+        bytes are let go here."""
+        raw = await _request(context)
         if raw is None:
             return None, 0
         try:
