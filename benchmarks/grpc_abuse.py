@@ -1,7 +1,8 @@
 """What hostile gRPC traffic costs `rocketstore serve` with the ACL on: its RSS before, at its
 peak and after.
 
-    python benchmarks/grpc_abuse.py [--what unsigned|telemetry|streams|all] [--calls 64]
+    python benchmarks/grpc_abuse.py [--what unsigned|forbidden|telemetry|streams|all]
+        [--calls 64]
         [--body-mb 5] [--seconds 20] [--streams 2000] [--settle 10] [--rss-limit-mib 4096]
 
 ``rocketstore serve`` runs in a subprocess (a temporary store, ports chosen at start, the
@@ -11,6 +12,9 @@ PUB-only one; console and metrics off). The server's RSS is sampled every 50 ms.
 ``unsigned``: ``--calls`` SendMessage calls at once, without a signature, each with a message
 of ``--body-mb`` MB (10^6 bytes), sent again as each is answered, for ``--seconds``; every one
 is refused. Prints the answers' status codes.
+
+``forbidden``: the same, signed by the PUB-only account to a topic it may not publish: each
+request is read (the refusal needs its topic), within the front end's byte budget.
 
 ``telemetry``: the PUB-only account opens a Telemetry stream, and for ``--seconds`` sends
 Settings whose topic list names its one topic over and over (some 660 KB), never reading what
@@ -134,7 +138,7 @@ def signed(ak: str, sk: str, client_id: str) -> list[tuple[str, str]]:
 def create_topic(address: str, topic: str) -> None:
     """The topic, made by the admin account (QueryRoute creates it: autoCreateTopicEnable)."""
     with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        stub = service_pb2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
         r = stub.QueryRoute(
             spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
             metadata=signed("adminAK01", "adminSK01", "bench-admin"),
@@ -143,9 +147,12 @@ def create_topic(address: str, topic: str) -> None:
         print(f"  QueryRoute {topic}: {pb.Code.Name(r.status.code)}")
 
 
-async def unsigned(address: str, calls: int, body_mb: float, seconds: float) -> None:
+async def unsigned(
+    address: str, calls: int, body_mb: float, seconds: float, *, signed_to: str = ""
+) -> None:
+    """Unsigned sends to PubOnly; with ``signed_to``, the PUB-only account's to that topic."""
     message = pb.Message(body=b"x" * int(body_mb * 1_000_000))
-    message.topic.name = "PubOnly"
+    message.topic.name = signed_to or "PubOnly"
     message.system_properties.message_id = "ABUSE"
     request = spb.SendMessageRequest(messages=[message]).SerializeToString()
     codes: collections.Counter[str] = collections.Counter()
@@ -159,8 +166,9 @@ async def unsigned(address: str, calls: int, body_mb: float, seconds: float) -> 
 
         async def caller() -> None:
             while time.monotonic() < end:
+                metadata = signed("pubOnlyAK", "pubOnlySK", "bench-f") if signed_to else None
                 try:
-                    r = await send(request, timeout=30)
+                    r = await send(request, metadata=metadata, timeout=30)
                     codes[pb.Code.Name(r.status.code)] += 1
                 except grpc.aio.AioRpcError as exc:
                     codes[f"gRPC {exc.code().name}"] += 1
@@ -209,7 +217,7 @@ async def telemetry(address: str, seconds: float) -> None:
 async def streams(address: str, count: int) -> None:
     command = settings_command(1)
     async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        stub = service_pb2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
         calls: list[Any] = []
         answered = 0
 
@@ -242,6 +250,10 @@ def run(what: str, args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             if what == "unsigned":
                 asyncio.run(unsigned(address, args.calls, args.body_mb, args.seconds))
+            elif what == "forbidden":
+                asyncio.run(
+                    unsigned(address, args.calls, args.body_mb, args.seconds, signed_to="Other")
+                )
             elif what == "telemetry":
                 asyncio.run(telemetry(address, args.seconds))
             else:
@@ -265,7 +277,7 @@ def run(what: str, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--what", choices=("unsigned", "telemetry", "streams", "all"))
+    parser.add_argument("--what", choices=("unsigned", "forbidden", "telemetry", "streams", "all"))
     parser.add_argument("--calls", type=int, default=64)
     parser.add_argument("--body-mb", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -274,7 +286,8 @@ def main() -> None:
     parser.add_argument("--rss-limit-mib", type=int, default=4096)
     args = parser.parse_args()
     what = args.what or "all"
-    for one in ("unsigned", "telemetry", "streams") if what == "all" else (what,):
+    every = ("unsigned", "forbidden", "telemetry", "streams")
+    for one in every if what == "all" else (what,):
         run(one, args)
 
 

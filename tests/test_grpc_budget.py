@@ -409,3 +409,24 @@ def test_the_replies_queue_refuses_what_does_not_fit() -> None:
         assert room.taken == 0 and await replies.get() is None
 
     asyncio.run(scenario())
+
+
+def test_a_drained_queue_ends_a_waiting_writer() -> None:
+    """A reply that found no room (others hold the budget) while the writer waits on an empty
+    queue: draining wakes the writer, which ends the stream."""
+    import asyncio
+
+    from rocketstore.grpc._replies import Replies
+    from rocketstore.remoting._room import ByteRoom
+
+    async def scenario() -> None:
+        room = ByteRoom(100)
+        room.try_acquire(100)  # all taken by others
+        replies = Replies(room, 4)
+        writer = asyncio.create_task(replies.get())
+        assert not await replies.put(publishing(10), 0.01)
+        replies.drain()
+        assert await asyncio.wait_for(writer, 10) is None
+        assert room.taken == 100
+
+    asyncio.run(scenario())

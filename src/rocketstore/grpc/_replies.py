@@ -87,9 +87,11 @@ class Replies:
             self._queue.put_nowait(None)
 
     def drain(self) -> None:
-        """Give back the room of what was never written (the stream is gone)."""
+        """Drop what waits, its room given back; a waiting ``get`` returns None (the stream
+        ends when its client takes what is being written)."""
         self._ended = True
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if item is not None:
                 self._room.release(item[1])
+        self._queue.put_nowait(None)  # (the queue is empty now)
