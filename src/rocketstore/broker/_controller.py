@@ -264,6 +264,7 @@ class BrokerController:
             self.config,
             self.store,
             address=self.address,
+            signer=self.inner_signer,  # the controllers check it as they check ACL
             on_role=self._on_role,
             on_fence=lambda _fenced: self.topic_changed(),  # registered again, under its id
             clock=self.clock,

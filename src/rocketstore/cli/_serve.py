@@ -625,6 +625,7 @@ def serve_cmd(
                 },
             ),
             acl_file=acl_path,
+            inner_account=inner,
         )
     broker = _make_broker(
         store_dir,

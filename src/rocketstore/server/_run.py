@@ -248,6 +248,7 @@ async def run_servers(
             namesrv=metrics_namesrv or namesrv,
             controller=controller.controller if controller_started and controller else None,
             auth=metrics_auth,
+            acl=controller.acl_rules if controller is not None else None,
         )
         if metrics is not None:
             announce(
