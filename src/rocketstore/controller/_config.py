@@ -46,10 +46,12 @@ from dataclasses import dataclass
 
 from ..remoting._signing import inner_credentials
 from ._errors import ControllerConfigError
+from ._etcd_client import EtcdSecurity
 
 DEFAULT_PORT = 9878  # the port RocketMQ's controller quick start gives n0
 BACKENDS = ("file", "etcd")
 DAY_MS = 86_400_000
+ETCD_PASSWORD_ENV = "ROCKETSTORE_ETCD_PASSWORD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +98,8 @@ class ControllerConfig:
         ):
             if not 0 < getattr(self, name) <= most:
                 raise ControllerConfigError(f"{_KEY_OF[name]} must be above 0 and at most {most}")
-        if bool(self.etcd_user) != bool(self.etcd_password):
-            raise ControllerConfigError(
-                "controllerEtcdUser and controllerEtcdPassword go together (set both or neither)"
-            )
+        if self.etcd_password and not self.etcd_user:
+            raise ControllerConfigError("controllerEtcdPassword without controllerEtcdUser")
         if bool(self.etcd_cert_file) != bool(self.etcd_key_file):
             raise ControllerConfigError(
                 "controllerEtcdCertFile and controllerEtcdKeyFile go together (set both or neither)"
@@ -115,6 +115,22 @@ class ControllerConfig:
             return inner_credentials(self.inner_client_credentials)
         except ValueError as exc:
             raise ControllerConfigError(str(exc)) from None
+
+    def etcd_security(self, env: Mapping[str, str] | None = None) -> EtcdSecurity:
+        """The etcd backend's credentials and TLS files; the password from
+        ROCKETSTORE_ETCD_PASSWORD when the settings hold none. ControllerConfigError for a user
+        without a password."""
+        password = self.etcd_password
+        if self.etcd_user and not password:
+            password = (os.environ if env is None else env).get(ETCD_PASSWORD_ENV, "")
+            if not password:
+                raise ControllerConfigError(
+                    f"controllerEtcdUser {self.etcd_user!r} needs controllerEtcdPassword "
+                    f"(or {ETCD_PASSWORD_ENV})"
+                )
+        return EtcdSecurity(
+            self.etcd_user, password, self.etcd_ca_file, self.etcd_cert_file, self.etcd_key_file
+        )
 
     @property
     def etcd_authenticated(self) -> bool:

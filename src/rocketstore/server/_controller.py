@@ -52,6 +52,7 @@ def build_backend(config: ControllerConfig, clock: Clock = SYSTEM_CLOCK) -> Stat
             prefix=config.etcd_prefix,
             ttl_s=config.lease_ttl_s,
             clock=clock,
+            security=config.etcd_security(),
         )
     return FileBackend(config.store_dir)
 
@@ -119,8 +120,9 @@ class ControllerServer:
                     raise ControllerConfigError(
                         "ACL is on but the etcd backend has no credentials: whoever reaches "
                         "etcd could change the broker groups around the controller's ACL; "
-                        "give controllerEtcdUser / controllerEtcdPassword (--etcd-user, "
-                        "--etcd-password) or a client certificate, or accept it with "
+                        "give controllerEtcdUser (--etcd-user) and its password "
+                        "(controllerEtcdPassword, --etcd-password-file or "
+                        "ROCKETSTORE_ETCD_PASSWORD) or a client certificate, or accept it with "
                         "controllerEtcdInsecure=true (--etcd-insecure)"
                     )
                 log.warning(
