@@ -3,23 +3,34 @@ master and replicated, then the master gone before the slave copied the topic's 
 master knows the topic (from its consume queues) before it registers, and its messages are
 read from it. And the slave's copy is prompt: the master answers GET_ALL_TOPIC_CONFIG
 ``unchanged`` while the slave holds its version, so a slave asks every second and copies a
-new topic without waiting for its ten-second round.
+new topic without waiting for its ten-second round; a master that ignores the version (a
+RocketMQ one) is copied with the rounds only.
 
 Every wait is a bounded poll (the brokers' loop thread is test_replicas's Group)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from _waits import wait_until
+from rocketstore.broker.replication._slave_sync import SlaveSynchronizer
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
-from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from rocketstore.remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    ResponseCode,
+)
 from test_replicas import GROUP, Group
 
 TOPIC = "PromotedTopic"
@@ -132,3 +143,49 @@ def test_the_slave_copies_a_new_topic_on_the_masters_version(pair: Group) -> Non
     assert TOPIC in json.loads(moved.body)["topicConfigTable"]
     slave_broker = pair.brokers[slave].broker
     assert wait_until(lambda: slave_broker.topics.select(TOPIC) is not None, 30, poll=0.05)
+
+
+class _Topics:
+    def __init__(self) -> None:
+        self.table: dict[str, Any] = {}
+
+    def select(self, name: str) -> Any:
+        return self.table.get(name)
+
+    def update(self, config: Any) -> None:
+        self.table[config.topic_name] = config
+
+
+def test_a_master_that_ignores_the_version_is_copied_every_round_only() -> None:
+    """A RocketMQ master sends its whole table whatever version the slave names: the slave
+    notices (the same version back) and stops asking every second."""
+    table = {
+        "dataVersion": {"counter": 3, "timestamp": 1700000000000},
+        "topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 2, "writeQueueNums": 2}},
+    }
+    asked: list[dict[str, str]] = []
+
+    def answer(cmd: RemotingCommand, conn: Any) -> RemotingCommand:
+        asked.append(dict(cmd.ext_fields))
+        return RemotingCommand.response(ResponseCode.SUCCESS, None, {}, json.dumps(table).encode())
+
+    async def main() -> None:
+        master = RemotingServer({int(RequestCode.GET_ALL_TOPIC_CONFIG): answer}, "127.0.0.1", 0)
+        await master.start()
+        broker = SimpleNamespace(
+            inner_signer=None, topics=_Topics(), offsets=SimpleNamespace(dirty=False)
+        )
+        sync = SlaveSynchronizer(broker)  # type: ignore[arg-type]
+        sync.master_addr = master.address
+        try:
+            assert await sync.sync_topics()  # the first copy: no version named
+            assert broker.topics.select("T") is not None and "ifDataVersionNot" not in asked[0]
+            assert await sync.sync_topics()  # named, and the whole table came back anyway
+            assert asked[1]["ifDataVersionNot"] == "3:1700000000000"
+            assert not sync.checks
+            assert not await sync.sync_topics() and len(asked) == 2  # not asked again
+        finally:
+            await sync.close()
+            await master.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

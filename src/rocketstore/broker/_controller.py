@@ -322,15 +322,21 @@ class BrokerController:
             )
 
     def _adopt_topics_of_log(self) -> None:
-        """Every topic the store's consume queues hold gets a topic config before this broker
-        registers as master: a slave promoted before it copied a topic's config still serves
-        the topic's messages (its queue count: the highest queue id held + 1). Worker thread
-        (the topic table persists)."""
+        """Every topic the store holds gets a topic config before this broker registers as
+        master: a slave promoted before it copied a topic's config still serves the topic's
+        messages. The topics are those of its consume queues and of its log's topic-queue
+        table (rebuilt over every record of the log when the store became master); a topic's
+        queue count is the highest queue id held + 1. Worker thread (the topic table
+        persists)."""
         held: dict[str, int] = {}
-        for topic, by_id in list(self.store.consume_queues.queues.items()):
-            ids = list(by_id)
-            if ids:
-                held[topic] = max(ids) + 1
+        keys = [
+            (topic, queue_id)
+            for topic, by_id in list(self.store.consume_queues.queues.items())
+            for queue_id in list(by_id)
+        ]
+        keys += list(self.store.commit_log.topic_queue_table)
+        for topic, queue_id in keys:
+            held[topic] = max(held.get(topic, 0), queue_id + 1)
         added = []
         for topic, queues in sorted(held.items()):
             if self.topics.select(topic) is not None:

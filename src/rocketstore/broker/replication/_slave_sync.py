@@ -81,6 +81,7 @@ class SlaveSynchronizer:
         self.syncs = 0
         self.topic_copies = 0  # topic tables copied (a full round's, or a moved version's)
         self._master_version: str | None = None  # the master's topic data version copied last
+        self.checks = True  # False: the master sent its whole table at an unmoved version
         self._failing = False
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -92,6 +93,7 @@ class SlaveSynchronizer:
         if addr and addr != self.master_addr:
             self.master_addr = addr
             self._master_version = None
+            self.checks = True
             self._wake.set()
 
     async def close(self) -> None:
@@ -155,11 +157,22 @@ class SlaveSynchronizer:
     async def sync_topics(self, timeout_s: float | None = None) -> bool:
         """The master's topic table, when its data version moved since the last copy; True
         when something was copied. False when no master is known yet."""
-        if not self.master_addr:
+        if not self.master_addr or not self.checks:
             return False
+        held = self._master_version
         topics = await self._fetch(GET_ALL_TOPIC_CONFIG, self._topics_ext(), timeout_s)
         if topics is None:
             return False
+        if held is not None and _version_text(topics) == held:
+            # a master that does not know the field (RocketMQ's): its whole table each time;
+            # this master's topics are copied with the ten-second rounds only
+            log.info(
+                "slave sync: %s answers its whole topic table at an unchanged version: its "
+                "topics are copied every %g s",
+                self.master_addr,
+                SYNC_INTERVAL_S,
+            )
+            self.checks = False
         await asyncio.to_thread(self._apply, topics, {}, {})
         return True
 
@@ -178,9 +191,9 @@ class SlaveSynchronizer:
     def _apply(self, topics: Any, offsets: Any, groups: Any) -> None:
         broker = self.broker
         if topics:
-            version = topics.get("dataVersion")
-            if isinstance(version, dict):
-                self._master_version = f"{version.get('counter', 0)}:{version.get('timestamp', 0)}"
+            version = _version_text(topics)
+            if version is not None:
+                self._master_version = version
             self.topic_copies += 1
         for name, doc in (topics.get("topicConfigTable") or {}).items():
             config = TopicConfig.from_json(doc, name)
@@ -198,3 +211,11 @@ class SlaveSynchronizer:
                 broker.groups.update(sub)
         if broker.offsets.dirty:
             broker.offsets.persist()
+
+
+def _version_text(topics: Any) -> str | None:
+    """``counter:timestamp`` of a topic table's dataVersion (None: it has none)."""
+    version = topics.get("dataVersion") if isinstance(topics, dict) else None
+    if not isinstance(version, dict):
+        return None
+    return f"{version.get('counter', 0)}:{version.get('timestamp', 0)}"
