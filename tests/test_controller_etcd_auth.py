@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ import pytest
 from _acl_env import ACL_YML, ADMIN
 from _controllers import CLUSTER, FakeBroker, run
 from _etcd import EtcdCluster, make_tls
+from _waits import wait_until
+from rocketstore.client._controller import ControllerAdmin
 from rocketstore.controller import (
     ControllerConfig,
     ControllerConfigError,
@@ -32,6 +37,8 @@ from rocketstore.controller import (
 from rocketstore.controller._etcd_client import b64
 from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
+from rocketstore.server._addresses import free_port
+from test_cli_net import _wait_for_line
 
 USER, PASSWORD = "controllers", "controllers-pw"
 PREFIX = "/rocketstore-secure"
@@ -205,3 +212,48 @@ def test_the_settings_never_answer_secrets(secured: EtcdCluster, tmp_path: Path)
     assert "controllerEtcdPassword" not in properties
     assert "innerClientAuthenticationCredentials" not in properties
     assert PASSWORD not in json.dumps(properties)
+
+
+def test_the_command_line_flags(secured: EtcdCluster, tmp_path: Path) -> None:
+    """``rocketstore controller`` with the etcd flags (the password from a file, the prefix
+    from a controller.conf) becomes the active controller; the wrong password ends the command
+    with etcd's reason."""
+    tls = secured.tls
+    assert tls is not None
+    good, bad = tmp_path / "password", tmp_path / "wrong"
+    good.write_text(PASSWORD + "\n")
+    bad.write_text("not-it\n")
+
+    conf = tmp_path / "controller.conf"
+    conf.write_text(f"controllerEtcdPrefix={PREFIX}\ncontrollerBackend=etcd\n")
+
+    def command(password_file: Path, port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "rocketstore.cli", "controller", "-c", str(conf),
+            "--listen", f"127.0.0.1:{port}", "--backend", "etcd",
+            "--etcd-endpoints", ",".join(secured.endpoints), "--self-id", "cli",
+            "--etcd-user", USER, "--etcd-password-file", str(password_file),
+            "--etcd-ca-file", str(tls.ca), "--etcd-cert-file", str(tls.client_cert),
+            "--etcd-key-file", str(tls.client_key),
+            "--metrics-listen", "", "--log-dir", str(tmp_path / "logs"),
+        ]  # fmt: skip
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    wrong = subprocess.run(command(bad, free_port("127.0.0.1")), capture_output=True,
+                           text=True, timeout=60, env=env)  # fmt: skip
+    assert wrong.returncode != 0
+    assert "authentication failed" in wrong.stdout + wrong.stderr
+    port = free_port("127.0.0.1")
+    proc = subprocess.Popen(command(good, port), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)  # fmt: skip
+    try:
+        _wait_for_line(proc, "listening on", 60)
+        with ControllerAdmin(f"127.0.0.1:{port}") as admin:
+            assert wait_until(lambda: admin.metadata().is_leader, 30, poll=0.1)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
