@@ -257,3 +257,27 @@ def test_the_command_line_flags(secured: EtcdCluster, tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_endpoints_and_tls_settings(tmp_path: Path) -> None:
+    """No etcd needed: what the settings accept and refuse."""
+    from rocketstore.controller._etcd_client import EtcdClient, parse_endpoint
+
+    assert parse_endpoint("https://127.0.0.1:2379").tls
+    assert not parse_endpoint("http://127.0.0.1:2379").tls
+    assert not parse_endpoint("127.0.0.1:2379").tls
+    with pytest.raises(ControllerConfigError, match="https://HOST:PORT"):
+        parse_endpoint("https://127.0.0.1")
+    with pytest.raises(ControllerConfigError, match="no https:// endpoint"):
+        EtcdClient(["http://127.0.0.1:2379"], security=EtcdSecurity(ca_file="ca.crt"))
+    with pytest.raises(ControllerConfigError, match="etcd TLS files"):
+        EtcdClient(
+            ["https://127.0.0.1:2379"], security=EtcdSecurity(ca_file=str(tmp_path / "none"))
+        )
+    with pytest.raises(ControllerConfigError, match="go together"):
+        ControllerConfig(etcd_cert_file="c.crt")
+    with pytest.raises(ControllerConfigError, match="needs controllerEtcdPassword"):
+        ControllerConfig(etcd_user="u").etcd_security(env={})
+    assert ControllerConfig(etcd_user="u").etcd_security(
+        env={"ROCKETSTORE_ETCD_PASSWORD": "p"}
+    ) == EtcdSecurity("u", "p")

@@ -46,12 +46,15 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import BackendError, BackendUnavailableError, ControllerConfigError
+
+log = logging.getLogger(__name__)
 
 MAX_RESPONSE = 64 * 1024 * 1024
 _RETRY_GRPC_CODES = frozenset({4, 14})  # DEADLINE_EXCEEDED, UNAVAILABLE
@@ -185,6 +188,12 @@ class EtcdClient:
                 "encrypted"
             )
         self._ssl = self.security.ssl_context() if any(e.tls for e in self.endpoints) else None
+        if self.security.user and not all(e.tls for e in self.endpoints):
+            log.warning(
+                "etcd user %r over http://: its password and tokens cross the network "
+                "unencrypted (give https:// endpoints)",
+                self.security.user,
+            )
         self._preferred = 0
         self._token: str | None = None
         self._token_lock = asyncio.Lock()
