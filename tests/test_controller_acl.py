@@ -23,7 +23,7 @@ import pytest
 from _acl_env import ACL_YML, ADMIN
 from _waits import wait_until
 from rocketstore import StoreConfig
-from rocketstore.acl import AclFile
+from rocketstore.acl import Account, AclFile, WithAccounts, process_account
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.client import Producer
 from rocketstore.client._admin import AdminClient
@@ -53,7 +53,9 @@ def _no_env_account(monkeypatch: pytest.MonkeyPatch) -> None:
 class SecuredGroup:
     """A controller and a name server with ACL on, and brokers of one group, on a loop thread."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, inner: Account | None = None) -> None:
+        """``inner``: the process's own account (``serve``'s), known to the name server and the
+        controller besides the file's, the controller's notices signed with it."""
         self.root = root
         self.acl = root / "conf" / "plain_acl.yml"  # $ROCKETMQ_HOME/conf/plain_acl.yml
         self.acl.parent.mkdir()
@@ -62,7 +64,10 @@ class SecuredGroup:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.brokers: dict[str, BrokerServer] = {}
-        self.namesrv = NameServer(port=0, acl=AclFile(self.acl))
+        source = AclFile(self.acl)
+        self.namesrv = NameServer(
+            port=0, acl=source if inner is None else WithAccounts(source, [inner])
+        )
         self.run(self.namesrv.start())
         self.controller = ControllerServer(
             ControllerConfig(
@@ -71,9 +76,10 @@ class SecuredGroup:
                 scan_not_active_broker_interval_ms=100,
                 scan_inactive_master_interval_ms=100,
                 broker_heartbeat_timeout_ms=4000,
-                inner_client_credentials=INNER,
+                inner_client_credentials=INNER if inner is None else "",
             ),
             acl_file=str(self.acl),
+            inner_account=inner,
         )
         self.run(self.controller.start())
 
@@ -105,9 +111,9 @@ class SecuredGroup:
         conf.write_text("\n".join(lines) + "\n")
         return conf
 
-    def start_broker(self, name: str, **conf: Any) -> BrokerServer:
+    def start_broker(self, name: str, account: Account | None = None, **conf: Any) -> BrokerServer:
         store = StoreConfig.from_broker_conf(str(self.broker_conf(name, **conf)))
-        server = BrokerServer(store, BrokerConfig.from_store_config(store))
+        server = BrokerServer(store, BrokerConfig.from_store_config(store), inner_account=account)
         self.run(server.start())
         self.brokers[name] = server
         return server
@@ -208,3 +214,18 @@ def test_a_refused_account_is_named_as_the_cause(group: SecuredGroup) -> None:
     assert "ACL" not in last_error(nowhere)
     for name in ("unsigned", "user", "nowhere"):
         assert group.role(name) == "NONE"
+
+
+def test_serves_own_account_reaches_its_controller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve`` with ACL and a controller: no account configured, the broker and the controller
+    of one process share the process's own admin account (random keys, in memory)."""
+    monkeypatch.setenv("ROCKETMQ_HOME", str(tmp_path))
+    inner = process_account()
+    group = SecuredGroup(tmp_path, inner=inner)
+    try:
+        group.start_broker("a", inner="", account=inner)
+        assert wait_until(lambda: group.role("a") == "MASTER", 60)
+    finally:
+        group.close()
