@@ -6,16 +6,21 @@ from __future__ import annotations
 import click
 
 from . import (
-    _admin,
     _bench,
     _client,
+    _cluster,
     _console,
+    _consumer,
     _controller,
+    _group,
+    _message,
     _serve,
+    _settings,
     _spark,
     _stats,
     _store,
     _tier,
+    _topic,
 )
 
 
@@ -53,7 +58,12 @@ for _module in (
     _serve,
     _controller,
     _client,
-    _admin,
+    _topic,
+    _cluster,
+    _group,
+    _consumer,
+    _settings,
+    _message,
     _console,
 ):
     for _command in _module.COMMANDS:
