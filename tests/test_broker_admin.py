@@ -324,6 +324,9 @@ def test_runtime_info_and_broker_config(cluster: Cluster, admin: AdminClient) ->
     addr = cluster.addr("broker-b")
     info = admin.runtime_info(addr)
     assert info["brokerVersionDesc"] == "V4_9_8" and info["brokerVersion"] == "409"
+    # RocketMQ 5's keys that its mqadmin clusterList reads: a master is #Activated
+    assert info["brokerActive"] == "true"
+    assert info["getTransferredTps"] == info["getTransferedTps"]
     for key in (
         "putTps",
         "getTransferedTps",

@@ -409,6 +409,9 @@ class AdminProcessor:
             {
                 "brokerVersionDesc": BROKER_VERSION_DESC,
                 "brokerVersion": str(BROKER_VERSION),
+                # RocketMQ 5's: whether this broker runs a master's services (mqadmin
+                # clusterList's #Activated), and its spelling of the pull rate
+                "brokerActive": "true" if store.is_master else "false",
                 **self.broker.stats.daily.totals(
                     stats.put_message_times_total, stats.get_transferred_total
                 ),
