@@ -9,6 +9,7 @@ from . import (
     _bench,
     _client,
     _cluster,
+    _config_reference,
     _console,
     _consumer,
     _controller,
@@ -65,6 +66,7 @@ for _module in (
     _settings,
     _message,
     _console,
+    _config_reference,
 ):
     for _command in _module.COMMANDS:
         main.add_command(_command)
