@@ -36,8 +36,8 @@ def _logging(
     store_dir: str | None = None,
     conf: str | None = None,
 ) -> None:
-    """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v. A fatal
+    """Log files under ``log_dir`` (default: ``logs/<store name>/`` beside the store,
+    ``./logs`` for a name server alone); standard error shows warnings, or everything logged with -v. A fatal
     signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
@@ -206,8 +206,8 @@ def verbose_option(f: F) -> F:
                 "--log-dir",
                 default=None,
                 help=(
-                    "where the log files go (default: logs/ beside the store, or beside the "
-                    "controller's store; ./logs for a name server alone)"
+                    "where the log files go (default: logs/<store name>/ beside the store, or "
+                    "beside the controller's store; ./logs for a name server alone)"
                 ),
             ),
             click.option(

@@ -89,7 +89,7 @@ def _spark_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--log-dir",
         default=None,
-        help="where Spark's log goes (spark.log; default: logs/ beside the store, or ./logs)",
+        help="where Spark's log goes (spark.log; default: logs/<store name>/ beside the store, or ./logs)",
     )(f)
     f = click.option(
         "--master",
