@@ -2,7 +2,7 @@
 state, as RocketMQ 5.3's ACL 2.0 keeps its ``auth_audit.log``.
 
 Lines go to the logger ``rocketstore.audit``, which the servers' log set-up writes to
-``logs/audit.log`` (rotated like the other files; see ``rocketstore._logs``)::
+``audit.log`` in the server's log directory (rotated like the other files; see ``rocketstore._logs``)::
 
     DENY account=userAK001 source=127.0.0.1:50112 request=310 SEND_MESSAGE_V2 resource=topic:Secret reason="No default permission for topic:Secret"
     ALLOW account=adminAK01 source=127.0.0.1:50120 request=17 UPDATE_AND_CREATE_TOPIC resource=topic:Orders

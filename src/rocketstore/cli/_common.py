@@ -24,11 +24,14 @@ def parse_properties(items: tuple[str, ...]) -> dict[str, str]:
 # One spelling of each option across the commands, with mqadmin's short flags where the meaning
 # is the same (RocketMQ 4.9.8's tools: -n namesrvAddr, -t topic, -g group, -k key, ...).
 NAMESRV_DEFAULT = "127.0.0.1:9876"
+NAMESRV_ENV = "NAMESRV_ADDR"  # mqadmin's and the broker's, as RocketMQ's scripts read it
 namesrv_option = click.option(
     "--namesrv",
     "-n",
     default=NAMESRV_DEFAULT,
+    envvar=NAMESRV_ENV,
     show_default=True,
+    show_envvar=True,
     help="name server HOST:PORT[;HOST:PORT]",
 )
 conf_option = click.option(

@@ -6,16 +6,22 @@ from __future__ import annotations
 import click
 
 from . import (
-    _admin,
     _bench,
     _client,
+    _cluster,
+    _config_reference,
     _console,
+    _consumer,
     _controller,
+    _group,
+    _message,
     _serve,
+    _settings,
     _spark,
     _stats,
     _store,
     _tier,
+    _topic,
 )
 
 
@@ -53,8 +59,14 @@ for _module in (
     _serve,
     _controller,
     _client,
-    _admin,
+    _topic,
+    _cluster,
+    _group,
+    _consumer,
+    _settings,
+    _message,
     _console,
+    _config_reference,
 ):
     for _command in _module.COMMANDS:
         main.add_command(_command)

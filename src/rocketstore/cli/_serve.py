@@ -16,6 +16,7 @@ from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
+from ._common import NAMESRV_ENV
 
 
 def _split_listen(value: str, default_port: int) -> tuple[str, int]:
@@ -35,8 +36,8 @@ def _logging(
     store_dir: str | None = None,
     conf: str | None = None,
 ) -> None:
-    """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v. A fatal
+    """Log files under ``log_dir`` (default: ``logs/<store name>/`` beside the store,
+    ``./logs`` for a name server alone); standard error shows warnings, or everything logged with -v. A fatal
     signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
@@ -179,6 +180,9 @@ def _make_broker(
         controller_addr=controller,
         enable_controller_mode=True if controller else None,
     )
+    if not broker_config.namesrv_addr and os.environ.get(NAMESRV_ENV):
+        # RocketMQ's order: -n, then the conf's namesrvAddr, then the environment
+        broker_config = dataclasses.replace(broker_config, namesrv_addr=os.environ[NAMESRV_ENV])
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
     return BrokerServer(store_config, broker_config, grpc=grpc, inner_account=inner_account)
@@ -202,8 +206,8 @@ def verbose_option(f: F) -> F:
                 "--log-dir",
                 default=None,
                 help=(
-                    "where the log files go (default: logs/ beside the store, or beside the "
-                    "controller's store; ./logs for a name server alone)"
+                    "where the log files go (default: logs/<store name>/ beside the store, or "
+                    "beside the controller's store; ./logs for a name server alone)"
                 ),
             ),
             click.option(
@@ -472,7 +476,12 @@ flush_option = click.option(
 )
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
-@click.option("--namesrv", "-n", default=None, help="name server HOST:PORT[;HOST:PORT]")
+@click.option(
+    "--namesrv",
+    "-n",
+    default=None,
+    help=f"name server HOST:PORT[;HOST:PORT] (default: the conf's namesrvAddr, else ${NAMESRV_ENV})",
+)
 @click.option("--broker-name", default=None, help="broker name (default broker-a)")
 @click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
 @click.option("--broker-id", type=int, default=None, help="0 for a master, >= 1 for a slave")
