@@ -15,6 +15,7 @@ from typing import Any
 
 from ..remoting import ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
+from ..remoting._tls import TlsServerConfig
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
@@ -126,6 +127,8 @@ class BrokerConfig:
     # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
     # environment's (see ``inner_credentials``)
     inner_client_credentials: str = field(default="", repr=False)
+    # the remoting port's TLS (RocketMQ's tls.server.mode and files; see remoting._tls)
+    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:

@@ -39,9 +39,26 @@ from . import (
     default=None,
     help="ACL: the account's secret key (env ROCKETSTORE_SECRET_KEY)",
 )
-def main(access_key: str | None, secret_key: str | None) -> None:
+@click.option(
+    "--tls",
+    is_flag=True,
+    default=False,
+    help="the remoting clients of this command speak TLS (as RocketMQ's tls.enable; env "
+    "ROCKETSTORE_TLS=true)",
+)
+@click.option(
+    "--tls-ca",
+    default=None,
+    help="check the servers' certificates against this CA bundle (PEM; env ROCKETSTORE_TLS_CA)",
+)
+def main(access_key: str | None, secret_key: str | None, tls: bool, tls_ca: str | None) -> None:
     """rocketstore: Apache RocketMQ's message store in Python."""
     import os
+
+    if tls or tls_ca:  # every remoting client of this process connects with TLS
+        os.environ["ROCKETSTORE_TLS"] = "true"
+    if tls_ca:
+        os.environ["ROCKETSTORE_TLS_CA"] = tls_ca
 
     if bool(access_key) != bool(secret_key):
         raise click.UsageError("give both --access-key and --secret-key, or neither")

@@ -201,6 +201,7 @@ class BrokerServer:
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
                 authenticated=broker.acl is not None,
+                tls=config.tls,
             )
             if broker.send_frame_path is not None:
                 remoting.frame_path = broker.send_frame_path.serve
