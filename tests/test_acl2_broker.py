@@ -1,0 +1,218 @@
+"""ACL 2.0 through a real broker (authenticationEnabled and authorizationEnabled on, a Super user
+from initAuthenticationUser): every user and ACL admin request answered for the Super user and
+refused for a normal user and for an unsigned one; a normal user's sends and pulls decided by
+its ACL; the users and ACLs kept in config/auth.json across a restart; the gRPC front end's
+checker deciding with the same users."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _acl_env import (
+    BROKER_SAMPLES,
+    acl_refused,
+    call,
+    create_topic_ext,
+    group_body,
+    send_v2_ext,
+)
+from _grpc_broker import BrokerThread
+from rocketstore.acl import RequestSigner
+from rocketstore.acl._auth_store import AuthStore
+from rocketstore.acl._errors import AccessDeniedError, PermissionDeniedError
+from rocketstore.acl._plain import PUB, SUB
+from rocketstore.acl._table import BROKER
+from rocketstore.client._admin import AdminClient
+from rocketstore.client._auth_admin import AuthAdmin, acl_info
+from rocketstore.client._route import ClientError
+from rocketstore.remoting import ResponseCode
+
+RC = ResponseCode
+ROOT = RequestSigner("rootUser", "rootPass1")
+ALICE = RequestSigner("alice01", "alicePass1")
+OVERRIDES = {
+    "authentication_enabled": True,
+    "authorization_enabled": True,
+    "init_authentication_user": json.dumps({"username": "rootUser", "password": "rootPass1"}),
+}
+AUTH_CODES = range(3001, 3011)
+
+
+def pull_ext(topic: str, group: str) -> dict[str, str]:
+    ext: dict[str, Any] = BROKER_SAMPLES[11](None, topic, group)[0]  # type: ignore[arg-type]
+    return ext
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    root = tmp_path_factory.mktemp("acl2")
+    b = BrokerThread(root / "store", broker_overrides=OVERRIDES)
+    b.start()
+    try:
+        addr = b.broker.address
+        for topic in ("X", "Y"):
+            r = call(addr, 17, create_topic_ext(topic), ROOT)
+            assert r.code == RC.SUCCESS, r.remark
+        for group in ("GA", "GB"):
+            r = call(addr, 200, {}, ROOT, group_body(group))
+            assert r.code == RC.SUCCESS, r.remark
+        with AdminClient(signer=ROOT) as admin:
+            auth = AuthAdmin(admin)
+            auth.create_user(addr, "alice01", "alicePass1")
+            auth.create_acl(addr, acl_info("User:alice01", ["Topic:X"], ["Pub", "Sub", "Get"]))
+            auth.create_acl(addr, acl_info("User:alice01", ["Group:GA"], ["Sub"]))
+        yield b
+    finally:
+        b.close()
+
+
+def admin_of(signer: Any) -> AuthAdmin:
+    return AuthAdmin(AdminClient(signer=signer))
+
+
+def test_every_auth_code_is_a_super_users(broker: BrokerThread) -> None:
+    addr = broker.broker.address
+    assert all(BROKER[c].super_only for c in AUTH_CODES)
+    for code in AUTH_CODES:
+        ext, body = BROKER_SAMPLES[code](None, "X", "GA")  # type: ignore[arg-type]
+        for signer in (ALICE, None):
+            r = call(addr, code, ext, signer, body)
+            assert acl_refused(r), (code, signer, r.code, r.remark)
+    refused = call(addr, 3005, {}, ALICE)
+    assert "not a super user" in (refused.remark or "")
+    unsigned = call(addr, 3005, {}, None)
+    assert "username cannot be null" in (unsigned.remark or "")
+
+
+def test_the_admin_requests_for_a_super_user(broker: BrokerThread) -> None:
+    addr = broker.broker.address
+    with AdminClient(signer=ROOT) as admin:
+        auth = AuthAdmin(admin)
+        auth.create_user(addr, "bob0001", "bobPass01", "Normal")
+        with pytest.raises(ClientError) as info:
+            auth.create_user(addr, "bob0001", "other")
+        assert info.value.code == RC.NO_PERMISSION and "The user is existed" in str(info.value)
+        auth.update_user(addr, "bob0001", user_status="disable")
+        assert auth.get_user(addr, "bob0001") == {
+            "username": "bob0001",
+            "password": "bobPass01",
+            "userType": "Normal",
+            "userStatus": "disable",
+        }
+        assert auth.get_user(addr, "nobody") is None
+        names = [u["username"] for u in auth.list_users(addr)]
+        assert {"rootUser", "alice01", "bob0001"} <= set(names)
+        assert [u["username"] for u in auth.list_users(addr, "bob")] == ["bob0001"]
+        info_doc = acl_info("User:bob0001", ["Topic:X", "Group:G*"], ["Sub"], ["10.0.0.0/8"])
+        auth.create_acl(addr, info_doc)
+        auth.update_acl(addr, acl_info("User:bob0001", ["Topic:X"], ["Pub"], [], "Deny"))
+        got = auth.get_acl(addr, "User:bob0001")
+        assert got == {
+            "subject": "User:bob0001",
+            "policies": [
+                {
+                    "policyType": "Custom",
+                    "entries": [
+                        {
+                            "resource": "Topic:X",
+                            "actions": ["Pub"],
+                            "sourceIps": [],
+                            "decision": "Deny",
+                        },
+                        {
+                            "resource": "Group:G*",
+                            "actions": ["Sub"],
+                            "sourceIps": ["10.0.0.0/8"],
+                            "decision": "Allow",
+                        },
+                    ],
+                }
+            ],
+        }
+        listed = auth.list_acls(addr, None, "Group:G*")
+        assert [a["subject"] for a in listed] == ["User:bob0001"]
+        assert [e["resource"] for e in listed[0]["policies"][0]["entries"]] == ["Group:G*"]
+        auth.delete_acl(addr, "User:bob0001", "Topic:X")
+        got = auth.get_acl(addr, "User:bob0001")
+        assert got is not None
+        assert [e["resource"] for e in got["policies"][0]["entries"]] == ["Group:G*"]
+        with pytest.raises(ClientError, match="subject of User:ghost is not exist"):
+            auth.create_acl(addr, acl_info("User:ghost", ["Topic:X"], ["Pub"]))
+        r = call(addr, 3001, {"username": "eve0001"}, ROOT, b'{"password": "p", "userType": "x"}')
+        assert r.code == RC.NO_PERMISSION and "userType" in (r.remark or "")
+        r = call(addr, 3001, {}, ROOT, b'{"password": "p"}')
+        assert r.code == RC.INVALID_PARAMETER
+        auth.delete_user(addr, "bob0001")
+        assert auth.get_user(addr, "bob0001") is None
+        auth.delete_user(addr, "bob0001")  # none: still SUCCESS
+        with pytest.raises(ClientError, match="not exist"):
+            auth.get_acl(addr, "User:bob0001")
+
+
+def test_a_normal_users_sends_and_pulls_follow_its_acl(broker: BrokerThread) -> None:
+    addr = broker.broker.address
+    ok = call(addr, 310, send_v2_ext("X"), ALICE, b"to X")
+    assert ok.code == RC.SUCCESS, ok.remark
+    refused = call(addr, 310, send_v2_ext("Y"), ALICE, b"to Y")
+    assert acl_refused(refused)
+    assert "User:alice01 has no permission to access Topic:Y" in (refused.remark or "")
+    assert not acl_refused(call(addr, 11, pull_ext("X", "GA"), ALICE))
+    assert acl_refused(call(addr, 11, pull_ext("X", "GB"), ALICE))  # not its group
+    assert acl_refused(call(addr, 11, pull_ext("Y", "GA"), ALICE))  # not its topic
+    wrong = RequestSigner("alice01", "not-the-password")
+    r = call(addr, 310, send_v2_ext("X"), wrong, b"x")
+    assert acl_refused(r) and "check signature failed" in (r.remark or "")
+    # a Super user sends anywhere; cluster-wide admin requests need Cluster rights
+    assert call(addr, 310, send_v2_ext("Y"), ROOT, b"to Y").code == RC.SUCCESS
+    assert acl_refused(call(addr, 17, create_topic_ext("Z"), ALICE))
+
+
+def test_a_disabled_user_is_refused(broker: BrokerThread) -> None:
+    addr = broker.broker.address
+    with AdminClient(signer=ROOT) as admin:
+        auth = AuthAdmin(admin)
+        auth.create_user(addr, "carol01", "carolPass1")
+        auth.create_acl(addr, acl_info("User:carol01", ["Topic:X"], ["Pub"]))
+        assert (
+            call(addr, 310, send_v2_ext("X"), RequestSigner("carol01", "carolPass1"), b"c").code
+            == RC.SUCCESS
+        )
+        auth.update_user(addr, "carol01", user_status="disable")
+    r = call(addr, 310, send_v2_ext("X"), RequestSigner("carol01", "carolPass1"), b"c")
+    assert acl_refused(r) and "User:carol01 is disabled." in (r.remark or "")
+
+
+def test_grpc_checks_the_same_users(broker: BrokerThread) -> None:
+    from rocketstore.grpc._acl import AclChecker, authorization_header, date_time_now
+
+    checker = AclChecker(broker.broker.acl)  # type: ignore[arg-type]
+    now = date_time_now()
+
+    def md(ak: str, sk: str) -> list[tuple[str, str]]:
+        return [("x-mq-date-time", now), ("authorization", authorization_header(ak, sk, now))]
+
+    account = checker.check(
+        md("alice01", "alicePass1"), peer="ipv4:127.0.0.1:5000", needs={"X": PUB}
+    )
+    assert account is not None and account.access_key == "alice01"
+    with pytest.raises(PermissionDeniedError):
+        checker.check(md("alice01", "alicePass1"), peer="ipv4:127.0.0.1:5000", needs={"Y": PUB})
+    with pytest.raises(PermissionDeniedError):
+        checker.check(md("alice01", "alicePass1"), needs={"%RETRY%GB": SUB})
+    with pytest.raises(AccessDeniedError):
+        checker.check(md("alice01", "wrong"), needs={"X": PUB})
+    checker.check(md("rootUser", "rootPass1"), needs={"Y": PUB, "%RETRY%GB": SUB})
+
+
+def test_users_and_acls_are_kept_in_the_config_dir(broker: BrokerThread) -> None:
+    config_dir = Path(broker.root) / "config"
+    kept = AuthStore(config_dir)
+    assert kept.get_user("alice01") is not None and kept.is_super("rootUser")
+    acl = kept.get_acl("User:alice01")
+    assert acl is not None
+    assert [e.resource.key for p in acl.policies for e in p.entries] == ["Topic:X", "Group:GA"]
