@@ -216,3 +216,51 @@ def test_users_and_acls_are_kept_in_the_config_dir(broker: BrokerThread) -> None
     acl = kept.get_acl("User:alice01")
     assert acl is not None
     assert [e.resource.key for p in acl.policies for e in p.entries] == ["Topic:X", "Group:GA"]
+
+
+def test_the_cli_commands(broker: BrokerThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from rocketstore.cli import main
+
+    addr = broker.broker.address
+    monkeypatch.setenv("ROCKETSTORE_ACCESS_KEY", "rootUser")
+    monkeypatch.setenv("ROCKETSTORE_SECRET_KEY", "rootPass1")
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "success" in run("user", "create", "-b", addr, "-u", "dave001", "-p", "davePass1")
+    run("user", "update", "-b", addr, "-u", "dave001", "-s", "disable")
+    users = json.loads(run("user", "list", "-b", addr, "-f", "dave", "--json"))
+    assert users == {
+        addr: [
+            {
+                "username": "dave001",
+                "password": "davePass1",
+                "userType": "Normal",
+                "userStatus": "disable",
+            }
+        ]
+    }
+    run("acl", "create", "-b", addr, "-s", "User:dave001", "-r", "Topic:X,Group:GA", "-a", "Sub")
+    run("acl", "update", "-b", addr, "-s", "User:dave001", "-r", "Topic:X", "-a", "Pub,Sub")
+    got = json.loads(run("acl", "get", "-b", addr, "-s", "User:dave001", "--json"))[addr][0]
+    entries = got["policies"][0]["entries"]
+    assert [(e["resource"], e["actions"]) for e in entries] == [
+        ("Topic:X", ["Pub", "Sub"]),
+        ("Group:GA", ["Sub"]),
+    ]
+    assert "Group:GA" in run("acl", "list", "-b", addr, "-s", "dave")
+    run("acl", "delete", "-b", addr, "-s", "User:dave001", "-r", "Group:GA")
+    listed = json.loads(run("acl", "list", "-b", addr, "-s", "dave", "--json"))[addr]
+    assert [e["resource"] for e in listed[0]["policies"][0]["entries"]] == ["Topic:X"]
+    bad = runner.invoke(
+        main, ["acl", "create", "-b", addr, "-s", "User:dave001", "-r", "Queue:x", "-a", "Pub"]
+    )
+    assert bad.exit_code != 0 and "resource type" in bad.output
+    run("user", "delete", "-b", addr, "-u", "dave001")
+    assert json.loads(run("user", "get", "-b", addr, "-u", "dave001", "--json")) == {}

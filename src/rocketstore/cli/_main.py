@@ -7,6 +7,7 @@ import click
 
 from . import (
     _admin,
+    _auth,
     _bench,
     _client,
     _console,
@@ -54,6 +55,7 @@ for _module in (
     _controller,
     _client,
     _admin,
+    _auth,
     _console,
 ):
     for _command in _module.COMMANDS:
