@@ -264,3 +264,23 @@ def test_the_cli_commands(broker: BrokerThread, monkeypatch: pytest.MonkeyPatch)
     assert bad.exit_code != 0 and "resource type" in bad.output
     run("user", "delete", "-b", addr, "-u", "dave001")
     assert json.loads(run("user", "get", "-b", addr, "-u", "dave001", "--json")) == {}
+
+
+def test_changes_and_refusals_are_audited(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    addr = broker.broker.address
+    with caplog.at_level("INFO", logger="rocketstore.audit"):
+        with AdminClient(signer=ROOT) as admin:
+            AuthAdmin(admin).create_user(addr, "erin001", "erinPass1")
+        call(addr, 3003, {"username": "erin001"}, ALICE)
+    lines = [r.getMessage() for r in caplog.records if r.name == "rocketstore.audit"]
+    assert any(
+        line.startswith("ALLOW account=rootUser ")
+        and "request=3001 AUTH_CREATE_USER resource=user:erin001" in line
+        for line in lines
+    ), lines
+    assert any(
+        line.startswith("DENY account=alice01 ") and "request=3003 AUTH_DELETE_USER" in line
+        for line in lines
+    ), lines

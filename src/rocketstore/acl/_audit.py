@@ -34,6 +34,8 @@ _RESOURCE_FIELDS = (
     ("brokerName", "broker"),
     ("namespace", "namespace"),
     ("key", "key"),
+    ("username", "user"),  # ACL 2.0's user and ACL admin requests
+    ("subject", "subject"),
 )
 
 
