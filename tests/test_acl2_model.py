@@ -219,3 +219,33 @@ def test_user_changes_keep_what_they_do_not_name() -> None:
         UserChange.from_json({}, "bob").created()
     with pytest.raises(AuthMetadataError, match="userType"):
         UserChange.from_json({"password": "x", "userType": "Admin"}, "bob")
+
+
+def test_whitelisted_codes_skip_authentication_or_authorisation() -> None:
+    from rocketstore.acl import RequestSigner
+    from rocketstore.acl._remoting import check_request
+    from rocketstore.remoting import RemotingCommand
+
+    settings = AuthSettings(
+        authentication_enabled=True,
+        authorization_enabled=True,
+        authentication_whitelist=frozenset({30}),
+        authorization_whitelist=frozenset({31}),
+    )
+    r = rules(settings, **{"User:alice": acl(entry("Topic:x", "Get"))})
+
+    def request(code: int, topic: str, signer: Any = None) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, {"topic": topic, "queueId": "0"})
+        if signer is not None:
+            signer(cmd)
+        return cmd
+
+    forged = RequestSigner("alice", "not-her-password")
+    check_request(r, request(30, "x", forged), "10.0.0.1")  # not authenticated, authorised
+    with pytest.raises(PermissionDeniedError):
+        check_request(r, request(30, "y", forged), "10.0.0.1")
+    with pytest.raises(AccessDeniedError, match="check signature failed"):
+        check_request(r, request(31, "y", forged), "10.0.0.1")
+    check_request(r, request(31, "y", RequestSigner("alice", "alicepass")), "10.0.0.1")
+    with pytest.raises(PermissionDeniedError):
+        check_request(r, request(32, "y", RequestSigner("alice", "alicepass")), "10.0.0.1")

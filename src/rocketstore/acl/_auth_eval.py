@@ -118,6 +118,9 @@ class AuthSettings:
     authentication_enabled: bool = False
     authorization_enabled: bool = False
     cluster_name: str = "DefaultCluster"
+    # remoting request codes let in without authentication / without authorisation
+    authentication_whitelist: frozenset[int] = frozenset()
+    authorization_whitelist: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,19 @@ class AuthRules(PlainAcl):
             access_key=access_key or "",
             secret_key=user.password if user else "",
             admin=user is not None and user.is_super,
+            user=user,
+            rules=self,
+            host=host,
+        )
+
+    def unauthenticated(self, host: str, access_key: str | None) -> Principal:
+        """The principal of a request let in without authentication (its code is in the
+        authentication whitelist): the AccessKey it names, unverified."""
+        user = self.users.get(access_key) if access_key else None
+        return Principal(
+            access_key=access_key or "",
+            secret_key="",
+            admin=False,
             user=user,
             rules=self,
             host=host,

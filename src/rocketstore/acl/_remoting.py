@@ -39,7 +39,7 @@ from ..remoting._signing import (
     signed_content,
 )
 from . import _audit
-from ._auth_eval import Principal
+from ._auth_eval import AuthRules, AuthSettings, Principal
 from ._auth_model import Resource
 from ._errors import AccessDeniedError, PermissionDeniedError
 from ._file import AclSource as AclSource
@@ -124,16 +124,26 @@ def check_request(
 ) -> Grant:
     """Let ``cmd`` from ``host`` in by its rule in ``table`` and return its grant, or raise
     AccessDeniedError (RocketMQ's wording); RequestError for a header its rule cannot read."""
-    account = authenticate(acl, cmd, host)
+    try:
+        account = authenticate(acl, cmd, host)
+    except AccessDeniedError:
+        if not isinstance(acl, AuthRules) or cmd.code not in acl.settings.authentication_whitelist:
+            raise
+        account = acl.unauthenticated(host, _get(cmd.ext_fields, ACCESS_KEY))
     r = rule(table, cmd.code)
     if isinstance(account, Principal):
-        check_v2(account, r, cmd)
+        if cmd.code not in acl_settings(account).authorization_whitelist:
+            check_v2(account, r, cmd)
     elif account is not None:
         if r.access is Access.ADMIN:
             account.check(cmd.code, (), True)
         elif r.needs is not None:
             account.require(r.needs(cmd))
     return Grant(account, _get(cmd.ext_fields, ACCESS_KEY), r, cmd.code, host)
+
+
+def acl_settings(principal: Principal) -> AuthSettings:
+    return principal.rules.settings if principal.rules is not None else AuthSettings()
 
 
 def check_v2(principal: Principal, r: Rule, cmd: RemotingCommand) -> None:

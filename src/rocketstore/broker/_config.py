@@ -67,6 +67,8 @@ _CONF_KEYS = {
     "authenticationStrategy": "authentication_strategy",
     "authorizationStrategy": "authorization_strategy",
     "initAuthenticationUser": "init_authentication_user",
+    "authenticationWhitelist": "authentication_whitelist",
+    "authorizationWhitelist": "authorization_whitelist",
     "migrateAuthFromV1Enabled": "migrate_auth_from_v1_enabled",
 }
 # the implementations RocketMQ 5.3 names in these keys; rocketstore has one of each (its own)
@@ -157,6 +159,9 @@ class BrokerConfig:
     authorization_metadata_provider: str = ""
     authentication_strategy: str = ""
     authorization_strategy: str = ""
+    # request codes let in without authentication / authorisation ("10,310": comma-separated)
+    authentication_whitelist: str = ""
+    authorization_whitelist: str = ""
     # a Super user made at start when it does not exist: {"username": "...", "password": "..."}
     init_authentication_user: str = field(default="", repr=False)
     # at start, each plain_acl.yml account that is not a user yet becomes one, with its ACL
@@ -205,6 +210,8 @@ class BrokerConfig:
                 )
         if self.init_authentication_user:
             parse_init_user(self.init_authentication_user)
+        parse_codes(self.authentication_whitelist, "authenticationWhitelist")
+        parse_codes(self.authorization_whitelist, "authorizationWhitelist")
 
     @property
     def auth_enabled(self) -> bool:
@@ -348,3 +355,17 @@ def parse_init_user(text: str) -> tuple[str, str]:
     if not password.strip():
         raise StoreConfigError("initAuthenticationUser: the password is blank")
     return username, password
+
+
+def parse_codes(text: str, key: str) -> frozenset[int]:
+    """The request codes of a comma-separated list (RocketMQ's whitelists); StoreConfigError
+    naming ``key`` for an item that is not one."""
+    codes = set()
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            codes.add(int(item))
+        except ValueError:
+            raise StoreConfigError(f"{key}: {item!r} is not a request code") from None
+    return frozenset(codes)

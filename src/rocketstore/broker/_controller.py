@@ -83,10 +83,14 @@ def load_auth(config: BrokerConfig, config_dir: Path) -> AuthStore:
     from ..acl._auth_migrate import migrate
     from ..acl._auth_model import SUPER, User
     from ..acl._auth_store import AuthStore
-    from ._config import parse_credentials, parse_init_user
+    from ._config import parse_codes, parse_credentials, parse_init_user
 
     settings = AuthSettings(
-        config.authentication_enabled, config.authorization_enabled, config.cluster_name
+        config.authentication_enabled,
+        config.authorization_enabled,
+        config.cluster_name,
+        parse_codes(config.authentication_whitelist, "authenticationWhitelist"),
+        parse_codes(config.authorization_whitelist, "authorizationWhitelist"),
     )
     auth = AuthStore(config_dir, settings)
     made: list[User] = []
