@@ -284,3 +284,11 @@ def test_changes_and_refusals_are_audited(
         line.startswith("DENY account=alice01 ") and "request=3003 AUTH_DELETE_USER" in line
         for line in lines
     ), lines
+
+
+def test_the_init_users_password_is_not_in_the_broker_config(broker: BrokerThread) -> None:
+    r = call(broker.broker.address, 26, {}, ROOT)
+    assert r.code == RC.SUCCESS
+    text = bytes(r.body).decode()
+    assert "authenticationEnabled=true" in text
+    assert "rootPass1" not in text and "initAuthenticationUser" not in text
