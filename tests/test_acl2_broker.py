@@ -24,8 +24,6 @@ from _acl_env import (
 from _grpc_broker import BrokerThread
 from rocketstore.acl import RequestSigner
 from rocketstore.acl._auth_store import AuthStore
-from rocketstore.acl._errors import AccessDeniedError, PermissionDeniedError
-from rocketstore.acl._plain import PUB, SUB
 from rocketstore.acl._table import BROKER
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._auth_admin import AuthAdmin, acl_info
@@ -187,26 +185,54 @@ def test_a_disabled_user_is_refused(broker: BrokerThread) -> None:
     assert acl_refused(r) and "User:carol01 is disabled." in (r.remark or "")
 
 
-def test_grpc_checks_the_same_users(broker: BrokerThread) -> None:
-    from rocketstore.grpc._acl import AclChecker, authorization_header, date_time_now
+def test_grpc_decides_with_the_same_users(broker: BrokerThread) -> None:
+    import time
 
-    checker = AclChecker(broker.broker.acl)  # type: ignore[arg-type]
-    now = date_time_now()
+    import grpc
+
+    from rocketstore.grpc._acl import authorization_header, date_time_now
+    from rocketstore.grpc._pb import definition_pb2 as pb
+    from rocketstore.grpc._pb import service_pb2 as spb
+    from rocketstore.grpc._pb import service_pb2_grpc
 
     def md(ak: str, sk: str) -> list[tuple[str, str]]:
-        return [("x-mq-date-time", now), ("authorization", authorization_header(ak, sk, now))]
+        now = date_time_now()
+        return [
+            ("x-mq-client-id", f"acl2-{ak}"),
+            ("x-mq-date-time", now),
+            ("authorization", authorization_header(ak, sk, now)),
+        ]
 
-    account = checker.check(
-        md("alice01", "alicePass1"), peer="ipv4:127.0.0.1:5000", needs={"X": PUB}
-    )
-    assert account is not None and account.access_key == "alice01"
-    with pytest.raises(PermissionDeniedError):
-        checker.check(md("alice01", "alicePass1"), peer="ipv4:127.0.0.1:5000", needs={"Y": PUB})
-    with pytest.raises(PermissionDeniedError):
-        checker.check(md("alice01", "alicePass1"), needs={"%RETRY%GB": SUB})
-    with pytest.raises(AccessDeniedError):
-        checker.check(md("alice01", "wrong"), needs={"X": PUB})
-    checker.check(md("rootUser", "rootPass1"), needs={"Y": PUB, "%RETRY%GB": SUB})
+    def send(stub: Any, topic: str, metadata: Any) -> int:
+        m = pb.Message(body=b"over gRPC")
+        m.topic.name = topic
+        m.system_properties.message_id = f"ACL2{time.monotonic_ns():X}"
+        m.system_properties.body_encoding = pb.IDENTITY
+        m.system_properties.message_type = pb.NORMAL
+        r = stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=metadata, timeout=10)
+        return int(r.status.code)
+
+    def receive(stub: Any, group: str, topic: str, metadata: Any) -> int:
+        req = spb.ReceiveMessageRequest(
+            group=pb.Resource(name=group),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            batch_size=1,
+            auto_renew=False,
+        )
+        req.invisible_duration.FromMilliseconds(5_000)
+        req.long_polling_timeout.FromMilliseconds(100)
+        return int(next(iter(stub.ReceiveMessage(req, metadata=metadata, timeout=10))).status.code)
+
+    alice = md("alice01", "alicePass1")
+    with grpc.insecure_channel(broker.grpc_address) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        assert send(stub, "X", alice) == pb.Code.OK
+        assert send(stub, "Y", alice) == pb.Code.FORBIDDEN
+        assert send(stub, "X", md("alice01", "wrong")) == pb.Code.UNAUTHORIZED
+        assert send(stub, "Y", md("rootUser", "rootPass1")) == pb.Code.OK
+        assert receive(stub, "GA", "X", alice) == pb.Code.OK
+        assert receive(stub, "GB", "X", alice) == pb.Code.FORBIDDEN
 
 
 def test_users_and_acls_are_kept_in_the_config_dir(broker: BrokerThread) -> None:

@@ -16,6 +16,24 @@ A group's permission is SUB (plain ACL's only group permission; a group is kept 
 topic). A group's retry and dead-letter topics are the group's (``_request.topic_need``).
 ``changes``: the request changes state; let in, it is written to the audit log.
 
+ACL 2.0 (``_auth_eval``) reads the same rules: a topic's PUB is ``Topic:<t>`` Pub, SUB
+``Topic:<t>`` Sub, a group ``Group:<g>`` Sub, unless the rule names its ``actions`` (any one
+of them suffices, as RocketMQ 5.3's request headers declare them); an admin rule needs its
+``actions`` on its ``target`` (``Cluster:<cluster>`` Update when it changes something, Get
+when it reads; a topic or group a field names for topic and group creation and deletion); a
+``super_only`` rule (the user and ACL requests) a Super user; a SIGNED rule nothing more than
+the user. The actions differing from the permission's::
+
+    12 QUERY_MESSAGE, 14 QUERY_CONSUMER_OFFSET, 38 GET_CONSUMER_LIST_BY_GROUP   Sub or Get
+    15 UPDATE_CONSUMER_OFFSET                                                  Sub or Update
+    29, 30, 31, 32 (offsets and times of queues), 33 VIEW_MESSAGE_BY_ID, 202, 203, 208,
+    223, 300, 307, 321 (statistics, connections, consume queues)              Get
+    222 RESET_CONSUMER_OFFSET, 314 CLONE_GROUP_OFFSET                          Update
+    35 UNREGISTER_CLIENT                                                       Pub or Sub
+    17 UPDATE_AND_CREATE_TOPIC        Topic:<topic> Create
+    215 DELETE_TOPIC_IN_BROKER        Topic:<topic> Delete
+    207 DELETE_SUBSCRIPTIONGROUP      Group:<groupName> Delete
+
 Broker (remoting port)::
 
     code  request                            needs
@@ -59,6 +77,10 @@ Broker (remoting port)::
     316   CLEAN_UNUSED_TOPIC                 admin (audited)
     1008  NOTIFY_BROKER_ROLE_CHANGED         admin (audited; a controller's notice unsigned is
                                              refused and the broker learns its role by asking)
+    3001  AUTH_CREATE_USER ... 3003 AUTH_DELETE_USER, 3006 AUTH_CREATE_ACL ... 3008
+          AUTH_DELETE_ACL                    admin; ACL 2.0: a Super user (audited)
+    3004  AUTH_GET_USER, 3005 AUTH_LIST_USER, 3009 AUTH_GET_ACL, 3010 AUTH_LIST_ACL
+                                             admin; ACL 2.0: a Super user
     43    GET_ALL_CONSUMER_OFFSET            admin (every group's offsets)
     204   GET_PRODUCER_CONNECTION_LIST       admin
     315   VIEW_BROKER_STATS_DATA             admin
