@@ -318,3 +318,36 @@ def test_the_init_users_password_is_not_in_the_broker_config(broker: BrokerThrea
     text = bytes(r.body).decode()
     assert "authenticationEnabled=true" in text
     assert "rootPass1" not in text and "initAuthenticationUser" not in text
+
+
+def test_copy_users_and_acls_to_another_broker(
+    broker: BrokerThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from rocketstore.cli import main
+
+    other = BrokerThread(tmp_path / "store", broker_overrides=OVERRIDES)
+    other.start()
+    try:
+        src, dst = broker.broker.address, other.broker.address
+        with AdminClient(signer=ROOT) as admin:
+            auth = AuthAdmin(admin)
+            auth.create_user(dst, "alice01", "oldPass01")  # there already: updated
+            monkeypatch.setenv("ROCKETSTORE_ACCESS_KEY", "rootUser")
+            monkeypatch.setenv("ROCKETSTORE_SECRET_KEY", "rootPass1")
+            runner = CliRunner()
+            out = runner.invoke(main, ["user", "copy", "-f", src, "-t", dst, "-u", "alice01"])
+            assert out.exit_code == 0, out.output
+            out = runner.invoke(main, ["acl", "copy", "-f", src, "-t", dst, "-s", "User:alice01"])
+            assert out.exit_code == 0, out.output
+            assert "copy acl of User:alice01" in out.output
+            assert auth.get_user(dst, "alice01") == auth.get_user(src, "alice01")
+            assert auth.get_acl(dst, "User:alice01") == auth.get_acl(src, "User:alice01")
+            copied = auth.copy_users(src, dst)  # every user, in Python
+            assert "rootUser" in copied and len(auth.list_users(dst)) >= len(auth.list_users(src))
+        ok = call(dst, 310, send_v2_ext("X"), ALICE, b"on the copy")
+        assert not acl_refused(ok), ok.remark
+        assert acl_refused(call(dst, 310, send_v2_ext("Y"), ALICE, b"x"))
+    finally:
+        other.close()

@@ -22,11 +22,13 @@ A blank username is INVALID_PARAMETER; a user or ACL that cannot be stored or ch
 decision or source address) NO_PERMISSION with RocketMQ's wording; a Super user made,
 changed or removed by a request not signed by a Super user SYSTEM_ERROR / NO_PERMISSION as
 RocketMQ answers. With ACL on these requests are a Super user's only (``acl._table``). The
-users and ACLs are the broker's ``AuthStore`` (``config/auth.json``). Loop thread.
+users and ACLs are the broker's ``AuthStore`` (``config/auth.json``); the handlers run in a
+worker thread (a change fsyncs the file; the store serialises changes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any, Protocol
@@ -106,9 +108,12 @@ class AuthAdminProcessor:
 
     @staticmethod
     def _guarded(handler: Any) -> Any:
-        def call(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """The handler run in a worker thread (a change fsyncs the file), its refusals
+        answered."""
+
+        async def call(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
             try:
-                result: RemotingCommand = handler(cmd)
+                result: RemotingCommand = await asyncio.to_thread(handler, cmd)
             except AuthMetadataError as exc:
                 return _refused(exc)
             return result
