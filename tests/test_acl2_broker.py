@@ -351,3 +351,28 @@ def test_copy_users_and_acls_to_another_broker(
         assert acl_refused(call(dst, 310, send_v2_ext("Y"), ALICE, b"x"))
     finally:
         other.close()
+
+
+@pytest.mark.parametrize(
+    ("code", "ext", "body", "why"),
+    [
+        (3006, {"subject": "User:alice01"}, b"{not json", "The body is not JSON."),
+        (3006, {"subject": "User:alice01"}, b"[1, 2]", "The body of acl is null"),
+        (3006, {"subject": "User:alice01"}, b"[" * 5000 + b"]" * 5000, "not JSON"),
+        (3007, {"subject": "User:alice01"}, b'{"policies": [{"entries": []}]}', "entries is empty"),
+        (3007, {"subject": "Group:g"}, b'{"policies": [{"entries": [1]}]}', "is not User:<name>"),
+        (3001, {"username": "x1"}, b'{"password": 5}', "password must be text"),
+        (3008, {"subject": "User:alice01", "resource": "Queue:q"}, b"", "resource type"),
+    ],
+)
+def test_bad_admin_requests_are_answered_and_change_nothing(
+    broker: BrokerThread, code: int, ext: dict[str, str], body: bytes, why: str
+) -> None:
+    addr = broker.broker.address
+    before = AuthStore(Path(broker.root) / "config")
+    r = call(addr, code, ext, ROOT, body)
+    assert r.code == RC.NO_PERMISSION and why in (r.remark or ""), (r.code, r.remark)
+    after = AuthStore(Path(broker.root) / "config")
+    assert after.list_users() == before.list_users()
+    assert after.list_acls() == before.list_acls()
+    assert call(addr, 3005, {}, ROOT).code == RC.SUCCESS  # serves on
