@@ -141,3 +141,60 @@ def test_kill_during_writes_leaves_a_file_that_loads(tmp_path: Path) -> None:
         assert len(names) > before and len(set(names)) == len(names)
         # what is there is whole: every user read back has its full password
         assert all(u.password == "p" * 200 for u in users)
+
+
+def test_a_brokers_start_makes_the_users_broker_conf_names(tmp_path: Path) -> None:
+    from rocketstore.broker._config import BrokerConfig
+    from rocketstore.broker._controller import load_auth
+    from rocketstore.store._errors import StoreConfigError
+
+    config = BrokerConfig(
+        authentication_enabled=True,
+        init_authentication_user='{"username": "admin", "password": "adminPass1"}',
+        inner_client_credentials='{"accessKey": "inner01", "secretKey": "innerSK01"}',
+        authentication_whitelist="30, 31",
+        cluster_name="C9",
+    )
+    auth = load_auth(config, tmp_path)
+    assert auth.is_super("admin") and auth.is_super("inner01")
+    assert auth.settings.authentication_whitelist == frozenset({30, 31})
+    assert auth.settings.cluster_name == "C9"
+    auth.update_user(UserChange("admin", "changed1"))
+    assert load_auth(config, tmp_path).get_user("admin") == auth.get_user("admin")  # kept
+    for bad in (
+        {"init_authentication_user": '{"username": "a"}'},
+        {"authorization_whitelist": "30,x"},
+        {"authentication_provider": "com.example.MyProvider"},
+    ):
+        with pytest.raises(StoreConfigError):
+            BrokerConfig(**bad)  # type: ignore[arg-type]
+    BrokerConfig(
+        authentication_strategy="org.apache.rocketmq.auth.authentication.strategy."
+        "StatefulAuthenticationStrategy",
+        authorization_provider="org.apache.rocketmq.auth.authorization.provider."
+        "DefaultAuthorizationProvider",
+    )
+    with pytest.raises(AclConfigError, match="does not exist"):
+        load_auth(
+            BrokerConfig(migrate_auth_from_v1_enabled=True, acl_file=str(tmp_path / "missing.yml")),
+            tmp_path,
+        )
+
+
+def test_the_metrics_port_takes_a_super_user(tmp_path: Path) -> None:
+    from rocketstore.acl._auth_eval import AuthSettings
+    from rocketstore.metrics._auth import ALLOWED, AclAdminAuth
+
+    store = AuthStore(tmp_path, AuthSettings(authentication_enabled=True))
+    store.create_user(UserChange("root1", "rootPass1", "Super"))
+    store.create_user(UserChange("alice", "alicePass1"))
+    auth = AclAdminAuth(store.current)
+
+    def basic(user: str, password: str) -> str:
+        import base64
+
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    assert auth.check(basic("root1", "rootPass1"), "10.0.0.1") == ALLOWED
+    assert auth.check(basic("root1", "wrong"), "10.0.0.1").status == 401
+    assert auth.check(basic("alice", "alicePass1"), "10.0.0.1").status == 403
