@@ -310,6 +310,10 @@ def test_changes_and_refusals_are_audited(
         line.startswith("DENY account=alice01 ") and "request=3003 AUTH_DELETE_USER" in line
         for line in lines
     ), lines
+    assert (
+        "[AUTHORIZATION] Subject = User:rootUser is Allow Action = Update from sourceIp = "
+        "127.0.0.1 on resource = Cluster:DefaultCluster for request = 3001." in lines
+    ), lines
 
 
 def test_the_init_users_password_is_not_in_the_broker_config(broker: BrokerThread) -> None:

@@ -243,6 +243,16 @@ class RemotingAcl:
                     request=grant.request,
                     resource=_audit.resource_text(cmd.ext_fields),
                 )
+                principal = grant.account
+                if isinstance(principal, Principal) and grant.rule.super_only:
+                    _audit.authorization(
+                        subject=principal.subject,
+                        decision="Allow",
+                        actions=",".join(grant.rule.actions),
+                        source=principal.host,
+                        resource=principal.cluster().key,
+                        request=str(cmd.code),
+                    )
             return handler(cmd, conn)
 
         return guarded
