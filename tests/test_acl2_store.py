@@ -198,3 +198,30 @@ def test_the_metrics_port_takes_a_super_user(tmp_path: Path) -> None:
     assert auth.check(basic("root1", "rootPass1"), "10.0.0.1") == ALLOWED
     assert auth.check(basic("root1", "wrong"), "10.0.0.1").status == 401
     assert auth.check(basic("alice", "alicePass1"), "10.0.0.1").status == 403
+
+
+def test_a_broker_with_a_bad_auth_file_does_not_start_and_releases_its_store(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from _grpc_broker import small_store_config
+    from rocketstore.broker._config import BrokerConfig
+    from rocketstore.server import BrokerServer
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / FILE_NAME).write_text('{"users": [{"username": 7}]}')
+    config = BrokerConfig(listen_port=0, authentication_enabled=True, authorization_enabled=True)
+
+    async def attempt() -> None:
+        server = BrokerServer(small_store_config(tmp_path), config)
+        try:
+            await server.start()
+        finally:
+            await server.shutdown()
+
+    with pytest.raises(AclConfigError, match="not an ACL 2"):
+        asyncio.run(attempt())
+    assert (tmp_path / "config" / FILE_NAME).read_text() == '{"users": [{"username": 7}]}'
+    (tmp_path / "config" / FILE_NAME).unlink()
+    asyncio.run(attempt())  # the store was released: it opens again

@@ -115,17 +115,12 @@ def load_auth(config: BrokerConfig, config_dir: Path) -> AuthStore:
     return auth
 
 
-def load_acl(
-    config: BrokerConfig, default: AclSource | None = None, auth: AuthStore | None = None
-) -> AclSource | None:
-    """ACL 2.0's users and ACLs (``auth``) when broker.conf turns authentication or
-    authorisation on, else the ACL of its aclEnable (or --acl-file), else ``default`` (the key
-    list of a gRPC front end's config): one set of accounts for every port. AclConfigError
-    when the file cannot be used."""
+def load_acl(config: BrokerConfig, default: AclSource | None = None) -> AclSource | None:
+    """The ACL of broker.conf's aclEnable (or --acl-file), else ``default`` (the key list of a
+    gRPC front end's config): one set of accounts for every port (with ACL 2.0 on, its users
+    and ACLs instead: ``load_auth``). AclConfigError when the file cannot be used."""
     from ..acl import AclConfigError, AclFile
 
-    if config.auth_enabled and auth is not None:
-        return auth
     path = config.acl_path
     if path is not None:
         if not config.acl_file and not Path(path).exists():

@@ -161,11 +161,8 @@ class BrokerServer:
         ignored = ignored_keys(store_config)
         if ignored:
             log.warning("%s", ignored_keys_warning(ignored))
-        auth = load_auth(config, Path(store_config.store_path_root_dir) / "config")
-        acl = load_acl(config, grpc_default_acl(self.grpc_config), auth)
+        acl = None if config.auth_enabled else load_acl(config, grpc_default_acl(self.grpc_config))
         inner = self._inner_account
-        if acl is not None and inner is not None:
-            acl = WithAccounts(acl, [inner])
         # what the broker's own clients sign with: broker.conf's (or the environment's) inner
         # account, else the process's own, else ROCKETSTORE_ACCESS_KEY's (FROM_ENV)
         credentials = config.inner_credentials()
@@ -178,6 +175,15 @@ class BrokerServer:
         self._store = store
         self._running = True
         try:
+            # ACL 2.0's users and ACLs, in the store's config directory (read, and the users
+            # broker.conf names made, once this process owns the store)
+            auth = await asyncio.to_thread(
+                load_auth, config, Path(store_config.store_path_root_dir) / "config"
+            )
+            if config.auth_enabled:
+                acl = auth
+            if acl is not None and inner is not None:
+                acl = WithAccounts(acl, [inner])
             if tier is not None:
                 tier.start()
                 self.tier = tier
