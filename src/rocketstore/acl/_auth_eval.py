@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from ._auth_model import (
     CLUSTER,
@@ -272,7 +271,3 @@ class Principal(Account):
                 resource=self.cluster().key,
                 needed="Super",
             )
-
-
-def principal_of(grant_account: Any) -> Principal | None:
-    return grant_account if isinstance(grant_account, Principal) else None

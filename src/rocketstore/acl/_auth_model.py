@@ -34,7 +34,7 @@ Immutable values; any thread.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -416,7 +416,3 @@ class Acl:
             if kept:
                 out.append(replace(p, entries=kept))
         return replace(self, policies=tuple(out))
-
-
-def users_by_name(users: Iterable[User]) -> Mapping[str, User]:
-    return {u.username: u for u in users}

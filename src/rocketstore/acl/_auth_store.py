@@ -24,7 +24,6 @@ import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ..store._durable import fsync_dir, replace_synced
 from ._auth_eval import AuthRules, AuthSettings
@@ -224,7 +223,3 @@ class AuthStore:
             if acl.policies:
                 out.append(acl)
         return out
-
-
-def acl_body(acls: Iterable[Acl]) -> list[dict[str, Any]]:
-    return [a.to_json() for a in acls]
