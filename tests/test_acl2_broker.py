@@ -288,6 +288,12 @@ def test_the_cli_commands(broker: BrokerThread, monkeypatch: pytest.MonkeyPatch)
         main, ["acl", "create", "-b", addr, "-s", "User:dave001", "-r", "Queue:x", "-a", "Pub"]
     )
     assert bad.exit_code != 0 and "resource type" in bad.output
+    ns = broker.namesrv.address  # the cluster's brokers, through the name server
+    assert "success" in run(
+        "user", "create", "-n", ns, "-c", "DefaultCluster", "-u", "frank01", "-p", "frankPass1"
+    )
+    assert list(json.loads(run("user", "get", "-n", ns, "-u", "frank01", "--json"))) == [addr]
+    run("user", "delete", "-n", ns, "-u", "frank01")
     run("user", "delete", "-b", addr, "-u", "dave001")
     assert json.loads(run("user", "get", "-b", addr, "-u", "dave001", "--json")) == {}
 

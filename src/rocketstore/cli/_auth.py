@@ -1,6 +1,7 @@
 """ACL 2.0's commands (mqadmin's user and ACL commands): ``user create|update|delete|get|list|
-copy`` and ``acl create|update|delete|get|list|copy``, on one broker (``--broker``) or on every
-master of a cluster (``--cluster``, every cluster when neither is given). The requests are
+copy`` and ``acl create|update|delete|get|list|copy``, on one broker (``--broker``) or on a
+cluster (``--cluster``, every cluster when neither is given): a change on each of its brokers,
+masters and slaves (each keeps its own users and ACLs), a read on each master, as mqadmin does. The requests are
 signed with ``--access-key`` / ``--secret-key`` (a Super user's, with ACL 2.0 on).
 
 A user or ACL the broker would refuse (a blank password, an unknown action, a bad address) is
@@ -23,7 +24,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 cluster_option = click.option(
-    "--cluster", "-c", default=None, help="every master of this cluster (default: of every one)"
+    "--cluster",
+    "-c",
+    default=None,
+    help="this cluster's brokers (changes: masters and slaves; reads: masters; default: every "
+    "cluster's)",
 )
 broker_option = click.option("--broker", "-b", default=None, help="this broker HOST:PORT only")
 
@@ -33,8 +38,11 @@ def _split(text: str | None) -> list[str]:
 
 
 @contextmanager
-def _auth(namesrv: str, cluster: str | None, broker: str | None) -> Iterator[tuple[Any, list[str]]]:
-    """(the AuthAdmin, the brokers to act on); bad input as a usage error."""
+def _auth(
+    namesrv: str, cluster: str | None, broker: str | None, *, change: bool = False
+) -> Iterator[tuple[Any, list[str]]]:
+    """(the AuthAdmin, the brokers to act on: the one given, else the cluster's masters, and
+    for a ``change`` its slaves too, as mqadmin picks them); bad input as a usage error."""
     from ..acl._errors import AuthMetadataError
     from ..client._admin import AdminClient
     from ..client._auth_admin import AuthAdmin
@@ -42,7 +50,12 @@ def _auth(namesrv: str, cluster: str | None, broker: str | None) -> Iterator[tup
     if cluster and broker:
         raise click.UsageError("give --cluster or --broker, not both")
     with AdminClient(namesrv if not broker else "") as admin:
-        targets = [broker] if broker else sorted(admin.masters(cluster).values())
+        if broker:
+            targets = [broker]
+        elif change:
+            targets = sorted({b.address for b in admin.brokers(cluster)})
+        else:
+            targets = sorted(admin.masters(cluster).values())
         if not targets:
             raise click.ClickException("no master broker found")
         try:
@@ -87,7 +100,7 @@ def user_create(
     user_type: str | None,
 ) -> None:
     """Create a user (Normal unless --user-type Super)."""
-    with _auth(namesrv, cluster, broker) as (auth, targets):
+    with _auth(namesrv, cluster, broker, change=True) as (auth, targets):
         for addr in targets:
             auth.create_user(addr, username, password, user_type)
             click.echo(f"create user to {addr} success.")
@@ -109,7 +122,7 @@ def user_update(
     user_status: str | None,
 ) -> None:
     """Change what is given of a user (its password, type or status)."""
-    with _auth(namesrv, cluster, broker) as (auth, targets):
+    with _auth(namesrv, cluster, broker, change=True) as (auth, targets):
         for addr in targets:
             auth.update_user(addr, username, password, user_type, user_status)
             click.echo(f"update user to {addr} success.")
@@ -120,7 +133,7 @@ def user_update(
 @username_option
 def user_delete(namesrv: str, cluster: str | None, broker: str | None, username: str) -> None:
     """Delete a user and its ACL."""
-    with _auth(namesrv, cluster, broker) as (auth, targets):
+    with _auth(namesrv, cluster, broker, change=True) as (auth, targets):
         for addr in targets:
             auth.delete_user(addr, username)
             click.echo(f"delete user to {addr} success.")
@@ -224,7 +237,7 @@ def _put_acl(
 ) -> None:
     from ..client._auth_admin import acl_info
 
-    with _auth(namesrv, cluster, broker) as (auth, targets):
+    with _auth(namesrv, cluster, broker, change=True) as (auth, targets):
         info = acl_info(subject, _split(resources), _split(actions), _split(source_ip), decision)
         for addr in targets:
             (auth.update_acl if update else auth.create_acl)(addr, info)
@@ -263,7 +276,7 @@ def acl_delete(
     policy_type: str | None,
 ) -> None:
     """Remove a user's entries for resources, or its whole ACL."""
-    with _auth(namesrv, cluster, broker) as (auth, targets):
+    with _auth(namesrv, cluster, broker, change=True) as (auth, targets):
         for addr in targets:
             targets_of: list[str | None] = list(_split(resources)) or [None]
             for resource in targets_of:
