@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from . import (
+    _auth,
     _bench,
     _client,
     _cluster,
@@ -82,6 +83,7 @@ for _module in (
     _consumer,
     _settings,
     _message,
+    _auth,
     _console,
     _config_reference,
 ):

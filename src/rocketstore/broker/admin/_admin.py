@@ -459,7 +459,7 @@ STORE_KEY_NAMES = {
 }
 
 
-SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
+SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials", "initAuthenticationUser"})
 """Settings never shown (GET_BROKER_CONFIG): they hold a secret key."""
 
 
