@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..remoting._signing import inner_credentials
+from ..store._config import comment_hint
 from ._errors import ControllerConfigError
 from ._etcd_client import EtcdSecurity
 
@@ -240,13 +241,15 @@ def _parse(key: str, attr: str, text: str) -> object:
     text = text.strip()
     if attr in _BOOLS:
         if text.lower() not in ("true", "false"):
-            raise ControllerConfigError(f"{key}: {text!r} is not true or false")
+            raise ControllerConfigError(f"{key}: {text!r} is not true or false{comment_hint(text)}")
         return text.lower() == "true"
     if attr in _INTS:
         try:
             return int(text)
         except ValueError:
-            raise ControllerConfigError(f"{key}: {text!r} is not an integer") from None
+            raise ControllerConfigError(
+                f"{key}: {text!r} is not an integer{comment_hint(text)}"
+            ) from None
     if attr == "etcd_endpoints":
         return tuple(e.strip() for e in text.replace(";", ",").split(",") if e.strip())
     return text

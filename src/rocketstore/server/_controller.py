@@ -37,6 +37,7 @@ from ..controller._notify import RoleNotifier
 from ..remoting import RemotingServer
 from ..remoting._client import Signer
 from ..remoting._signing import signer_from_env
+from ..remoting._tls import TlsServerConfig
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ._addresses import free_port
 
@@ -74,9 +75,11 @@ class ControllerServer:
         backend: StateBackend | None = None,
         acl_file: str | None = None,
         inner_account: Account | None = None,
+        tls: TlsServerConfig | None = None,
     ) -> None:
         self.config = config
         self.inner_account = inner_account
+        self.tls = tls  # its remoting port's TLS (RocketMQ's tls.server.mode)
         self.clock = clock
         self._backend = backend
         self.acl_file = acl_file
@@ -147,6 +150,7 @@ class ControllerServer:
                 config.listen_port,
                 name="controller",
                 authenticated=acl is not None,
+                tls=self.tls,
             )
             remoting.close_listeners.append(controller.connection_closed)
             await remoting.start()
