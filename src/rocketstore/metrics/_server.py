@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,7 @@ class MetricsServer:
         namesrv: NamesrvSource | None = None,
         controller: ControllerSource | None = None,
         auth: MetricsAuth = OPEN,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest
@@ -91,7 +93,7 @@ class MetricsServer:
         if controller is not None:
             self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
-        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth)
+        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth, tls=tls)
 
     @property
     def address(self) -> str:
@@ -132,6 +134,7 @@ async def start_metrics(
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
     auth: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer:
     """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
     (HOST:PORT) and time their remoting requests from now on; ``auth`` as ``metrics_auth``.
@@ -150,6 +153,7 @@ async def start_metrics(
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
         controller=controller,
         auth=metrics_auth(auth, brokers),
+        tls=tls,
     )
     await server.start()
     for broker in brokers:
@@ -165,6 +169,7 @@ async def maybe_start_metrics(
     controller: Controller | None = None,
     auth: str | None = None,
     default: str = DEFAULT_METRICS_LISTEN,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer | None:
     """What ``--metrics-listen`` asks for: '' no metrics; None ``default`` (see
     ``default_metrics_listen``), skipped
@@ -175,11 +180,11 @@ async def maybe_start_metrics(
         return None
     if listen is not None:
         return await start_metrics(
-            brokers, listen, namesrv=namesrv, controller=controller, auth=auth
+            brokers, listen, namesrv=namesrv, controller=controller, auth=auth, tls=tls
         )
     try:
         return await start_metrics(
-            brokers, default, namesrv=namesrv, controller=controller, auth=auth
+            brokers, default, namesrv=namesrv, controller=controller, auth=auth, tls=tls
         )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)
