@@ -24,7 +24,7 @@ import click
 from ..controller._config import DEFAULT_PORT
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
-from ._common import tls_server_options
+from ._common import https_options, tls_server_options
 from ._errors import ClientGroup
 from ._serve import (
     _announce,
@@ -90,6 +90,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 @metrics_auth_option
 @verbose_option
 @tls_server_options
+@https_options
 @click.pass_context
 def controller_group(
     ctx: click.Context,
@@ -114,6 +115,7 @@ def controller_group(
     log_level: str,
     log_levels: str | None,
     tls: Any,
+    https: Any,
 ) -> None:
     """Run RocketMQ 5's controller (without a sub-command), or ask one."""
     if ctx.invoked_subcommand is not None:
@@ -149,6 +151,7 @@ def controller_group(
             controller=server,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
             console_listen="",
             stats_interval=0,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -78,6 +79,7 @@ class MetricsServer:
         namesrv: NamesrvSource | None = None,
         controller: ControllerSource | None = None,
         auth: MetricsAuth = OPEN,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest
@@ -92,7 +94,7 @@ class MetricsServer:
         if controller is not None:
             self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
-        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth)
+        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth, tls=tls)
 
     @property
     def address(self) -> str:
@@ -141,6 +143,7 @@ async def start_metrics(
     controller: Controller | None = None,
     auth: str | None = None,
     acl: Callable[[], PlainAcl] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer:
     """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
     (HOST:PORT) and time their remoting requests from now on; ``auth`` and ``acl`` as
@@ -160,6 +163,7 @@ async def start_metrics(
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
         controller=controller,
         auth=metrics_auth(auth, brokers, acl),
+        tls=tls,
     )
     await server.start()
     for broker in brokers:
@@ -176,6 +180,7 @@ async def maybe_start_metrics(
     auth: str | None = None,
     acl: Callable[[], PlainAcl] | None = None,
     default: str = DEFAULT_METRICS_LISTEN,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer | None:
     """What ``--metrics-listen`` asks for: '' no metrics; None ``default`` (see
     ``default_metrics_listen``), skipped
@@ -186,11 +191,23 @@ async def maybe_start_metrics(
         return None
     if listen is not None:
         return await start_metrics(
-            brokers, listen, namesrv=namesrv, controller=controller, auth=auth, acl=acl
+            brokers,
+            listen,
+            namesrv=namesrv,
+            controller=controller,
+            auth=auth,
+            acl=acl,
+            tls=tls,
         )
     try:
         return await start_metrics(
-            brokers, default, namesrv=namesrv, controller=controller, auth=auth, acl=acl
+            brokers,
+            default,
+            namesrv=namesrv,
+            controller=controller,
+            auth=auth,
+            acl=acl,
+            tls=tls,
         )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)

@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -160,6 +161,7 @@ async def run_servers(
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
     controller: ControllerServer | None = None,
+    https: ssl.SSLContext | None = None,
 ) -> None:
     """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
     and the brokers (none started yet), then the metrics endpoint (``metrics_listen``: None for
@@ -169,7 +171,8 @@ async def run_servers(
     over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
     announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
     ports, the metrics endpoint's, the console's), and two of them asking for one port are
-    refused before anything binds (PortClashError, naming both); a port another process holds
+    refused before anything binds (PortClashError, naming both); ``https``: the metrics
+    endpoint and the console serve HTTPS with it (``--https-cert``); a port another process holds
     ends the start with PortInUseError naming it. Every ``stats_interval``
     seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
     logger)."""
@@ -270,10 +273,12 @@ async def run_servers(
             auth=metrics_auth,
             acl=_server_acl(namesrv, controller),
             default=default_metrics,
+            tls=https,
         )
+        scheme = "https" if https is not None else "http"
         if metrics is not None:
             announce(
-                f"metrics on http://{metrics.address}/metrics ({metrics.http.auth.describe()};"
+                f"metrics on {scheme}://{metrics.address}/metrics ({metrics.http.auth.describe()};"
                 " /healthz, /readyz open)"
             )
         elif metrics_listen is None and started:
@@ -285,9 +290,10 @@ async def run_servers(
             console_listen,
             console_namesrv,
             login=any(s.broker.acl is not None for s in started),
+            tls=https,
         )
         if console is not None:
-            announce(f"console on http://{console.address}/")
+            announce(f"console on {scheme}://{console.address}/")
         elif console_listen is None and console_namesrv:
             announce(f"no console: {CONSOLE_DEFAULT} is taken (--console-listen HOST:PORT)")
         if started and stats_interval > 0:
