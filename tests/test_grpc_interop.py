@@ -25,12 +25,8 @@ import pytest
 from rocketstore.client import Producer as RemotingProducer
 from rocketstore.client import PullConsumer as RemotingConsumer
 from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
-from support.grpc_client import client_venv, run_client
-
-
-@pytest.fixture(scope="module")
-def client_python() -> Path:
-    return client_venv()
+from support.grpc_client import client_python as client_python  # the client's venv (fixture)
+from support.grpc_client import run_client
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,12 @@ def client_venv() -> Path:
 SCRIPT = Path(__file__).resolve().parent / "grpc_interop_client.py"
 
 
+@pytest.fixture(scope="module")
+def client_python() -> Path:
+    """The official 5.x client's interpreter (its virtualenv made on first use)."""
+    return client_venv()
+
+
 def run_client(
     python: Path,
     broker: BrokerThread | None,
