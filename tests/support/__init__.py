@@ -15,7 +15,7 @@ Servers in the test's process (an event loop on a thread of its own)
   ``cluster``: a name server and two broker groups (the admin tests); ``grpc_broker``: a broker
   with its gRPC front end; ``acl_env``, ``console_env``: with ACL and with the console;
   ``spark_broker``: brokers for the Spark source; ``controllers``, ``etcd``: RocketMQ 5's
-  controller over both backends.
+  controller over both backends; ``replicas``: a controller-mode group in one process.
 
 Requests and stand-ins
 - ``send_frames``: send requests and the official client's recorded sends; ``transactions``: a
@@ -29,5 +29,6 @@ Other programs
   ``spark_helpers``: a Spark standalone cluster and the Spark tests' expectations;
   ``tier_files``, ``tier_helpers``: tiered stores.
 - ``chaos``, ``chaos_cluster``, ``chaos_net``: the fault harness (workload, nemesis, checker).
+- ``certs``: a CA and certificates for the TLS tests, made with openssl.
 - ``disk_full_child``, ``glue_scenario``: scripts run in child processes.
 """
