@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -349,6 +349,8 @@ class BrokerController:
             on_registered=self._on_registered,
             broker_id_of=broker_id_of,
             signer=self.inner_signer,
+            force_register=config.force_register,
+            version_provider=lambda: self.topics.data_version.to_json(),
         )
         await self.registrar.start()
 
@@ -375,13 +377,16 @@ class BrokerController:
         return int(bound) if bound else self.store_config.ha_listen_port
 
     def topic_configs_for_registration(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        configs = self.topics.all()
+        """The data version and every topic's config as the name servers get them (any
+        thread)."""
+        version = self.topics.data_version.to_json()
+        return version, self._registered_configs(self.topics.all().values())
+
+    def _registered_configs(self, configs: Iterable[TopicConfig]) -> dict[str, Any]:
         perm = self.config.broker_permission
         if perm & 0x6 != 0x6:  # not readable and writable: the broker's permission on each
-            configs = {name: c.replace(perm=perm) for name, c in configs.items()}
-        return self.topics.data_version.to_json(), {
-            name: c.to_json() for name, c in configs.items()
-        }
+            configs = [c.replace(perm=perm) for c in configs]
+        return {c.topic_name: c.to_json() for c in configs}
 
     async def stop_registering(self) -> None:
         """The first step of a shutdown: unregister from the name servers, stop copying a
@@ -443,7 +448,7 @@ class BrokerController:
             topic, default_topic, nums or self.config.default_topic_queue_nums, sys_flag
         )
         if config is not None:
-            self.topic_changed()
+            self.topic_changed(config)
         return config
 
     def create_topic_for_send_back(
@@ -455,13 +460,27 @@ class BrokerController:
         created = self.topics.select(topic) is None
         config = self.topics.create_in_send_back(topic, queue_nums, perm, sys_flag)
         if created:
-            self.topic_changed()
+            self.topic_changed(config)
         return config
 
-    def topic_changed(self) -> None:
-        """Tell the name servers about a new or changed topic now, not at the next period."""
-        if self.registrar is not None:
+    def topic_changed(self, config: TopicConfig | None = None) -> None:
+        """Tell the name servers now, not at the next period: of ``config`` alone (a topic
+        created or changed: an incremental registration), or of the whole table (None). Loop
+        thread.
+
+        An increment carries a data version of its own (bumped here): two changes made close
+        together in worker threads could otherwise both be sent under the later one's version,
+        and a name server takes a master's topics only from a registration whose version
+        differs from the last it had."""
+        if self.registrar is None:
+            return
+        if config is None:
             self.registrar.register_now()
+            return
+        self.topics.next_version()
+        self.registrar.register_topics(
+            self.topics.data_version.to_json(), self._registered_configs([config])
+        )
 
     async def register_topics_now(self) -> None:
         """A registration round with every name server that began after this call, awaited
@@ -470,7 +489,7 @@ class BrokerController:
         before it answers, as RocketMQ's broker registers before answering a heartbeat that
         created a retry topic. Loop thread."""
         if self.registrar is not None:
-            await self.registrar.registered()
+            await self.registrar.registered(whole=False)
 
     def _message_arriving(
         self, topic: str, queue_id: int, max_offset: int, _tags_code: int, _store_ts: int
