@@ -416,9 +416,7 @@ def main() -> None:
             out["after_sends"] = proc_figures(pid)
         out.update(asyncio.run(route_queries(namesrv, names)))
         if clients:
-            out.update(
-                asyncio.run(idle_clients(broker, pid, clients, names, args.idle_seconds))
-            )
+            out.update(asyncio.run(idle_clients(broker, pid, clients, names, args.idle_seconds)))
             out["after_clients"] = proc_figures(pid)
         out["load_end"] = load()
     finally:

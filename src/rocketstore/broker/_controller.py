@@ -114,6 +114,7 @@ class BrokerController:
         # the remoting server serving the handlers (set by the composition root: attach_server)
         self.server: RemotingServer
         self.registrar: Any = None
+        self._last_increment_version: Any = None  # the data version of the last increment
         self.slave_sync: SlaveSynchronizer | None = None
         # controller mode: the broker's place in its group, given by the controllers
         self.replicas: ReplicasManager | None = None
@@ -468,19 +469,21 @@ class BrokerController:
         created or changed: an incremental registration), or of the whole table (None). Loop
         thread.
 
-        An increment carries a data version of its own (bumped here): two changes made close
-        together in worker threads could otherwise both be sent under the later one's version,
-        and a name server takes a master's topics only from a registration whose version
-        differs from the last it had."""
+        Each increment carries a data version of its own: two changes made close together in
+        worker threads can both read the later one's version, and a name server takes a
+        master's topics only from a registration whose version differs from the last it had;
+        the second is then sent under a version bumped here."""
         if self.registrar is None:
             return
         if config is None:
             self.registrar.register_now()
             return
-        self.topics.next_version()
-        self.registrar.register_topics(
-            self.topics.data_version.to_json(), self._registered_configs([config])
-        )
+        version = self.topics.data_version
+        if version == self._last_increment_version:
+            self.topics.next_version()
+            version = self.topics.data_version
+        self._last_increment_version = version
+        self.registrar.register_topics(version.to_json(), self._registered_configs([config]))
 
     async def register_topics_now(self) -> None:
         """A registration round with every name server that began after this call, awaited
@@ -498,14 +501,16 @@ class BrokerController:
         self.holds.notify_arriving(topic, queue_id, max_offset)
 
     async def _persist_offsets_periodically(self) -> None:
-        """Persist the consumer offsets every interval. A full disk is told once, in one line,
-        until a persist works again (any other failure each time, with its traceback)."""
+        """Persist the consumer offsets every interval when they changed, in a worker thread
+        (a table of many groups and queues takes a while to encode). A full disk is told once,
+        in one line, until a persist works again (any other failure each time, with its
+        traceback)."""
         interval = self.config.flush_consumer_offset_interval / 1000.0
         disk_full = False
         while True:
             await asyncio.sleep(interval)
             try:
-                await asyncio.to_thread(self.offsets.persist)
+                await asyncio.to_thread(self.offsets.persist_if_dirty)
             except Exception as exc:
                 if not is_disk_full(exc):
                     log.exception("broker: persisting consumer offsets failed")

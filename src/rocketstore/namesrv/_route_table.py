@@ -343,6 +343,11 @@ class RouteInfoManager:
         """The queue data of ``topic`` by broker name (a copy; empty when unknown)."""
         return dict(self._topic_queues.get(topic, {}))
 
+    def channel_of(self, broker_addr: str) -> object | None:
+        """The connection ``broker_addr`` last registered over (None when not registered)."""
+        live = self._live.get(broker_addr)
+        return live.channel if live is not None else None
+
     def live_brokers(self) -> list[str]:
         """The addresses of the brokers registered and not expired."""
         return list(self._live)

@@ -108,7 +108,9 @@ class VersionedConfigTable(Generic[C]):
                 version = DataVersion.from_json(doc.get("v", {}))
                 config = self._parse(doc["c"], name) if "c" in doc else None
             except (ValueError, TypeError, KeyError) as exc:
-                self._log.warning("%s change log: skipped a change of %s: %s", self._what, name, exc)
+                self._log.warning(
+                    "%s change log: skipped a change of %s: %s", self._what, name, exc
+                )
                 continue
             if config is None:
                 self._table.pop(name, None)
