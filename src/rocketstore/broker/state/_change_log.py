@@ -96,6 +96,7 @@ class ChangeLog:
         with self._lock, translate_os_errors(f"append to {self.file(self._number)}"):
             if self._fd is None:
                 path = self.file(self._number)
+                path.parent.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 fsync_dir(path.parent)  # the new file itself survives a crash
             view = memoryview(line)
