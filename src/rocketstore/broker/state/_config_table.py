@@ -91,6 +91,7 @@ class VersionedConfigTable(Generic[C]):
         self._compactor: threading.Thread | None = None
         self.compactions = 0
         self._file_present = False  # whether the file holds the table (the log adds to it)
+        self._compact: tuple[DataVersion, str] | None = None  # encode(pretty=False), by version
 
     def _load(self) -> None:
         """Read the file (or its backup) over the table, then replay its change log; a log
@@ -218,8 +219,18 @@ class VersionedConfigTable(Generic[C]):
         }
 
     def encode(self, *, pretty: bool = True) -> str:
-        """The file text (fastjson pretty format) or, with ``pretty=False``, compact fastjson."""
-        return _fastjson.dumps(self.to_json(), pretty=pretty)
+        """The file text (fastjson pretty format) or, with ``pretty=False``, compact fastjson
+        (kept until the data version changes: a slave asks for it every 10 s)."""
+        if pretty:
+            return _fastjson.dumps(self.to_json(), pretty=True)
+        cached = self._compact
+        version = self._version
+        if cached is None or cached[0] != version:
+            with self._lock:
+                version = self._version
+                doc = self._document(dict(self._table), version)
+            cached = self._compact = (version, _fastjson.dumps(doc, pretty=False))
+        return cached[1]
 
     def persist(self) -> None:
         """Write the whole file atomically and drop the change log it then holds (blocks for
