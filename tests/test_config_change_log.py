@@ -175,3 +175,13 @@ def test_a_clean_stop_leaves_the_whole_table_in_topics_json(tmp_path: Path) -> N
     assert ChangeLog(config / TOPICS_FILE).numbers() == []  # nothing left beside the file
     table = file_topics(config)
     assert all(table[t]["writeQueueNums"] == 2 for t in names)
+
+
+def test_many_topics_at_once_are_one_change_each(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.update(TopicConfig("Seed", 1, 1))
+    version = m.data_version.counter
+    m.update_all([TopicConfig(f"Copied{i}", 4, 4) for i in range(50)])
+    assert m.data_version.counter == version + 50
+    again = manager(tmp_path)
+    assert all(again.select(f"Copied{i}") == TopicConfig(f"Copied{i}", 4, 4) for i in range(50))

@@ -196,6 +196,18 @@ class VersionedConfigTable(Generic[C]):
             self._log.info("%s %s: %s -> %s", self._what, name, old, config)
         self._commit(ticket)
 
+    def put_all(self, configs: list[C], name_of: Callable[[C], str]) -> None:
+        """Create or replace many entries with one fsync (a slave copying its master's
+        table)."""
+        if not configs:
+            return
+        with self._lock:
+            ticket = 0
+            for config in configs:
+                ticket = self._set(name_of(config), config)
+        self._log.info("%s table: %d entries created or replaced", self._what, len(configs))
+        self._commit(ticket)
+
     def delete(self, name: str) -> bool:
         """Remove an entry; False when there was none."""
         with self._lock:

@@ -359,6 +359,13 @@ class TopicConfigManager(VersionedConfigTable[TopicConfig]):
             raise ValueError(f"unknown topic filter type {config.topic_filter_type!r}")
         self._put(config.topic_name, config)
 
+    def update_all(self, configs: list[TopicConfig]) -> None:
+        """Create or replace many topics with one fsync (a slave copying its master's table).
+        InvalidTopicError for a bad name (nothing changed)."""
+        for config in configs:
+            validate_topic(config.topic_name)
+        self.put_all(configs, lambda c: c.topic_name)
+
     def update_order_topics(self, order_topics: set[str]) -> bool:
         """Mark exactly ``order_topics`` (of those present) as ordered (the name server's
         ORDER_TOPIC_CONFIG table); True when something changed."""
