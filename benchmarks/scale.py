@@ -289,7 +289,7 @@ async def idle_clients(
 
     async def heartbeat(client: AsyncRemotingClient, body: bytes) -> None:
         cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)
-        r = await client.invoke(broker, cmd, 30.0)
+        r = await client.invoke(broker, cmd, 60.0)
         if r.code != 0:
             raise RuntimeError(f"heartbeat refused: {r.code} {r.remark}")
 
@@ -301,8 +301,31 @@ async def idle_clients(
             groups[group] = groups.get(group, 0) + 1
         client = AsyncRemotingClient(signer=None)
         conns.append((client, body))
+    stop = asyncio.Event()
+
+    async def keep_beating(client: AsyncRemotingClient, body: bytes) -> None:
+        # every 30 s from its first heartbeat, as a client does (those connected early keep
+        # beating while the others connect)
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(HEARTBEAT_INTERVAL_S):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+            if stop.is_set():
+                return
+            try:
+                await heartbeat(client, body)
+            except Exception:
+                pass
+
+    beats: list[asyncio.Task[None]] = []
+    failed = 0
     for at in range(0, clients, 200):
-        await asyncio.gather(*(heartbeat(c, b) for c, b in conns[at : at + 200]))
+        batch = conns[at : at + 200]
+        answers = await asyncio.gather(*(heartbeat(c, b) for c, b in batch), return_exceptions=True)
+        failed += sum(1 for a in answers if isinstance(a, BaseException))
+        beats += [asyncio.create_task(keep_beating(c, b)) for c, b in batch]
     connect_s = time.perf_counter() - started
     after_connect = proc_figures(broker_pid)
     # every join told the group's members (NOTIFY_CONSUMER_IDS_CHANGED): wait until those
@@ -314,24 +337,6 @@ async def idle_clients(
         if cpu_seconds(broker_pid) - c0 < 0.5:
             break
     settle_s = time.perf_counter() - settle_started
-
-    stop = asyncio.Event()
-
-    async def keep_beating(k: int, client: AsyncRemotingClient, body: bytes) -> None:
-        # spread over the period, as independent clients would be
-        await asyncio.sleep(HEARTBEAT_INTERVAL_S * k / clients)
-        while not stop.is_set():
-            try:
-                await heartbeat(client, body)
-            except Exception:
-                pass
-            try:
-                async with asyncio.timeout(HEARTBEAT_INTERVAL_S):
-                    await stop.wait()
-            except TimeoutError:
-                pass
-
-    beats = [asyncio.create_task(keep_beating(k, c, b)) for k, (c, b) in enumerate(conns)]
     await asyncio.sleep(2.0)
     cpu0, t0 = cpu_seconds(broker_pid), time.monotonic()
     await asyncio.sleep(idle_s)
@@ -361,6 +366,7 @@ async def idle_clients(
         "clients": clients,
         "clients_connect_and_first_heartbeat_s": round(connect_s, 2),
         "clients_notices_settled_s": round(settle_s, 1),
+        "clients_first_heartbeat_failed": failed,
         "idle_cpu_percent_of_core": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
         "idle_window_s": round(t1 - t0, 1),
         "largest_group": groups.get(largest, 0) if largest else 0,
