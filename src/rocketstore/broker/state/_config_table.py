@@ -28,6 +28,9 @@ from ._change_log import ChangeLog
 from ._json_file import ConfigFile, as_int
 
 COMPACT_MIN_CHANGES = 256  # the fewest logged changes that start a compaction
+# GET_ALL_TOPIC_CONFIG's field in which rocketstore's slaves name the master's topic data version
+# they copied last (``counter:timestamp``): answered ``unchanged`` with no body while it holds
+IF_DATA_VERSION_NOT = "ifDataVersionNot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,11 @@ class DataVersion:
 
     def to_json(self) -> dict[str, int]:
         return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @property
+    def text(self) -> str:
+        """``counter:timestamp`` (``IF_DATA_VERSION_NOT``'s form)."""
+        return f"{self.counter}:{self.timestamp}"
 
     @classmethod
     def from_json(cls, doc: Any) -> DataVersion:
