@@ -164,5 +164,7 @@ class ClientProcessor:
 
     def on_connection_closed(self, conn: Connection) -> None:
         for group in self.broker.consumers.on_channel_closed(conn):
+            if not self.broker.consumers.consumer_ids(group):
+                self._consumer_lists.pop(group, None)  # the group is gone
             self.notify_ids_changed(group)
         self.broker.producers.on_channel_closed(conn)
