@@ -475,7 +475,6 @@ class StoreLoader:
         # per queue: [queue, its end, its start, cached file, file start, file end] (offsets
         # in bytes); reading a unit from the cached file is one unpack
         queues: dict[tuple[str, int], list[Any]] = {}
-        unpack_unit = UNIT.unpack_from
         for phys, size, topic, qid, qoff, sys_flag, _ts, keyed in records:
             need = False
             tran = sys_flag & SYSFLAG_TRANSACTION_MASK
@@ -501,7 +500,7 @@ class StoreLoader:
                                 else [None, 0, 0]
                             )
                         mf_q = st[3]
-                        unit = unpack_unit(mf_q.mm, where - st[4]) if mf_q is not None else None
+                        unit = _read_unit(mf_q, where - st[4]) if mf_q is not None else None
                         if unit is None or unit[0] != phys or unit[1] != size:
                             cq = st[0]
                             dropped = cq.truncate_to(qoff)
@@ -736,7 +735,18 @@ def _unit_at(cq: ConsumeQueue, offset: int) -> tuple[int, int, int] | None:
     pos = where - mf.from_offset
     if pos + UNIT_SIZE > mf.wrote_position:
         return None
-    return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+    return _read_unit(mf, pos)
+
+
+def _read_unit(mf: MappedFile, pos: int) -> tuple[int, int, int] | None:
+    """The unit at ``pos`` of a consume-queue file, held for the read (it may be mapped on
+    demand); None when the file is shut down."""
+    if not mf.hold():
+        return None
+    try:
+        return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+    finally:
+        mf.release()
 
 
 def _first_unit_at_or_after(cq: ConsumeQueue, target: int) -> int | None:
