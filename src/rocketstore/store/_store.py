@@ -292,8 +292,8 @@ class MessageStore:
         else:  # another cause than space: named as it is (open files, mappings, ...)
             refusal = (
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                f"{WRITE_FAILED_PREFIX}{os_error_cause(exc)}: dispatch into the consume queues "
-                f"and index failed ({exc}); writes resume when it works again",
+                f"{WRITE_FAILED_PREFIX}{os_error_cause(exc)} (dispatch into the consume queues "
+                f"and index failed: {exc}); writes resume when it works again",
             )
         self.commit_log.set_refusal("dispatch", refusal)
 

@@ -294,8 +294,8 @@ class ReputMessageService(ServiceThread):
                 return
         try:
             self.dispatch(req)
-        except OSError as exc:  # a full disk, a limit: one line naming it
-            log.error(
+        except OSError as exc:  # a full disk, a limit: the thread retries and reports it
+            log.info(
                 "dispatch at %d failed: %s (%s); the dispatch thread takes over",
                 start,
                 os_error_cause(exc),
