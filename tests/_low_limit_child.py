@@ -1,9 +1,11 @@
 """A store in a child process with a low open-file limit (RLIMIT_NOFILE), for
 test_queue_mappings.py. Prints one JSON line with what it saw.
 
-    _low_limit_child.py e2e ROOT LIMIT QUEUES ROUND BOUND
+    _low_limit_child.py e2e ROOT LIMIT QUEUES ROUND BOUND [crash]
         put one message to every queue (the ROUND-th of each), read every queue back from
-        offset 0 (ROUND + 1 messages each), shut down; BOUND 0: the default mapping bound
+        offset 0 (ROUND + 1 messages each), shut down (with ``crash``: the process ends
+        without a shutdown, the abort file left, as a kill does); BOUND 0: the default
+        mapping bound
     _low_limit_child.py emfile ROOT LIMIT
         every descriptor taken while a put needs a new consume-queue file: the refusal's
         words and the log lines naming the cause; descriptors given back: writes again
@@ -48,9 +50,10 @@ def body(q: int, n: int) -> bytes:
     return b"q%d-n%d" % (q, n)
 
 
-def e2e(root: str, queues: int, rnd: int, bound: int) -> dict[str, object]:
+def e2e(root: str, queues: int, rnd: int, bound: int, crash: bool) -> dict[str, object]:
     refused = []
     with MessageStore(config(root, bound)) as store:
+        recovery = store.load_result.mode if store.load_result is not None else ""
         for q in range(queues):
             r = store.put_message(Message(f"Many{q % TOPICS}", body(q, rnd), q // TOPICS))
             if not r.ok:
@@ -63,7 +66,11 @@ def e2e(root: str, queues: int, rnd: int, bound: int) -> dict[str, object]:
             if bodies != [body(q, n) for n in range(rnd + 1)]:
                 wrong.append(f"{q}: {got.status.name} {bodies[:3]}")
         files = store.file_statistics()
+        if crash:
+            print(json.dumps({"refused": refused[:5], "wrong": wrong[:5]}), flush=True)
+            os._exit(0)
     return {
+        "recovery": recovery,
         "refused": refused[:5],
         "wrong": wrong[:5],
         "queue_files": files.queue_files,
@@ -126,7 +133,8 @@ def main() -> None:
     mode, root, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
     if mode == "e2e":
-        out = e2e(root, int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+        crash = sys.argv[7:] == ["crash"]
+        out = e2e(root, int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), crash)
     else:
         out = emfile(root)
     print(json.dumps(out), flush=True)

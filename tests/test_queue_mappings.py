@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import mmap
 import os
 import subprocess
@@ -228,6 +229,25 @@ def test_the_writer_keeps_writing_under_pressure_and_a_restart_reads_everything(
             assert store.queue_mappings.statistics().mapped <= BOUND
 
 
+def test_a_store_with_more_queue_files_than_the_bound_says_so_once_at_start(
+    small_lru_config: StoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    with MessageStore(small_lru_config) as store:
+        fill(store)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rocketstore"), MessageStore(small_lru_config):
+        pass
+    lines = [r.getMessage() for r in caplog.records if "mapped at once" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{QUEUES} consume-queue files, at most {BOUND} mapped at once")
+    assert "\n" not in lines[0]
+    caplog.clear()
+    roomy = dataclasses.replace(small_lru_config, max_mapped_queue_files=QUEUES)
+    with caplog.at_level(logging.WARNING, logger="rocketstore"), MessageStore(roomy):
+        pass
+    assert not [r for r in caplog.records if "mapped at once" in r.getMessage()]
+
+
 def test_shutdown_unmaps_every_queue_file(small_lru_config: StoreConfig) -> None:
     mapped_before = mapped_counters()[0]
     with MessageStore(small_lru_config) as store:
@@ -283,6 +303,20 @@ def test_more_queues_than_open_files_put_read_restart_read(tmp_path: Path, bound
         assert out["open_files"] < LIMIT
         if bound:
             assert out["bound"] == bound and out["mapped_queue_files"] <= bound
+
+
+def test_an_abnormal_recovery_through_more_queues_than_the_bound(tmp_path: Path) -> None:
+    # the process ends with the abort file left; recovery checks every record against its
+    # unit, in more queues than may be mapped at once and than the process may open files
+    queues = 5 * LIMIT
+    root = tmp_path / "store"
+    out = run_child("e2e", root, LIMIT, queues, 0, 24, "crash")
+    assert out["refused"] == [] and out["wrong"] == [], out
+    assert (root / "abort").exists()
+    out = run_child("e2e", root, LIMIT, queues, 1, 24)
+    assert out["recovery"] == "abnormal"
+    assert out["refused"] == [] and out["wrong"] == [], out
+    assert out["mapped_queue_files"] <= 24
 
 
 def test_too_many_open_files_is_refused_in_its_own_words(tmp_path: Path) -> None:
