@@ -47,18 +47,29 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._mapping import descriptors_kept
-
-if TYPE_CHECKING:
-    from ._mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MAP_COUNT = 65_530  # Linux's default vm.max_map_count
 MIN_BOUND = 16
 MAX_MAP_COUNT_PATH = "/proc/sys/vm/max_map_count"
+
+
+class MappedFile(Protocol):
+    """What the LRU uses of a file it bounds (``_mapped_file.MappedFile``)."""
+
+    writer_held: bool
+
+    def hold(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def take_used(self) -> bool: ...
+
+    def try_unmap(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
