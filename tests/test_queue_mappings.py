@@ -209,6 +209,25 @@ def test_the_lru_never_unmaps_a_file_a_reader_holds(
     assert not queue_file(store, 0).mapped
 
 
+def test_an_unmapped_file_is_flushed_without_mapping_it_again(
+    open_store: Callable[..., MessageStore], small_lru_config: StoreConfig
+) -> None:
+    store = open_store(
+        dataclasses.replace(small_lru_config, flush_interval_consume_queue=3_600_000)
+    )
+    fill(store)
+    read_every_queue(store)
+    unmapped = [
+        mf
+        for q in range(QUEUES)
+        if not (mf := queue_file(store, q)).mapped and mf.flushed_position < mf.wrote_position
+    ]
+    assert unmapped  # written, unmapped, not flushed yet
+    for mf in unmapped:
+        assert mf.flush(0) == mf.wrote_position
+        assert not mf.mapped
+
+
 def test_the_writer_keeps_writing_under_pressure_and_a_restart_reads_everything(
     make_config: Callable[..., StoreConfig], small_lru_config: StoreConfig
 ) -> None:
