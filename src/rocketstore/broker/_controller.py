@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import Connection, RemotingServer, ext_int, ext_str
+from ..remoting import Connection, RemotingError, RemotingServer, ext_int, ext_str
 from ..remoting._client import FROM_ENV, Signer
 from ..remoting._signing import signer_from_env
 from ..store._clock import SYSTEM_CLOCK, Clock
@@ -34,6 +34,7 @@ from ..store._durable import is_disk_full
 from ..store._store import MessageStore
 from ._config import BrokerConfig
 from .admin._admin import AdminProcessor
+from .admin._auth import AuthAdminProcessor
 from .admin._clients import ClientAdminProcessor
 from .admin._config import ConfigAdminProcessor
 from .admin._consumers import ConsumerAdminProcessor
@@ -58,9 +59,10 @@ from .state._long_poll import PullRequestHoldService
 from .state._pop import PopState
 from .state._stats import BrokerStats, seconds_to_next_midnight
 from .state._subscription_group import SubscriptionGroupManager
-from .state._topic_config import TopicConfig, TopicConfigManager
+from .state._topic_config import TopicConfig, TopicConfigManager, validate_topic
 
 if TYPE_CHECKING:
+    from ..acl._auth_store import AuthStore
     from ..acl._remoting import AclSource
     from ..tier._read import TierReader
     from .replication._replicas import ReplicasManager, RoleChange
@@ -68,12 +70,56 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCAN_CHANNELS_INTERVAL_S = 10.0
+LAST_COPY_TIMEOUT_S = 1.0  # a promoted slave's last copy of its old master's state, each request
+
+
+def load_auth(config: BrokerConfig, config_dir: Path) -> AuthStore:
+    """ACL 2.0's users and ACLs of a broker (``config_dir/auth.json``), with the Super users
+    broker.conf names made when missing (initAuthenticationUser, the inner client's
+    credentials) and, with migrateAuthFromV1Enabled, plain_acl.yml's accounts migrated.
+    AclConfigError when a file cannot be used."""
+    from ..acl import AclConfigError, default_acl_path
+    from ..acl import load_acl as load_plain
+    from ..acl._auth_eval import AuthSettings
+    from ..acl._auth_migrate import migrate
+    from ..acl._auth_model import SUPER, User
+    from ..acl._auth_store import AuthStore
+    from ._config import parse_codes, parse_credentials, parse_init_user
+
+    settings = AuthSettings(
+        config.authentication_enabled,
+        config.authorization_enabled,
+        config.cluster_name,
+        parse_codes(config.authentication_whitelist, "authenticationWhitelist"),
+        parse_codes(config.authorization_whitelist, "authorizationWhitelist"),
+    )
+    auth = AuthStore(config_dir, settings)
+    made: list[User] = []
+    if config.init_authentication_user:
+        name, password = parse_init_user(config.init_authentication_user)
+        made.append(User(name, password, SUPER))
+    if config.inner_client_credentials:
+        ak, sk = parse_credentials(config.inner_client_credentials)
+        made.append(User(ak, sk, SUPER))
+    auth.ensure_users(made)
+    if config.migrate_auth_from_v1_enabled:
+        path = Path(config.acl_file) if config.acl_file else default_acl_path()
+        if not path.exists():
+            raise AclConfigError(f"migrateAuthFromV1Enabled=true but {path} does not exist")
+        users, acls = migrate(load_plain(path), (u.username for u in auth.list_users()))
+        created = auth.ensure_users(users)
+        for acl in acls:
+            if acl.username in created:
+                auth.put_acl(acl)
+        if created:
+            log.info("ACL 2.0: migrated %s from %s", ", ".join(created), path)
+    return auth
 
 
 def load_acl(config: BrokerConfig, default: AclSource | None = None) -> AclSource | None:
     """The ACL of broker.conf's aclEnable (or --acl-file), else ``default`` (the key list of a
-    gRPC front end's config): one set of accounts for every port. AclConfigError when the file
-    cannot be used."""
+    gRPC front end's config): one set of accounts for every port (with ACL 2.0 on, its users
+    and ACLs instead: ``load_auth``). AclConfigError when the file cannot be used."""
     from ..acl import AclConfigError, AclFile
 
     path = config.acl_path
@@ -97,6 +143,7 @@ class BrokerController:
         acl: AclSource | None = None,
         tier: TierReader | None = None,
         inner_signer: Signer | None = FROM_ENV,
+        auth: AuthStore | None = None,
     ) -> None:
         """The broker's state over ``store``, open and started, its config carrying the
         broker's address (``rocketstore.server`` builds both): topic configs, subscription
@@ -136,6 +183,8 @@ class BrokerController:
         # messages handed to consumers, request latency (see rocketstore.metrics)
         self.stats = BrokerStats()
         self.config_dir.mkdir(parents=True, exist_ok=True)
+        # ACL 2.0's users and ACLs, changed by the admin requests (in force when ``acl`` is it)
+        self.auth: AuthStore = auth if auth is not None else load_auth(config, self.config_dir)
         self.topics = TopicConfigManager(
             self.config_dir,
             broker_name=config.broker_name,
@@ -212,6 +261,7 @@ class BrokerController:
             QueueAdminProcessor(self),
             QueryProcessor(self),
             TierAdminProcessor(self),
+            AuthAdminProcessor(self),
             ReplicasProcessor(self),
             self.end_transaction,
         ):
@@ -253,7 +303,8 @@ class BrokerController:
         self._started = True
         log.info("broker %s listening on %s", config.broker_name, self.address)
         if self.acl is not None:
-            log.info("broker %s: ACL on (%s)", config.broker_name, config.acl_path or "key list")
+            what = "ACL 2.0" if config.auth_enabled else config.acl_path or "key list"
+            log.info("broker %s: ACL on (%s)", config.broker_name, what)
 
     async def _start_replicas(self) -> None:
         """Controller mode: register with the controllers and take the role they give; the
@@ -264,6 +315,7 @@ class BrokerController:
             self.config,
             self.store,
             address=self.address,
+            signer=self.inner_signer,  # the controllers check it as they check ACL
             on_role=self._on_role,
             on_fence=lambda _fenced: self.topic_changed(),  # registered again, under its id
             clock=self.clock,
@@ -277,8 +329,10 @@ class BrokerController:
         self.topics.next_version()
         if change.role == "MASTER":
             if self.slave_sync is not None:
-                await self.slave_sync.close()
-                self.slave_sync = None
+                slave_sync, self.slave_sync = self.slave_sync, None
+                await self._last_copy(slave_sync)
+                await slave_sync.close()
+            await asyncio.to_thread(self._adopt_topics_of_log)
             self.transactions.start()
             broker_id = 0
         else:
@@ -297,6 +351,59 @@ class BrokerController:
             await self.registrar.registered()
         if change.role == "SLAVE":
             self._learn_master_ha_address()
+
+    async def _last_copy(self, slave_sync: SlaveSynchronizer) -> None:
+        """A slave being promoted copies its old master's state once more when it can still be
+        reached (an administrator moving the role; a master that died is not waited for)."""
+        try:
+            if await slave_sync.sync_all(timeout_s=LAST_COPY_TIMEOUT_S):
+                log.info(
+                    "broker %s: copied the state of %s before taking over as master",
+                    self.config.broker_name,
+                    slave_sync.master_addr,
+                )
+        except (RemotingError, ValueError) as exc:
+            log.info(
+                "broker %s: the old master %s cannot give its state (%s): the topics come "
+                "from the log",
+                self.config.broker_name,
+                slave_sync.master_addr,
+                exc,
+            )
+
+    def _adopt_topics_of_log(self) -> None:
+        """Every topic the store holds gets a topic config before this broker registers as
+        master: a slave promoted before it copied a topic's config still serves the topic's
+        messages. The topics are those of its consume queues and of its log's topic-queue
+        table (rebuilt over every record of the log when the store became master); a topic's
+        queue count is the highest queue id held + 1. Worker thread (the topic table
+        persists)."""
+        held: dict[str, int] = {}
+        keys = [
+            (topic, queue_id)
+            for topic, by_id in list(self.store.consume_queues.queues.items())
+            for queue_id in list(by_id)
+        ]
+        keys += list(self.store.commit_log.topic_queue_table)
+        for topic, queue_id in keys:
+            held[topic] = max(held.get(topic, 0), queue_id + 1)
+        added = []
+        for topic, queues in sorted(held.items()):
+            if self.topics.select(topic) is not None:
+                continue
+            try:
+                validate_topic(topic)
+            except ValueError:
+                continue
+            self.topics.update(TopicConfig(topic, queues, queues))
+            added.append(f"{topic} ({queues} queues)")
+        if added:
+            log.warning(
+                "broker %s: topics its log holds but its topic table lacked, added on becoming "
+                "master: %s",
+                self.config.broker_name,
+                ", ".join(added),
+            )
 
     def _registration_id(self) -> int:
         """The id to register with the name servers under: 0 only while this broker is a master
