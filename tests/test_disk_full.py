@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -226,11 +226,21 @@ class Server:
     """`rocketstore serve` on loopback ports; every wait bounded, killed on exit. ``out``
     holds what it printed so far (``expect`` reads on)."""
 
-    def __init__(self, store: Path, conf: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        store: Path,
+        conf: Path,
+        *extra: str,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         args = ["serve", "--store", str(store), "-c", str(conf), "--namesrv-listen"]
         args += ["127.0.0.1:0", "--listen", "127.0.0.1:0", "--grpc-listen", "", *extra]
         self.proc = subprocess.Popen(
-            [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+            [*CLI, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ),
+            preexec_fn=preexec_fn,
         )
         self.out = b""
         self.address = self.expect(rb"broker broker-a .* listening on (127\.0\.0\.1:\d+)")

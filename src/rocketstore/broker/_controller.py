@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..acl import _audit as audit
 from ..remoting import Connection, RemotingError, RemotingServer, ext_int, ext_str
 from ..remoting._client import FROM_ENV, Signer
 from ..remoting._signing import signer_from_env
@@ -649,3 +650,4 @@ class BrokerController:
             for channels in self.producers.scan_not_active().values():
                 for channel in channels:
                     channel.close()
+            audit.flush()  # the counts of repeated refusals whose interval is over

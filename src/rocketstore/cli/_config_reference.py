@@ -45,6 +45,8 @@ WHAT: dict[str, str] = {
     "allocateMappedFileEnable": "make the next commit-log file ahead of need, on a thread",
     "mappedFileAllocateAhead": "bytes of disk reserved ahead of the writes, so a full disk "
     "refuses puts instead of failing a write",
+    "maxMappedQueueFiles": "consume-queue files mapped at once (idle ones unmapped and mapped "
+    "again when read); 0: what vm.max_map_count and the open-file limit allow",
     "maxMessageSize": "the largest message body a send may carry, in bytes",
     "maxPropertiesSize": "the largest properties text of a message, in bytes",
     "checkCRCOnRecover": "check the body CRC of every record recovery reads",

@@ -16,7 +16,9 @@ Where each figure comes from:
   ``max_lag_lookups`` queues a scrape (the others count as no lag);
 - inflight: messages popped through the gRPC front end and not yet acknowledged;
 - storage: the store's file system's used bytes (RocketMQ's storage size), the commit log's
-  bytes written and not flushed, and its dispatch lag; HA: each slave's unacknowledged bytes.
+  bytes written and not flushed, and its dispatch lag; HA: each slave's unacknowledged bytes;
+- store files: ``MessageStore.file_statistics()`` (mapped files, the consume-queue mapping
+  bound and its unmaps, the process's open files and mappings against their limits).
 
 Loop thread.
 """
@@ -63,6 +65,7 @@ from ._source import (
     ReplicaState,
     SlaveLag,
     Storage,
+    StoreFiles,
     TopicTraffic,
 )
 
@@ -291,6 +294,20 @@ class BrokerSource:
             used,
             max(0, store.get_max_phy_offset() - store.flushed_phy_offset()),
             store.dispatch_behind_bytes(),
+        )
+
+    def store_files(self) -> StoreFiles:
+        f = self.broker.store.file_statistics()
+        return StoreFiles(
+            f.mapped_files,
+            f.queue_files,
+            f.mapped_queue_files,
+            f.mapped_queue_files_bound,
+            f.queue_file_evictions,
+            f.open_files,
+            f.open_files_limit,
+            f.mappings,
+            f.max_map_count,
         )
 
     def slave_lags(self) -> Sequence[SlaveLag]:

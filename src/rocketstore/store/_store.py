@@ -22,13 +22,14 @@ from ._checkpoint import StoreCheckpoint
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import StoreConfig
 from ._disk import (
+    WRITE_FAILED_PREFIX,
     WRITE_INDEX_FILE_ERROR_BIT,
     WRITE_LOGICS_QUEUE_ERROR_BIT,
     DiskUsageProbe,
     RunningFlags,
     disk_used_ratio,
 )
-from ._durable import fsync_dir, is_disk_full
+from ._durable import fsync_dir, is_disk_full, os_error_cause
 from ._errors import IndexWriteError, StoreClosedError, StoreIOError, translate_os_errors
 from ._lock import StoreLock
 from .ha import HAService
@@ -36,7 +37,18 @@ from .ha._auto_service import AutoSwitchHAService
 from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
 from .log._commit_log import CommitLog
+from .log._mapped_file import mapped_counters
 from .log._mapped_file_queue import MappedFileQueue
+from .log._mapping import descriptors_kept
+from .log._mapping_lru import (
+    FileStatistics,
+    MappingLRU,
+    default_bound,
+    mapping_count,
+    max_map_count,
+    open_file_count,
+    open_files_limits,
+)
 from .log._message import (
     GetMessageResult,
     Message,
@@ -123,8 +135,13 @@ class MessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.load_result: LoadResult | None = None
         # dispatch and the read side (consume queues, index, reput, reads)
+        # consume-queue files are mapped on demand, at most this many at once
+        self.queue_mappings = MappingLRU(self.config.max_mapped_queue_files or default_bound())
         self.consume_queues = ConsumeQueueTable(
-            self.root / "consumequeue", self.config.consume_queue_file_size, clock=clock
+            self.root / "consumequeue",
+            self.config.consume_queue_file_size,
+            clock=clock,
+            lru=self.queue_mappings,
         )
         self.index = IndexService(
             self.root / "index",
@@ -264,17 +281,21 @@ class MessageStore:
             self.running_flags.set_bit(WRITE_INDEX_FILE_ERROR_BIT, True)
         else:
             self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, True)
-        self.commit_log.set_refusal(
-            "dispatch",
-            None
-            if exc is None
-            else (
+        if exc is None:
+            refusal = None
+        elif is_disk_full(exc):
+            refusal = (
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
                 f"the store is not writable: dispatch into the consume queues and index failed "
-                f"({exc}); "
-                "writes resume when it works again",
-            ),
-        )
+                f"({exc}); writes resume when it works again",
+            )
+        else:  # another cause than space: named as it is (open files, mappings, ...)
+            refusal = (
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                f"{WRITE_FAILED_PREFIX}{os_error_cause(exc)} (dispatch into the consume queues "
+                f"and index failed: {exc}); writes resume when it works again",
+            )
+        self.commit_log.set_refusal("dispatch", refusal)
 
     # ---- checkpoint updates (flush and dispatch threads) -----------------------------------
 
@@ -329,6 +350,7 @@ class MessageStore:
                 clock=self.clock,
             ).load()
             self.schedule.load()
+            self._note_mapping_limits()
         except BaseException:
             if self.checkpoint is not None:
                 self.checkpoint.shutdown()
@@ -337,6 +359,24 @@ class MessageStore:
             raise
         self._loaded = True
         return True
+
+    def _note_mapping_limits(self) -> None:
+        """One line when the store has more consume-queue files than may be mapped at once
+        (informational: idle ones are unmapped and mapped again when read)."""
+        files = self.consume_queues.file_count()
+        bound = self.queue_mappings.bound
+        if files > bound:
+            soft, _hard = open_files_limits()
+            log.warning(
+                "%d consume-queue files, at most %d mapped at once (vm.max_map_count %d, open "
+                "files %s, max_mapped_queue_files %d): idle ones are unmapped and mapped again "
+                "when read",
+                files,
+                bound,
+                max_map_count(),
+                "unlimited" if soft < 0 else soft,
+                self.config.max_mapped_queue_files,
+            )
 
     def start(self) -> None:
         if self._running:
@@ -773,6 +813,25 @@ class MessageStore:
     def statistics(self) -> StoreStatistics:
         """A frozen, typed snapshot of the store's statistics (``ha``: replication)."""
         return dataclasses.replace(self.stats.statistics(), ha=self.ha.statistics())
+
+    def file_statistics(self) -> FileStatistics:
+        """The store's mapped files and the process's open files and mappings, against their
+        limits. Any thread (reads /proc: for a scrape, not a hot path)."""
+        lru = self.queue_mappings.statistics()
+        soft, hard = open_files_limits()
+        return FileStatistics(
+            queue_files=self.consume_queues.file_count(),
+            mapped_queue_files=lru.mapped,
+            mapped_queue_files_bound=lru.bound,
+            queue_file_evictions=lru.evictions,
+            mapped_files=mapped_counters()[0],
+            mappings=mapping_count(),
+            max_map_count=max_map_count(),
+            open_files=open_file_count(),
+            open_files_limit=soft,
+            open_files_hard_limit=hard,
+            descriptors_per_mapping=descriptors_kept(),
+        )
 
     def delete_topic(self, topic: str) -> int:
         """Forget ``topic`` (RocketMQ's cleanUnusedTopic for one topic): its entries leave the

@@ -16,6 +16,12 @@ Files are sparse and get their disk blocks ahead of the units written (``ensure_
 full disk makes a write raise StoreIOError (ENOSPC) before anything is written, so dispatch can
 pause and retry, and never a write into a hole (SIGBUS).
 
+Files keep no descriptor once mapped, and a store's queues share one ``MappingLRU``: a file
+is mapped when first held, and an idle one is unmapped when more than the LRU's bound are
+mapped. So every read of a file's units holds it for the read (``_held``), and the dispatcher
+writes a file under the LRU's writer hold (``_hold_for_writer``), which it gives up when the
+file is full or deleted.
+
 Threads: units are written by the dispatcher only (ReputMessageService); flushes by
 FlushConsumeQueueService; readers from any thread (files are held while read).
 """
@@ -30,10 +36,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import CorruptFileError, translate_os_errors
+from .._errors import CorruptFileError, StoreClosedError, translate_os_errors
 from ..log._flush import PeriodicPageService
 from ..log._mapped_file import MappedFile, SelectMappedBufferResult
 from ..log._mapped_file_queue import MappedFileQueue
+from ..log._mapping_lru import MappingLRU, MappingStatistics
 from ._unit_write import UNIT as UNIT
 from ._unit_write import UNIT_SIZE as UNIT_SIZE
 from ._unit_write import pack_units, put_next_unit
@@ -58,6 +65,17 @@ def is_blank_unit(phys_offset: int, size: int, tags_code: int) -> bool:
     return phys_offset == 0 and size == BLANK_SIZE and tags_code == 0
 
 
+@contextlib.contextmanager
+def _held(mf: MappedFile) -> Iterator[MappedFile]:
+    """``mf`` held (mapped) for the block. StoreClosedError when it is shut down."""
+    if not mf.hold():
+        raise StoreClosedError(f"{mf.path}: the file is shut down")
+    try:
+        yield mf
+    finally:
+        mf.release()
+
+
 class ConsumeQueue:
     """The consume queue of one (topic, queue id). Offsets in the API are logical (unit numbers)."""
 
@@ -70,7 +88,10 @@ class ConsumeQueue:
         *,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        lru: MappingLRU | None = None,
     ) -> None:
+        """``lru``: the files are mapped on demand, within its bound (None: mapped while
+        the queue is open)."""
         if file_size % UNIT_SIZE:
             raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
         self.topic = topic
@@ -78,7 +99,13 @@ class ConsumeQueue:
         self.file_size = file_size
         self.path = Path(root_dir) / topic / str(queue_id)
         self.queue = MappedFileQueue(
-            self.path, file_size, clock=clock, read_only=read_only, allocate_ahead=ALLOCATE_AHEAD
+            self.path,
+            file_size,
+            clock=clock,
+            read_only=read_only,
+            allocate_ahead=ALLOCATE_AHEAD,
+            keep_fd=False,
+            lru=lru,
         )
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
@@ -125,7 +152,8 @@ class ConsumeQueue:
         end = mf.from_offset
         max_phys = -1
         while True:
-            pos, last = _scan_units(mf, self.file_size)
+            with _held(mf):
+                pos, last = _scan_units(mf, self.file_size)
             if last is not None:
                 max_phys = last
             end = mf.from_offset + pos
@@ -146,7 +174,7 @@ class ConsumeQueue:
             log.warning(
                 "%s: removing consume-queue file %s past the end", self.path, last.file_name
             )
-            self.queue.delete_last_mapped_file()
+            self._delete_last_file()
         last = self.queue.last_file()
         if last is not None:
             last.set_positions(end - last.from_offset)
@@ -166,16 +194,17 @@ class ConsumeQueue:
             wrote = mf.wrote_position
             keep = 0
             last_end = -1
-            for pos in range(0, wrote, UNIT_SIZE):
-                off, size, _tags = UNIT.unpack_from(mf.mm, pos)
-                if not is_valid_unit(off, size) or off >= phys_offset:
-                    break
-                keep = pos + UNIT_SIZE
-                if size != BLANK_SIZE:
-                    last_end = off + size
+            with _held(mf):
+                for pos in range(0, wrote, UNIT_SIZE):
+                    off, size, _tags = UNIT.unpack_from(mf.mm, pos)
+                    if not is_valid_unit(off, size) or off >= phys_offset:
+                        break
+                    keep = pos + UNIT_SIZE
+                    if size != BLANK_SIZE:
+                        last_end = off + size
             removed += (wrote - keep) // UNIT_SIZE
             if keep == 0 and len(self.queue.files) > 1:
-                self.queue.delete_last_mapped_file()
+                self._delete_last_file()
                 continue
             if keep < wrote:
                 mf.zero_range(keep, wrote)
@@ -197,7 +226,7 @@ class ConsumeQueue:
             return 0
         removed = (end - where) // UNIT_SIZE
         while (last := self.queue.last_file()) is not None and last.from_offset > where:
-            self.queue.delete_last_mapped_file()
+            self._delete_last_file()
         mf = self.queue.last_file()
         if mf is None:
             self.max_physic_offset = -1
@@ -215,10 +244,11 @@ class ConsumeQueue:
     def _end_of_last_unit(self) -> int:
         """Commit-log end of the last real (non-blank) unit, -1 when there is none."""
         for mf in reversed(self.queue.files):
-            for pos in range(mf.wrote_position - UNIT_SIZE, -1, -UNIT_SIZE):
-                off, size, _tags = UNIT.unpack_from(mf.mm, pos)
-                if is_valid_unit(off, size) and size != BLANK_SIZE:
-                    return int(off + size)
+            with _held(mf):
+                for pos in range(mf.wrote_position - UNIT_SIZE, -1, -UNIT_SIZE):
+                    off, size, _tags = UNIT.unpack_from(mf.mm, pos)
+                    if is_valid_unit(off, size) and size != BLANK_SIZE:
+                        return int(off + size)
         return -1
 
     def _last_end_before(self, mf: MappedFile) -> int:
@@ -227,8 +257,32 @@ class ConsumeQueue:
         if i == 0:
             return -1
         prev = files[i - 1]
-        off, size, _ = UNIT.unpack_from(prev.mm, self.file_size - UNIT_SIZE)
+        with _held(prev):
+            off, size, _ = UNIT.unpack_from(prev.mm, self.file_size - UNIT_SIZE)
         return off + size if is_valid_unit(off, size) and size != BLANK_SIZE else -1
+
+    # ---- mapping lifetime -------------------------------------------------------------------
+
+    def _hold_for_writer(self, mf: MappedFile) -> None:
+        """Let the dispatcher write ``mf`` without a hold per unit (the LRU's writer hold)."""
+        lru = self.queue.lru
+        if lru is not None and not mf.writer_held:
+            lru.hold_for_writer(mf)
+
+    def _next_file(self, full: MappedFile | None, start_offset: int) -> MappedFile | None:
+        """The file after ``full`` (created now), the writer's hold of ``full`` given up."""
+        mf = self.queue.get_last_mapped_file(start_offset)
+        lru = self.queue.lru
+        if full is not None and lru is not None and mf is not full:
+            lru.release_writer_hold(full)
+        return mf
+
+    def _delete_last_file(self) -> None:
+        last = self.queue.last_file()
+        lru = self.queue.lru
+        if last is not None and lru is not None:
+            lru.release_writer_hold(last)
+        self.queue.delete_last_mapped_file()
 
     def correct_min_offset(self, min_phys_offset: int) -> None:
         """Move the minimum to the first unit whose record is still in the commit log."""
@@ -269,6 +323,7 @@ class ConsumeQueue:
             pos = mf.wrote_position
             end = pos + n * UNIT_SIZE
             if pos and end <= self.file_size and mf.from_offset + pos == first_offset * UNIT_SIZE:
+                self._hold_for_writer(mf)
                 if end > mf.allocated:
                     mf.ensure_allocated(end)
                 pack_units(mf.mm, pos, phys_offsets, sizes, tags_codes)
@@ -291,9 +346,10 @@ class ConsumeQueue:
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or mf.wrote_position >= self.file_size:
-            mf = self.queue.get_last_mapped_file(expect)
+            mf = self._next_file(mf, expect)
             if mf is None:
                 return False
+        self._hold_for_writer(mf)
         if mf.first_create_in_queue and mf.wrote_position == 0 and expect > mf.from_offset:
             self._fill_blank(mf, expect - mf.from_offset)
             self.min_logic_offset = expect
@@ -311,15 +367,17 @@ class ConsumeQueue:
             )
             while current < expect:
                 if mf.wrote_position >= self.file_size:
-                    mf = self.queue.get_last_mapped_file(current)
+                    mf = self._next_file(mf, current)
                     if mf is None:
                         return False
+                    self._hold_for_writer(mf)
                 self._fill_blank(mf, min(self.file_size, expect - mf.from_offset))
                 current = mf.from_offset + mf.wrote_position
             if mf.wrote_position >= self.file_size:
-                mf = self.queue.get_last_mapped_file(expect)
+                mf = self._next_file(mf, expect)
                 if mf is None:
                     return False
+                self._hold_for_writer(mf)
         pos = mf.wrote_position
         if pos + UNIT_SIZE > mf.allocated:
             mf.ensure_allocated(pos + UNIT_SIZE)
@@ -457,7 +515,12 @@ class ConsumeQueue:
         """Delete files (never the last) whose units all point below ``min_phys_offset``."""
 
         def last_phys(mf: MappedFile) -> int:
-            off, size, _ = UNIT.unpack_from(mf.mm, self.file_size - UNIT_SIZE)
+            if not mf.hold():
+                return -1
+            try:
+                off, size, _ = UNIT.unpack_from(mf.mm, self.file_size - UNIT_SIZE)
+            finally:
+                mf.release()
             return off if is_valid_unit(off, size) else -1
 
         count = self.queue.delete_expired_files_by_offset(min_phys_offset, UNIT_SIZE, last_phys)
@@ -470,6 +533,10 @@ class ConsumeQueue:
 
     def destroy(self) -> None:
         """Delete every file of the queue (and its directory when empty)."""
+        lru = self.queue.lru
+        if lru is not None:
+            for mf in self.queue.files:
+                lru.release_writer_hold(mf)
         self.queue.destroy()
         self.min_logic_offset = 0
         self.max_physic_offset = -1
@@ -499,7 +566,8 @@ def _scan_units(mf: MappedFile, file_size: int) -> tuple[int, int | None]:
 class ConsumeQueueTable:
     """Every consume queue of a store, by topic and queue id (``consumequeue/`` directory).
 
-    Queues are created by the dispatcher on first use; readers never create one.
+    Queues are created by the dispatcher on first use; readers never create one. With ``lru``
+    their files are mapped on demand within its bound (see ``MappingLRU``).
     """
 
     def __init__(
@@ -509,11 +577,13 @@ class ConsumeQueueTable:
         *,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        lru: MappingLRU | None = None,
     ) -> None:
         self.root = Path(root_dir)
         self.file_size = file_size
         self.clock = clock
         self.read_only = read_only
+        self.lru = lru
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.last_store_timestamp = 0  # store time of the last dispatched message
 
@@ -546,7 +616,13 @@ class ConsumeQueueTable:
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(
-            topic, queue_id, self.root, self.file_size, clock=self.clock, read_only=self.read_only
+            topic,
+            queue_id,
+            self.root,
+            self.file_size,
+            clock=self.clock,
+            read_only=self.read_only,
+            lru=self.lru,
         )
 
     def recover(self) -> int:
@@ -604,6 +680,9 @@ class ConsumeQueueTable:
             cq.flush(least_pages)
 
     def shutdown(self) -> None:
+        """Once dispatch stopped: the writer's holds given up, every file unmapped."""
+        if self.lru is not None:
+            self.lru.release_writer_holds()
         for cq in self:
             cq.shutdown()
 
@@ -611,6 +690,14 @@ class ConsumeQueueTable:
         for cq in self:
             cq.destroy()
         self.queues = {}
+
+    def file_count(self) -> int:
+        """Files of every queue (mapped or not)."""
+        return sum(len(cq.queue.files) for cq in self)
+
+    def mapping_statistics(self) -> MappingStatistics | None:
+        """The LRU's figures (None without one)."""
+        return self.lru.statistics() if self.lru is not None else None
 
 
 class FlushConsumeQueueService(PeriodicPageService):

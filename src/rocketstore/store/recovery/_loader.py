@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -465,6 +466,22 @@ class StoreLoader:
         A record whose queue already holds the same unit (offset and size) at its queue
         offset costs a unit read; a missing unit is dispatched; a different unit cuts the
         queue there (it is rebuilt by the dispatch of this and the following records)."""
+        # per queue: [queue, its end, its start, cached file, file start, file end] (offsets
+        # in bytes); reading a unit from the cached file (held while cached) is one unpack
+        queues: dict[tuple[str, int], list[Any]] = {}
+        held = _HeldQueueFiles(queues)
+        try:
+            self._reconcile_records(mf, records, queues, held)
+        finally:
+            held.release_all()
+
+    def _reconcile_records(
+        self,
+        mf: MappedFile,
+        records: list[ScannedRecord],
+        queues: dict[tuple[str, int], list[Any]],
+        held: _HeldQueueFiles,
+    ) -> None:
         cqt = self.cqt
         index = self.index if self.index.enabled else None
         dispatch = self.reput.dispatch
@@ -472,9 +489,6 @@ class StoreLoader:
         mm = mf.mm
         base = mf.from_offset
         limit = mf.file_size
-        # per queue: [queue, its end, its start, cached file, file start, file end] (offsets
-        # in bytes); reading a unit from the cached file is one unpack
-        queues: dict[tuple[str, int], list[Any]] = {}
         unpack_unit = UNIT.unpack_from
         for phys, size, topic, qid, qoff, sys_flag, _ts, keyed in records:
             need = False
@@ -494,7 +508,7 @@ class StoreLoader:
                         need = True
                     elif where >= st[2]:
                         if not st[4] <= where < st[5]:
-                            mf_q = st[0].queue.find_mapped_file_by_offset(where)
+                            mf_q = held.hold(key, st[0].queue.find_mapped_file_by_offset(where))
                             st[3:6] = (
                                 [mf_q, mf_q.from_offset, mf_q.from_offset + mf_q.wrote_position]
                                 if mf_q
@@ -503,6 +517,7 @@ class StoreLoader:
                         mf_q = st[3]
                         unit = unpack_unit(mf_q.mm, where - st[4]) if mf_q is not None else None
                         if unit is None or unit[0] != phys or unit[1] != size:
+                            held.release(key)  # before the cut deletes files
                             cq = st[0]
                             dropped = cq.truncate_to(qoff)
                             self._dropped_units += dropped
@@ -519,6 +534,7 @@ class StoreLoader:
                             )
                             need = True
                     if need:
+                        held.release(key)
                         del queues[key]  # dispatch changes the queue: read it again next time
             if index is not None and keyed and not need:
                 files = index.files
@@ -724,6 +740,47 @@ class StoreLoader:
         cp.flush()
 
 
+MAX_HELD_QUEUE_FILES = 256
+
+
+class _HeldQueueFiles:
+    """The consume-queue file ``_reconcile`` reads each queue's units from, held (mapped) while
+    it is cached: at most MAX_HELD_QUEUE_FILES at once, the oldest let go (and its queue's
+    cached file forgotten), so a recovery through many queues stays within the mapping bound.
+    Loader thread."""
+
+    def __init__(self, queues: dict[tuple[str, int], list[Any]]) -> None:
+        self._queues = queues  # key -> [queue, end, start, cached file, file start, file end]
+        self._held: OrderedDict[tuple[str, int], MappedFile] = OrderedDict()
+
+    def hold(self, key: tuple[str, int], mf: MappedFile | None) -> MappedFile | None:
+        """``mf`` held as ``key``'s cached file (the one before let go); None when there is
+        none or it is shut down."""
+        self.release(key)
+        if mf is None or not mf.hold():
+            return None
+        self._held[key] = mf
+        while len(self._held) > MAX_HELD_QUEUE_FILES:
+            old_key, old = self._held.popitem(last=False)
+            st = self._queues.get(old_key)
+            if st is not None:
+                st[3:6] = [None, 0, 0]
+            old.release()
+        return mf
+
+    def release(self, key: tuple[str, int]) -> None:
+        mf = self._held.pop(key, None)
+        if mf is not None:
+            st = self._queues.get(key)
+            if st is not None:
+                st[3:6] = [None, 0, 0]
+            mf.release()
+
+    def release_all(self) -> None:
+        while self._held:
+            self._held.popitem(last=False)[1].release()
+
+
 def _queue_state(cq: ConsumeQueue) -> list[Any]:
     return [cq, cq.max_offset * UNIT_SIZE, cq.min_logic_offset, None, 0, 0]
 
@@ -736,7 +793,18 @@ def _unit_at(cq: ConsumeQueue, offset: int) -> tuple[int, int, int] | None:
     pos = where - mf.from_offset
     if pos + UNIT_SIZE > mf.wrote_position:
         return None
-    return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+    return _read_unit(mf, pos)
+
+
+def _read_unit(mf: MappedFile, pos: int) -> tuple[int, int, int] | None:
+    """The unit at ``pos`` of a consume-queue file, held for the read (it may be mapped on
+    demand); None when the file is shut down."""
+    if not mf.hold():
+        return None
+    try:
+        return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+    finally:
+        mf.release()
 
 
 def _first_unit_at_or_after(cq: ConsumeQueue, target: int) -> int | None:
