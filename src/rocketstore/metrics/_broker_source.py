@@ -53,7 +53,6 @@ from ..broker.state._topic_config import (
     TRANS_HALF_TOPIC,
 )
 from ..remoting import RequestCode, ResponseCode
-from ..store.ha._auto_service import AutoSwitchHAService
 from ._source import (
     ConsumerConnections,
     ConsumerLag,
@@ -301,8 +300,8 @@ class BrokerSource:
 
     def replica(self) -> ReplicaState | None:
         replicas = self.broker.replicas
-        ha = self.broker.store.ha
-        if replicas is None or not isinstance(ha, AutoSwitchHAService):
+        ha = self.broker.store.ha.switch
+        if replicas is None or ha is None:
             return None
         s = ha.replica_statistics()
         return ReplicaState(

@@ -50,7 +50,7 @@ from ...remoting import RemotingError, ResponseCode
 from ...store._clock import SYSTEM_CLOCK, Clock
 from ...store._errors import StoreError
 from ...store._store import MessageStore
-from ...store.ha._auto_service import AutoSwitchHAService
+from ...store.ha._api import RoleSwitch
 from .._config import BrokerConfig
 from ._identity import IdentityFiles, obtain_broker_id
 from ._sync_state_set import SyncStateSetReporter
@@ -87,11 +87,12 @@ class ReplicasManager:
         on_fence: Callable[[bool], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if not isinstance(store.ha, AutoSwitchHAService):
+        switch = store.ha.switch
+        if switch is None:
             raise StoreError("controller mode needs a store opened with enable_controller_mode")
         self.config = config
         self.store = store
-        self.ha: AutoSwitchHAService = store.ha
+        self.ha: RoleSwitch = switch
         self.address = address
         self.client = client or ControllerClient(split_controller_addresses(config.controller_addr))
         self.on_role = on_role
