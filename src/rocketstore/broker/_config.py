@@ -58,6 +58,7 @@ _CONF_KEYS = {
     "brokerElectionPriority": "broker_election_priority",
     "controllerLeaseMills": "controller_lease_mills",
     "innerClientAuthenticationCredentials": "inner_client_credentials",
+    "haAuthEnabled": "ha_auth_enabled",
 }
 INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
 INNER_SECRET_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_SECRET_KEY"
@@ -126,6 +127,10 @@ class BrokerConfig:
     # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
     # environment's (see ``inner_credentials``)
     inner_client_credentials: str = field(default="", repr=False)
+    # not a RocketMQ setting: slaves prove the inner account's secret on the HA port (both
+    # protocols; see store/ha/_auth.py and docs/security.md); None: on with acl_enable. Off
+    # (false) for a group with RocketMQ brokers in it, which cannot prove it
+    ha_auth_enabled: bool | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -199,6 +204,11 @@ class BrokerConfig:
         from ..acl import default_acl_path
 
         return str(default_acl_path())
+
+    @property
+    def ha_auth(self) -> bool:
+        """Whether the HA port asks slaves for the inner account's proof."""
+        return self.acl_enable if self.ha_auth_enabled is None else self.ha_auth_enabled
 
     @property
     def lease_s(self) -> float:
@@ -275,6 +285,10 @@ def _parse(kind: Any, raw: str, key: str) -> Any:
     text = str(raw).strip()
     try:
         if kind in (bool, "bool"):
+            return text.lower() == "true"
+        if kind == "bool | None":
+            if text.lower() not in ("true", "false"):
+                raise StoreConfigError(f"{key}: not true or false: {raw!r}")
             return text.lower() == "true"
         if kind in (int, "int"):
             return int(text)

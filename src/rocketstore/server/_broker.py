@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._extras import install_hint
-from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, admin_accounts
+from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, _audit, admin_accounts
 from ..acl._remoting import AclSource
 from ..broker._config import BrokerConfig, broker_conf_keys, ignored_keys
 from ..broker._controller import BrokerController, load_acl
@@ -21,6 +21,7 @@ from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 from ..store._store import MessageStore
+from ..store.ha import HAGuard
 from ._addresses import resolve_addresses
 
 if TYPE_CHECKING:
@@ -79,6 +80,41 @@ def ignored_keys_warning(keys: list[str]) -> str:
             + ", ".join(unknown)
         )
     return "; ".join(parts)
+
+
+def ha_guard(
+    store_config: StoreConfig, config: BrokerConfig, credentials: tuple[str, str] | None
+) -> HAGuard:
+    """Who may replicate from this broker's store, and who it is to its master: with
+    ``config.ha_auth`` the inner account's proof (StoreConfigError when the store replicates
+    and no inner account is configured); refusals go to the audit log either way."""
+    name = config.broker_name
+
+    def audit(source: str, account: str, claimed: str, reason: str) -> None:
+        log.warning("broker %s: HA port refused %s (%s): %s", name, source, claimed, reason)
+        _audit.refused(
+            account=account,
+            source=source,
+            request="HA handshake",
+            resource=f"broker:{name} {claimed}",
+            reason=reason,
+        )
+
+    replicates = (
+        store_config.enable_controller_mode
+        or store_config.broker_role == "SLAVE"
+        or store_config.ha_listens
+    )
+    if not config.ha_auth:
+        return HAGuard(None, name, config.broker_id, audit)
+    if credentials is None and replicates:
+        raise StoreConfigError(
+            "haAuthEnabled (on with aclEnable) needs the inner account the group's brokers "
+            "share: innerClientAuthenticationCredentials, or ROCKETSTORE_INNER_CLIENT_ACCESS_KEY "
+            "and ROCKETSTORE_INNER_CLIENT_SECRET_KEY (haAuthEnabled=false replicates "
+            "without proof, as RocketMQ)"
+        )
+    return HAGuard(credentials, name, config.broker_id, audit)
 
 
 class BrokerServer:
@@ -170,7 +206,8 @@ class BrokerServer:
         if credentials is None and inner is not None:
             credentials = (inner.access_key, inner.secret_key)
         inner_signer = FROM_ENV if credentials is None else RequestSigner(*credentials)
-        store = MessageStore(store_config, clock=self._clock)
+        guard = ha_guard(store_config, config, credentials)
+        store = MessageStore(store_config, clock=self._clock, ha_guard=guard)
         tier = _tier_service(store, store_config, self._clock)
         await asyncio.to_thread(store.__enter__)  # load, recover, start
         self._store = store

@@ -58,6 +58,7 @@ from ._sync_state_set import SyncStateSetReporter
 log = logging.getLogger(__name__)
 
 RETRY_S = 2.0
+REPLICA_TABLE_MIN_S = 0.5  # between two reads of the controller's replica table
 FENCE_CHECK_S = 0.1
 RECONNECT_QUIET_S = 1.0  # after a controller connection was made anew, no renewal this long
 
@@ -120,6 +121,8 @@ class ReplicasManager:
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._poke = asyncio.Event()  # ask for the role now
+        self._table_wanted = asyncio.Event()  # read the controller's replica table now
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self._conns: dict[str, int] = {}
         self._reconnected_at = -math.inf
@@ -143,6 +146,8 @@ class ReplicasManager:
     async def start(self) -> None:
         """Start the registration and the periodic work (returns at once). Loop thread."""
         self.sync_state_set.start()
+        self._loop = asyncio.get_running_loop()
+        self.ha.on_unknown_replica = self._unknown_replica
         self._tasks.append(asyncio.create_task(self._main(), name=f"replicas-{self.name}"))
 
     async def close(self) -> None:
@@ -175,6 +180,7 @@ class ReplicasManager:
             (self._heartbeats, "heartbeat"),
             (self._replica_info_loop, "replica-info"),
             (self._fence_loop, "fence"),
+            (self._replica_table_loop, "replica-table"),
         ):
             self._tasks.append(asyncio.create_task(step(), name=f"replicas-{self.name}-{name}"))
 
@@ -404,6 +410,8 @@ class ReplicasManager:
             self.master_epoch = epoch
             self.role = role
             self.role_changes += 1
+            if role == "MASTER":
+                self._table_wanted.set()
             if role == "MASTER" and confirmed_at is not None:
                 self._renew(confirmed_at)
             log.warning(
@@ -433,6 +441,34 @@ class ReplicasManager:
                 await self.on_role(change)
             except Exception:
                 log.exception("%s: acting on the role change failed", self.label)
+
+    # ---- the replicas a master serves ----------------------------------------------------------
+
+    def _unknown_replica(self, replica_id: int) -> None:
+        """The HA port refused an id the controller's table (as last read) does not hold: read
+        it again (a replica registered since). An HA reader thread."""
+        loop = self._loop
+        if loop is not None and not self._closing:
+            loop.call_soon_threadsafe(self._table_wanted.set)
+
+    async def _replica_table_loop(self) -> None:
+        """A master reads the controller's replica table of its group (GET_SYNC_STATE_DATA)
+        when it takes the role and when its HA port meets an id it does not know, at most
+        every REPLICA_TABLE_MIN_S; the HA port accepts only those ids (with authentication
+        on)."""
+        while not self._closing:
+            await self._table_wanted.wait()
+            self._table_wanted.clear()
+            if self.role != "MASTER":
+                continue
+            try:
+                ids = await self.client.replicas(self.name)
+            except (ControllerError, RemotingError) as exc:
+                log.info("%s: cannot read the controller's replica table: %s", self.label, exc)
+                self._table_wanted.set()
+            else:
+                self.ha.set_known_replicas(ids)
+            await asyncio.sleep(REPLICA_TABLE_MIN_S)
 
     def learn_master_ha_address(self, ha_address: str | None, master_address: str | None) -> None:
         """The name servers' answer to a slave's registration: its master's HA address (taken

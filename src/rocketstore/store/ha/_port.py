@@ -14,6 +14,7 @@ accept thread; ``admit`` and ``_remove`` from the connections' threads; the rest
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -110,7 +111,9 @@ class HAPort:
         self.config = config
         self.commit_log = commit_log
         self.clock = clock
-        self.guard = guard
+        # the connections' guard counts each refusal before it is audited
+        self.guard = dataclasses.replace(guard, audit=self._refused)
+        self._audit = guard.audit
         self._lock = threading.Lock()
         self.connections: list[Link] = []
         self.holders: dict[int, Link] = {}  # replica id → the connection that holds it
@@ -227,9 +230,11 @@ class HAPort:
                     why = f"replica {slave_id} is connected already (from {holder.client_addr})"
                 else:
                     self.holders[slave_id] = conn
-        if why is not None:
-            self.refused_peers += 1
         return why
+
+    def _refused(self, source: str, account: str, claimed: str, reason: str) -> None:
+        self.refused_peers += 1
+        self._audit(source, account, claimed, reason)
 
     def _remove(self, conn: Link) -> None:
         with self._lock:
@@ -246,7 +251,10 @@ class HAPort:
             c.join(JOIN_TIMEOUT_S)
 
     def connection_count(self) -> int:
-        return len(self.connections)
+        """Slaves connected (with authentication on: those that proved themselves)."""
+        if not self.guard.enabled:
+            return len(self.connections)
+        return sum(1 for c in self.connections if c.proven)
 
     def wake_writers(self) -> None:
         """New data to send: wake the writers that wait. Any thread."""
