@@ -353,3 +353,33 @@ def test_autoswitch_duplicate_id_is_refused_with_the_proof_off(
         assert put(master) is S.PUT_OK
     assert wait_until(lambda: slave.max_phy_offset == master.max_phy_offset, 10)
     assert master.ha.statistics().refused_peers == 1
+
+
+# ---- the broker's setting ---------------------------------------------------------------------
+
+
+def test_the_proof_follows_acl_unless_set_and_needs_the_inner_account(tmp_path: Path) -> None:
+    from rocketstore.broker._config import BrokerConfig
+    from rocketstore.server._broker import ha_guard
+    from rocketstore.store._errors import StoreConfigError
+
+    def conf(**keys: str) -> tuple[StoreConfig, BrokerConfig]:
+        text = "".join(f"{k}={v}\n" for k, v in {"brokerRole": "SYNC_MASTER", **keys}.items())
+        path = tmp_path / "broker.conf"
+        path.write_text(text)
+        store = StoreConfig.from_broker_conf(path)
+        return store, BrokerConfig.from_store_config(store)
+
+    store, broker = conf(aclEnable="true")
+    assert broker.ha_auth
+    assert ha_guard(store, broker, INNER).enabled
+    with pytest.raises(StoreConfigError, match="innerClientAuthenticationCredentials"):
+        ha_guard(store, broker, None)
+    store, broker = conf(aclEnable="true", haAuthEnabled="false")
+    assert not ha_guard(store, broker, None).enabled  # RocketMQ's trust, chosen
+    store, broker = conf(haAuthEnabled="true")
+    assert ha_guard(store, broker, INNER).enabled
+    store, broker = conf()
+    assert not ha_guard(store, broker, INNER).enabled
+    with pytest.raises(StoreConfigError, match="haAuthEnabled"):
+        conf(haAuthEnabled="yes")
