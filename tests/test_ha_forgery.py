@@ -85,7 +85,10 @@ class Group:
                 "mappedFileSizeCommitLog": str(1024 * 1024),
                 "syncFlushTimeout": "2000",
                 "controllerHeartBeatTimeoutMills": "4000",
-                "haMaxTimeSlaveNotCatchup": "120000",
+                # the paused slave stays connected and in the set while the test runs (a
+                # loaded machine may take a minute): the restarted slave can be elected
+                "haMaxTimeSlaveNotCatchup": "300000",
+                "haHousekeepingInterval": "300000",
                 "haAuthEnabled": "true",
                 "innerClientAuthenticationCredentials": inner,
             }

@@ -129,7 +129,7 @@ class Answer:
     @property
     def claimed(self) -> str:
         name = PROTOCOL_NAMES.get(self.protocol, f"protocol {self.protocol}")
-        return f"{name} replica {self.broker_id} of {self.group or '?'}"
+        return f"replica:{self.broker_id} ({name})"
 
 
 def _text(value: bytes) -> bytes:

@@ -94,7 +94,7 @@ class AutoConnection(Link):
         return pos
 
     def _on_handshake(self, slave_id: int, from_last: bool, learner: bool) -> bool:
-        claimed = f"AutoSwitch replica {slave_id}"
+        claimed = f"replica:{slave_id} (AutoSwitch HA)"
         if self.holds_id:
             if slave_id != self.slave_id:
                 self.refuse(

@@ -54,6 +54,7 @@ NO_ROLE = "NONE"
 MASTER = "MASTER"
 SLAVE = "SLAVE"
 FENCED = "fenced"
+TABLE_WAIT_S = 3.0  # how long an unknown replica id waits for the controller's table
 
 
 class RoleHooks(Protocol):
@@ -133,6 +134,8 @@ class AutoSwitchHAService(HAPort):
         # the broker; None until it is read
         self.known_replicas: frozenset[int] | None = None
         self.on_unknown_replica: Callable[[int], None] = lambda _id: None
+        self._table_read = threading.Condition()
+        self._table_reads = 0
         self._running = False
 
     @property
@@ -323,20 +326,34 @@ class AutoSwitchHAService(HAPort):
             return f"{slave_id} is this master's own id"
         if not self.guard.enabled:
             return None
-        known = self.known_replicas or frozenset()
-        if slave_id in known or slave_id in self.in_sync.confirmed:
+        if self._knows(slave_id):
             return None
+        # a replica registered since the table was read: ask for it again and wait a little
+        # (this connection's reader thread) rather than refuse a real slave
+        with self._table_read:
+            seen = self._table_reads
         try:
             self.on_unknown_replica(slave_id)
         except Exception:
             log.exception("HA: asking for the replica table failed")
+        with self._table_read:
+            self._table_read.wait_for(lambda: self._table_reads != seen, TABLE_WAIT_S)
+        if self._knows(slave_id):
+            return None
         return f"replica {slave_id} is not in the controller's replica table of this group"
+
+    def _knows(self, slave_id: int) -> bool:
+        known = self.known_replicas or frozenset()
+        return slave_id in known or slave_id in self.in_sync.confirmed
 
     def set_known_replicas(self, ids: frozenset[int]) -> None:
         """The replica ids the controller's table holds for this group. Any thread."""
         if ids != self.known_replicas:
             log.info("HA: the controller knows replicas %s", sorted(ids))
-        self.known_replicas = frozenset(ids)
+        with self._table_read:
+            self.known_replicas = frozenset(ids)
+            self._table_reads += 1
+            self._table_read.notify_all()
 
     @property
     def push2slave_max_offset(self) -> int:

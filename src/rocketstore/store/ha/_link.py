@@ -266,7 +266,7 @@ class Link:
         try:
             found = read_answer(buf)
         except HandshakeRefused as exc:
-            self.refuse("", "a peer", str(exc))
+            self.refuse("", "unproven", str(exc))
             return None
         if found is None:
             return buf
@@ -298,7 +298,7 @@ class Link:
                 except TimeoutError:
                     now = clock.monotonic()
                     if not self.proven and now - self.opened > AUTH_WAIT_S:
-                        self.refuse("", "a peer", f"no proof within {AUTH_WAIT_S:g} s")
+                        self.refuse("", "unproven", f"no proof within {AUTH_WAIT_S:g} s")
                     elif now - self.last_read > self.housekeeping_s:
                         self.close(f"silent for more than {self.housekeeping_s:g} s")
                     continue
