@@ -374,7 +374,10 @@ def test_the_proof_follows_acl_unless_set_and_needs_the_inner_account(tmp_path: 
     assert broker.ha_auth
     assert ha_guard(store, broker, INNER).enabled
     with pytest.raises(StoreConfigError, match="innerClientAuthenticationCredentials"):
-        ha_guard(store, broker, None)
+        ha_guard(store, broker, None)  # a SYNC_MASTER must replicate
+    store, broker = conf(aclEnable="true", brokerRole="ASYNC_MASTER")
+    closed = ha_guard(store, broker, None)  # an ASYNC_MASTER starts; no slave gets in
+    assert closed.enabled and closed.credentials is None
     store, broker = conf(aclEnable="true", haAuthEnabled="false")
     assert not ha_guard(store, broker, None).enabled  # RocketMQ's trust, chosen
     store, broker = conf(haAuthEnabled="true")
@@ -383,3 +386,17 @@ def test_the_proof_follows_acl_unless_set_and_needs_the_inner_account(tmp_path: 
     assert not ha_guard(store, broker, INNER).enabled
     with pytest.raises(StoreConfigError, match="haAuthEnabled"):
         conf(haAuthEnabled="yes")
+
+
+def test_acl_without_an_inner_account_takes_no_slave(stores: Callable[..., MessageStore]) -> None:
+    """Authentication on and nothing to check a proof against: every peer is refused."""
+    audit = Audit()
+    master = stores("m", HAGuard(None, GROUP, 0, audit, closed=True), broker_role="ASYNC_MASTER",
+                    ha_enable=True)  # fmt: skip
+    with connect(master) as peer:
+        challenge = CHALLENGE.unpack(recv_exactly(peer, CHALLENGE_SIZE))[3]
+        peer.sendall(answer_frame(challenge, PROTOCOL_4X, 1, INNER[1]))
+        status, text = read_result(peer)
+        assert status != 0 and "no inner account" in text
+    assert wait_until(lambda: len(audit.lines) == 1, 10)
+    assert put(master) is S.PUT_OK  # an ASYNC_MASTER takes writes all the same

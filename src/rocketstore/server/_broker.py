@@ -86,8 +86,10 @@ def ha_guard(
     store_config: StoreConfig, config: BrokerConfig, credentials: tuple[str, str] | None
 ) -> HAGuard:
     """Who may replicate from this broker's store, and who it is to its master: with
-    ``config.ha_auth`` the inner account's proof (StoreConfigError when the store replicates
-    and no inner account is configured); refusals go to the audit log either way."""
+    ``config.ha_auth`` the inner account's proof; refusals go to the audit log either way.
+    Without an inner account: StoreConfigError for a store that must replicate (a slave, a
+    SYNC_MASTER, controller mode), and an HA port no slave can prove itself to (warned of) for
+    an ASYNC_MASTER."""
     name = config.broker_name
 
     def audit(source: str, account: str, claimed: str, reason: str) -> None:
@@ -100,14 +102,17 @@ def ha_guard(
             reason=reason,
         )
 
-    replicates = (
-        store_config.enable_controller_mode
-        or store_config.broker_role == "SLAVE"
-        or store_config.ha_listens
-    )
+    needs = store_config.enable_controller_mode or store_config.broker_role != "ASYNC_MASTER"
     if not config.ha_auth:
         return HAGuard(None, name, config.broker_id, audit)
-    if credentials is None and replicates:
+    if credentials is None and not needs:
+        log.warning(
+            "broker %s: ACL is on and no inner account is configured: the HA port takes no "
+            "slave (set innerClientAuthenticationCredentials to replicate, or haAuthEnabled=false)",
+            name,
+        )
+        return HAGuard(None, name, config.broker_id, audit, closed=True)
+    if credentials is None:
         raise StoreConfigError(
             "haAuthEnabled (on with aclEnable) needs the inner account the group's brokers "
             "share: innerClientAuthenticationCredentials, or ROCKETSTORE_INNER_CLIENT_ACCESS_KEY "

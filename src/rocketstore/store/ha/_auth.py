@@ -92,18 +92,20 @@ class HAGuard:
     """Who may replicate from this store, and who this store is to its master.
 
     ``credentials``: the inner account (access key, secret key) a group's brokers share; None
-    turns authentication off (RocketMQ's HA, trusting the peer's word). ``group`` and
-    ``broker_id``: this broker's name and (4.x) id, which its slave side proves. ``audit``:
-    told of every refused peer. Any thread."""
+    turns authentication off (RocketMQ's HA, trusting the peer's word) unless ``closed``: then
+    authentication is on and no peer can prove itself (a master with ACL on and no inner
+    account). ``group`` and ``broker_id``: this broker's name and (4.x) id, which its slave
+    side proves. ``audit``: told of every refused peer. Any thread."""
 
     credentials: tuple[str, str] | None = field(default=None, repr=False)
     group: str = ""
     broker_id: int = -1
     audit: Audit = _log_refusal
+    closed: bool = False
 
     @property
     def enabled(self) -> bool:
-        return self.credentials is not None
+        return self.credentials is not None or self.closed
 
     def refuse(self, source: str, account: str, claimed: str, reason: str) -> None:
         try:
@@ -194,7 +196,8 @@ def read_answer(buf: bytes) -> tuple[Answer, int] | None:
 def check_answer(guard: HAGuard, challenge: bytes, answer: Answer, protocol: int) -> None:
     """HandshakeRefused unless ``answer`` proves the inner account's secret for this group and
     protocol (the replica id is the service's to check)."""
-    assert guard.credentials is not None
+    if guard.credentials is None:
+        raise HandshakeRefused("this master has no inner account to check a proof against")
     access_key, secret = guard.credentials
     expected = slave_mac(secret.encode(), challenge, answer)
     # the MAC first, compared in constant time: nothing about the account leaks before it
@@ -233,8 +236,10 @@ def prove(
 ) -> None:
     """The slave's side of the handshake on a new connection: read the CHALLENGE, ANSWER it,
     check the master's RESULT. HandshakeRefused when the master refuses or cannot prove the
-    secret; OSError when the connection fails (``recv_exactly`` / ``send`` raise it)."""
-    assert guard.credentials is not None
+    secret, or this replica has no inner account; OSError when the connection fails
+    (``recv_exactly`` / ``send`` raise it)."""
+    if guard.credentials is None:
+        raise HandshakeRefused("no inner account to prove this replica with")
     access_key, secret = guard.credentials
     head = recv_exactly(CHALLENGE_SIZE)
     magic, version, _flags, challenge = CHALLENGE.unpack(head)
