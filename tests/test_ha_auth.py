@@ -271,13 +271,16 @@ def auto_pair(
     }
     master = stores("m", guard(audit, 1, credentials), **over)
     slave = stores("s", guard(audit, 2, credentials), **over)
-    assert master.ha.switch is not None and slave.ha.switch is not None
-    assert master.ha.switch.change_to_master(1, 1, frozenset({1, 2}), 1)
-    master.ha.switch.in_sync.on_propose = lambda m: master.ha.switch.in_sync.set_sync_state_set(  # type: ignore[union-attr]
-        m,
-        master.ha.switch.in_sync.confirmed_epoch + 1,  # type: ignore[union-attr]
-    )
-    assert slave.ha.switch.change_to_slave(1, 2, f"127.0.0.1:{master.ha.listen_port}")
+    ms, ss = master.ha.switch, slave.ha.switch
+    assert ms is not None and ss is not None
+    assert ms.change_to_master(1, 1, frozenset({1, 2}), 1)
+    in_sync = ms.in_sync
+
+    def agree(members: frozenset[int]) -> None:  # the controller takes every proposal
+        in_sync.set_sync_state_set(members, in_sync.confirmed_epoch + 1)
+
+    in_sync.on_propose = agree
+    assert ss.change_to_slave(1, 2, f"127.0.0.1:{master.ha.listen_port}")
     return master, slave
 
 

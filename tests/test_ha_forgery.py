@@ -10,24 +10,33 @@ message that was acknowledged is in its commit log (read from its files).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from _chaos import read_commit_log
 from _chaos_cluster import CLI, Node, free_port
+from rocketstore import StoreConfig
+from rocketstore.broker._config import BrokerConfig
 from rocketstore.client import Producer
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._controller import ControllerAdmin
+from rocketstore.namesrv import NameServer
+from rocketstore.server import BrokerServer
 from rocketstore.store.ha._auth import CHALLENGE, CHALLENGE_SIZE, MAGIC
 from rocketstore.store.ha._auto_wire import HANDSHAKE, SLAVE_HANDSHAKE, SLAVE_TRANSFER, TRANSFER
+from rocketstore.store.ha._wire import REPORT
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="signals to processes")
 
@@ -234,3 +243,97 @@ def test_a_forged_slave_is_refused_and_no_acknowledged_message_is_lost(group: Gr
     bodies = {r.key for r in records if r.topic == TOPIC}
     lost = [m for m in acked if m not in bodies]
     assert not lost, f"acknowledged and lost: {lost}"
+
+
+# ---- RocketMQ 4.x's HA: a SYNC_MASTER and its SLAVE, in one process ----------------------------
+
+
+class Pair:
+    """A name server, a SYNC_MASTER and a SLAVE with the HA proof on, on a loop thread."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.namesrv = NameServer(port=0)
+        self.run(self.namesrv.start())
+        self.servers: dict[str, BrokerServer] = {}
+
+    def run(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def start(self, name: str, role: str, broker_id: int) -> BrokerServer:
+        store = StoreConfig(
+            store_path_root_dir=str(self.root / name),
+            mapped_file_size_commit_log=256 * 1024,
+            broker_role=role,  # type: ignore[arg-type]
+            sync_flush_timeout=1000,
+        )
+        config = BrokerConfig(
+            listen_port=0,
+            namesrv_addr=self.namesrv.address,
+            broker_id=broker_id,
+            ha_auth_enabled=True,
+            inner_client_credentials=json.dumps({"accessKey": "innerAK", "secretKey": "s3cret!"}),
+        )
+        server = BrokerServer(store, config)
+        self.run(server.start())
+        self.servers[name] = server
+        return server
+
+    def stop(self, name: str) -> None:
+        self.run(self.servers.pop(name).shutdown())
+
+    def close(self) -> None:
+        try:
+            for name in ("slave", "master"):
+                if name in self.servers:
+                    self.stop(name)
+            self.run(self.namesrv.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+
+def forge_4x(port: int, offset: int) -> bool:
+    """A peer without the secret reports ``offset`` as a 4.x slave; whether it was closed."""
+    with socket.create_connection((HOST, port), timeout=5) as fake:
+        fake.settimeout(10)
+        head = b""
+        while len(head) < CHALLENGE_SIZE:
+            chunk = fake.recv(CHALLENGE_SIZE - len(head))
+            if not chunk:
+                return True
+            head += chunk
+        fake.sendall(REPORT.pack(offset))
+        with contextlib.suppress(ConnectionResetError):
+            while fake.recv(4096):
+                pass
+        return True
+
+
+def test_the_4x_forgery_through_brokers_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rocketstore.audit")
+    pair = Pair(tmp_path)
+    try:
+        master = pair.start("master", "SYNC_MASTER", 0)
+        slave = pair.start("slave", "SLAVE", 1)
+        with Producer(pair.namesrv.address, "forgery-4x", timeout=5.0) as producer:
+            assert wait(lambda: master.store.ha.connection_count() == 1, 30)
+            assert send(producer, "held-0")
+            assert wait(lambda: slave.store.max_phy_offset == master.store.max_phy_offset, 30)
+            # the real slave is connected: a forged report neither counts nor replaces it
+            assert forge_4x(master.store.ha.listen_port, master.store.max_phy_offset)
+            assert master.store.ha.connection_count() == 1
+            pair.stop("slave")
+            assert wait(lambda: master.store.ha.connection_count() == 0, 30)
+            assert forge_4x(master.store.ha.listen_port, master.store.max_phy_offset)
+            assert not send(producer, "forged-0")
+            assert master.store.ha.push2slave_max_offset < master.store.max_phy_offset
+        denials = [r.getMessage() for r in caplog.records if r.name == "rocketstore.audit"]
+        assert len(denials) == 2 and all("HA handshake" in d for d in denials), denials
+    finally:
+        pair.close()
