@@ -9,6 +9,7 @@ import errno
 
 import click
 
+from ._common import namesrv_option
 from ._errors import CommandError
 
 
@@ -34,13 +35,7 @@ async def _run(namesrv: str, listen: str, login: bool) -> None:
 
 
 @click.command("console")
-@click.option(
-    "--namesrv",
-    "-n",
-    default="127.0.0.1:9876",
-    show_default=True,
-    help="name server HOST:PORT[;HOST:PORT]",
-)
+@namesrv_option
 @click.option(
     "--listen",
     default="127.0.0.1:8080",

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._extras import install_hint
+from .._extras import METRICS_HINT
 from ..console._embed import DEFAULT_LISTEN as CONSOLE_DEFAULT
-from ..metrics import DEFAULT_METRICS_LISTEN as METRICS_DEFAULT
+from ..metrics import default_metrics_listen
 from ..remoting._allowance import raise_open_files_limit
 from ..store._disk import why_not_writeable
 from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
@@ -99,15 +99,15 @@ def _optional_claims(metrics_listen: str | None, console_listen: str | None) -> 
     return claims
 
 
-def _no_default_metrics() -> str:
-    """Why the metrics endpoint did not start at its default address."""
+def _no_default_metrics(address: str) -> str:
+    """Why the metrics endpoint did not start at its default ``address``."""
     try:
         installed = importlib.util.find_spec("prometheus_client") is not None
     except ImportError:
         installed = False
     if not installed:
-        return f"prometheus_client is not installed: {install_hint('server')}"
-    return f"{METRICS_DEFAULT} is taken (--metrics-listen HOST:PORT)"
+        return f"prometheus_client is not installed: {METRICS_HINT}"
+    return f"{address} is taken (--metrics-listen HOST:PORT)"
 
 
 def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
@@ -242,12 +242,21 @@ async def run_servers(
         from ..metrics import maybe_start_metrics
 
         starting = [c for c in extra if c.owner == "the metrics endpoint"]
+        first_port = (
+            brokers[0].config.listen_port
+            if brokers
+            else controller.config.listen_port
+            if controller is not None
+            else None
+        )
+        default_metrics = default_metrics_listen(first_port)
         metrics = await maybe_start_metrics(
             [s.broker for s in started],
             metrics_listen,
             namesrv=metrics_namesrv or namesrv,
             controller=controller.controller if controller_started and controller else None,
             auth=metrics_auth,
+            default=default_metrics,
         )
         if metrics is not None:
             announce(
@@ -255,7 +264,7 @@ async def run_servers(
                 " /healthz, /readyz open)"
             )
         elif metrics_listen is None and started:
-            announce(f"no metrics endpoint: {_no_default_metrics()}")
+            announce(f"no metrics endpoint: {_no_default_metrics(default_metrics)}")
         from ..console._embed import maybe_start_console
 
         starting = [c for c in extra if c.owner == "the console"]
