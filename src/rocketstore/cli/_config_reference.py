@@ -136,6 +136,8 @@ WHAT: dict[str, str] = {
     "confirmed it (0: 80 % of the heartbeat timeout)",
     "innerClientAuthenticationCredentials": "the account the broker's own clients sign with, "
     '`{"accessKey": ..., "secretKey": ...}`',
+    "haAuthEnabled": "slaves prove the inner account on the HA port (unset: on with ACL; "
+    "false for a group with RocketMQ brokers, which cannot)",
     # -- ACL 2.0 (RocketMQ 5.3)
     "authenticationEnabled": "requests must be signed by an ACL 2.0 user (config/auth.json)",
     "authorizationEnabled": "requests are decided by the user's ACL 2.0 policies",
@@ -241,6 +243,8 @@ def _origin(name: str) -> str:
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return "(unset)"
     return str(value)
 
 
