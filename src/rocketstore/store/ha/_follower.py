@@ -12,8 +12,9 @@ controller, ``update_master_address``):
 
 A frame the slave cannot take (``ProtocolError``: larger than a commit-log file, not at the
 end of its log, one that would cross a file), a master silent for ``housekeeping_s``, a refused
-proof or a handshake that did not complete ends the connection; the client connects again at
-once after a connection that was replicating, else after ``reconnect_s``.
+proof or a handshake that did not complete ends the connection. The client connects again at
+once when a connection that was replicating closed or failed, else (a protocol error, a
+refusal, a master it cannot reach or that closed during the handshake) after ``reconnect_s``.
 
 Threads: the client's own; ``update_master_address`` and the properties from any thread.
 """
