@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import socket
 import sys
 import threading
@@ -170,6 +169,13 @@ def wait(cond: object, timeout: float, poll: float = 0.2) -> bool:
     return bool(cond())  # type: ignore[operator]
 
 
+def stopped(node: Node) -> bool:
+    """Whether the node's process is stopped (SIGSTOP has taken effect)."""
+    assert node.proc is not None
+    stat = Path(f"/proc/{node.proc.pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
 def send(producer: Producer, body: str) -> bool:
     """Whether the send was acknowledged (SEND_OK)."""
     try:
@@ -200,8 +206,8 @@ def test_a_forged_slave_is_refused_and_no_acknowledged_message_is_lost(group: Gr
             i += 1
         assert len(acked) == 10, group.diagnostics()
 
-        group.brokers[slave].signal(signal.SIGSTOP)
-        group.brokers[slave].paused = True
+        group.brokers[slave].pause()
+        assert wait(lambda: stopped(group.brokers[slave]), 30), "the slave did not stop"
         if send(producer, "paused-0"):
             acked.append("paused-0")
         assert "paused-0" not in acked, "acknowledged with the only other replica paused"
