@@ -341,6 +341,8 @@ def test_the_4x_forgery_through_brokers_is_refused(
             assert forge_4x(master.store.ha.listen_port, master.store.max_phy_offset)
             assert not send(producer, "forged-0")
             assert master.store.ha.push2slave_max_offset < master.store.max_phy_offset
+            stats = master.store.statistics().ha
+            assert stats is not None and stats.refused_peers == 2
         denials = [r.getMessage() for r in caplog.records if r.name == "rocketstore.audit"]
         assert len(denials) == 2 and all("HA handshake" in d for d in denials), denials
     finally:

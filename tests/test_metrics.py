@@ -86,6 +86,9 @@ class FakeSource:
     def slave_lags(self) -> Sequence[SlaveLag]:
         return [SlaveLag("127.0.0.1:1", 5)]
 
+    def ha_refused_peers(self) -> int:
+        return 4
+
     def replica(self) -> None:
         return None
 
@@ -161,6 +164,9 @@ rocketmq_storage_dispatch_behind_bytes{{{N},storage_medium="disk",storage_type="
 # HELP rocketstore_ha_slave_lag_bytes Bytes a slave has not yet acknowledged
 # TYPE rocketstore_ha_slave_lag_bytes gauge
 rocketstore_ha_slave_lag_bytes{{{N},slave="127.0.0.1:1"}} 5.0
+# HELP rocketstore_ha_refused_peers_total Peers the HA port refused (no proof, an unknown or connected replica id)
+# TYPE rocketstore_ha_refused_peers_total counter
+rocketstore_ha_refused_peers_total{{{N}}} 4.0
 # HELP rocketstore_namesrv_live_brokers Brokers registered with the name server
 # TYPE rocketstore_namesrv_live_brokers gauge
 rocketstore_namesrv_live_brokers 3.0
@@ -179,7 +185,8 @@ def test_exposition_parses_back_with_the_families_types() -> None:
     assert families["rocketmq_messages_in"] == "counter"
     assert families["rocketmq_rpc_latency"] == "histogram"
     assert families["rocketmq_consumer_lag_latency"] == "gauge"
-    assert len(families) == 18
+    assert families["rocketstore_ha_refused_peers"] == "counter"
+    assert len(families) == 19
 
 
 def test_name_server_only_has_no_broker_families() -> None:

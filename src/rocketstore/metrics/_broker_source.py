@@ -298,6 +298,10 @@ class BrokerSource:
             return []
         return [SlaveLag(s.address, s.lag_bytes) for s in ha.slaves]
 
+    def ha_refused_peers(self) -> int:
+        ha = self.broker.store.statistics().ha
+        return ha.refused_peers if ha is not None else 0
+
     def replica(self) -> ReplicaState | None:
         replicas = self.broker.replicas
         ha = self.broker.store.ha.switch

@@ -25,6 +25,7 @@ rocketmq_storage_size                   gauge      storage_type, storage_medium
 rocketmq_storage_flush_behind_bytes     gauge      storage_type, storage_medium
 rocketmq_storage_dispatch_behind_bytes  gauge      storage_type, storage_medium
 rocketstore_ha_slave_lag_bytes          gauge      slave
+rocketstore_ha_refused_peers_total      counter    -  (no proof, an unknown or connected id)
 rocketstore_replica_role                gauge      role (master, slave, none): 1 for the role held
 rocketstore_replica_master_epoch        gauge      -  (controller mode, as the next five)
 rocketstore_replica_sync_state_set_size gauge      -  (a master's SyncStateSet; 0 on a slave)
@@ -152,6 +153,11 @@ class RocketMQCollector:
             "Bytes a slave has not yet acknowledged",
             ("slave",),
         )
+        ha_refused = counter(
+            "rocketstore_ha_refused_peers",
+            "Peers the HA port refused (no proof, an unknown or connected replica id)",
+            (),
+        )
         replicas: list[tuple[list[str], ReplicaState]] = []
         for source in self.brokers:
             node = _node(source.node())
@@ -199,6 +205,7 @@ class RocketMQCollector:
             dispatch_behind.add_metric([*node, *STORAGE_VALUES], storage.dispatch_behind_bytes)
             for s in source.slave_lags():
                 slave_lag.add_metric([*node, s.slave], s.lag_bytes)
+            ha_refused.add_metric(node, source.ha_refused_peers())
             replica = source.replica()
             if replica is not None:
                 replicas.append((node, replica))
@@ -221,6 +228,7 @@ class RocketMQCollector:
                 flush_behind,
                 dispatch_behind,
                 slave_lag,
+                ha_refused,
             )
         if replicas:
             yield from _replica_families(replicas, gauge, counter)
