@@ -33,6 +33,8 @@ from ._durable import fsync_dir, is_disk_full, os_error_cause
 from ._errors import IndexWriteError, StoreClosedError, StoreIOError, translate_os_errors
 from ._lock import StoreLock
 from .ha import HAService
+from .ha._api import Replication
+from .ha._auth import OPEN, HAGuard
 from .ha._auto_service import AutoSwitchHAService
 from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
@@ -91,10 +93,12 @@ class MessageStore:
         clock: Clock = SYSTEM_CLOCK,
         disk_usage: DiskUsageProbe | None = None,
         maintenance: bool = True,
+        ha_guard: HAGuard = OPEN,
     ) -> None:
         """``disk_usage``: how full a path's partition is (tests simulate a full disk);
         ``maintenance=False`` runs neither delayed delivery nor retention cleaning (inspection
-        tools that must not change a store)."""
+        tools that must not change a store); ``ha_guard``: who may replicate from it, and who
+        it is to its master (authentication of the HA port, see ``ha._auth``)."""
         self.config = config or StoreConfig()
         self.clock = clock
         self.root = Path(self.config.store_path_root_dir)
@@ -224,19 +228,21 @@ class MessageStore:
         # replication: the master's HA port and SYNC_MASTER waits, or the slave's client; in
         # controller mode AutoSwitch HA, the role given at run time (see on_master, on_slave)
         self.controller_mode = self.config.enable_controller_mode
-        self.ha: HAService | AutoSwitchHAService
+        self.ha: Replication
+        self._switch: AutoSwitchHAService | None = None
         if self.controller_mode:
-            self.ha = AutoSwitchHAService(
+            self.ha = self._switch = AutoSwitchHAService(
                 self.config,
                 self.commit_log,
                 clock,
                 LogCutter(self.commit_log, self.reput, self.consume_queues, self.index),
                 on_append=self._dispatch_confirmed,
                 set_refusal=self.commit_log.set_refusal,
+                guard=ha_guard,
             )
-            self.ha.hooks = self
+            self._switch.hooks = self
         else:
-            self.ha = HAService(self.config, self.commit_log, clock)
+            self.ha = HAService(self.config, self.commit_log, clock, ha_guard)
         self._is_master = self.config.broker_role != "SLAVE" and not self.controller_mode
         self._monotonic = clock.monotonic
         self._loaded = False
@@ -262,8 +268,9 @@ class MessageStore:
             limit = self.commit_log.queue.flushed_where
         else:
             limit = self.commit_log.queue.get_max_offset()
-        if self.controller_mode:
-            return min(limit, self.ha.confirm_offset())  # type: ignore[union-attr]
+        switch = self._switch
+        if switch is not None:
+            return min(limit, switch.confirm_offset())
         return limit
 
     def _request_flush(self, end: int) -> None:
