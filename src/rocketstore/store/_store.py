@@ -580,19 +580,25 @@ class MessageStore:
         cl = self.commit_log
         end = cl.max_offset
         # clean when the commit log is durable to its end and nothing writes the queues any
-        # more: a dispatch that stopped behind (a failing disk, a full one) is caught up by the
-        # next load from the queues' ends, which recovery verifies in every mode
+        # more: a dispatch that stopped behind (a failing disk, a full one, too many open
+        # files) is caught up by the next load from the queues' ends. Not in controller mode,
+        # where dispatch waits for the confirm offset on purpose: abnormal recovery keeps
+        # what it had not confirmed out of the queues
         stopped = not (self.reput.join_timed_out or self.flush_consume_queue.join_timed_out)
-        clean = cl.queue.flushed_where >= end and stopped
+        dispatched = self.reput.reput_from_offset >= end or not self.controller_mode
+        clean = cl.queue.flushed_where >= end and stopped and dispatched
         if clean:
             self._write_queue_checkpoint(end)
             cp.mark_clean(end)
-            with translate_os_errors(f"remove {self._abort_path}"):
-                try:
-                    os.unlink(self._abort_path)
-                except FileNotFoundError:
-                    pass
-                fsync_dir(self.root)
+            try:
+                with translate_os_errors(f"remove {self._abort_path}"):
+                    try:
+                        os.unlink(self._abort_path)
+                    except FileNotFoundError:
+                        pass
+                    fsync_dir(self.root)
+            except StoreError:  # the rest of the shutdown still runs (the lock released)
+                log.exception("%s: removing the abort file failed", self.root)
         else:
             cp.flush()
             log.warning(
@@ -601,7 +607,10 @@ class MessageStore:
                 self.root,
                 cl.queue.flushed_where,
                 end,
-                "" if stopped else ", dispatch or the queues' flush still running",
+                ""
+                if stopped and dispatched
+                else f", dispatch at {self.reput.reput_from_offset}"
+                + ("" if stopped else " (dispatch or the queues' flush still running)"),
             )
         cp.shutdown()
         self.checkpoint = None

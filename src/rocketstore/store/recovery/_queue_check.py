@@ -139,11 +139,16 @@ class FirstUse:
             if end is not None and cq.max_physic_offset > end:
                 cq.truncate_dirty(end)
             if end is not None and self.cl.min_offset > 0:
-                cq.correct_min_offset(self.cl.min_offset)
+                # what retention deleted while the queue was not open
+                if not cq.delete_expired_files(self.cl.min_offset):
+                    cq.correct_min_offset(self.cl.min_offset)
             return
         name = f"{cq.topic}/{cq.queue_id}"
         self.recovered.append(name)
-        log.warning(
+        # expected after a crash for a queue the log's tail touched (its files are ahead of
+        # the periodic checkpoint); a surprise once the store runs
+        log.log(
+            logging.INFO if end is None else logging.WARNING,
             "consume queue %s disagrees with the per-queue checkpoint (%s); recovered from its "
             "files",
             name,
