@@ -231,7 +231,13 @@ class MessageStore:
                 self.config,
                 self.commit_log,
                 clock,
-                LogCutter(self.commit_log, self.reput, self.consume_queues, self.index),
+                LogCutter(
+                    self.commit_log,
+                    self.reput,
+                    self.consume_queues,
+                    self.index,
+                    on_cut=self.queue_checkpoint.invalidate,
+                ),
                 on_append=self._dispatch_confirmed,
                 set_refusal=self.commit_log.set_refusal,
             )

@@ -20,7 +20,7 @@ Threads: units are written by the dispatcher only (ReputMessageService); flushes
 FlushConsumeQueueService; readers from any thread (files are held while read).
 
 A queue may be loaded from the per-queue checkpoint (``_queue_checkpoint``) instead of its
-files: ``adopt`` takes its offsets and opens no file; the files are opened, and checked against
+files: made with a ``state``, it takes its offsets from there and opens no file; the files are opened, and checked against
 the state (by the ``first_use`` hook the loader installs, or ``apply_state``), by the first use
 of ``queue`` from any thread (the others wait for it).
 """
@@ -78,24 +78,47 @@ class ConsumeQueue:
         *,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        state: QueueState | None = None,
+        first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
     ) -> None:
+        """``state``: adopted from the per-queue checkpoint, the files opened (with
+        ``first_use(self, state)``; None: ``open_with_state``) when ``queue`` is first used."""
         if file_size % UNIT_SIZE:
             raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
-        self.path = Path(root_dir) / topic / str(queue_id)
-        self._files = MappedFileQueue(
-            self.path, file_size, clock=clock, read_only=read_only, allocate_ahead=ALLOCATE_AHEAD
-        )
+        self._root = root_dir
+        self._clock = clock
+        self._read_only = read_only
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
         self.last_store_timestamp = 0
-        # taken from the per-queue checkpoint, files not opened yet (see ``adopt``)
-        self.pending: QueueState | None = None
-        self.first_use: Callable[[ConsumeQueue, QueueState], None] | None = None
-        self._ready = True  # False while adopted and not opened
+        # taken from the per-queue checkpoint, files not opened yet (no object made for them:
+        # a restart adopts every queue of the store)
+        self.pending = state
+        self.first_use = first_use
+        self._ready = state is None  # False while adopted and not opened
         self._opening = False
+        if state is None:
+            self._files = self._new_files()
+        else:
+            self.min_logic_offset = state.min_offset * UNIT_SIZE
+            self.max_physic_offset = state.max_phys
+
+    @property
+    def path(self) -> Path:
+        """The queue's directory: ``<root>/<topic>/<queue id>``."""
+        return Path(self._root, self.topic, str(self.queue_id))
+
+    def _new_files(self) -> MappedFileQueue:
+        return MappedFileQueue(
+            self.path,
+            self.file_size,
+            clock=self._clock,
+            read_only=self._read_only,
+            allocate_ahead=ALLOCATE_AHEAD,
+        )
 
     @property
     def queue(self) -> MappedFileQueue:
@@ -106,18 +129,6 @@ class ConsumeQueue:
 
     # ---- loading and recovery ---------------------------------------------------------------
 
-    def adopt(
-        self, state: QueueState, first_use: Callable[[ConsumeQueue, QueueState], None] | None
-    ) -> None:
-        """Take the offsets of a checkpointed ``state`` without opening a file; the first use
-        of ``queue`` opens them with ``first_use(self, state)`` (None: ``open_with_state``).
-        Loader thread, before the queue is shared."""
-        self.pending = state
-        self.first_use = first_use
-        self._ready = False
-        self.min_logic_offset = state.min_offset * UNIT_SIZE
-        self.max_physic_offset = state.max_phys
-
     def _open_pending(self) -> None:
         with _OPEN_LOCK:
             state = self.pending
@@ -125,6 +136,7 @@ class ConsumeQueue:
                 return  # opened meanwhile, or the hook itself uses ``queue``
             self._opening = True
             try:
+                self._files = self._new_files()
                 hook = self.first_use
                 if hook is None:
                     self.open_with_state(state)
@@ -579,7 +591,8 @@ class ConsumeQueue:
         return count
 
     def shutdown(self) -> None:
-        self._files.shutdown(0)
+        if self._ready:
+            self._files.shutdown(0)
 
     def destroy(self) -> None:
         """Delete every file of the queue (and its directory when empty)."""
@@ -642,7 +655,7 @@ class ConsumeQueueTable:
         A queue whose files do not load (wrong sizes, names) raises CorruptFileError, or, with
         ``on_corrupt``, is handed to it and left out (the loader deletes it and rebuilds it).
         A queue with an entry in ``states`` (the per-queue checkpoint) opens no file: it adopts
-        the state (``ConsumeQueue.adopt``, with ``first_use``). Returns the queues whose files
+        the state (``ConsumeQueue(state=...)``, with ``first_use``). Returns the queues whose files
         were mapped (those that were not in ``states``).
         """
         mapped: list[ConsumeQueue] = []
@@ -651,16 +664,26 @@ class ConsumeQueueTable:
         with translate_os_errors(f"list {self.root}"):
             topics = sorted((e for e in os.scandir(self.root) if e.is_dir()), key=lambda e: e.name)
             for topic_entry in topics:
+                by_id = self.queues.setdefault(topic_entry.name, {})
                 for qdir in sorted(os.scandir(topic_entry.path), key=lambda e: e.name):
                     if not qdir.is_dir() or not qdir.name.isdigit():
                         log.warning("%s: not a queue directory, skipped", qdir.path)
                         continue
-                    cq = self._new(topic_entry.name, int(qdir.name))
-                    state = states.get((cq.topic, cq.queue_id)) if states is not None else None
+                    qid = int(qdir.name)
+                    state = states.get((topic_entry.name, qid)) if states is not None else None
                     if state is not None:
-                        cq.adopt(state, first_use)
-                        self.queues.setdefault(topic_entry.name, {})[cq.queue_id] = cq
+                        by_id[qid] = ConsumeQueue(
+                            topic_entry.name,
+                            qid,
+                            self.root,
+                            self.file_size,
+                            clock=self.clock,
+                            read_only=self.read_only,
+                            state=state,
+                            first_use=first_use,
+                        )
                         continue
+                    cq = self._new(topic_entry.name, qid)
                     try:
                         cq.load()
                     except CorruptFileError as exc:
@@ -668,8 +691,10 @@ class ConsumeQueueTable:
                             raise
                         on_corrupt(cq, exc)
                         continue
-                    self.queues.setdefault(topic_entry.name, {})[int(qdir.name)] = cq
+                    by_id[qid] = cq
                     mapped.append(cq)
+                if not by_id:
+                    del self.queues[topic_entry.name]
         return mapped
 
     def pending(self) -> list[ConsumeQueue]:

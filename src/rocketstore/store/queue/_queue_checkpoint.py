@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -265,6 +266,9 @@ class QueueCheckpointWriter:
         self._record_time = record_time
         self.verify_bytes = verify_bytes
         self._boundaries: list[int] = []  # record starts, ascending
+        self._lock = threading.Lock()
+        self._generation = 0  # moved by ``invalidate``: what was taken before is not saved
+        self._taken = -1
 
     def boundary(self, phys: int) -> None:
         """Remember that a record starts at ``phys`` (or the log ends there)."""
@@ -291,6 +295,7 @@ class QueueCheckpointWriter:
     def take(self, *, clean: bool = False) -> QueueCheckpoint:
         """The queues' states, between two reads of the dispatch position (a queue that
         received nothing from the first one on is exactly as read)."""
+        self._taken = self._generation
         dispatch_from = self._dispatched()
         self.boundary(dispatch_from)
         states = self._states()
@@ -317,4 +322,15 @@ class QueueCheckpointWriter:
         )
 
     def save(self, cp: QueueCheckpoint) -> None:
-        write(self.root, cp)
+        """Write what ``take`` returned, unless ``invalidate`` ran since."""
+        with self._lock:
+            if self._taken == self._generation:
+                write(self.root, cp)
+
+    def invalidate(self) -> None:
+        """The queues lost units the checkpoint may record (the commit log was cut): delete
+        the file, and do not write a checkpoint taken before now. Any thread."""
+        with self._lock:
+            self._generation += 1
+            self._boundaries.clear()
+            remove(self.root)
