@@ -778,9 +778,9 @@ class StoreLoader:
 
     def _catch_up(self) -> None:
         cl = self.cl
-        if self.first_use.emptied:
+        if self.first_use.rebuilt:
             self._redispatch_from = 0  # a checkpointed queue's files did not load
-        self._rebuilt.extend(self.first_use.recovered)
+            self._rebuilt.extend(self.first_use.rebuilt)
         start = max(self.cqt.max_physic_offset(), cl.min_offset, 0)
         if self._redispatch_from is not None:
             start = max(min(start, self._redispatch_from), cl.min_offset, 0)

@@ -114,7 +114,7 @@ class FirstUse:
         self.cl = cl
         self.end = end
         self.opened = 0
-        self.emptied = 0  # queues whose files did not load: deleted, to be dispatched again
+        self.rebuilt: list[str] = []  # files that did not load: deleted, dispatched again
         self.recovered: list[str] = []  # "topic/queue" recovered from their files
 
     def __call__(self, cq: ConsumeQueue, state: QueueState) -> None:
@@ -168,11 +168,10 @@ class FirstUse:
         the loader's dispatch when ``end`` is None)."""
         name = f"{cq.topic}/{cq.queue_id}"
         log.warning("consume queue %s does not load (%s); rebuilt", name, problem)
-        self.recovered.append(name)
+        self.rebuilt.append(name)
         shutil.rmtree(cq.path, ignore_errors=True)
         cq.min_logic_offset = 0
         cq.max_physic_offset = -1
-        self.emptied += 1
         if end is not None:
             self._redispatch(cq, end)
             cq.correct_min_offset(max(self.cl.min_offset, 0))
