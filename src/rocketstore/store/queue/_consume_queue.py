@@ -20,9 +20,9 @@ Threads: units are written by the dispatcher only (ReputMessageService); flushes
 FlushConsumeQueueService; readers from any thread (files are held while read).
 
 A queue may be loaded from the per-queue checkpoint (``_queue_checkpoint``) instead of its
-files: made with a ``state``, it takes its offsets from there and opens no file; the files are opened, and checked against
-the state (by the ``first_use`` hook the loader installs, or ``apply_state``), by the first use
-of ``queue`` from any thread (the others wait for it).
+files: made with a ``state``, it takes its offsets from there and opens no file. The first use
+of ``queue``, from any thread (the others wait for it), opens the files and checks them against
+the state (the ``first_use`` hook the loader installs, else ``open_with_state``).
 """
 
 from __future__ import annotations
@@ -655,8 +655,8 @@ class ConsumeQueueTable:
         A queue whose files do not load (wrong sizes, names) raises CorruptFileError, or, with
         ``on_corrupt``, is handed to it and left out (the loader deletes it and rebuilds it).
         A queue with an entry in ``states`` (the per-queue checkpoint) opens no file: it adopts
-        the state (``ConsumeQueue(state=...)``, with ``first_use``). Returns the queues whose files
-        were mapped (those that were not in ``states``).
+        the state (``ConsumeQueue(state=...)``, with ``first_use``). Returns the queues whose
+        files were mapped (those that were not in ``states``).
         """
         mapped: list[ConsumeQueue] = []
         if not self.root.is_dir():
