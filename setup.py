@@ -14,7 +14,10 @@ instead (``rocketstore._speedups``).
 
 from __future__ import annotations
 
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -59,7 +62,13 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # no compiler, no headers: the pure-Python package still works
             self._skip(exc)
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # pip passes no -j: use every core, for extensions and C files
+            self.parallel = os.cpu_count() or 1
+
     def build_extensions(self) -> None:
+        _compile_in_parallel(self.compiler, int(self.parallel or 1))
         # mypyc's modules are small shims over one shared library: build that first, and
         # none of the shims without it (a shim that cannot load would hide the .py source)
         library = [e for e in self.extensions if e.name.endswith("__mypyc")]
@@ -92,6 +101,40 @@ class OptionalBuildExt(build_ext):
             f"rocketstore: could not build {name} ({exc}); installing the pure-Python code",
             file=sys.stderr,
         )
+
+
+def _compile_in_parallel(compiler: Any, jobs: int) -> None:
+    """Have ``compiler`` compile an extension's C files ``jobs`` at a time: mypyc writes the
+    glue modules' library as one C file a module (``multi_file``), and distutils would
+    otherwise compile them one after another."""
+    if jobs <= 1 or getattr(compiler, "_rocketstore_parallel", False):
+        return
+
+    def compile_(
+        sources: list[str],
+        output_dir: str | None = None,
+        macros: Any = None,
+        include_dirs: Any = None,
+        debug: bool = False,
+        extra_preargs: Any = None,
+        extra_postargs: Any = None,
+        depends: Any = None,
+    ) -> list[str]:
+        macros, objects, extra, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs
+        )
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj: str) -> None:
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra, pp_opts)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(one, objects))
+        return list(objects)
+
+    compiler.compile = compile_
+    compiler._rocketstore_parallel = True
 
 
 def _progress(line: str) -> None:
@@ -127,7 +170,10 @@ def mypyc_extensions() -> list[Extension]:
     _progress(f"translating {len(MYPYC_MODULES)} modules to C with mypyc (type-checks them first)")
     try:  # third-party imports are not needed to compile (the build may not have them)
         return mypycify(
-            ["--ignore-missing-imports", *MYPYC_MODULES], group_name=MYPYC_GROUP, opt_level="3"
+            ["--ignore-missing-imports", *MYPYC_MODULES],
+            group_name=MYPYC_GROUP,
+            opt_level="3",
+            multi_file=True,  # a C file a module, compiled in parallel (_compile_in_parallel)
         )
     except BaseException as exc:  # mypyc exits on a type error: the package still installs
         print(f"rocketstore: mypyc failed ({exc!r}); the glue modules stay Python", file=sys.stderr)

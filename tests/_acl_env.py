@@ -189,6 +189,12 @@ def lock_body(group: str, topic: str, broker_name: str, client_id: str = "acl-cl
     ).encode()
 
 
+def acl_body(subject: str, topic: str, actions: tuple[str, ...] = ("Pub", "Sub")) -> bytes:
+    """An ACL 2.0 AclInfo: ``actions`` on ``Topic:<topic>`` allowed."""
+    entry = {"resource": f"Topic:{topic}", "actions": list(actions), "decision": "Allow"}
+    return json.dumps({"subject": subject, "policies": [{"entries": [entry]}]}).encode()
+
+
 def register_body(topic: str) -> bytes:
     configs = {
         topic: {
@@ -389,6 +395,16 @@ BROKER_SAMPLES: dict[int, Sample] = {
         },
         b'{"syncStateSet":[7],"syncStateSetEpoch":99}',
     ),
+    3001: lambda w, t, g: ({"username": "tableUser"}, b'{"password":"tablePass1"}'),
+    3002: lambda w, t, g: ({"username": "tableUser"}, b'{"userStatus":"enable"}'),
+    3003: _ext(username="noSuchUser"),
+    3004: _ext(username="tableUser"),
+    3005: _ext(),
+    3006: lambda w, t, g: ({"subject": "User:tableUser"}, acl_body("User:tableUser", t)),
+    3007: lambda w, t, g: ({"subject": "User:tableUser"}, acl_body("User:tableUser", t)),
+    3008: _ext(subject="User:tableUser", resource="Topic:NoSuchTopic"),
+    3009: _ext(subject="User:tableUser"),
+    3010: _ext(),
 }
 
 NAMESRV_SAMPLES: dict[int, Sample] = {

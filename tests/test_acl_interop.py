@@ -62,8 +62,8 @@ def ns(server: ServerProcess) -> str:
 
 
 def audit(server: ServerProcess) -> str:
-    """The server's audit log (logs/ beside the store): a line per refusal."""
-    path = server.log.parent / "logs" / "audit.log"
+    """The server's audit log (logs/store/ beside the store): a line per refusal."""
+    path = server.log.parent / "logs" / "store" / "audit.log"
     return path.read_text("utf-8") if path.exists() else ""
 
 

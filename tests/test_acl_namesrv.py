@@ -110,7 +110,7 @@ def test_serve_registers_its_broker_and_refuses_route_changes(
     # reads need a signature too
     assert acl_refused(call(ns, 105, {"topic": "Routed"}, None))
 
-    audit = (root / "logs" / "audit.log").read_text()
+    audit = (root / "logs" / "store" / "audit.log").read_text()
     assert "request=205 WIPE_WRITE_PERM_OF_BROKER" in audit
     deny = next(line for line in audit.splitlines() if "DENY account=attackAK1" in line)
     assert " source=127.0.0.1:" in deny and "request=205 WIPE_WRITE_PERM_OF_BROKER" in deny

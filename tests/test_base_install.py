@@ -1,4 +1,4 @@
-"""`pip install .` without extras has no numpy, pyarrow, pyspark or prometheus_client: the
+"""`pip install .` without extras has no numpy, pyarrow or pyspark: the
 servers still import, start, store a message and hand it out (the README's first command), and
 every command that needs no extra runs in a child process where those packages cannot be
 imported: the store commands (put, get, query, stats, inspect), the client commands (produce,
@@ -25,7 +25,7 @@ import pytest
 
 from rocketstore._extras import EXTRAS
 
-BLOCKED = ("numpy", "pyarrow", "pyspark", "prometheus_client")
+BLOCKED = ("numpy", "pyarrow", "pyspark")
 BLOCKER = textwrap.dedent(
     f"""
     import sys
@@ -197,7 +197,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
     """`rocketstore serve` of a base install on free ports: (name server, broker, its lines)."""
     args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", "127.0.0.1:0"]
     args += ["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"]
-    args += ["--console-listen", "127.0.0.1:0"]
+    args += ["--console-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
     err = (tmp_path / "serve.err").open("w")  # its warnings, never a full pipe
     proc = subprocess.Popen(
         [sys.executable, "-c", RUN_CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True
@@ -223,7 +223,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
 def test_the_client_and_admin_commands_run_without_the_extras(
     served: tuple[str, str, list[str]],
 ) -> None:
-    ns, broker, _lines = served
+    ns, broker, lines = served
+    assert any(line.startswith("metrics on http://127.0.0.1:") for line in lines), lines
     n = ["--namesrv", ns]
     ok(cli("topic", "create", *n, "-t", "Base", "-c", "DefaultCluster"))
     assert "Base" in ok(cli("topic", "list", *n))

@@ -324,6 +324,9 @@ def test_runtime_info_and_broker_config(cluster: Cluster, admin: AdminClient) ->
     addr = cluster.addr("broker-b")
     info = admin.runtime_info(addr)
     assert info["brokerVersionDesc"] == "V4_9_8" and info["brokerVersion"] == "409"
+    # RocketMQ 5's keys that its mqadmin clusterList reads: a master is #Activated
+    assert info["brokerActive"] == "true"
+    assert info["getTransferredTps"] == info["getTransferedTps"]
     for key in (
         "putTps",
         "getTransferedTps",
@@ -620,6 +623,7 @@ def test_cli_consumer_progress(cluster: Cluster, admin: AdminClient) -> None:
         store = cluster.brokers[name].store
         assert wait_until(lambda s=store, n=n: s.get_max_offset_in_queue(topic, 0) == n)
     with PullConsumer(cluster.namesrv, group) as consumer:
+        consumer.join_group({topic: "*"})  # its heartbeat makes the group's %RETRY% topic
         consumer.commit_offset(MessageQueue(topic, "broker-a", 0), 2)
         consumer.commit_offset(MessageQueue(topic, "broker-b", 0), 2)
 
@@ -640,6 +644,14 @@ def test_cli_consumer_progress(cluster: Cluster, admin: AdminClient) -> None:
 
     none = invoke("consumer", "progress", "-n", cluster.namesrv, "-g", "G_nobody")
     assert none.exit_code == 1 and "no consume stats" in none.output
+
+    # without -g, as mqadmin consumerProgress: a line for every group, with its total lag
+    every = invoke("consumer", "progress", "-n", cluster.namesrv, "--json")
+    assert every.exit_code == 0, every.output
+    by_group = {row["group"]: row for row in json.loads(every.output)}
+    assert by_group[group]["total_lag"] == 3 and by_group[group]["count"] == 0
+    table = invoke("consumer", "progress", "-n", cluster.namesrv)
+    assert table.exit_code == 0 and group in table.output and "Diff Total" in table.output
 
 
 def test_cli_message_query_and_view(cluster: Cluster, admin: AdminClient) -> None:

@@ -113,6 +113,37 @@ def test_mqadmin_flags_parse(argv: list[str], expected: dict[str, Any]) -> None:
     assert {k: params[k] for k in expected} == expected
 
 
+def test_the_name_server_comes_from_namesrv_addr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mqadmin and tools.sh read NAMESRV_ADDR: so does every command that takes -n, after -n
+    itself."""
+    monkeypatch.setenv("NAMESRV_ADDR", "10.0.0.1:9876;10.0.0.2:9876")
+    assert parse("topic", "list")["namesrv"] == "10.0.0.1:9876;10.0.0.2:9876"
+    assert parse("consumer", "progress")["namesrv"] == "10.0.0.1:9876;10.0.0.2:9876"
+    assert parse("console")["namesrv"] == "10.0.0.1:9876;10.0.0.2:9876"
+    assert parse("topic", "list", "-n", NS)["namesrv"] == NS
+    monkeypatch.delenv("NAMESRV_ADDR")
+    assert parse("topic", "list")["namesrv"] == "127.0.0.1:9876"
+
+
+def test_a_broker_takes_namesrv_addr_after_its_conf(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """RocketMQ's order for a broker: -n, then broker.conf's namesrvAddr, then NAMESRV_ADDR."""
+    from rocketstore.cli._serve import _make_broker
+
+    monkeypatch.setenv("NAMESRV_ADDR", "127.0.0.1:19876")
+    args = (None, None, None, None, None, None, None)
+    conf = tmp_path / "b.conf"
+    conf.write_text(f"storePathRootDir={tmp_path / 's'}\n")
+    broker = _make_broker(None, str(conf), "127.0.0.1:0", None, *args)
+    assert broker.config.namesrv_addr == "127.0.0.1:19876"
+    conf.write_text(f"storePathRootDir={tmp_path / 's'}\nnamesrvAddr=127.0.0.1:29876\n")
+    broker = _make_broker(None, str(conf), "127.0.0.1:0", None, *args)
+    assert broker.config.namesrv_addr == "127.0.0.1:29876"
+    broker = _make_broker(None, str(conf), "127.0.0.1:0", "127.0.0.1:39876", *args)
+    assert broker.config.namesrv_addr == "127.0.0.1:39876"
+
+
 def _commands(cmd: click.Command = main, path: tuple[str, ...] = ()) -> Iterator[Any]:
     if isinstance(cmd, click.Group):
         for name, sub in sorted(cmd.commands.items()):

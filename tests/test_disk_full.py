@@ -529,7 +529,7 @@ def test_a_restart_on_a_still_full_disk_comes_up_read_only_instead_of_dying_of_s
         assert "--- Logging error ---" not in err, err[-3000:]
         lost = [line for line in err.splitlines() if "cannot write the log file" in line]
         assert len(lost) <= 1, lost  # one line a minute, and this run was shorter
-        fatal = (fs / "logs" / "fatal.log").read_text()
+        fatal = (fs / "logs" / "store" / "fatal.log").read_text()
         assert "Fatal Python error: Bus error" in fatal
         assert 'File "' in fatal.split("Fatal Python error: Bus error", 1)[1]
 

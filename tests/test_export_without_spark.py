@@ -124,6 +124,41 @@ def test_parquet_without_spark_equals_the_spark_export(
         assert marker == {"format": "parquet", "rows": 62, "topics": [], "source": str(store)}
 
 
+def test_a_file_name_gets_one_file(store: Path, tmp_path: Path) -> None:
+    """``--to out.parquet`` (``.json``, ``.jsonl``) writes that one file, with the rows the
+    directory export writes; an existing file is kept unless --overwrite; Spark's export,
+    which writes parts, is refused such a name in one line."""
+    parts = tmp_path / "parts"
+    _run("export", "--store", str(store), "--to", str(parts))
+    _schema, rows = _parquet_rows(parts)
+    one = tmp_path / "out.parquet"
+    r = _run("export", "--store", str(store), "--to", str(one))
+    assert _summary(r)["exported"] == 62 and one.is_file()
+    assert pq.ParquetFile(one).metadata.num_rows == 62
+    assert _parquet_rows(one)[1] == rows
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+    again = CliRunner().invoke(main, ["export", "--store", str(store), "--to", str(one)])
+    assert again.exit_code == 1 and "exists" in again.output and one.is_file()
+    _run("export", "--store", str(store), "--to", str(one), "--overwrite", "-t", "A")
+    assert 0 < pq.ParquetFile(one).metadata.num_rows < 62
+
+    lines_dir = tmp_path / "lines"
+    _run("export", "--store", str(store), "--to", str(lines_dir), "--format", "json")
+    jsonl = tmp_path / "out.jsonl"
+    _run("export", "--store", str(store), "--to", str(jsonl))
+    assert jsonl.read_text(encoding="utf-8").splitlines() == _json_lines(lines_dir)
+
+    spark = CliRunner().invoke(
+        main, ["export", "--store", str(store), "--to", str(tmp_path / "s.parquet"), "--spark"]
+    )
+    assert spark.exit_code == 2 and "directory of part files" in spark.output
+    clash = CliRunner().invoke(
+        main, ["export", "--store", str(store), "--to", str(jsonl), "--format", "parquet"]
+    )
+    assert clash.exit_code == 2 and "names a json file" in clash.output
+
+
 @pytest.mark.spark
 def test_json_lines_without_spark_equal_the_spark_export(
     spark: Any, store: Path, tmp_path: Path

@@ -154,7 +154,10 @@ def test_configure_twice_replaces_its_handlers(tmp_path: Path, restore_logging: 
 
 
 def test_default_directory_is_beside_the_store(tmp_path: Path) -> None:
-    assert default_directory(tmp_path / "store") == (tmp_path / "logs").resolve()
+    assert default_directory(tmp_path / "store") == (tmp_path / "logs" / "store").resolve()
+    # stores under one directory: a directory of logs each
+    b1, b2 = default_directory(tmp_path / "b1"), default_directory(tmp_path / "b2")
+    assert b1 != b2 and b1.parent == b2.parent == (tmp_path / "logs").resolve()
 
 
 def test_stats_line_counts_and_rates(tmp_path: Path) -> None:
@@ -215,7 +218,7 @@ def test_servers_write_a_stats_line_every_interval(tmp_path: Path, restore_loggi
 
 
 def test_serve_writes_its_log_files(tmp_path: Path) -> None:
-    """`rocketstore serve` makes logs/ beside the store, says where, and writes there."""
+    """`rocketstore serve` makes logs/store/ beside the store, says where, and writes there."""
     import signal
     import subprocess
     import sys
@@ -247,7 +250,7 @@ def test_serve_writes_its_log_files(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    logs = tmp_path / "data" / "logs"
+    logs = tmp_path / "data" / "logs" / "store"
     assert f"logs in {logs}" in "".join(lines)
     assert proc.returncode == 0, err
     assert "Traceback" not in err

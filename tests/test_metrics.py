@@ -32,6 +32,7 @@ from rocketstore.metrics import (
     SlaveLag,
     Storage,
     TopicTraffic,
+    default_metrics_listen,
     parse_listen,
 )
 from rocketstore.metrics._http import MAX_CONNECTIONS, PROBE_SLOTS
@@ -194,6 +195,23 @@ def test_name_server_only_has_no_broker_families() -> None:
 )
 def test_parse_listen(listen: str, expected: tuple[str, int]) -> None:
     assert parse_listen(listen) == expected
+
+
+@pytest.mark.parametrize(
+    ("listen_port", "expected"),
+    [
+        (None, "127.0.0.1:5557"),  # a process without a broker or controller port
+        (10911, "127.0.0.1:5557"),  # RocketMQ's broker port keeps RocketMQ 5's exporter port
+        (10921, "127.0.0.1:10923"),  # the second broker of docs/failover.md: HA on 10922
+        (9878, "127.0.0.1:9880"),  # a controller alone
+        (0, "127.0.0.1:0"),  # a server on a port of the system's choosing
+        (65534, "127.0.0.1:5557"),  # no port above 65535
+    ],
+)
+def test_default_metrics_address(listen_port: int | None, expected: str) -> None:
+    assert default_metrics_listen(listen_port) == expected
+    ports = {default_metrics_listen(p) for p in (10911, 10921, 10931, 9878, 9868)}
+    assert len(ports) == 5  # the servers of one host never share the default
 
 
 @pytest.mark.parametrize("listen", ["5557", ":5557", "h:", "h:x", "h:65536", "h:-1"])

@@ -132,3 +132,38 @@ def test_broker_needs_a_store_from_somewhere(tmp_path: Path) -> None:
     conf.write_text("storePathRootDir\n")  # not key=value
     r = CliRunner().invoke(cli_main, ["broker", "-c", str(conf)], catch_exceptions=False)
     assert r.exit_code == 2 and "expected key=value" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        (
+            "allAckInSyncStateSet=true    # a SYNC send waits for every member",
+            "allAckInSyncStateSet",
+        ),
+        (
+            "minInSyncReplicas=2          # and is refused while the set is smaller",
+            "minInSyncReplicas",
+        ),
+        ("flushDiskType=SYNC_FLUSH  # every send on disk", "flushDiskType"),
+    ],
+)
+def test_a_trailing_comment_is_named_in_the_refusal(tmp_path: Path, line: str, key: str) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=broker-x\nstorePathRootDir={tmp_path / 'store'}\n{line}\n")
+    r = CliRunner().invoke(cli_main, ["broker", "-c", str(conf)], catch_exceptions=False)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert key in r.output and "comments on their own line" in r.output
+
+
+def test_comments_on_their_own_lines_are_accepted(tmp_path: Path) -> None:
+    from rocketstore.controller._config import ControllerConfig, ControllerConfigError
+    from rocketstore.namesrv._properties import java_bool, parse_properties
+
+    assert java_bool("true") is True
+    with pytest.raises(ValueError, match="comments on their own line"):
+        java_bool("true # yes")
+    text = "# why\nenableElectUncleanMaster=true\n"
+    assert ControllerConfig.from_properties(parse_properties(text)).enable_elect_unclean_master
+    with pytest.raises(ControllerConfigError, match="comments on their own line"):
+        ControllerConfig.from_properties(parse_properties("enableElectUncleanMaster=true  # why\n"))

@@ -1,8 +1,8 @@
 """What to install when an optional part of rocketstore is missing.
 
 The optional parts come with the extras of ``pyproject.toml``: ``spark`` (pyspark, pyarrow,
-numpy: the Spark source, export / import, the tiered store's Parquet) and ``server``
-(prometheus-client: the metrics endpoint). rocketstore is installed from a checkout, not from a
+numpy: the Spark source, export / import, the tiered store's Parquet); the metrics endpoint's
+prometheus-client is a dependency of rocketstore itself. rocketstore is installed from a checkout, not from a
 package index, so naming the package with an extra finds nothing: a hint names the extra's
 own packages, which install into the environment rocketstore runs in without rebuilding it,
 and the checkout's form of the same. ``tests/test_base_install.py`` keeps ``EXTRAS`` equal to
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pyarrow", "numpy"),
-    "server": ("prometheus-client",),
 }
 """Each extra's packages, as pip names them (without their version bounds)."""
 
@@ -28,4 +27,7 @@ def install_hint(extra: str, packages: tuple[str, ...] | None = None) -> str:
     return f"pip install {' '.join(names)} (from a rocketstore checkout: pip install '.[{extra}]')"
 
 
-__all__ = ["EXTRAS", "install_hint"]
+METRICS_HINT = "pip install prometheus-client (a dependency of rocketstore: install it again)"
+"""What brings back the metrics endpoint's package where it was removed."""
+
+__all__ = ["EXTRAS", "METRICS_HINT", "install_hint"]

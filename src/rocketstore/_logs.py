@@ -1,6 +1,7 @@
 """Log files a person can read, laid out as RocketMQ lays out its own.
 
-A server process writes, under its log directory (``logs/`` beside the store unless told):
+A server process writes, under its log directory (``logs/<store's name>/`` beside the store
+unless told):
 
 =============== ======================================================================
 ``broker.log``   the broker, its processors, the gRPC front end and the ACL
@@ -289,8 +290,10 @@ _fatal_fd: int | None = None
 
 
 def default_directory(store: str | os.PathLike[str]) -> Path:
-    """``logs/`` beside the store directory."""
-    return Path(store).resolve().parent / "logs"
+    """``logs/<store's name>/`` beside the store directory: the brokers of stores under one
+    directory (``/data/b1``, ``/data/b2``) each write their own (``/data/logs/b1``, ...)."""
+    path = Path(store).resolve()
+    return path.parent / "logs" / path.name
 
 
 class StatsLine:

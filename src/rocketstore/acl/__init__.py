@@ -1,9 +1,11 @@
-"""Access control shared by the broker's ports: RocketMQ 4.x's plain ACL (``plain_acl.yml``).
+"""Access control shared by the broker's ports: RocketMQ 4.x's plain ACL (``plain_acl.yml``)
+and RocketMQ 5.3's ACL 2.0 (users and ACL policies: ``_auth_model``, ``_auth_eval``,
+``_auth_store``, ``_auth_migrate``).
 
 One set of accounts (an access key, a secret key, white remote addresses, an admin flag and
-per-topic / per-group permissions) answers, for the remoting port and the gRPC front end
-alike, whether a request from an address, signed by an account, may act on its topics and
-groups. See docs/security.md.
+per-topic / per-group permissions), or of users and their ACLs, answers, for the remoting port
+and the gRPC front end alike, whether a request from an address, signed by an account, may act
+on its topics and groups, by the one authorisation table (``_table``). See docs/security.md.
 """
 
 from ..remoting._signing import RequestSigner as RequestSigner

@@ -3,6 +3,7 @@
 StoreError
 ├── StoreConfigError
 │   └── AclConfigError      a plain_acl.yml that cannot be used
+├── AuthMetadataError       an ACL 2.0 user or ACL that cannot be stored (RocketMQ's wording)
 └── AccessDeniedError       a request the ACL refuses (worded as RocketMQ does)
     └── PermissionDeniedError   by a signed, known account that lacks a permission
 """
@@ -14,6 +15,11 @@ from ..store._errors import StoreConfigError, StoreError
 
 class AclConfigError(StoreConfigError):
     """An ACL file that cannot be read or does not follow plain_acl.yml's format."""
+
+
+class AuthMetadataError(StoreError):
+    """An ACL 2.0 user or ACL a request or file gives that cannot be used, or a change that
+    cannot be made (a user that exists already, an ACL of a subject with no user)."""
 
 
 class AccessDeniedError(StoreError):

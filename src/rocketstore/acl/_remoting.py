@@ -39,6 +39,8 @@ from ..remoting._signing import (
     signed_content,
 )
 from . import _audit
+from ._auth_eval import AuthRules, AuthSettings, Principal
+from ._auth_model import Resource
 from ._errors import AccessDeniedError, PermissionDeniedError
 from ._file import AclSource as AclSource
 from ._plain import Account, PlainAcl
@@ -100,7 +102,9 @@ class Grant:
 
     def require(self, needs: Iterable[Need]) -> None:
         """PermissionDeniedError unless the account has each permission."""
-        if self.account is not None:
+        if isinstance(self.account, Principal):
+            self.account.require(needs, self.rule.actions)
+        elif self.account is not None:
             self.account.require(needs)
 
     def allows(self, needs: Iterable[Need]) -> bool:
@@ -120,14 +124,44 @@ def check_request(
 ) -> Grant:
     """Let ``cmd`` from ``host`` in by its rule in ``table`` and return its grant, or raise
     AccessDeniedError (RocketMQ's wording); RequestError for a header its rule cannot read."""
-    account = authenticate(acl, cmd, host)
+    try:
+        account = authenticate(acl, cmd, host)
+    except AccessDeniedError:
+        if not isinstance(acl, AuthRules) or cmd.code not in acl.settings.authentication_whitelist:
+            raise
+        account = acl.unauthenticated(host, _get(cmd.ext_fields, ACCESS_KEY))
     r = rule(table, cmd.code)
-    if account is not None:
+    if isinstance(account, Principal):
+        if cmd.code not in acl_settings(account).authorization_whitelist:
+            check_v2(account, r, cmd)
+    elif account is not None:
         if r.access is Access.ADMIN:
             account.check(cmd.code, (), True)
         elif r.needs is not None:
             account.require(r.needs(cmd))
     return Grant(account, _get(cmd.ext_fields, ACCESS_KEY), r, cmd.code, host)
+
+
+def acl_settings(principal: Principal) -> AuthSettings:
+    return principal.rules.settings if principal.rules is not None else AuthSettings()
+
+
+def check_v2(principal: Principal, r: Rule, cmd: RemotingCommand) -> None:
+    """ACL 2.0's decision on a request by its rule: an admin rule's actions on its target
+    (the cluster, or the topic or group a field names), a scoped rule's needs with its
+    actions; the user and ACL admin requests a Super user's only."""
+    if r.access is Access.ADMIN:
+        if r.super_only:
+            principal.require_super(f"make request {r.name}")
+            return
+        kind, field = r.target
+        if field:
+            name = _get(cmd.ext_fields, field) or ""
+            principal.authorize([(Resource(kind, name), r.actions)])
+        else:
+            principal.authorize([(principal.cluster(), r.actions)])
+    elif r.needs is not None:
+        principal.require(r.needs(cmd), r.actions)
 
 
 def refusal(exc: AccessDeniedError) -> RemotingCommand:
@@ -209,6 +243,16 @@ class RemotingAcl:
                     request=grant.request,
                     resource=_audit.resource_text(cmd.ext_fields),
                 )
+                principal = grant.account
+                if isinstance(principal, Principal) and grant.rule.super_only:
+                    _audit.authorization(
+                        subject=principal.subject,
+                        decision="Allow",
+                        actions=",".join(grant.rule.actions),
+                        source=principal.host,
+                        resource=principal.cluster().key,
+                        request=str(cmd.code),
+                    )
             return handler(cmd, conn)
 
         return guarded

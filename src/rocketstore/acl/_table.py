@@ -16,6 +16,24 @@ A group's permission is SUB (plain ACL's only group permission; a group is kept 
 topic). A group's retry and dead-letter topics are the group's (``_request.topic_need``).
 ``changes``: the request changes state; let in, it is written to the audit log.
 
+ACL 2.0 (``_auth_eval``) reads the same rules: a topic's PUB is ``Topic:<t>`` Pub, SUB
+``Topic:<t>`` Sub, a group ``Group:<g>`` Sub, unless the rule names its ``actions`` (any one
+of them suffices, as RocketMQ 5.3's request headers declare them); an admin rule needs its
+``actions`` on its ``target`` (``Cluster:<cluster>`` Update when it changes something, Get
+when it reads; a topic or group a field names for topic and group creation and deletion); a
+``super_only`` rule (the user and ACL requests) a Super user; a SIGNED rule nothing more than
+the user. The actions differing from the permission's::
+
+    12 QUERY_MESSAGE, 14 QUERY_CONSUMER_OFFSET, 38 GET_CONSUMER_LIST_BY_GROUP   Sub or Get
+    15 UPDATE_CONSUMER_OFFSET                                                  Sub or Update
+    29, 30, 31, 32 (offsets and times of queues), 33 VIEW_MESSAGE_BY_ID, 202, 203, 208,
+    223, 300, 307, 321 (statistics, connections, consume queues)              Get
+    222 RESET_CONSUMER_OFFSET, 314 CLONE_GROUP_OFFSET                          Update
+    35 UNREGISTER_CLIENT                                                       Pub or Sub
+    17 UPDATE_AND_CREATE_TOPIC        Topic:<topic> Create
+    215 DELETE_TOPIC_IN_BROKER        Topic:<topic> Delete
+    207 DELETE_SUBSCRIPTIONGROUP      Group:<groupName> Delete
+
 Broker (remoting port)::
 
     code  request                            needs
@@ -59,6 +77,10 @@ Broker (remoting port)::
     316   CLEAN_UNUSED_TOPIC                 admin (audited)
     1008  NOTIFY_BROKER_ROLE_CHANGED         admin (audited; a controller's notice unsigned is
                                              refused and the broker learns its role by asking)
+    3001  AUTH_CREATE_USER ... 3003 AUTH_DELETE_USER, 3006 AUTH_CREATE_ACL ... 3008
+          AUTH_DELETE_ACL                    admin; ACL 2.0: a Super user (audited)
+    3004  AUTH_GET_USER, 3005 AUTH_LIST_USER, 3009 AUTH_GET_ACL, 3010 AUTH_LIST_ACL
+                                             admin; ACL 2.0: a Super user
     43    GET_ALL_CONSUMER_OFFSET            admin (every group's offsets)
     204   GET_PRODUCER_CONNECTION_LIST       admin
     315   VIEW_BROKER_STATS_DATA             admin
@@ -106,6 +128,21 @@ from typing import Any
 
 from ..remoting import RemotingCommand
 from ..remoting._send_header import send_header
+from ._auth_model import (
+    CLUSTER,
+    CREATE,
+    DELETE,
+    GET,
+    GROUP,
+    TOPIC,
+    UPDATE,
+)
+from ._auth_model import (
+    PUB as A_PUB,
+)
+from ._auth_model import (
+    SUB as A_SUB,
+)
 from ._plain import PUB, SUB
 from ._request import (
     NameFields,
@@ -137,14 +174,37 @@ class Rule:
     then: Callable[[Any], list[Need]] | None = None
     then_what: str = ""
     changes: bool = False
+    # ACL 2.0: the actions the named topics and groups need (any one; none: by permission,
+    # PUB → Pub, SUB → Sub); for an admin rule the actions on ``target``
+    actions: tuple[str, ...] = ()
+    # ACL 2.0, admin rules: the resource type and the ext field naming it ("": the cluster)
+    target: tuple[str, str] = (CLUSTER, "")
+    # ACL 2.0's user and ACL admin requests: a Super user only (plain ACL: an admin account)
+    super_only: bool = False
 
 
 def signed(name: str) -> Rule:
     return Rule(name, Access.SIGNED)
 
 
-def admin(name: str, *, changes: bool = True) -> Rule:
-    return Rule(name, Access.ADMIN, changes=changes)
+def admin(
+    name: str,
+    *,
+    changes: bool = True,
+    actions: tuple[str, ...] = (),
+    target: tuple[str, str] = (CLUSTER, ""),
+    super_only: bool = False,
+) -> Rule:
+    """An admin account's (ACL 2.0: ``actions`` on ``target``, by default Update on the
+    cluster when the request changes something, else Get)."""
+    return Rule(
+        name,
+        Access.ADMIN,
+        changes=changes,
+        actions=actions or ((UPDATE,) if changes else (GET,)),
+        target=target,
+        super_only=super_only,
+    )
 
 
 def scoped(
@@ -157,20 +217,24 @@ def scoped(
     then: Callable[[Any], list[Need]] | None = None,
     then_what: str = "",
     changes: bool = False,
+    actions: tuple[str, ...] = (),
 ) -> Rule:
-    """A rule over the topic (``perm``) and groups (SUB) named in the ext ``fields``."""
+    """A rule over the topic (``perm``) and groups (SUB) named in the ext ``fields``
+    (ACL 2.0: ``actions`` on each, when given)."""
     fields = NameFields(topic, group, source_group)
 
     def needs(cmd: RemotingCommand) -> list[Need]:
         n = decoded_names(cmd, fields)
         return topic_needs((n.topic,), perm) + group_needs((n.group, n.source_group))
 
-    return Rule(name, Access.SCOPED, fields, needs, then, then_what, changes)
+    return Rule(name, Access.SCOPED, fields, needs, then, then_what, changes, actions)
 
 
-def then_only(name: str, then: Callable[[Any], list[Need]], then_what: str) -> Rule:
+def then_only(
+    name: str, then: Callable[[Any], list[Need]], then_what: str, actions: tuple[str, ...] = ()
+) -> Rule:
     """A rule whose resources the handler learns (a body it decodes, a message it finds)."""
-    return Rule(name, Access.SCOPED, then=then, then_what=then_what)
+    return Rule(name, Access.SCOPED, then=then, then_what=then_what, actions=actions)
 
 
 def _send_needs(cmd: RemotingCommand) -> list[Need]:
@@ -220,31 +284,70 @@ BROKER: Mapping[int, Rule] = _table(
         (310, send("SEND_MESSAGE_V2")),
         (320, send("SEND_BATCH_MESSAGE")),
         (11, scoped("PULL_MESSAGE", topic="topic", group="consumerGroup")),
-        (12, scoped("QUERY_MESSAGE", topic="topic", then=readable, then_what="a found topic")),
-        (14, scoped("QUERY_CONSUMER_OFFSET", topic="topic", group="consumerGroup")),
-        (15, scoped("UPDATE_CONSUMER_OFFSET", topic="topic", group="consumerGroup")),
-        (29, scoped("SEARCH_OFFSET_BY_TIMESTAMP", topic="topic")),
-        (30, scoped("GET_MAX_OFFSET", topic="topic")),
-        (31, scoped("GET_MIN_OFFSET", topic="topic")),
-        (32, scoped("GET_EARLIEST_MSG_STORETIME", topic="topic")),
-        (33, then_only("VIEW_MESSAGE_BY_ID", readable, "the message's topic")),
+        (
+            12,
+            scoped(
+                "QUERY_MESSAGE",
+                topic="topic",
+                then=readable,
+                then_what="a found topic",
+                actions=(A_SUB, GET),
+            ),
+        ),
+        (
+            14,
+            scoped(
+                "QUERY_CONSUMER_OFFSET",
+                topic="topic",
+                group="consumerGroup",
+                actions=(A_SUB, GET),
+            ),
+        ),
+        (
+            15,
+            scoped(
+                "UPDATE_CONSUMER_OFFSET",
+                topic="topic",
+                group="consumerGroup",
+                actions=(A_SUB, UPDATE),
+            ),
+        ),
+        (29, scoped("SEARCH_OFFSET_BY_TIMESTAMP", topic="topic", actions=(GET,))),
+        (30, scoped("GET_MAX_OFFSET", topic="topic", actions=(GET,))),
+        (31, scoped("GET_MIN_OFFSET", topic="topic", actions=(GET,))),
+        (32, scoped("GET_EARLIEST_MSG_STORETIME", topic="topic", actions=(GET,))),
+        (33, then_only("VIEW_MESSAGE_BY_ID", readable, "the message's topic", (GET,))),
         (34, then_only("HEART_BEAT", heartbeat_needs, "the decoded heartbeat")),
-        (35, scoped("UNREGISTER_CLIENT", group="consumerGroup")),
+        (35, scoped("UNREGISTER_CLIENT", group="consumerGroup", actions=(A_PUB, A_SUB))),
         (
             36,
             scoped("CONSUMER_SEND_MSG_BACK", group="group", then=readable, then_what="its topic"),
         ),
         (37, then_only("END_TRANSACTION", writable, "the half message's topic")),
-        (38, scoped("GET_CONSUMER_LIST_BY_GROUP", group="consumerGroup")),
+        (38, scoped("GET_CONSUMER_LIST_BY_GROUP", group="consumerGroup", actions=(A_SUB, GET))),
         (41, then_only("LOCK_BATCH_MQ", lock_needs, "the decoded lock request")),
         (42, then_only("UNLOCK_BATCH_MQ", lock_needs, "the decoded unlock request")),
-        (202, scoped("GET_TOPIC_STATS_INFO", topic="topic")),
-        (203, scoped("GET_CONSUMER_CONNECTION_LIST", group="consumerGroup")),
-        (208, scoped("GET_CONSUME_STATS", topic="topic", group="consumerGroup")),
-        (222, scoped("RESET_CONSUMER_OFFSET", topic="topic", group="group", changes=True)),
-        (223, scoped("INVOKE_BROKER_TO_GET_CONSUMER_STATUS", topic="topic", group="group")),
-        (300, scoped("QUERY_TOPIC_CONSUME_BY_WHO", topic="topic")),
-        (307, scoped("GET_CONSUMER_RUNNING_INFO", group="consumerGroup")),
+        (202, scoped("GET_TOPIC_STATS_INFO", topic="topic", actions=(GET,))),
+        (203, scoped("GET_CONSUMER_CONNECTION_LIST", group="consumerGroup", actions=(GET,))),
+        (208, scoped("GET_CONSUME_STATS", topic="topic", group="consumerGroup", actions=(GET,))),
+        (
+            222,
+            scoped(
+                "RESET_CONSUMER_OFFSET",
+                topic="topic",
+                group="group",
+                changes=True,
+                actions=(UPDATE,),
+            ),
+        ),
+        (
+            223,
+            scoped(
+                "INVOKE_BROKER_TO_GET_CONSUMER_STATUS", topic="topic", group="group", actions=(GET,)
+            ),
+        ),
+        (300, scoped("QUERY_TOPIC_CONSUME_BY_WHO", topic="topic", actions=(GET,))),
+        (307, scoped("GET_CONSUMER_RUNNING_INFO", group="consumerGroup", actions=(GET,))),
         (
             314,
             scoped(
@@ -253,15 +356,16 @@ BROKER: Mapping[int, Rule] = _table(
                 group="destGroup",
                 source_group="srcGroup",
                 changes=True,
+                actions=(UPDATE,),
             ),
         ),
-        (321, scoped("QUERY_CONSUME_QUEUE", topic="topic", group="consumerGroup")),
+        (321, scoped("QUERY_CONSUME_QUEUE", topic="topic", group="consumerGroup", actions=(GET,))),
         (9001, scoped("GET_TIER_MANIFEST", topic="topic")),
-        (17, admin("UPDATE_AND_CREATE_TOPIC")),
+        (17, admin("UPDATE_AND_CREATE_TOPIC", actions=(CREATE,), target=(TOPIC, "topic"))),
         (25, admin("UPDATE_BROKER_CONFIG")),
         (200, admin("UPDATE_AND_CREATE_SUBSCRIPTIONGROUP")),
-        (207, admin("DELETE_SUBSCRIPTIONGROUP")),
-        (215, admin("DELETE_TOPIC_IN_BROKER")),
+        (207, admin("DELETE_SUBSCRIPTIONGROUP", actions=(DELETE,), target=(GROUP, "groupName"))),
+        (215, admin("DELETE_TOPIC_IN_BROKER", actions=(DELETE,), target=(TOPIC, "topic"))),
         (306, admin("CLEAN_EXPIRED_CONSUMEQUEUE")),
         (316, admin("CLEAN_UNUSED_TOPIC")),
         (43, admin("GET_ALL_CONSUMER_OFFSET", changes=False)),
@@ -274,6 +378,16 @@ BROKER: Mapping[int, Rule] = _table(
         (201, signed("GET_ALL_SUBSCRIPTIONGROUP_CONFIG")),
         (1008, admin("NOTIFY_BROKER_ROLE_CHANGED")),
         (1007, signed("GET_BROKER_EPOCH_CACHE")),
+        (3001, admin("AUTH_CREATE_USER", super_only=True)),
+        (3002, admin("AUTH_UPDATE_USER", super_only=True)),
+        (3003, admin("AUTH_DELETE_USER", super_only=True)),
+        (3004, admin("AUTH_GET_USER", changes=False, super_only=True)),
+        (3005, admin("AUTH_LIST_USER", changes=False, super_only=True)),
+        (3006, admin("AUTH_CREATE_ACL", super_only=True)),
+        (3007, admin("AUTH_UPDATE_ACL", super_only=True)),
+        (3008, admin("AUTH_DELETE_ACL", super_only=True)),
+        (3009, admin("AUTH_GET_ACL", changes=False, super_only=True)),
+        (3010, admin("AUTH_LIST_ACL", changes=False, super_only=True)),
     ]
 )
 

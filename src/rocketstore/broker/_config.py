@@ -15,6 +15,7 @@ from typing import Any
 
 from ..remoting import ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
+from ..remoting._tls import TlsServerConfig
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 
@@ -58,6 +59,27 @@ _CONF_KEYS = {
     "brokerElectionPriority": "broker_election_priority",
     "controllerLeaseMills": "controller_lease_mills",
     "innerClientAuthenticationCredentials": "inner_client_credentials",
+    "authenticationEnabled": "authentication_enabled",
+    "authorizationEnabled": "authorization_enabled",
+    "authenticationProvider": "authentication_provider",
+    "authorizationProvider": "authorization_provider",
+    "authenticationMetadataProvider": "authentication_metadata_provider",
+    "authorizationMetadataProvider": "authorization_metadata_provider",
+    "authenticationStrategy": "authentication_strategy",
+    "authorizationStrategy": "authorization_strategy",
+    "initAuthenticationUser": "init_authentication_user",
+    "authenticationWhitelist": "authentication_whitelist",
+    "authorizationWhitelist": "authorization_whitelist",
+    "migrateAuthFromV1Enabled": "migrate_auth_from_v1_enabled",
+}
+# the implementations RocketMQ 5.3 names in these keys; rocketstore has one of each (its own)
+AUTH_IMPLEMENTATIONS = {
+    "authentication_provider": "DefaultAuthenticationProvider",
+    "authorization_provider": "DefaultAuthorizationProvider",
+    "authentication_metadata_provider": "LocalAuthenticationMetadataProvider",
+    "authorization_metadata_provider": "LocalAuthorizationMetadataProvider",
+    "authentication_strategy": "AuthenticationStrategy",  # Stateless or Stateful
+    "authorization_strategy": "AuthorizationStrategy",
 }
 INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
 INNER_SECRET_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_SECRET_KEY"
@@ -126,6 +148,27 @@ class BrokerConfig:
     # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
     # environment's (see ``inner_credentials``)
     inner_client_credentials: str = field(default="", repr=False)
+    # ACL 2.0 (RocketMQ 5.3): users and ACLs in config/auth.json; authentication (requests
+    # signed by a user) and authorisation (the user's ACL) switched separately; with either
+    # on, plain ACL's file is read only to migrate it (migrate_auth_from_v1_enabled)
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    # RocketMQ's implementation classes: empty or RocketMQ's defaults (there is one of each)
+    authentication_provider: str = ""
+    authorization_provider: str = ""
+    authentication_metadata_provider: str = ""
+    authorization_metadata_provider: str = ""
+    authentication_strategy: str = ""
+    authorization_strategy: str = ""
+    # request codes let in without authentication / authorisation ("10,310": comma-separated)
+    authentication_whitelist: str = ""
+    authorization_whitelist: str = ""
+    # a Super user made at start when it does not exist: {"username": "...", "password": "..."}
+    init_authentication_user: str = field(default="", repr=False)
+    # at start, each plain_acl.yml account that is not a user yet becomes one, with its ACL
+    migrate_auth_from_v1_enabled: bool = False
+    # the remoting port's TLS (RocketMQ's tls.server.mode and files; see remoting._tls)
+    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -162,6 +205,21 @@ class BrokerConfig:
             )
         if self.inner_client_credentials:
             parse_credentials(self.inner_client_credentials)
+        for name, default in AUTH_IMPLEMENTATIONS.items():
+            value = getattr(self, name).strip()
+            if value and not value.rsplit(".", 1)[-1].endswith(default):
+                raise StoreConfigError(
+                    f"{name}: {value!r} is not supported (RocketMQ's {default} is built in)"
+                )
+        if self.init_authentication_user:
+            parse_init_user(self.init_authentication_user)
+        parse_codes(self.authentication_whitelist, "authenticationWhitelist")
+        parse_codes(self.authorization_whitelist, "authorizationWhitelist")
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Whether ACL 2.0 is in force (authentication or authorisation on)."""
+        return self.authentication_enabled or self.authorization_enabled
 
     def inner_credentials(self, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
         """(access key, secret key) the broker's own clients sign with:
@@ -281,3 +339,36 @@ def _parse(kind: Any, raw: str, key: str) -> Any:
     except ValueError:
         raise StoreConfigError(f"{key}: not a number: {raw!r}") from None
     return text
+
+
+def parse_init_user(text: str) -> tuple[str, str]:
+    """(username, password) of ``initAuthenticationUser``'s ``{"username": "...",
+    "password": "..."}``; StoreConfigError when it is not that."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise StoreConfigError(
+            'initAuthenticationUser: expected {"username": "...", "password": "..."}'
+        )
+    username, password = doc.get("username"), doc.get("password")
+    if not isinstance(username, str) or not isinstance(password, str) or not username.strip():
+        raise StoreConfigError("initAuthenticationUser: username and password must be text")
+    if not password.strip():
+        raise StoreConfigError("initAuthenticationUser: the password is blank")
+    return username, password
+
+
+def parse_codes(text: str, key: str) -> frozenset[int]:
+    """The request codes of a comma-separated list (RocketMQ's whitelists); StoreConfigError
+    naming ``key`` for an item that is not one."""
+    codes = set()
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            codes.add(int(item))
+        except ValueError:
+            raise StoreConfigError(f"{key}: {item!r} is not a request code") from None
+    return frozenset(codes)

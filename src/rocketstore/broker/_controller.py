@@ -34,6 +34,7 @@ from ..store._durable import is_disk_full
 from ..store._store import MessageStore
 from ._config import BrokerConfig
 from .admin._admin import AdminProcessor
+from .admin._auth import AuthAdminProcessor
 from .admin._clients import ClientAdminProcessor
 from .admin._config import ConfigAdminProcessor
 from .admin._consumers import ConsumerAdminProcessor
@@ -61,6 +62,7 @@ from .state._subscription_group import SubscriptionGroupManager
 from .state._topic_config import TopicConfig, TopicConfigManager
 
 if TYPE_CHECKING:
+    from ..acl._auth_store import AuthStore
     from ..acl._remoting import AclSource
     from ..tier._read import TierReader
     from .replication._replicas import ReplicasManager, RoleChange
@@ -70,10 +72,53 @@ log = logging.getLogger(__name__)
 SCAN_CHANNELS_INTERVAL_S = 10.0
 
 
+def load_auth(config: BrokerConfig, config_dir: Path) -> AuthStore:
+    """ACL 2.0's users and ACLs of a broker (``config_dir/auth.json``), with the Super users
+    broker.conf names made when missing (initAuthenticationUser, the inner client's
+    credentials) and, with migrateAuthFromV1Enabled, plain_acl.yml's accounts migrated.
+    AclConfigError when a file cannot be used."""
+    from ..acl import AclConfigError, default_acl_path
+    from ..acl import load_acl as load_plain
+    from ..acl._auth_eval import AuthSettings
+    from ..acl._auth_migrate import migrate
+    from ..acl._auth_model import SUPER, User
+    from ..acl._auth_store import AuthStore
+    from ._config import parse_codes, parse_credentials, parse_init_user
+
+    settings = AuthSettings(
+        config.authentication_enabled,
+        config.authorization_enabled,
+        config.cluster_name,
+        parse_codes(config.authentication_whitelist, "authenticationWhitelist"),
+        parse_codes(config.authorization_whitelist, "authorizationWhitelist"),
+    )
+    auth = AuthStore(config_dir, settings)
+    made: list[User] = []
+    if config.init_authentication_user:
+        name, password = parse_init_user(config.init_authentication_user)
+        made.append(User(name, password, SUPER))
+    if config.inner_client_credentials:
+        ak, sk = parse_credentials(config.inner_client_credentials)
+        made.append(User(ak, sk, SUPER))
+    auth.ensure_users(made)
+    if config.migrate_auth_from_v1_enabled:
+        path = Path(config.acl_file) if config.acl_file else default_acl_path()
+        if not path.exists():
+            raise AclConfigError(f"migrateAuthFromV1Enabled=true but {path} does not exist")
+        users, acls = migrate(load_plain(path), (u.username for u in auth.list_users()))
+        created = auth.ensure_users(users)
+        for acl in acls:
+            if acl.username in created:
+                auth.put_acl(acl)
+        if created:
+            log.info("ACL 2.0: migrated %s from %s", ", ".join(created), path)
+    return auth
+
+
 def load_acl(config: BrokerConfig, default: AclSource | None = None) -> AclSource | None:
     """The ACL of broker.conf's aclEnable (or --acl-file), else ``default`` (the key list of a
-    gRPC front end's config): one set of accounts for every port. AclConfigError when the file
-    cannot be used."""
+    gRPC front end's config): one set of accounts for every port (with ACL 2.0 on, its users
+    and ACLs instead: ``load_auth``). AclConfigError when the file cannot be used."""
     from ..acl import AclConfigError, AclFile
 
     path = config.acl_path
@@ -97,6 +142,7 @@ class BrokerController:
         acl: AclSource | None = None,
         tier: TierReader | None = None,
         inner_signer: Signer | None = FROM_ENV,
+        auth: AuthStore | None = None,
     ) -> None:
         """The broker's state over ``store``, open and started, its config carrying the
         broker's address (``rocketstore.server`` builds both): topic configs, subscription
@@ -136,6 +182,8 @@ class BrokerController:
         # messages handed to consumers, request latency (see rocketstore.metrics)
         self.stats = BrokerStats()
         self.config_dir.mkdir(parents=True, exist_ok=True)
+        # ACL 2.0's users and ACLs, changed by the admin requests (in force when ``acl`` is it)
+        self.auth: AuthStore = auth if auth is not None else load_auth(config, self.config_dir)
         self.topics = TopicConfigManager(
             self.config_dir,
             broker_name=config.broker_name,
@@ -212,6 +260,7 @@ class BrokerController:
             QueueAdminProcessor(self),
             QueryProcessor(self),
             TierAdminProcessor(self),
+            AuthAdminProcessor(self),
             ReplicasProcessor(self),
             self.end_transaction,
         ):
@@ -253,7 +302,8 @@ class BrokerController:
         self._started = True
         log.info("broker %s listening on %s", config.broker_name, self.address)
         if self.acl is not None:
-            log.info("broker %s: ACL on (%s)", config.broker_name, config.acl_path or "key list")
+            what = "ACL 2.0" if config.auth_enabled else config.acl_path or "key list"
+            log.info("broker %s: ACL on (%s)", config.broker_name, what)
 
     async def _start_replicas(self) -> None:
         """Controller mode: register with the controllers and take the role they give; the

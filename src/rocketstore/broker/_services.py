@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..acl._auth_store import AuthStore
 from ..acl._remoting import AclSource
 from ..remoting import Connection
 from ..remoting._client import Signer
@@ -143,6 +144,14 @@ class HasInnerClient(Protocol):
 
     @property
     def inner_signer(self) -> Signer | None: ...
+
+
+class HasAuth(Protocol):
+    """ACL 2.0's users and ACLs (served by the admin requests whether or not they are in
+    force)."""
+
+    @property
+    def auth(self) -> AuthStore: ...
 
 
 class HasAcl(Protocol):

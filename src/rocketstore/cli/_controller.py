@@ -24,6 +24,7 @@ import click
 from ..controller._config import DEFAULT_PORT
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
+from ._common import https_options, tls_server_options
 from ._errors import ClientGroup
 from ._serve import (
     _announce,
@@ -69,6 +70,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 )
 @metrics_auth_option
 @verbose_option
+@tls_server_options
+@https_options
 @click.pass_context
 def controller_group(
     ctx: click.Context,
@@ -86,6 +89,8 @@ def controller_group(
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
+    tls: Any,
+    https: Any,
 ) -> None:
     """Run RocketMQ 5's controller (without a sub-command), or ask one."""
     if ctx.invoked_subcommand is not None:
@@ -106,7 +111,7 @@ def controller_group(
     }
     config = controller_config(conf, overrides)
     _logging(verbose, log_dir, log_level, log_levels, config.store_dir)
-    server = ControllerServer(config, acl_file=acl_file)
+    server = ControllerServer(config, acl_file=acl_file, tls=tls)
     _run(
         run_servers(
             None,
@@ -115,6 +120,7 @@ def controller_group(
             controller=server,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
             console_listen="",
             stats_interval=0,
         )

@@ -6,16 +6,23 @@ from __future__ import annotations
 import click
 
 from . import (
-    _admin,
+    _auth,
     _bench,
     _client,
+    _cluster,
+    _config_reference,
     _console,
+    _consumer,
     _controller,
+    _group,
+    _message,
     _serve,
+    _settings,
     _spark,
     _stats,
     _store,
     _tier,
+    _topic,
 )
 
 
@@ -33,9 +40,26 @@ from . import (
     default=None,
     help="ACL: the account's secret key (env ROCKETSTORE_SECRET_KEY)",
 )
-def main(access_key: str | None, secret_key: str | None) -> None:
+@click.option(
+    "--tls",
+    is_flag=True,
+    default=False,
+    help="the remoting clients of this command speak TLS (as RocketMQ's tls.enable; env "
+    "ROCKETSTORE_TLS=true)",
+)
+@click.option(
+    "--tls-ca",
+    default=None,
+    help="check the servers' certificates against this CA bundle (PEM; env ROCKETSTORE_TLS_CA)",
+)
+def main(access_key: str | None, secret_key: str | None, tls: bool, tls_ca: str | None) -> None:
     """rocketstore: Apache RocketMQ's message store in Python."""
     import os
+
+    if tls or tls_ca:  # every remoting client of this process connects with TLS
+        os.environ["ROCKETSTORE_TLS"] = "true"
+    if tls_ca:
+        os.environ["ROCKETSTORE_TLS_CA"] = tls_ca
 
     if bool(access_key) != bool(secret_key):
         raise click.UsageError("give both --access-key and --secret-key, or neither")
@@ -53,8 +77,15 @@ for _module in (
     _serve,
     _controller,
     _client,
-    _admin,
+    _topic,
+    _cluster,
+    _group,
+    _consumer,
+    _settings,
+    _message,
+    _auth,
     _console,
+    _config_reference,
 ):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -16,6 +16,7 @@ from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
+from ._common import NAMESRV_ENV, https_options, tls_server_options
 
 
 def _split_listen(value: str, default_port: int) -> tuple[str, int]:
@@ -35,9 +36,9 @@ def _logging(
     store_dir: str | None = None,
     conf: str | None = None,
 ) -> None:
-    """Log files under ``log_dir`` (default: ``logs/`` beside the store, or ``./logs`` for a
-    name server alone); standard error shows warnings, or everything logged with -v. A fatal
-    signal leaves the Python stacks in ``fatal.log`` there."""
+    """Log files under ``log_dir`` (default: ``logs/<store name>/`` beside the store,
+    ``./logs`` for a name server alone); standard error shows warnings, or everything logged
+    with -v. A fatal signal leaves the Python stacks in ``fatal.log`` there."""
     from pathlib import Path
 
     from .._logs import (
@@ -135,6 +136,7 @@ def _make_broker(
     tiered_dir: str | None = None,
     controller: str | None = None,
     inner_account: Any = None,
+    tls: Any = None,
 ) -> Any:
     from ..broker._config import BrokerConfig
     from ..server import BrokerServer
@@ -178,7 +180,11 @@ def _make_broker(
         config_file=conf,
         controller_addr=controller,
         enable_controller_mode=True if controller else None,
+        tls=tls,
     )
+    if not broker_config.namesrv_addr and os.environ.get(NAMESRV_ENV):
+        # RocketMQ's order: -n, then the conf's namesrvAddr, then the environment
+        broker_config = dataclasses.replace(broker_config, namesrv_addr=os.environ[NAMESRV_ENV])
     if role == "SLAVE" and broker_config.broker_id == 0:
         broker_config = dataclasses.replace(broker_config, broker_id=1)
     return BrokerServer(store_config, broker_config, grpc=grpc, inner_account=inner_account)
@@ -202,8 +208,8 @@ def verbose_option(f: F) -> F:
                 "--log-dir",
                 default=None,
                 help=(
-                    "where the log files go (default: logs/ beside the store, or beside the "
-                    "controller's store; ./logs for a name server alone)"
+                    "where the log files go (default: logs/<store name>/ beside the store, or "
+                    "beside the controller's store; ./logs for a name server alone)"
                 ),
             ),
             click.option(
@@ -293,7 +299,12 @@ def controller_config(conf: str | None, overrides: dict[str, str]) -> Any:
 
 
 def _name_server(
-    host: str, port: int, kv_config: str, acl_path: str | None = None, inner: Any = None
+    host: str,
+    port: int,
+    kv_config: str,
+    acl_path: str | None = None,
+    inner: Any = None,
+    tls: Any = None,
 ) -> Any:
     """A NameServer keeping its KV config in ``kv_config``, checking every request against
     the ACL file ``acl_path`` (None: no ACL) with the process's own account ``inner`` added;
@@ -311,7 +322,7 @@ def _name_server(
         if inner is not None:
             acl = WithAccounts(acl, [inner])
     try:
-        return NameServer(host, port, kv_config_path=kv_config, acl=acl)
+        return NameServer(host, port, kv_config_path=kv_config, acl=acl, tls=tls)
     except (KVConfigError, OSError) as exc:
         click.echo(f"error: KV config: {exc}", err=True)
         sys.exit(1)
@@ -369,6 +380,7 @@ controller_listen_option = click.option(
 )
 @controller_listen_option
 @verbose_option
+@tls_server_options
 def namesrv_cmd(
     conf: str | None,
     listen: str,
@@ -379,6 +391,7 @@ def namesrv_cmd(
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
+    tls: Any,
 ) -> None:
     """Run a name server (routes; brokers register with it), with RocketMQ 5's controller
     beside it when the conf has enableControllerInNamesrv=true or --controller-listen is
@@ -401,10 +414,12 @@ def namesrv_cmd(
     controller = None
     if controller_listen is not None or enabled_in_namesrv(values):
         overrides = {"controllerListen": controller_listen} if controller_listen else {}
-        controller = ControllerServer(controller_config(conf, overrides), acl_file=acl_file)
+        controller = ControllerServer(
+            controller_config(conf, overrides), acl_file=acl_file, tls=tls
+        )
     _logging(verbose, log_dir, log_level, log_levels)
     host, port = _split_listen(listen, 9876)
-    ns = _name_server(host, port, os.path.expanduser(kv_config), acl_file)
+    ns = _name_server(host, port, os.path.expanduser(kv_config), acl_file, tls=tls)
     if acl_file:
         _announce(f"ACL on the name server: {acl_file}")
     _run(run_servers(ns, [], announce=_announce, controller=controller))
@@ -472,7 +487,12 @@ flush_option = click.option(
 )
 @click.option("-c", "--conf", default=None, help="a RocketMQ broker.conf")
 @click.option("--listen", default=None, help=broker_listen_help)
-@click.option("--namesrv", "-n", default=None, help="name server HOST:PORT[;HOST:PORT]")
+@click.option(
+    "--namesrv",
+    "-n",
+    default=None,
+    help=f"name server HOST:PORT[;HOST:PORT] (default: the conf's namesrvAddr, else ${NAMESRV_ENV})",
+)
 @click.option("--broker-name", default=None, help="broker name (default broker-a)")
 @click.option("--cluster", default=None, help="cluster name (default DefaultCluster)")
 @click.option("--broker-id", type=int, default=None, help="0 for a master, >= 1 for a slave")
@@ -486,6 +506,8 @@ flush_option = click.option(
 @metrics_option
 @metrics_auth_option
 @verbose_option
+@tls_server_options
+@https_options
 def broker_cmd(
     store: str | None,
     conf: str | None,
@@ -511,6 +533,8 @@ def broker_cmd(
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
+    tls: Any,
+    https: Any,
 ) -> None:
     """Run a broker over a store directory."""
     from ..server import run_servers
@@ -533,6 +557,7 @@ def broker_cmd(
         acl_file or grpc_acl,
         tiered_dir,
         controller_addr,
+        tls=tls,
     )
     _announce_tier(broker)
     _run(
@@ -542,6 +567,7 @@ def broker_cmd(
             announce=_announce,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
         )
     )
 
@@ -566,6 +592,8 @@ def broker_cmd(
 @console_option
 @controller_listen_option
 @verbose_option
+@tls_server_options
+@https_options
 def serve_cmd(
     store: str,
     conf: str | None,
@@ -588,13 +616,19 @@ def serve_cmd(
     log_dir: str | None,
     log_level: str,
     log_levels: str | None,
+    tls: Any,
+    https: Any,
 ) -> None:
     """A name server and a broker in one process: the embedded default (with RocketMQ 5's
     controller too, its state under the store's controller/, with --controller-listen). Every
     port it opens is printed (name server, controller, broker, HA, gRPC, metrics, console);
     two of them on one port are refused before anything binds."""
+    from ..remoting._tls import ENV_ENABLE
     from ..server import ControllerServer, run_servers
     from ..server._addresses import free_port
+
+    if tls.mode == "enforcing":  # the broker's registrations with its name server speak it too
+        os.environ.setdefault(ENV_ENABLE, "true")
 
     host, port = _split_listen(namesrv_listen, 9876)
     # the broker registers with the name server: a port chosen now, not at its start
@@ -613,7 +647,9 @@ def serve_cmd(
         from ..acl import process_account
 
         inner = process_account()
-    ns = _name_server(host, port, os.path.join(root, "namesrv", "kvConfig.json"), acl_path, inner)
+    ns = _name_server(
+        host, port, os.path.join(root, "namesrv", "kvConfig.json"), acl_path, inner, tls=tls
+    )
     controller = None
     if controller_listen is not None:
         controller = ControllerServer(
@@ -625,6 +661,7 @@ def serve_cmd(
                 },
             ),
             acl_file=acl_path,
+            tls=tls,
         )
     broker = _make_broker(
         store_dir,
@@ -642,6 +679,7 @@ def serve_cmd(
         tiered_dir=tiered_dir,
         controller=controller_addr,
         inner_account=inner,
+        tls=tls,
     )
     if acl_path is not None:
         _announce(f"ACL on the name server: {acl_path}")
@@ -653,6 +691,7 @@ def serve_cmd(
             announce=_announce,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
             console_listen=console_listen,
             console_namesrv=ns.address,
             controller=controller,

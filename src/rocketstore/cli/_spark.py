@@ -89,7 +89,7 @@ def _spark_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--log-dir",
         default=None,
-        help="where Spark's log goes (spark.log; default: logs/ beside the store, or ./logs)",
+        help="where Spark's log goes (spark.log; default: logs/<store name>/ beside the store, or ./logs)",
     )(f)
     f = click.option(
         "--master",
@@ -123,7 +123,13 @@ def _spark_options(f: Callable[..., Any]) -> Callable[..., Any]:
     multiple=True,
     help="topic to export (repeatable; default: all of a store; required with --namesrv)",
 )
-@click.option("--to", "to", required=True, help="output path (a Parquet or JSON-lines directory)")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    help="output: a directory of Parquet or JSON-lines parts, or one file when named "
+    "*.parquet, *.json or *.jsonl",
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["parquet", "json"]), default="parquet", show_default=True
 )
@@ -147,15 +153,36 @@ def export_cmd(
     log_dir: str | None,
 ) -> None:
     """Export topics of a store (or of running brokers) to Parquet or JSON lines. --to must
-    be a new or empty directory, or with --overwrite a previous export."""
+    be a new or empty directory, or with --overwrite a previous export; a --to named
+    *.parquet, *.json or *.jsonl is written as that one file."""
     _store_or_namesrv(store, namesrv)
     if namesrv and not topics:
         raise click.UsageError("--namesrv needs --topic")
     on = _choice(use_spark, master)
+    from ..spark._export_target import single_file_format
+
+    one_file = single_file_format(to)
+    if one_file is not None:
+        if on is not None:
+            raise click.UsageError(
+                "a Spark export writes a directory of part files: give --to without a file "
+                "suffix (or leave out --spark / --master for one file)"
+            )
+        source = click.get_current_context().get_parameter_source("fmt")
+        if source is click.core.ParameterSource.COMMANDLINE and fmt != one_file:
+            raise click.UsageError(f"--to {to!r} names a {one_file} file, --format says {fmt}")
+        fmt = one_file
     jobs = _jobs(on is not None)
     args = (store or "", list(topics), to, fmt, starting_offsets, ending_offsets)
     try:
-        if on is None:
+        if one_file is not None:
+            from ..spark._local_export import export_local_file
+
+            with _rows_bar(f"export → {to}") as progress:
+                n = export_local_file(
+                    *args, namesrv=namesrv, overwrite=overwrite, progress=progress
+                )
+        elif on is None:
             from ..spark._local_export import export_local
 
             with _rows_bar(f"export → {to}") as progress:

@@ -34,6 +34,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..store._config import comment_hint
 from ._errors import ControllerConfigError
 
 DEFAULT_PORT = 9878  # the port RocketMQ's controller quick start gives n0
@@ -171,13 +172,15 @@ def _parse(key: str, attr: str, text: str) -> object:
     text = text.strip()
     if attr in _BOOLS:
         if text.lower() not in ("true", "false"):
-            raise ControllerConfigError(f"{key}: {text!r} is not true or false")
+            raise ControllerConfigError(f"{key}: {text!r} is not true or false{comment_hint(text)}")
         return text.lower() == "true"
     if attr in _INTS:
         try:
             return int(text)
         except ValueError:
-            raise ControllerConfigError(f"{key}: {text!r} is not an integer") from None
+            raise ControllerConfigError(
+                f"{key}: {text!r} is not an integer{comment_hint(text)}"
+            ) from None
     if attr == "etcd_endpoints":
         return tuple(e.strip() for e in text.replace(";", ",").split(",") if e.strip())
     return text

@@ -11,6 +11,7 @@ from ._server import DEFAULT_METRICS_LISTEN as DEFAULT_METRICS_LISTEN
 from ._server import MetricsListenError as MetricsListenError
 from ._server import MetricsServer as MetricsServer
 from ._server import MetricsUnavailableError as MetricsUnavailableError
+from ._server import default_metrics_listen as default_metrics_listen
 from ._server import maybe_start_metrics as maybe_start_metrics
 from ._server import parse_listen as parse_listen
 from ._server import start_metrics as start_metrics
@@ -42,6 +43,7 @@ __all__ = [
     "SlaveLag",
     "Storage",
     "TopicTraffic",
+    "default_metrics_listen",
     "maybe_start_metrics",
     "parse_listen",
     "start_metrics",

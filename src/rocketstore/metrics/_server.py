@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .._extras import install_hint
+from .._extras import METRICS_HINT
 from ._auth import OPEN, AclAdminAuth, MetricsAuth, parse_metrics_auth
 from ._collector import RocketMQCollector
 from ._controller_collector import ControllerCollector, ControllerSource
@@ -28,6 +29,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:5557"
+ROCKETMQ_BROKER_PORT = 10911
+DERIVED_PORT_STEP = 2
+"""Without --metrics-listen, a server listening on port P serves its metrics on P + 2 (a
+broker's HA port is P + 1), except a broker on RocketMQ's default port, which keeps RocketMQ 5's
+5557: several brokers and controllers on one host each get a port of their own."""
+
+
+def default_metrics_listen(listen_port: int | None) -> str:
+    """The metrics endpoint's address when --metrics-listen is not given, for a process whose
+    first server (its broker, else its controller) listens on ``listen_port`` (None: neither)."""
+    if listen_port is None or listen_port == ROCKETMQ_BROKER_PORT:
+        return DEFAULT_METRICS_LISTEN
+    if listen_port == 0:  # a server on a port of the system's choosing: so is this one
+        return "127.0.0.1:0"
+    port = listen_port + DERIVED_PORT_STEP
+    return f"127.0.0.1:{port}" if port <= 65535 else DEFAULT_METRICS_LISTEN
 
 
 class MetricsUnavailableError(RuntimeError):
@@ -61,12 +78,13 @@ class MetricsServer:
         namesrv: NamesrvSource | None = None,
         controller: ControllerSource | None = None,
         auth: MetricsAuth = OPEN,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest
         except ImportError as exc:
             raise MetricsUnavailableError(
-                f"metrics need prometheus_client: {install_hint('server')}"
+                f"metrics need prometheus_client: {METRICS_HINT}"
             ) from exc
         self.sources = list(brokers)
         self.namesrv = namesrv
@@ -75,7 +93,7 @@ class MetricsServer:
         if controller is not None:
             self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
-        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth)
+        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth, tls=tls)
 
     @property
     def address(self) -> str:
@@ -116,6 +134,7 @@ async def start_metrics(
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
     auth: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer:
     """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
     (HOST:PORT) and time their remoting requests from now on; ``auth`` as ``metrics_auth``.
@@ -134,6 +153,7 @@ async def start_metrics(
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
         controller=controller,
         auth=metrics_auth(auth, brokers),
+        tls=tls,
     )
     await server.start()
     for broker in brokers:
@@ -148,8 +168,11 @@ async def maybe_start_metrics(
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
     auth: str | None = None,
+    default: str = DEFAULT_METRICS_LISTEN,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer | None:
-    """What ``--metrics-listen`` asks for: '' no metrics; None the default address, skipped
+    """What ``--metrics-listen`` asks for: '' no metrics; None ``default`` (see
+    ``default_metrics_listen``), skipped
     when prometheus_client is missing (a line in the log) or the port is taken (a warning:
     another broker on the host has it); any other value required (its errors raised).
     ``auth``: ``--metrics-auth`` (see ``metrics_auth``)."""
@@ -157,16 +180,16 @@ async def maybe_start_metrics(
         return None
     if listen is not None:
         return await start_metrics(
-            brokers, listen, namesrv=namesrv, controller=controller, auth=auth
+            brokers, listen, namesrv=namesrv, controller=controller, auth=auth, tls=tls
         )
     try:
         return await start_metrics(
-            brokers, DEFAULT_METRICS_LISTEN, namesrv=namesrv, controller=controller, auth=auth
+            brokers, default, namesrv=namesrv, controller=controller, auth=auth, tls=tls
         )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)
     except OSError as exc:
-        log.warning("no metrics on %s: %s", DEFAULT_METRICS_LISTEN, exc)
+        log.warning("no metrics on %s: %s", default, exc)
     return None
 
 
@@ -183,13 +206,13 @@ def check_listen_option(_ctx: object, _param: object, value: str | None) -> str 
         raise click.BadParameter(str(exc)) from None
     if importlib.util.find_spec("prometheus_client") is None:
         raise click.BadParameter(
-            f"metrics need prometheus_client: {install_hint('server')} "
-            "(or --metrics-listen '' for none)"
+            f"metrics need prometheus_client: {METRICS_HINT} (or --metrics-listen '' for none)"
         )
     return value
 
 
 LISTEN_HELP = (
-    f"Prometheus /metrics, /healthz and /readyz on HOST:PORT (default {DEFAULT_METRICS_LISTEN}, "
-    "skipped when taken; '' for none)"
+    "Prometheus /metrics, /healthz and /readyz on HOST:PORT (default: 127.0.0.1 and the "
+    f"listen port + {DERIVED_PORT_STEP}, {DEFAULT_METRICS_LISTEN} beside a broker on "
+    f"{ROCKETMQ_BROKER_PORT}; skipped when taken; '' for none)"
 )

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ..store._config import comment_hint
+
 # RocketMQ's config black lists: keys no admin request may change
 NAMESRV_BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
 BROKER_BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
@@ -37,7 +39,9 @@ def java_int(text: str, lo: int = JAVA_INT_RANGE[0], hi: int = JAVA_INT_RANGE[1]
     """``text`` as Integer.parseInt (Long.parseLong with the long range) reads it, within
     [lo, hi]; ValueError (saying why) for anything else."""
     if not _JAVA_INTEGER.fullmatch(text):
-        raise ValueError(f"{text!r} is not an integer (ASCII digits with an optional sign)")
+        raise ValueError(
+            f"{text!r} is not an integer (ASCII digits with an optional sign){comment_hint(text)}"
+        )
     value = int(text)
     if not lo <= value <= hi:
         raise ValueError(f"{value} is not within [{lo}, {hi}]")
@@ -48,7 +52,7 @@ def java_bool(text: str) -> bool:
     """``true`` or ``false`` (any case); ValueError for anything else."""
     low = text.lower()
     if low not in ("true", "false"):
-        raise ValueError(f"{text!r} is not true or false")
+        raise ValueError(f"{text!r} is not true or false{comment_hint(text)}")
     return low == "true"
 
 

@@ -23,6 +23,7 @@ from ..acl._remoting import AclSource, RemotingAcl
 from ..acl._table import NAMESRV
 from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer, ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
+from ..remoting._tls import TlsServerConfig
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ._bodies import MAX_REGISTER_BODY
 from ._kv import KVConfigManager
@@ -42,7 +43,8 @@ class NameServer:
     ``limits``: the connections and buffered bytes its clients may hold. ``kv_config_path``:
     the file of its KV config (RocketMQ's kvConfig.json), read here (KVConfigError when it is
     not KV config JSON) and rewritten on each change; None keeps the KV config in memory.
-    ``acl``: the accounts every request is checked against (None: no ACL)."""
+    ``acl``: the accounts every request is checked against (None: no ACL). ``tls``: its
+    port's TLS (RocketMQ's tls.server.mode; None: plain TCP)."""
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class NameServer:
         limits: ServerLimits = DEFAULT_LIMITS,
         kv_config_path: str | os.PathLike[str] | None = None,
         acl: AclSource | None = None,
+        tls: TlsServerConfig | None = None,
     ) -> None:
         self.clock = clock
         self.scan_interval_s = scan_interval_s
@@ -82,6 +85,7 @@ class NameServer:
             name="namesrv",
             limits=limits,
             authenticated=acl is not None,
+            tls=tls,
         )
         self.server.close_listeners.append(self._connection_closed)
         self._scan_task: asyncio.Task[None] | None = None

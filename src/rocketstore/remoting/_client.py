@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import select
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -32,6 +33,7 @@ from ._command import (
 )
 from ._connection import _JOIN_LIMIT, _READ_SIZE, Connection, Handler, RemotingError
 from ._signing import signer_from_env
+from ._tls import client_context
 
 Signer = Callable[[RemotingCommand], None]
 FROM_ENV: Any = object()  # sign with ROCKETSTORE_ACCESS_KEY / ROCKETSTORE_SECRET_KEY when set
@@ -223,12 +225,15 @@ class AsyncRemotingClient:
         self._connecting[address] = fut
         try:
             host, port = split_address(address)
+            tls = client_context()
             try:
                 _, made = await asyncio.wait_for(
                     loop.create_connection(
                         lambda: ClientConnection(self.handlers, max_frame=self.max_frame),
                         host,
                         port,
+                        ssl=tls,
+                        server_hostname=host if tls is not None else None,
                     ),
                     self.connect_timeout,
                 )
@@ -309,11 +314,14 @@ class RemotingClient:
             link = None
         if link is None:
             host, port = split_address(address)
+            tls = client_context()
             try:
                 sock = socket.create_connection((host, port), timeout=self.connect_timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if tls is not None:
+                    sock = tls.wrap_socket(sock, server_hostname=host)
             except OSError as exc:
                 raise RemotingError(f"cannot connect to {address}: {exc}") from exc
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             link = self._links[address] = _Link(sock)
         return link
 
@@ -389,7 +397,11 @@ class _Link:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._timeout: float | None = None
-        self._kernel_timeouts = hasattr(socket, "SO_RCVTIMEO") and sys.platform == "linux"
+        # a TLS socket keeps Python's timeouts: its records are read whole or not at all
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._kernel_timeouts = (
+            hasattr(socket, "SO_RCVTIMEO") and sys.platform == "linux" and not self._tls
+        )
         if self._kernel_timeouts:
             sock.settimeout(None)
         self._buf = bytearray(_READ_SIZE)
@@ -406,6 +418,8 @@ class _Link:
                 return True
             if self._end > self._start:
                 return True  # a frame (or part of one) is already here
+            if self._tls:  # the raw socket under the TLS layer: a record, or the end
+                return bool(socket.socket.recv(self.sock, 1, socket.MSG_PEEK))
             return bool(self.sock.recv(1, socket.MSG_PEEK))
         except (OSError, ValueError):
             return False

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import socket
+import ssl
 from collections.abc import Callable
 
 from ._allowance import PROCESS_CONNECTIONS
@@ -20,6 +23,7 @@ from ._limits import (
     ServerLimits,
     ServerStatistics,
 )
+from ._tls import TlsServerConfig, speaks_tls
 
 log = logging.getLogger(__name__)
 _refusals_log = LogLimiter(log)
@@ -48,7 +52,11 @@ class RemotingServer:
     closed; when every place is taken (``max_connections``, or the process's allowance of
     connections, ``_allowance``) a new connection takes the place of the one that has waited
     longest without being established, so connections that say nothing, or say nothing an
-    ACL takes, cannot keep clients out."""
+    ACL takes, cannot keep clients out.
+
+    ``tls``: RocketMQ's TLS modes (see ``_tls``): enforcing serves TLS only; permissive looks
+    at the first byte each connection sends (within ``limits.handshake_timeout``) and serves
+    TLS or plain frames on the one port."""
 
     def __init__(
         self,
@@ -61,8 +69,10 @@ class RemotingServer:
         idle_timeout: float | None = 120.0,
         limits: ServerLimits = DEFAULT_LIMITS,
         authenticated: bool = False,
+        tls: TlsServerConfig | None = None,
     ) -> None:
         self.handlers = handlers
+        self.tls = tls if tls is not None and tls.enabled else None
         self.host = host
         self.port = port
         self.max_frame = max_frame
@@ -84,6 +94,11 @@ class RemotingServer:
         self.frame_path: FramePath | None = None
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        # permissive TLS: the listening socket this server accepts on itself, and the accepted
+        # sockets whose first byte has not come yet (socket → loop time accepted)
+        self._listener: socket.socket | None = None
+        self._sniffing: dict[socket.socket, float] = {}
+        self.tls_connections = 0  # connections served over TLS (permissive: counted apart)
 
     @property
     def address(self) -> str:
@@ -97,15 +112,111 @@ class RemotingServer:
         # asyncio accepts up to the backlog at once, each an open file until the loop turns
         # (a connection refused too): a burst stays a small part of the process's allowance
         backlog = max(16, min(1024, PROCESS_CONNECTIONS.allowance() // 8))
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True, backlog=backlog
-        )
-        sock = self._server.sockets[0]
+        context = self.tls.context() if self.tls is not None else None
+        if context is not None and self.tls is not None and self.tls.mode == "permissive":
+            sock = await self._listen_permissive(loop, backlog, context)
+        else:
+            self._server = await loop.create_server(
+                self._new_tls_connection if context is not None else self._new_connection,
+                self.host,
+                self.port,
+                reuse_address=True,
+                backlog=backlog,
+                ssl=context,
+                ssl_handshake_timeout=self.limits.handshake_timeout if context else None,
+            )
+            sock = self._server.sockets[0]  # type: ignore[assignment]
         self.port = sock.getsockname()[1]
         self.loop = loop
         PROCESS_CONNECTIONS.add(self)
         self._sweeper = asyncio.create_task(self._sweep())
         log.info("%s: listening on %s", self.name, self.address)
+
+    async def _listen_permissive(
+        self, loop: asyncio.AbstractEventLoop, backlog: int, context: ssl.SSLContext
+    ) -> socket.socket:
+        """Listen on a socket of this server's own, accepting in ``_accept``."""
+        infos = await loop.getaddrinfo(
+            self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        family, kind, proto, _name, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        loop.add_reader(sock.fileno(), self._accept, loop, sock, context)
+        return sock
+
+    def _accept(
+        self, loop: asyncio.AbstractEventLoop, listener: socket.socket, context: ssl.SSLContext
+    ) -> None:
+        """Take the waiting connections; each is served once its first byte says which way."""
+        for _ in range(64):  # a burst at a time, then the loop turns
+            try:
+                conn, _peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of files: the next turn tries again
+                _refusals_log.log(logging.WARNING, "%s: accept failed: %s", self.name, exc)
+                return
+            conn.setblocking(False)
+            if len(self._sniffing) >= self.limits.max_connections:  # silent ones make room
+                oldest = next(iter(self._sniffing))
+                self._drop_silent_sniffing(loop, self._sniffing[oldest] + 1e-9)
+            self._sniffing[conn] = loop.time()
+            loop.add_reader(conn.fileno(), self._sniff, loop, conn, context)
+
+    def _sniff(
+        self, loop: asyncio.AbstractEventLoop, conn: socket.socket, context: ssl.SSLContext
+    ) -> None:
+        try:
+            first = conn.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            first = b""
+        loop.remove_reader(conn.fileno())
+        self._sniffing.pop(conn, None)
+        if not first:  # closed before it said anything
+            conn.close()
+            return
+        tls = speaks_tls(first[0])
+        factory = self._new_tls_connection if tls else self._new_connection
+        task = loop.create_task(
+            loop.connect_accepted_socket(  # type: ignore[arg-type]
+                factory,
+                conn,
+                ssl=context if tls else None,
+                ssl_handshake_timeout=self.limits.handshake_timeout if tls else None,
+            )
+        )
+        task.add_done_callback(functools.partial(self._served, conn))
+
+    def _served(self, conn: socket.socket, task: asyncio.Task[object]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        log.info("%s: a connection failed at its start: %s", self.name, task.exception())
+        conn.close()
+
+    def _drop_silent_sniffing(self, loop: asyncio.AbstractEventLoop, older_than: float) -> None:
+        """Close the accepted sockets that sent nothing within the handshake timeout."""
+        for conn, since in list(self._sniffing.items()):
+            if since < older_than:
+                del self._sniffing[conn]
+                with contextlib.suppress(OSError, ValueError):
+                    loop.remove_reader(conn.fileno())
+                conn.close()
+                self.closed_unestablished += 1
+
+    def _new_tls_connection(self) -> asyncio.BaseProtocol:
+        self.tls_connections += 1
+        return self._new_connection()
 
     def _new_connection(self) -> asyncio.BaseProtocol:
         loop = asyncio.get_running_loop()
@@ -220,6 +331,8 @@ class RemotingServer:
         while True:
             await asyncio.sleep(period)
             now = loop.time()
+            if self._sniffing:
+                self._drop_silent_sniffing(loop, now - handshake_timeout)
             for conn in list(self._unestablished):  # the longest waiting first
                 if conn.connected_at >= now - handshake_timeout:
                     break
@@ -259,6 +372,16 @@ class RemotingServer:
         PROCESS_CONNECTIONS.remove(self)
         if self._server is not None:
             self._server.close()
+        if self._listener is not None:
+            running = asyncio.get_running_loop()
+            running.remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+            for sniffing in list(self._sniffing):
+                with contextlib.suppress(OSError, ValueError):
+                    running.remove_reader(sniffing.fileno())
+                sniffing.close()
+            self._sniffing.clear()
         for conn in list(self.connections):
             conn.close()
         loop = asyncio.get_running_loop()

@@ -7,13 +7,14 @@ import dataclasses
 import difflib
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._extras import install_hint
 from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, admin_accounts
 from ..acl._remoting import AclSource
 from ..broker._config import BrokerConfig, broker_conf_keys, ignored_keys
-from ..broker._controller import BrokerController, load_acl
+from ..broker._controller import BrokerController, load_acl, load_auth
 from ..grpc import GrpcConfig, GrpcFrontEnd
 from ..remoting import RemotingServer
 from ..remoting._client import FROM_ENV
@@ -160,10 +161,8 @@ class BrokerServer:
         ignored = ignored_keys(store_config)
         if ignored:
             log.warning("%s", ignored_keys_warning(ignored))
-        acl = load_acl(config, grpc_default_acl(self.grpc_config))
+        acl = None if config.auth_enabled else load_acl(config, grpc_default_acl(self.grpc_config))
         inner = self._inner_account
-        if acl is not None and inner is not None:
-            acl = WithAccounts(acl, [inner])
         # what the broker's own clients sign with: broker.conf's (or the environment's) inner
         # account, else the process's own, else ROCKETSTORE_ACCESS_KEY's (FROM_ENV)
         credentials = config.inner_credentials()
@@ -176,6 +175,15 @@ class BrokerServer:
         self._store = store
         self._running = True
         try:
+            # ACL 2.0's users and ACLs, in the store's config directory (read, and the users
+            # broker.conf names made, once this process owns the store)
+            auth = await asyncio.to_thread(
+                load_auth, config, Path(store_config.store_path_root_dir) / "config"
+            )
+            if config.auth_enabled:
+                acl = auth
+            if acl is not None and inner is not None:
+                acl = WithAccounts(acl, [inner])
             if tier is not None:
                 tier.start()
                 self.tier = tier
@@ -192,6 +200,7 @@ class BrokerServer:
                 acl=acl,
                 tier=reader,
                 inner_signer=inner_signer,
+                auth=auth,
             )
             remoting = RemotingServer(
                 broker.handlers(),
@@ -201,6 +210,7 @@ class BrokerServer:
                 name=f"broker {config.broker_name}",
                 limits=config.server_limits(),
                 authenticated=broker.acl is not None,
+                tls=config.tls,
             )
             if broker.send_frame_path is not None:
                 remoting.frame_path = broker.send_frame_path.serve

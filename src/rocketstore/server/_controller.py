@@ -31,6 +31,7 @@ from ..controller import (
     StateBackend,
 )
 from ..remoting import RemotingServer
+from ..remoting._tls import TlsServerConfig
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ._addresses import free_port
 
@@ -62,8 +63,10 @@ class ControllerServer:
         clock: Clock = SYSTEM_CLOCK,
         backend: StateBackend | None = None,
         acl_file: str | None = None,
+        tls: TlsServerConfig | None = None,
     ) -> None:
         self.config = config
+        self.tls = tls  # its remoting port's TLS (RocketMQ's tls.server.mode)
         self.clock = clock
         self._backend = backend
         self.acl_file = acl_file
@@ -104,6 +107,7 @@ class ControllerServer:
                 config.listen_port,
                 name="controller",
                 authenticated=acl is not None,
+                tls=self.tls,
             )
             remoting.close_listeners.append(controller.connection_closed)
             await remoting.start()

@@ -10,13 +10,14 @@ import gc
 import importlib.util
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._extras import install_hint
+from .._extras import METRICS_HINT
 from ..console._embed import DEFAULT_LISTEN as CONSOLE_DEFAULT
-from ..metrics import DEFAULT_METRICS_LISTEN as METRICS_DEFAULT
+from ..metrics import default_metrics_listen
 from ..remoting._allowance import raise_open_files_limit
 from ..store._disk import why_not_writeable
 from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
@@ -99,15 +100,15 @@ def _optional_claims(metrics_listen: str | None, console_listen: str | None) -> 
     return claims
 
 
-def _no_default_metrics() -> str:
-    """Why the metrics endpoint did not start at its default address."""
+def _no_default_metrics(address: str) -> str:
+    """Why the metrics endpoint did not start at its default ``address``."""
     try:
         installed = importlib.util.find_spec("prometheus_client") is not None
     except ImportError:
         installed = False
     if not installed:
-        return f"prometheus_client is not installed: {install_hint('server')}"
-    return f"{METRICS_DEFAULT} is taken (--metrics-listen HOST:PORT)"
+        return f"prometheus_client is not installed: {METRICS_HINT}"
+    return f"{address} is taken (--metrics-listen HOST:PORT)"
 
 
 def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
@@ -148,6 +149,7 @@ async def run_servers(
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
     controller: ControllerServer | None = None,
+    https: ssl.SSLContext | None = None,
 ) -> None:
     """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
     and the brokers (none started yet), then the metrics endpoint (``metrics_listen``: None for
@@ -157,7 +159,8 @@ async def run_servers(
     over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
     announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
     ports, the metrics endpoint's, the console's), and two of them asking for one port are
-    refused before anything binds (PortClashError, naming both); a port another process holds
+    refused before anything binds (PortClashError, naming both); ``https``: the metrics
+    endpoint and the console serve HTTPS with it (``--https-cert``); a port another process holds
     ends the start with PortInUseError naming it. Every ``stats_interval``
     seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
     logger)."""
@@ -242,20 +245,31 @@ async def run_servers(
         from ..metrics import maybe_start_metrics
 
         starting = [c for c in extra if c.owner == "the metrics endpoint"]
+        first_port = (
+            brokers[0].config.listen_port
+            if brokers
+            else controller.config.listen_port
+            if controller is not None
+            else None
+        )
+        default_metrics = default_metrics_listen(first_port)
         metrics = await maybe_start_metrics(
             [s.broker for s in started],
             metrics_listen,
             namesrv=metrics_namesrv or namesrv,
             controller=controller.controller if controller_started and controller else None,
             auth=metrics_auth,
+            default=default_metrics,
+            tls=https,
         )
+        scheme = "https" if https is not None else "http"
         if metrics is not None:
             announce(
-                f"metrics on http://{metrics.address}/metrics ({metrics.http.auth.describe()};"
+                f"metrics on {scheme}://{metrics.address}/metrics ({metrics.http.auth.describe()};"
                 " /healthz, /readyz open)"
             )
         elif metrics_listen is None and started:
-            announce(f"no metrics endpoint: {_no_default_metrics()}")
+            announce(f"no metrics endpoint: {_no_default_metrics(default_metrics)}")
         from ..console._embed import maybe_start_console
 
         starting = [c for c in extra if c.owner == "the console"]
@@ -263,9 +277,10 @@ async def run_servers(
             console_listen,
             console_namesrv,
             login=any(s.broker.acl is not None for s in started),
+            tls=https,
         )
         if console is not None:
-            announce(f"console on http://{console.address}/")
+            announce(f"console on {scheme}://{console.address}/")
         elif console_listen is None and console_namesrv:
             announce(f"no console: {CONSOLE_DEFAULT} is taken (--console-listen HOST:PORT)")
         if started and stats_interval > 0:

@@ -119,3 +119,12 @@ class StagedOutput:
 
     def __exit__(self, *exc: object) -> None:
         self.discard()
+
+
+FILE_SUFFIXES = {".parquet": "parquet", ".json": "json", ".jsonl": "json"}
+"""A ``--to`` ending in one of these names one file of that format, not a directory."""
+
+
+def single_file_format(to: str) -> str | None:
+    """The format a ``--to`` named like a file asks for (None: a directory of parts)."""
+    return FILE_SUFFIXES.get(Path(to).suffix.lower())

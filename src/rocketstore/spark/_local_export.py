@@ -15,12 +15,18 @@ once everything is written, the export marker):
 Parquet: the source's Arrow schema as it is (times as TIMESTAMP_MICROS in UTC, as the Spark
 export writes them), snappy, row groups of up to 1,048,576 rows. JSON lines: ``_json_lines``.
 
+A ``--to`` named like a file (``out.parquet``, ``out.json``, ``out.jsonl``) gets one file of
+that name instead (``export_local_file``): written beside it under a hidden temporary name and
+renamed into place once complete.
+
 No pyspark; runs in the calling thread.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,9 +36,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..columns._arrow import ARROW_SCHEMA, RangeDecoder
+from ..store._durable import fsync_dir
 from ._broker import Cluster, drop_pool, pull_range
 from ._broker_plan import plan_remote, remote_of
-from ._export_target import StagedOutput, check_target
+from ._export_target import ExportTargetError, StagedOutput, check_target
 from ._json_lines import encode_batch
 from ._options import SourceOptions
 from ._path_plan import open_reader, plan_batch
@@ -113,9 +120,10 @@ def source_batches(opts: SourceOptions) -> tuple[int, Iterator[pa.RecordBatch]]:
 class _Parts:
     """The part files of one export: a new one once the current one passed PART_BYTES."""
 
-    def __init__(self, directory: Path, fmt: str) -> None:
+    def __init__(self, directory: Path, fmt: str, part_bytes: int = PART_BYTES) -> None:
         self.directory = directory
         self.fmt = fmt
+        self.part_bytes = part_bytes
         self.job = uuid.uuid4()
         self.index = 0
         self.rows = 0
@@ -141,7 +149,7 @@ class _Parts:
         table = pa.Table.from_batches(self.pending, schema=ARROW_SCHEMA)
         self.parquet.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
-        if self.parquet_path.stat().st_size >= PART_BYTES:
+        if self.parquet_path.stat().st_size >= self.part_bytes:
             self.parquet.close()
             self.parquet = None
 
@@ -161,7 +169,7 @@ class _Parts:
         if self.lines is None:
             self.lines = self._name().open("wb")
         self.lines.write(encode_batch(batch))
-        if self.lines.tell() >= PART_BYTES:
+        if self.lines.tell() >= self.part_bytes:
             self.lines.close()
             self.lines = None
 
@@ -229,4 +237,51 @@ def export_local(
                 "source": namesrv or os.path.abspath(store),
             }
         )
+    return parts.rows
+
+
+def export_local_file(
+    store: str,
+    topics: list[str],
+    to: str,
+    fmt: str,
+    starting: str | None,
+    ending: str | None,
+    *,
+    namesrv: str | None = None,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> int:
+    """As ``export_local``, into the one file ``to``: ExportTargetError when it is a directory,
+    or exists without ``overwrite``; a failed export leaves it as it was."""
+    target = Path(os.path.abspath(os.path.expanduser(to)))
+    if target.is_dir():
+        raise ExportTargetError(
+            f"{to!r} is a directory: name a file, or a directory without a suffix"
+        )
+    if target.exists() and not overwrite:
+        raise ExportTargetError(f"{to!r} exists (--overwrite replaces it)")
+    if not target.parent.is_dir():
+        raise ExportTargetError(f"{str(target.parent)!r} is not a directory")
+    opts = source_options(store, topics, starting, ending, namesrv)
+    planned, batches = source_batches(opts)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-", dir=target.parent))
+    try:
+        parts = _Parts(staging, fmt, part_bytes=1 << 62)  # one part: the file
+        try:
+            for batch in batches:
+                parts.write(batch)
+                if progress is not None:
+                    progress(parts.rows, planned)
+            parts.close()
+        except BaseException:
+            parts.abandon()
+            raise
+        (part,) = staging.glob("part-*")
+        with open(part, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(part, target)
+        fsync_dir(target.parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return parts.rows

@@ -330,6 +330,16 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
+def comment_hint(value: object) -> str:
+    """The words an error about a refused value adds when the value carries what looks like a
+    trailing comment: a properties file (broker.conf, namesrv.conf, controller.conf) keeps
+    ``true    # why`` whole as the value, as Java's ``Properties`` does."""
+    text = str(value)
+    if re.search(r"\s#", text):
+        return " (a properties file keeps a trailing '# ...' as part of the value: put comments on their own line)"
+    return ""
+
+
 def _convert(name: str, hint: Any, value: Any, key: str | None = None) -> Any:
     """``value`` as field ``name``'s type; StoreConfigError naming ``key`` (the key as the
     configuration spelt it: broker.conf's ``listenPort`` for ``store_port``) when it is not."""
@@ -339,7 +349,9 @@ def _convert(name: str, hint: Any, value: Any, key: str | None = None) -> Any:
         allowed = typing.get_args(hint)
         text = str(value).strip()
         if text not in allowed:
-            raise StoreConfigError(f"{label}: {text!r} is not one of {', '.join(allowed)}")
+            raise StoreConfigError(
+                f"{label}: {text!r} is not one of {', '.join(allowed)}{comment_hint(text)}"
+            )
         return text
     if hint is bool:
         if isinstance(value, bool):
@@ -349,19 +361,23 @@ def _convert(name: str, hint: Any, value: Any, key: str | None = None) -> Any:
             return True
         if text in ("false", "0", "no"):
             return False
-        raise StoreConfigError(f"{label}: {value!r} is not true or false")
+        raise StoreConfigError(f"{label}: {value!r} is not true or false{comment_hint(value)}")
     if hint is int:
         if isinstance(value, bool):
             raise StoreConfigError(f"{label}: expected an integer, got {value!r}")
         try:
             return int(str(value).strip())
         except ValueError:
-            raise StoreConfigError(f"{label}: {value!r} is not an integer") from None
+            raise StoreConfigError(
+                f"{label}: {value!r} is not an integer{comment_hint(value)}"
+            ) from None
     if hint is float:
         try:
             return float(str(value).strip())
         except ValueError:
-            raise StoreConfigError(f"{label}: {value!r} is not a number") from None
+            raise StoreConfigError(
+                f"{label}: {value!r} is not a number{comment_hint(value)}"
+            ) from None
     if hint is str or isinstance(hint, types.UnionType):
         if name in ("store_path_root_dir", "store_path_commit_log", "tiered_dir"):
             return os.path.expanduser(str(value).strip())

@@ -128,11 +128,15 @@ class AdminContext(
 
 
 class RequestError(ValueError):
-    """A request the broker refuses: answered with ``code`` and the message as the remark."""
+    """A request the broker refuses: answered with ``code`` and the message as the remark.
+    ``absent``: the answer only says that what was asked about does not exist (yet), as a
+    console or mqadmin asking after every topic and group hears often: logged at DEBUG, not as
+    a warning."""
 
-    def __init__(self, message: str, code: int = RC.SYSTEM_ERROR) -> None:
+    def __init__(self, message: str, code: int = RC.SYSTEM_ERROR, *, absent: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.absent = absent
 
 
 def _required_str(ext: dict[str, Any], name: str) -> str:
@@ -405,6 +409,9 @@ class AdminProcessor:
             {
                 "brokerVersionDesc": BROKER_VERSION_DESC,
                 "brokerVersion": str(BROKER_VERSION),
+                # RocketMQ 5's: whether this broker runs a master's services (mqadmin
+                # clusterList's #Activated), and its spelling of the pull rate
+                "brokerActive": "true" if store.is_master else "false",
                 **self.broker.stats.daily.totals(
                     stats.put_message_times_total, stats.get_transferred_total
                 ),
@@ -452,7 +459,7 @@ STORE_KEY_NAMES = {
 }
 
 
-SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
+SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials", "initAuthenticationUser"})
 """Settings never shown (GET_BROKER_CONFIG): they hold a secret key."""
 
 
@@ -532,9 +539,12 @@ def _guarded(fn: Callable[[RemotingCommand, Connection], Any]) -> Handler:
     """A handler that answers a refused request with its code and remark, not a stack trace."""
 
     def refuse(cmd: RemotingCommand, conn: Connection, exc: RequestError) -> RemotingCommand:
-        _refusals_log.log(
-            logging.WARNING, "request code %s from %s refused: %s", cmd.code, conn.peer, exc
-        )
+        if exc.absent:  # an answer, not a fault: not counted against the warnings' share
+            log.debug("request code %s from %s answered: %s", cmd.code, conn.peer, exc)
+        else:
+            _refusals_log.log(
+                logging.WARNING, "request code %s from %s refused: %s", cmd.code, conn.peer, exc
+            )
         return RemotingCommand.response(exc.code, str(exc))
 
     async def finish(cmd: RemotingCommand, conn: Connection, pending: Any) -> RemotingCommand:

@@ -215,7 +215,7 @@ class ClientAdminProcessor:
         group = _required_str(cmd.ext_fields, "producerGroup")
         clients = self.broker.producers.producer_table().get(group)
         if clients is None:
-            raise RequestError(f"the producer group[{group}] not exist")
+            raise RequestError(f"the producer group[{group}] not exist", absent=True)
         return _ok(encode_producer_connection([_connection(c) for c in clients]))
 
     async def broker_consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -265,7 +265,7 @@ class ClientAdminProcessor:
             rolling.set_total(BROKER_PUT_NUMS, "", total, total)
         item = rolling.get(name, lookup) if name in STATS_NAMES else None
         if item is None:
-            raise RequestError(f"The stats <{name}> <{key}> not exist")
+            raise RequestError(f"The stats <{name}> <{key}> not exist", absent=True)
         now = rolling.now_ms()
         item.maybe_sample(now)
         windows = [BrokerStatsItem(*item.window(now, i)) for i in range(3)]

@@ -340,6 +340,7 @@ class StoreStatsService(ServiceThread):
             "getMissTps": tps(s.get_miss_tps),
             "getTotalTps": tps(s.get_total_tps),
             "getTransferedTps": tps(s.get_transferred_tps),
+            "getTransferredTps": tps(s.get_transferred_tps),  # RocketMQ 5's spelling
             "putLatency99": f"{s.put_latency_99:.2f}",
             "putLatency999": f"{s.put_latency_999:.2f}",
             f"commitLogDiskRatio_{self.commit_log_path}": java_double(s.commit_log_disk_ratio),
