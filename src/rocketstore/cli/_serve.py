@@ -661,6 +661,7 @@ def serve_cmd(
                 },
             ),
             acl_file=acl_path,
+            inner_account=inner,
             tls=tls,
         )
     broker = _make_broker(

@@ -23,6 +23,7 @@ from ..store._disk import why_not_writeable
 from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
 
 if TYPE_CHECKING:
+    from ..acl import PlainAcl
     from ..namesrv import NameServer
     from ._broker import BrokerServer
     from ._controller import ControllerServer
@@ -134,6 +135,17 @@ def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
         announce(
             f"HA port of broker {name} (slaves replicate from it) listening on {host}:{port}{note}"
         )
+
+
+def _server_acl(
+    namesrv: NameServer | None, controller: ControllerServer | None
+) -> Callable[[], PlainAcl] | None:
+    """The ACL of the servers beside the brokers (a controller's, else a name server's): with
+    no broker, /metrics asks an admin account of it."""
+    if controller is not None and controller.acl_rules is not None:
+        return controller.acl_rules
+    acl = namesrv.acl if namesrv is not None else None
+    return acl.current if acl is not None else None
 
 
 async def run_servers(
@@ -259,6 +271,7 @@ async def run_servers(
             namesrv=metrics_namesrv or namesrv,
             controller=controller.controller if controller_started and controller else None,
             auth=metrics_auth,
+            acl=_server_acl(namesrv, controller),
             default=default_metrics,
             tls=https,
         )
