@@ -90,6 +90,9 @@ class FakeSource:
     def slave_lags(self) -> Sequence[SlaveLag]:
         return [SlaveLag("127.0.0.1:1", 5)]
 
+    def ha_refused_peers(self) -> int:
+        return 4
+
     def replica(self) -> None:
         return None
 
@@ -190,6 +193,9 @@ rocketstore_process_max_map_count{{{N}}} 65530.0
 # HELP rocketstore_ha_slave_lag_bytes Bytes a slave has not yet acknowledged
 # TYPE rocketstore_ha_slave_lag_bytes gauge
 rocketstore_ha_slave_lag_bytes{{{N},slave="127.0.0.1:1"}} 5.0
+# HELP rocketstore_ha_refused_peers_total Peers the HA port refused (no proof, an unknown or connected replica id)
+# TYPE rocketstore_ha_refused_peers_total counter
+rocketstore_ha_refused_peers_total{{{N}}} 4.0
 # HELP rocketstore_namesrv_live_brokers Brokers registered with the name server
 # TYPE rocketstore_namesrv_live_brokers gauge
 rocketstore_namesrv_live_brokers 3.0
@@ -210,7 +216,8 @@ def test_exposition_parses_back_with_the_families_types() -> None:
     assert families["rocketmq_consumer_lag_latency"] == "gauge"
     assert families["rocketstore_consume_queue_unmaps"] == "counter"
     assert families["rocketstore_process_open_files_limit"] == "gauge"
-    assert len(families) == 26
+    assert families["rocketstore_ha_refused_peers"] == "counter"
+    assert len(families) == 27
 
 
 def test_name_server_only_has_no_broker_families() -> None:

@@ -416,9 +416,8 @@ class BrokerController:
         replicas = self.replicas
         if replicas is None:
             return self.config.broker_id
-        ha = self.store.ha
-        confirmed = getattr(ha, "in_sync", None)
-        if replicas.role == "MASTER" and confirmed is not None and confirmed.lease_valid():
+        switch = self.store.ha.switch
+        if replicas.role == "MASTER" and switch is not None and switch.in_sync.lease_valid():
             return 0
         return max(replicas.broker_id, 0)
 

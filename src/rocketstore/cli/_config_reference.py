@@ -140,6 +140,8 @@ WHAT: dict[str, str] = {
     "innerClientAuthenticationCredentials": "the account a server's own clients sign with (a "
     "broker's registrations and controller requests, a controller's notices), "
     '`{"accessKey": ..., "secretKey": ...}`',
+    "haAuthEnabled": "slaves prove the inner account on the HA port (unset: on with ACL; "
+    "false for a group with RocketMQ brokers, which cannot)",
     # -- ACL 2.0 (RocketMQ 5.3)
     "authenticationEnabled": "requests must be signed by an ACL 2.0 user (config/auth.json)",
     "authorizationEnabled": "requests are decided by the user's ACL 2.0 policies",
@@ -252,6 +254,8 @@ def _origin(name: str) -> str:
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return "(unset)"
     return str(value)
 
 

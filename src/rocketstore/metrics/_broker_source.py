@@ -55,7 +55,6 @@ from ..broker.state._topic_config import (
     TRANS_HALF_TOPIC,
 )
 from ..remoting import RequestCode, ResponseCode
-from ..store.ha._auto_service import AutoSwitchHAService
 from ._source import (
     ConsumerConnections,
     ConsumerLag,
@@ -316,10 +315,14 @@ class BrokerSource:
             return []
         return [SlaveLag(s.address, s.lag_bytes) for s in ha.slaves]
 
+    def ha_refused_peers(self) -> int:
+        ha = self.broker.store.statistics().ha
+        return ha.refused_peers if ha is not None else 0
+
     def replica(self) -> ReplicaState | None:
         replicas = self.broker.replicas
-        ha = self.broker.store.ha
-        if replicas is None or not isinstance(ha, AutoSwitchHAService):
+        ha = self.broker.store.ha.switch
+        if replicas is None or ha is None:
             return None
         s = ha.replica_statistics()
         return ReplicaState(

@@ -33,6 +33,7 @@ rocketstore_process_open_files          gauge      -
 rocketstore_process_open_files_limit    gauge      -  (soft RLIMIT_NOFILE; -1 unlimited)
 rocketstore_process_mappings            gauge      -
 rocketstore_process_max_map_count       gauge      -  (vm.max_map_count)
+rocketstore_ha_refused_peers_total      counter    -  (no proof, an unknown or connected id)
 rocketstore_replica_role                gauge      role (master, slave, none): 1 for the role held
 rocketstore_replica_master_epoch        gauge      -  (controller mode, as the next five)
 rocketstore_replica_sync_state_set_size gauge      -  (a master's SyncStateSet; 0 on a slave)
@@ -180,6 +181,11 @@ class RocketMQCollector:
         max_maps = gauge(
             "rocketstore_process_max_map_count", "The kernel's mapping limit (vm.max_map_count)", ()
         )
+        ha_refused = counter(
+            "rocketstore_ha_refused_peers",
+            "Peers the HA port refused (no proof, an unknown or connected replica id)",
+            (),
+        )
         replicas: list[tuple[list[str], ReplicaState]] = []
         for source in self.brokers:
             node = _node(source.node())
@@ -237,6 +243,7 @@ class RocketMQCollector:
             max_maps.add_metric(node, files.max_map_count)
             for s in source.slave_lags():
                 slave_lag.add_metric([*node, s.slave], s.lag_bytes)
+            ha_refused.add_metric(node, source.ha_refused_peers())
             replica = source.replica()
             if replica is not None:
                 replicas.append((node, replica))
@@ -267,6 +274,7 @@ class RocketMQCollector:
                 mappings,
                 max_maps,
                 slave_lag,
+                ha_refused,
             )
         if replicas:
             yield from _replica_families(replicas, gauge, counter)

@@ -142,6 +142,10 @@ class MetricsSource(Protocol):
 
     def slave_lags(self) -> Sequence[SlaveLag]: ...
 
+    def ha_refused_peers(self) -> int:
+        """Peers the HA port refused: no proof, an unknown id, or one that is connected."""
+        ...
+
     def replica(self) -> ReplicaState | None:
         """Controller mode: the broker's role and epoch (None: not in controller mode)."""
         ...

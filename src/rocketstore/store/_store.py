@@ -30,9 +30,17 @@ from ._disk import (
     disk_used_ratio,
 )
 from ._durable import fsync_dir, is_disk_full, os_error_cause
-from ._errors import IndexWriteError, StoreClosedError, StoreIOError, translate_os_errors
+from ._errors import (
+    IndexWriteError,
+    StoreClosedError,
+    StoreError,
+    StoreIOError,
+    translate_os_errors,
+)
 from ._lock import StoreLock
 from .ha import HAService
+from .ha._api import Replication
+from .ha._auth import OPEN, HAGuard
 from .ha._auto_service import AutoSwitchHAService
 from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
@@ -61,9 +69,10 @@ from .log._transient_pool import TransientStorePool
 from .queue._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from .queue._filter import MessageFilter
 from .queue._index import IndexService
+from .queue._queue_checkpoint import QueueCheckpointWriter
 from .queue._reput import MessageArrivingListener, ReputMessageService
 from .read._read_api import ReadApi
-from .recovery._loader import LoadResult, StoreLoader
+from .recovery._loader import CLEAN_VERIFY_BYTES, LoadResult, StoreLoader
 from .services._clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
 from .services._delay_offset import DelayOffsetFile
 from .services._schedule import ScheduleMessageService
@@ -91,10 +100,12 @@ class MessageStore:
         clock: Clock = SYSTEM_CLOCK,
         disk_usage: DiskUsageProbe | None = None,
         maintenance: bool = True,
+        ha_guard: HAGuard = OPEN,
     ) -> None:
         """``disk_usage``: how full a path's partition is (tests simulate a full disk);
         ``maintenance=False`` runs neither delayed delivery nor retention cleaning (inspection
-        tools that must not change a store)."""
+        tools that must not change a store); ``ha_guard``: who may replicate from it, and who
+        it is to its master (authentication of the HA port, see ``ha._auth``)."""
         self.config = config or StoreConfig()
         self.clock = clock
         self.root = Path(self.config.store_path_root_dir)
@@ -168,6 +179,17 @@ class MessageStore:
             thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
             on_flushed=self._on_queues_flushed,
         )
+        self.queue_checkpoint = QueueCheckpointWriter(
+            self.root,
+            self.config.consume_queue_file_size,
+            dispatched=lambda: self.reput.reput_from_offset,
+            states=self.consume_queues.states,
+            log_end=lambda: self.commit_log.max_offset,
+            timestamps=self._checkpoint_timestamps,
+            record_time=self._record_time,
+            verify_bytes=CLEAN_VERIFY_BYTES,
+        )
+        self.flush_consume_queue.checkpoint = self.queue_checkpoint
         self.reader = ReadApi(
             self.config,
             self.commit_log,
@@ -224,19 +246,27 @@ class MessageStore:
         # replication: the master's HA port and SYNC_MASTER waits, or the slave's client; in
         # controller mode AutoSwitch HA, the role given at run time (see on_master, on_slave)
         self.controller_mode = self.config.enable_controller_mode
-        self.ha: HAService | AutoSwitchHAService
+        self.ha: Replication
+        self._switch: AutoSwitchHAService | None = None
         if self.controller_mode:
-            self.ha = AutoSwitchHAService(
+            self.ha = self._switch = AutoSwitchHAService(
                 self.config,
                 self.commit_log,
                 clock,
-                LogCutter(self.commit_log, self.reput, self.consume_queues, self.index),
+                LogCutter(
+                    self.commit_log,
+                    self.reput,
+                    self.consume_queues,
+                    self.index,
+                    on_cut=self.queue_checkpoint.invalidate,
+                ),
                 on_append=self._dispatch_confirmed,
                 set_refusal=self.commit_log.set_refusal,
+                guard=ha_guard,
             )
-            self.ha.hooks = self
+            self._switch.hooks = self
         else:
-            self.ha = HAService(self.config, self.commit_log, clock)
+            self.ha = HAService(self.config, self.commit_log, clock, ha_guard)
         self._is_master = self.config.broker_role != "SLAVE" and not self.controller_mode
         self._monotonic = clock.monotonic
         self._loaded = False
@@ -262,8 +292,9 @@ class MessageStore:
             limit = self.commit_log.queue.flushed_where
         else:
             limit = self.commit_log.queue.get_max_offset()
-        if self.controller_mode:
-            return min(limit, self.ha.confirm_offset())  # type: ignore[union-attr]
+        switch = self._switch
+        if switch is not None:
+            return min(limit, switch.confirm_offset())
         return limit
 
     def _request_flush(self, end: int) -> None:
@@ -313,6 +344,18 @@ class MessageStore:
                 cp.logics_msg_timestamp = store_timestamp
             cp.flush()
 
+    def _checkpoint_timestamps(self) -> tuple[int, int]:
+        cp = self.checkpoint
+        return (cp.physic_msg_timestamp, cp.logics_msg_timestamp) if cp is not None else (0, 0)
+
+    def _record_time(self, phys_offset: int) -> int:
+        """Store timestamp of the record at ``phys_offset``, -1 when none is there."""
+        try:
+            r = self.commit_log.check_at(phys_offset, check_crc=False)
+        except StoreError:
+            return -1
+        return -1 if isinstance(r, int) else r.store_timestamp
+
     def _on_index_flushed(self, store_timestamp: int) -> None:
         cp = self.checkpoint
         if cp is not None:
@@ -349,6 +392,9 @@ class MessageStore:
                 checkpoint=self.checkpoint,
                 clock=self.clock,
             ).load()
+            # record starts the next clean restart's tail check may start from
+            self.queue_checkpoint.boundary(self.load_result.scan_from)
+            self.queue_checkpoint.boundary(self.load_result.max_phys_offset)
             self.schedule.load()
             self._note_mapping_limits()
         except BaseException:
@@ -531,7 +577,10 @@ class MessageStore:
         self.commit_log.on_append = None
         self.commit_log.wire_dispatch(None)
         self.flush_consume_queue.stop()  # flushes every queue
-        self.index.shutdown()
+        try:
+            self.index.shutdown()
+        except StoreError:  # derived data: the next load checks the index files anyway
+            log.exception("%s: shutting the index down failed", self.root)
         self._finish_checkpoint()
         self.consume_queues.shutdown()
         if self.allocator is not None:
@@ -583,28 +632,51 @@ class MessageStore:
             return
         cl = self.commit_log
         end = cl.max_offset
-        caught_up = self.reput.reput_from_offset >= end and cl.queue.flushed_where >= end
-        if caught_up and self.reput.error is None:
+        # clean when the commit log is durable to its end and nothing writes the queues any
+        # more: a dispatch that stopped behind (a failing disk, a full one, too many open
+        # files) is caught up by the next load from the queues' ends. Not in controller mode,
+        # where dispatch waits for the confirm offset on purpose: abnormal recovery keeps
+        # what it had not confirmed out of the queues
+        stopped = not (self.reput.join_timed_out or self.flush_consume_queue.join_timed_out)
+        dispatched = self.reput.reput_from_offset >= end or not self.controller_mode
+        clean = cl.queue.flushed_where >= end and stopped and dispatched
+        if clean:
+            self._write_queue_checkpoint(end)
             cp.mark_clean(end)
-            with translate_os_errors(f"remove {self._abort_path}"):
-                try:
-                    os.unlink(self._abort_path)
-                except FileNotFoundError:
-                    pass
-                fsync_dir(self.root)
+            try:
+                with translate_os_errors(f"remove {self._abort_path}"):
+                    try:
+                        os.unlink(self._abort_path)
+                    except FileNotFoundError:
+                        pass
+                    fsync_dir(self.root)
+            except StoreError:  # the rest of the shutdown still runs (the lock released)
+                log.exception("%s: removing the abort file failed", self.root)
         else:
             cp.flush()
             log.warning(
-                "%s: shut down with dispatch at %d of %d (flushed %d); the abort file stays, "
-                "the next load recovers abnormally",
+                "%s: shut down with the commit log flushed to %d of %d%s; the abort file "
+                "stays, the next load recovers abnormally",
                 self.root,
-                self.reput.reput_from_offset,
-                end,
                 cl.queue.flushed_where,
+                end,
+                ""
+                if stopped and dispatched
+                else f", dispatch at {self.reput.reput_from_offset}"
+                + ("" if stopped else " (dispatch or the queues' flush still running)"),
             )
         cp.shutdown()
         self.checkpoint = None
         self.reput.checkpoint = None
+
+    def _write_queue_checkpoint(self, end: int) -> None:
+        """The per-queue checkpoint of a clean shutdown (queues flushed, dispatch stopped);
+        without it the next load reads the queue files (slower, as safe)."""
+        try:
+            taken = self.queue_checkpoint.take(clean=True)
+            self.queue_checkpoint.save(taken._replace(log_end=end))
+        except StoreError:
+            log.exception("%s: the per-queue checkpoint was not written", self.root)
 
     def __enter__(self) -> MessageStore:
         self.load()

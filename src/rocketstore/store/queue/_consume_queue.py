@@ -24,6 +24,11 @@ file is full or deleted.
 
 Threads: units are written by the dispatcher only (ReputMessageService); flushes by
 FlushConsumeQueueService; readers from any thread (files are held while read).
+
+A queue may be loaded from the per-queue checkpoint (``_queue_checkpoint``) instead of its
+files: made with a ``state``, it takes its offsets from there and opens no file. The first use
+of ``queue``, from any thread (the others wait for it), opens the files and checks them against
+the state (the ``first_use`` hook the loader installs, else ``open_with_state``).
 """
 
 from __future__ import annotations
@@ -32,15 +37,17 @@ import contextlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import CorruptFileError, StoreClosedError, translate_os_errors
+from .._errors import CorruptFileError, StoreClosedError, StoreError, translate_os_errors
 from ..log._flush import PeriodicPageService
 from ..log._mapped_file import MappedFile, SelectMappedBufferResult
 from ..log._mapped_file_queue import MappedFileQueue
 from ..log._mapping_lru import MappingLRU, MappingStatistics
+from ._queue_checkpoint import QueueCheckpointWriter, QueueState
 from ._unit_write import UNIT as UNIT
 from ._unit_write import UNIT_SIZE as UNIT_SIZE
 from ._unit_write import pack_units, put_next_unit
@@ -55,6 +62,7 @@ BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
 RECOVER_FROM_LAST_FILES = 3
 ALLOCATE_AHEAD = 64 * 1024  # disk blocks reserved ahead of the units written (3,276 units)
 _DELETE_INTERVAL_FORCIBLY_MS = 60_000
+_OPEN_LOCK = threading.RLock()  # opens a checkpointed queue's files (rare: once a queue)
 
 
 def is_valid_unit(phys_offset: int, size: int) -> bool:
@@ -89,29 +97,153 @@ class ConsumeQueue:
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
         lru: MappingLRU | None = None,
+        state: QueueState | None = None,
+        first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
     ) -> None:
         """``lru``: the files are mapped on demand, within its bound (None: mapped while
-        the queue is open)."""
+        the queue is open). ``state``: adopted from the per-queue checkpoint, the files opened
+        (with ``first_use(self, state)``; None: ``open_with_state``) when ``queue`` is first
+        used."""
         if file_size % UNIT_SIZE:
             raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
-        self.path = Path(root_dir) / topic / str(queue_id)
-        self.queue = MappedFileQueue(
-            self.path,
-            file_size,
-            clock=clock,
-            read_only=read_only,
-            allocate_ahead=ALLOCATE_AHEAD,
-            keep_fd=False,
-            lru=lru,
-        )
+        self._root = root_dir
+        self._clock = clock
+        self._read_only = read_only
+        self._lru = lru
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
         self.last_store_timestamp = 0
+        # taken from the per-queue checkpoint, files not opened yet (no object made for them:
+        # a restart adopts every queue of the store)
+        self.pending = state
+        self.first_use = first_use
+        self._ready = state is None  # False while adopted and not opened
+        self._opening = False
+        if state is None:
+            self._files = self._new_files()
+        else:
+            self.min_logic_offset = state.min_offset * UNIT_SIZE
+            self.max_physic_offset = state.max_phys
+
+    @property
+    def path(self) -> Path:
+        """The queue's directory: ``<root>/<topic>/<queue id>``."""
+        return Path(self._root, self.topic, str(self.queue_id))
+
+    def _new_files(self) -> MappedFileQueue:
+        return MappedFileQueue(
+            self.path,
+            self.file_size,
+            clock=self._clock,
+            read_only=self._read_only,
+            allocate_ahead=ALLOCATE_AHEAD,
+            keep_fd=False,
+            lru=self._lru,
+        )
+
+    @property
+    def queue(self) -> MappedFileQueue:
+        """The queue's files; a queue adopted from the checkpoint opens them here first."""
+        if not self._ready:
+            self._open_pending()
+        return self._files
 
     # ---- loading and recovery ---------------------------------------------------------------
+
+    def _open_pending(self) -> None:
+        with _OPEN_LOCK:
+            state = self.pending
+            if self._ready or self._opening or state is None:
+                return  # opened meanwhile, or the hook itself uses ``queue``
+            self._opening = True
+            try:
+                self._files = self._new_files()
+                hook = self.first_use
+                if hook is None:
+                    self.open_with_state(state)
+                else:
+                    hook(self, state)
+                self.pending = None
+                self.first_use = None
+                self._ready = True
+            finally:
+                self._opening = False
+
+    def open_with_state(self, state: QueueState) -> str | None:
+        """Map the files and take ``state`` when they agree with it; otherwise find the end in
+        the files (``recover``). Returns what disagreed, None when nothing did."""
+        self.load()
+        problem = self.apply_state(state)
+        if problem is not None:
+            self.recover()
+        return problem
+
+    def apply_state(self, state: QueueState) -> str | None:
+        """Files mapped (``load``): take the checkpointed positions when the files agree (the
+        last file holds the end, the unit before it is the recorded one, none follows it);
+        otherwise change nothing and say what disagreed."""
+        files = self._files.files
+        end = state.max_offset * UNIT_SIZE
+        if not files:
+            return None if end == 0 else f"no files, the checkpoint says {state.max_offset} units"
+        last = files[-1]
+        if not last.from_offset <= end <= last.from_offset + self.file_size:
+            return (
+                f"the files end at file {last.file_name}, the checkpoint's end is unit "
+                f"{state.max_offset}"
+            )
+        pos = end - last.from_offset
+        if pos + UNIT_SIZE <= min(self.file_size, last.allocated):
+            with _held(last):
+                off, size, _tags = UNIT.unpack_from(last.mm, pos)
+            if is_valid_unit(off, size):
+                return f"the files hold units past the checkpoint's end {state.max_offset}"
+        if end > state.min_offset * UNIT_SIZE and end > 0:
+            mf = self._files.find_mapped_file_by_offset(end - UNIT_SIZE)
+            where = end - UNIT_SIZE - (mf.from_offset if mf is not None else 0)
+            unit = None
+            if mf is not None:
+                with _held(mf):
+                    unit = UNIT.unpack_from(mf.mm, where)
+            if unit != (state.last_phys, state.last_size, state.last_tags):
+                return (
+                    f"unit {state.max_offset - 1} is {unit}, the checkpoint has "
+                    f"{(state.last_phys, state.last_size, state.last_tags)}"
+                )
+        last.set_positions(pos)
+        self._files.set_flushed_where(end)
+        self.min_logic_offset = state.min_offset * UNIT_SIZE
+        self.max_physic_offset = state.max_phys
+        return None
+
+    def file_count(self) -> int:
+        """The queue's files; one not opened yet: the files its checkpointed units span."""
+        pending = self.pending
+        if pending is None:
+            return len(self._files.files)
+        if pending.max_offset <= pending.min_offset:
+            return 0 if pending.max_offset == 0 else 1
+        first = pending.min_offset * UNIT_SIZE // self.file_size
+        last = (pending.max_offset * UNIT_SIZE - 1) // self.file_size
+        return last - first + 1
+
+    def state(self) -> QueueState:
+        """This queue's state for the checkpoint (a queue not opened yet: as adopted). Any
+        thread; read while dispatch may write: the end first, then the unit before it."""
+        pending = self.pending
+        if pending is not None:
+            return pending
+        max_phys = self.max_physic_offset
+        end = self._files.get_max_offset() // UNIT_SIZE
+        min_offset = self.min_logic_offset // UNIT_SIZE
+        unit = self.get_unit(end - 1) if end > 0 else None
+        last = unit if unit is not None else (-1, 0, 0)
+        return QueueState(
+            self.topic, self.queue_id, min_offset, end, last[0], last[1], last[2], max_phys
+        )
 
     def load(self) -> None:
         """Map the files. A last file that is short (empty, a partial unit, or shorter than
@@ -137,7 +269,7 @@ class ConsumeQueue:
                             self.file_size,
                         )
                         os.truncate(last, self.file_size)
-        self.queue.load()
+        self._files.load()
 
     def recover(self) -> int:
         """Find the last valid unit (scanning the last three files) and cut the queue there.
@@ -396,7 +528,9 @@ class ConsumeQueue:
 
     def flush(self, least_pages: int) -> int:
         """Every file up to the end (the checkpoint's logics time counts on a thorough flush
-        covering the whole queue)."""
+        covering the whole queue). Nothing for a queue whose files are not open yet."""
+        if self.pending is not None:
+            return self.pending.max_offset * UNIT_SIZE
         return self.queue.flush_all(least_pages)
 
     # ---- reading ----------------------------------------------------------------------------
@@ -409,6 +543,9 @@ class ConsumeQueue:
     @property
     def max_offset(self) -> int:
         """One past the last unit (the next logical offset)."""
+        pending = self.pending
+        if pending is not None and not self._opening:
+            return pending.max_offset
         return self.queue.get_max_offset() // UNIT_SIZE
 
     def get_unit(self, offset: int) -> tuple[int, int, int] | None:
@@ -529,7 +666,8 @@ class ConsumeQueue:
         return count
 
     def shutdown(self) -> None:
-        self.queue.shutdown(0)
+        if self._ready:
+            self._files.shutdown(0)
 
     def destroy(self) -> None:
         """Delete every file of the queue (and its directory when empty)."""
@@ -588,23 +726,47 @@ class ConsumeQueueTable:
         self.last_store_timestamp = 0  # store time of the last dispatched message
 
     def load(
-        self, on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None
-    ) -> None:
+        self,
+        on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None,
+        *,
+        states: dict[tuple[str, int], QueueState] | None = None,
+        first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
+    ) -> list[ConsumeQueue]:
         """Map every queue found on disk (directory names that are not queue ids are skipped).
 
         A queue whose files do not load (wrong sizes, names) raises CorruptFileError, or, with
         ``on_corrupt``, is handed to it and left out (the loader deletes it and rebuilds it).
+        A queue with an entry in ``states`` (the per-queue checkpoint) opens no file: it adopts
+        the state (``ConsumeQueue(state=...)``, with ``first_use``). Returns the queues whose
+        files were mapped (those that were not in ``states``).
         """
+        mapped: list[ConsumeQueue] = []
         if not self.root.is_dir():
-            return
+            return mapped
         with translate_os_errors(f"list {self.root}"):
             topics = sorted((e for e in os.scandir(self.root) if e.is_dir()), key=lambda e: e.name)
             for topic_entry in topics:
+                by_id = self.queues.setdefault(topic_entry.name, {})
                 for qdir in sorted(os.scandir(topic_entry.path), key=lambda e: e.name):
                     if not qdir.is_dir() or not qdir.name.isdigit():
                         log.warning("%s: not a queue directory, skipped", qdir.path)
                         continue
-                    cq = self._new(topic_entry.name, int(qdir.name))
+                    qid = int(qdir.name)
+                    state = states.get((topic_entry.name, qid)) if states is not None else None
+                    if state is not None:
+                        by_id[qid] = ConsumeQueue(
+                            topic_entry.name,
+                            qid,
+                            self.root,
+                            self.file_size,
+                            clock=self.clock,
+                            read_only=self.read_only,
+                            lru=self.lru,
+                            state=state,
+                            first_use=first_use,
+                        )
+                        continue
+                    cq = self._new(topic_entry.name, qid)
                     try:
                         cq.load()
                     except CorruptFileError as exc:
@@ -612,7 +774,24 @@ class ConsumeQueueTable:
                             raise
                         on_corrupt(cq, exc)
                         continue
-                    self.queues.setdefault(topic_entry.name, {})[int(qdir.name)] = cq
+                    by_id[qid] = cq
+                    mapped.append(cq)
+                if not by_id:
+                    del self.queues[topic_entry.name]
+        return mapped
+
+    def pending(self) -> list[ConsumeQueue]:
+        """The queues adopted from the checkpoint whose files are not open yet."""
+        return [cq for cq in self if cq.pending is not None]
+
+    def open_all(self) -> None:
+        """Open every queue adopted from the checkpoint (each through its ``first_use``)."""
+        for cq in self.pending():
+            cq.queue  # noqa: B018  (opening is the point)
+
+    def states(self) -> list[QueueState]:
+        """Every queue's state for the per-queue checkpoint (``ConsumeQueue.state``)."""
+        return [cq.state() for cq in self]
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(
@@ -659,7 +838,13 @@ class ConsumeQueueTable:
         return {(cq.topic, cq.queue_id): cq.max_offset for cq in self}
 
     def truncate_dirty(self, phys_offset: int) -> int:
-        return sum(cq.truncate_dirty(phys_offset) for cq in self)
+        """Every queue with units of records at or past ``phys_offset`` (a queue not open yet
+        only when its checkpointed end reaches past it)."""
+        return sum(
+            cq.truncate_dirty(phys_offset)
+            for cq in self
+            if cq.pending is None or cq.max_physic_offset > phys_offset
+        )
 
     def truncate_from(self, phys_offset: int) -> int:
         """``truncate_dirty`` on a running store: only the queues whose last unit reaches
@@ -669,11 +854,14 @@ class ConsumeQueueTable:
         )
 
     def correct_min_offset(self, min_phys_offset: int) -> None:
+        """Every open queue (one not open yet is corrected when its files are opened)."""
         for cq in self:
-            cq.correct_min_offset(min_phys_offset)
+            if cq.pending is None:
+                cq.correct_min_offset(min_phys_offset)
 
     def delete_expired_files(self, min_phys_offset: int) -> int:
-        return sum(cq.delete_expired_files(min_phys_offset) for cq in self)
+        """Every open queue's expired files (one not open yet: when its files are opened)."""
+        return sum(cq.delete_expired_files(min_phys_offset) for cq in self if cq.pending is None)
 
     def flush(self, least_pages: int) -> None:
         for cq in self:
@@ -692,8 +880,9 @@ class ConsumeQueueTable:
         self.queues = {}
 
     def file_count(self) -> int:
-        """Files of every queue (mapped or not)."""
-        return sum(len(cq.queue.files) for cq in self)
+        """Files of every queue (mapped or not; a queue not opened yet counted from its
+        checkpointed offsets, so counting opens nothing)."""
+        return sum(cq.file_count() for cq in self)
 
     def mapping_statistics(self) -> MappingStatistics | None:
         """The LRU's figures (None without one)."""
@@ -727,9 +916,21 @@ class FlushConsumeQueueService(PeriodicPageService):
         self.table = table
         self.on_flushed = on_flushed
 
+    checkpoint: QueueCheckpointWriter | None = None  # the per-queue checkpoint, if kept
+
     def step(self, least_pages: int) -> bool:
+        """A thorough round (``least_pages`` 0) also writes the per-queue checkpoint: the
+        states are taken before the flush, written after it (what they record is durable).
+        Not at stop: the shutdown writes its own."""
         ts = self.table.last_store_timestamp
+        writer = self.checkpoint if least_pages == 0 and not self.stopped else None
+        taken = writer.take() if writer is not None else None
         self.table.flush(least_pages)
         if least_pages == 0 and ts and self.on_flushed is not None:
             self.on_flushed(ts)
+        if writer is not None and taken is not None:
+            try:
+                writer.save(taken)
+            except StoreError:
+                log.exception("%s: the per-queue checkpoint was not written", self.name)
         return False

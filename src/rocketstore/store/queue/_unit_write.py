@@ -40,7 +40,9 @@ def _units_struct(n: int) -> struct.Struct:
 class UnitQueue(Protocol):
     """What ``put_next_unit`` reads and moves of a consume queue (``ConsumeQueue``)."""
 
-    queue: MappedFileQueue
+    @property
+    def queue(self) -> MappedFileQueue: ...
+
     max_physic_offset: int
 
 
