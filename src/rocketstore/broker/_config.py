@@ -40,6 +40,7 @@ _CONF_KEYS = {
     "shortPollingTimeMills": "short_polling_time_mills",
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval",
     "registerNameServerPeriod": "register_name_server_period",
+    "forceRegister": "force_register",
     "slaveReadEnable": "slave_read_enable",
     "serverMaxFrameSize": "max_frame_size",
     "maxReconsumeTimes": "max_reconsume_times",
@@ -106,6 +107,10 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     flush_consumer_offset_interval: int = 5000
     register_name_server_period: int = 30_000
+    # the periodic registration sends the whole topic table even when the name server says
+    # (QUERY_DATA_VERSION) that it holds the broker's current version; RocketMQ's default is
+    # true, here false: a table of many topics is sent only when it changed
+    force_register: bool = False
     slave_read_enable: bool = False
     max_frame_size: int = 16 * 1024 * 1024
     max_reconsume_times: int = 16

@@ -116,6 +116,7 @@ WHAT: dict[str, str] = {
     "shortPollingTimeMills": "ms a pull is held without long polling",
     "flushConsumerOffsetInterval": "ms between two writes of consumerOffset.json",
     "registerNameServerPeriod": "ms between two registrations with the name servers",
+    "forceRegister": "send the whole topic table every period even to a name server whose version is current (RocketMQ's default: true)",
     "slaveReadEnable": "pulls may be sent to a slave",
     "serverMaxFrameSize": "the largest frame the remoting port reads",
     "maxReconsumeTimes": "retries of a message before it goes to the DLQ",
