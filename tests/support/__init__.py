@@ -30,5 +30,5 @@ Other programs
   ``tier_files``, ``tier_helpers``: tiered stores.
 - ``chaos``, ``chaos_cluster``, ``chaos_net``: the fault harness (workload, nemesis, checker).
 - ``certs``: a CA and certificates for the TLS tests, made with openssl.
-- ``disk_full_child``, ``glue_scenario``: scripts run in child processes.
+- ``disk_full_child``, ``glue_scenario``, ``low_limit_child``: scripts run in child processes.
 """

@@ -13,6 +13,7 @@ from rocketstore.metrics import (
     ProducerConnections,
     SlaveLag,
     Storage,
+    StoreFiles,
     TopicTraffic,
 )
 
@@ -63,8 +64,14 @@ class FakeSource:
     def storage(self) -> Storage:
         return Storage(10, 2, 1)
 
+    def store_files(self) -> StoreFiles:
+        return StoreFiles(4, 30, 3, 16, 27, 40, 1024, 300, 65530)
+
     def slave_lags(self) -> Sequence[SlaveLag]:
         return [SlaveLag("127.0.0.1:1", 5)]
+
+    def ha_refused_peers(self) -> int:
+        return 4
 
     def replica(self) -> None:
         return None
