@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from _interop import (
+from support.interop import (
     ClientError,
     InteropUnavailable,
     Rmq4Client,
