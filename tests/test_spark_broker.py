@@ -270,7 +270,7 @@ def test_export_and_import_commands_with_namesrv(
     sent = brokers.sent  # type: ignore[attr-defined]
     exported = []
     for n, engine in enumerate(((), ("--spark",))):
-        out = tmp_path / f"t{n}.parquet"
+        out = tmp_path / f"t{n}"
         args = ["export", "--namesrv", brokers.ns, "--topic", "T", "--to", str(out), *engine]
         r = cli.invoke(main, args)
         assert r.exit_code == 0, r.output

@@ -342,5 +342,5 @@ def test_export_with_master_runs_on_the_cluster(
 
     assert len(lines(tmp_path / "h")) == 120
     assert lines(tmp_path / "c") == lines(tmp_path / "h")
-    log = (tmp_path / "logs" / "spark.log").read_text(errors="replace")
+    log = (tmp_path / "logs" / "store" / "spark.log").read_text(errors="replace")
     assert f"Connecting to master {spark_cluster.url}" in log or spark_cluster.url in log
