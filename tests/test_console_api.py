@@ -446,7 +446,7 @@ def test_console_command_serves_until_stopped(env: ConsoleEnv) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            _, err = proc.communicate(timeout=15)
+            _, err = proc.communicate(timeout=90)
         finally:
             if proc.poll() is None:
                 proc.kill()

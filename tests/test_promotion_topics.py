@@ -155,6 +155,10 @@ class _Topics:
     def update(self, config: Any) -> None:
         self.table[config.topic_name] = config
 
+    def update_all(self, configs: Any) -> None:
+        for config in configs:
+            self.update(config)
+
 
 def test_a_master_that_ignores_the_version_is_copied_every_round_only() -> None:
     """A RocketMQ master sends its whole table whatever version the slave names: the slave
