@@ -59,6 +59,7 @@ CHILD = textwrap.dedent(
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "2",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "16",
     }.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -75,6 +76,12 @@ CHILD = textwrap.dedent(
             .trigger(availableNow=True).start()
         )
         q.awaitTermination()
+    elif mode == "pathbatch":
+        rows = spark.range(0, int(per_trigger), 1, 3).selectExpr(
+            f"'{dst}' AS topic", "concat('row-', cast(id AS string)) AS body"
+        )
+        (rows.write.format("rocketstore").option("path", src).option("exactlyOnce", "true")
+            .option("exactlyOnceId", where).mode("append").save())
     else:
         rows = (
             spark.read.format("rocketstore").option("namesrv", ns).option("topics", src).load()
@@ -217,8 +224,11 @@ def _run_child(
         deadline = time.monotonic() + RUN_S
         while time.monotonic() < deadline:
             if crash and marker.exists():
+                # the query's process group, and the Python worker that reached the point
+                # (Spark's workers may run in a process group of their own)
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
+                _kill(int(marker.read_text().split()[0]))
                 return None
             if proc.poll() is not None:
                 break
@@ -238,6 +248,21 @@ def _run_child(
             except ProcessLookupError:
                 pass
         log.close()
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is gone."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + WAIT_S
+    while Path(f"/proc/{pid}").exists():
+        stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+        if ") Z" in stat:  # a zombie: gone as far as its store lock is concerned
+            return
+        assert time.monotonic() < deadline, f"process {pid} outlived SIGKILL"
+        time.sleep(0.05)
 
 
 def _exactly_once(c: Cluster, topic: str, expected: set[bytes]) -> list[Any]:
@@ -313,3 +338,39 @@ def test_checks_end_halves_while_no_query_runs(cluster: Cluster, tmp_path: Path)
     _exactly_once(cluster, "EOS_CDST", expected)
     with AdminClient(cluster.ns) as admin:
         assert admin.route(DECISION_TOPIC) is not None
+
+
+def _store_bodies(path: Path, topic: str) -> collections.Counter[bytes]:
+    from rocketstore import MessageStore
+
+    store = MessageStore(StoreConfig(store_path_root_dir=str(path)))
+    store.load()
+    store.start()
+    try:
+        out: collections.Counter[bytes] = collections.Counter()
+        for q in range(8):
+            offset = 0
+            while True:
+                r = store.get_message("audit", topic, q, offset, 64)
+                if not r.messages:
+                    break
+                out.update(bytes(m.body) for m in r.messages)
+                offset = r.next_begin_offset
+        return out
+    finally:
+        store.shutdown()
+
+
+def test_path_batch_killed_mid_task_completes_once(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    rows = 300
+    args = ["pathbatch", "-", str(store), "EOS_PATH", "path-job", str(rows)]
+    _run_child(tmp_path, args, "store_task:0", expect_crash=True)
+    partial = _store_bodies(store, "EOS_PATH")
+    assert 0 < sum(partial.values()) < rows  # the killed task left some of its rows
+    _run_child(tmp_path, args, None, expect_crash=False)
+    _run_child(tmp_path, args, None, expect_crash=False)  # complete: nothing new
+    got = _store_bodies(store, "EOS_PATH")
+    expected = {f"row-{i}".encode() for i in range(rows)}
+    assert set(got) == expected
+    assert all(n == 1 for n in got.values()), [b for b, n in got.items() if n > 1][:5]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -36,8 +36,10 @@ from ._eos import (
     write_decision,
 )
 from ._eos_send import HalfReport, task_ids, write_halves
+from ._eos_store import StoreOnceReport, write_once
 from ._faults import reach
 from ._options import SourceOptionError, _bool, _get
+from ._store_put import WriteSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +56,7 @@ def exactly_once(options: dict[str, str]) -> bool:
 class _ExactlyOnce:
     def __init__(self, options: dict[str, str], settings: RemoteWriteSettings) -> None:
         self.settings = settings
-        self.write_id = (_get(options, "exactlyOnceId") or "").strip() or None
-        if self.write_id is not None and (":" in self.write_id or " " in self.write_id):
-            raise SourceOptionError("option exactlyOnceId: no ':' or spaces")
+        self.write_id = _write_id(options)
         if not settings.remote.namesrv:
             raise SourceOptionError("exactlyOnce=true writes through name servers: give namesrv")
         with self._admin() as admin:
@@ -161,3 +161,70 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.eos.undo(messages, batchId)
+
+
+@dataclass
+class StoreOnceTaskReport(StoreOnceReport, WriterCommitMessage):
+    """What one exactly-once task stored into a store path, as Spark's commit message."""
+
+
+def _store_once_task(
+    settings: WriteSettings, write_id: str | None, iterator: Iterator[pa.RecordBatch]
+) -> StoreOnceTaskReport:
+    r = write_once(settings, iterator, write_id)
+    return StoreOnceTaskReport(**{f.name: getattr(r, f.name) for f in fields(r)})
+
+
+class StoreOnceBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("rocketstore").option("path", DIR).option("exactlyOnce", "true")
+    .option("exactlyOnceId", ID)``: a re-run with the same id completes what a failed run
+    left and writes nothing twice (``_eos_store``)."""
+
+    def __init__(self, options: dict[str, str], settings: WriteSettings) -> None:
+        self.settings = settings
+        self.write_id = _write_id(options)
+        if self.write_id is None:
+            raise SourceOptionError(
+                "exactlyOnce=true on a batch write needs option exactlyOnceId: an id of the "
+                "job that stays the same when the job is run again"
+            )
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StoreOnceTaskReport:
+        return _store_once_task(self.settings, self.write_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.info("rocketstore exactly-once write into %s committed", self.settings.path)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        log.warning(
+            "rocketstore exactly-once write into %s aborted: a run with the same "
+            "exactlyOnceId completes it",
+            self.settings.path,
+        )
+
+
+class StoreOnceStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("rocketstore").option("path", DIR).option("exactlyOnce",
+    "true")``: a replayed micro-batch completes its partitions, never doubles them."""
+
+    def __init__(self, options: dict[str, str], settings: WriteSettings) -> None:
+        self.settings = settings
+        self.write_id = _write_id(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StoreOnceTaskReport:
+        return _store_once_task(self.settings, self.write_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.info("rocketstore exactly-once micro-batch %d committed", batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "rocketstore exactly-once micro-batch %d aborted (its replay completes it)", batchId
+        )
+
+
+def _write_id(options: dict[str, str]) -> str | None:
+    write_id = (_get(options, "exactlyOnceId") or "").strip() or None
+    if write_id is not None and (":" in write_id or " " in write_id):
+        raise SourceOptionError("option exactlyOnceId: no ':' or spaces")
+    return write_id

@@ -1,11 +1,16 @@
 """Seeded crash points of the exactly-once writes, for the tests that kill a query there.
 
 ``ROCKETSTORE_SPARK_CRASH=<point>:<batch>`` and ``ROCKETSTORE_SPARK_CRASH_FILE=<path>``: when
-the write of micro-batch ``<batch>`` reaches ``<point>`` (``task``: a task sent half of its
-rows; ``precommit``: every task is done, the decision is not written; ``mid_end``: half of the
-batch's halves are committed; ``postcommit``: every half is committed, Spark has not
-checkpointed the batch), the process writes its pid into the file and waits to be killed
-(kill -9 by the test). Nothing happens when the variables are not set.
+the write of micro-batch ``<batch>`` reaches ``<point>``, the process writes its pid into the
+file and waits to be killed (kill -9 by the test). The points:
+
+    task         partition 0's task sent the halves of its first Arrow batch
+    precommit    every task is done, the decision is not written
+    mid_end      half of the batch's halves are committed
+    postcommit   every half is committed, Spark has not checkpointed the batch
+    store_task   partition 0's task into a store path stored its first Arrow batch
+
+Nothing happens when the variables are not set.
 """
 
 from __future__ import annotations

@@ -87,6 +87,9 @@ class RocketStoreDataSource(DataSource):
             return _exactly_once_writer(dict(self.options), schema, overwrite, False) or (
                 RemoteBatchWriter(dict(self.options), schema, overwrite)
             )
+        once = _store_once_writer(dict(self.options), schema, False, overwrite)
+        if once is not None:
+            return once
         from ._path_writer import BatchWriter
 
         return BatchWriter(dict(self.options), schema, overwrite)
@@ -98,6 +101,9 @@ class RocketStoreDataSource(DataSource):
             return _exactly_once_writer(dict(self.options), schema, overwrite, True) or (
                 RemoteStreamWriter(dict(self.options), schema, overwrite)
             )
+        once = _store_once_writer(dict(self.options), schema, True, overwrite)
+        if once is not None:
+            return once
         from ._path_writer import StreamWriter
 
         return StreamWriter(dict(self.options), schema, overwrite)
@@ -119,6 +125,25 @@ def _exactly_once_writer(
     if streaming:
         return ExactlyOnceStreamWriter(options, settings)
     return ExactlyOnceBatchWriter(options, settings)
+
+
+def _store_once_writer(
+    options: dict[str, str], schema: StructType, streaming: bool, overwrite: bool
+) -> Any:
+    """The exactly-once writer into a store path when option exactlyOnce is true, else None
+    (the at-least-once writers, untouched)."""
+    if not _bool(options, "exactlyOnce", False):
+        return None
+    if overwrite:
+        raise SourceOptionError("rocketstore topics are append-only: use mode('append')")
+    from ._eos_writer import StoreOnceBatchWriter, StoreOnceStreamWriter
+    from ._store_write import store_write_settings
+    from ._write_common import check_schema
+
+    settings = store_write_settings(options, check_schema(schema))
+    if streaming:
+        return StoreOnceStreamWriter(options, settings)
+    return StoreOnceBatchWriter(options, settings)
 
 
 def _pushdown_allowed(setting: str) -> bool:
