@@ -124,7 +124,7 @@ async def _send_all(
     async def one(topic: str, index: int, body: bytes, props: dict[str, str], n: int) -> None:
         try:
             for attempt in range(s.retries + 1):
-                qs = await asyncio.to_thread(queues.get, topic, refresh=attempt > 0)
+                qs = queues.get(topic, refresh=attempt > 0)  # cached after the first
                 mq, addr = qs[index % len(qs)]
                 cmd = send_request(PRODUCER_GROUP, topic, mq, props, body, batch=False)
                 cmd.ext_fields["f"] = str(TRANSACTION_PREPARED)
