@@ -1,18 +1,27 @@
 """A 3-member etcd cluster on loopback for the controller's tests (Debian's etcd-server: the
 ``etcd`` binary). Ports from the system, data directories under the test's tmp_path, every
 member killed and waited for at the end, even when the test fails. Without ``etcd`` on PATH the
-tests that need it are skipped, saying so."""
+tests that need it are skipped, saying so.
+
+A cluster may serve its clients over TLS (``EtcdTls``: a CA, a server certificate for 127.0.0.1
+and a client certificate, made with the openssl command line) and turn etcd's auth on
+(``enable_auth``: the root user, and users whose role reads and writes one key prefix), as an
+operator would with ``etcdctl user add`` / ``role grant-permission`` / ``auth enable``, here
+through etcd's JSON gateway."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,11 +49,68 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-class EtcdCluster:
-    """``size`` members named m0, m1, ...; ``endpoints`` their client URLs."""
+@dataclass(frozen=True)
+class EtcdTls:
+    """PEM files: ``ca`` signs the server's certificate (127.0.0.1) and the client's."""
 
-    def __init__(self, root: Path, size: int = 3) -> None:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    def context(self) -> ssl.SSLContext:
+        """A client's: the CA, and the client certificate (etcd with a trusted CA file asks
+        every client for one)."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
+
+
+def _openssl(*args: str) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed")
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def make_tls(root: Path) -> EtcdTls:
+    """A CA and two certificates it signs (EC P-256 keys, valid for a day), under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    key_args = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ca, ca_key = root / "ca.crt", root / "ca.key"
+    _openssl("req", "-x509", *key_args, "-keyout", str(ca_key), "-out", str(ca),
+             "-days", "1", "-subj", "/CN=rocketstore-test-ca")  # fmt: skip
+    made = {}
+    for name, usage in (("server", "serverAuth,clientAuth"), ("client", "clientAuth")):
+        key, csr, cert = root / f"{name}.key", root / f"{name}.csr", root / f"{name}.crt"
+        ext = root / f"{name}.ext"
+        ext.write_text(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+        _openssl("req", *key_args, "-keyout", str(key), "-out", str(csr),
+                 "-subj", f"/CN=rocketstore-test-{name}")  # fmt: skip
+        _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+                 "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext))  # fmt: skip
+        made[name] = (cert, key)
+    return EtcdTls(ca, made["server"][0], made["server"][1], made["client"][0], made["client"][1])
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _prefix_end(prefix: str) -> str:
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class EtcdCluster:
+    """``size`` members named m0, m1, ...; ``endpoints`` their client URLs (https:// with
+    ``tls``); ``extra`` more flags for every member (``--auth-token-ttl``)."""
+
+    def __init__(
+        self, root: Path, size: int = 3, *, tls: EtcdTls | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.binary = etcd_binary()
+        self.tls = tls
+        self.extra = extra
         self.root = root
         self.names = [f"m{i}" for i in range(size)]
         ports = _free_ports(2 * size)
@@ -56,8 +122,12 @@ class EtcdCluster:
         )
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
     def endpoints(self) -> list[str]:
-        return [f"http://127.0.0.1:{p}" for p in self.client_ports]
+        return [f"{self.scheme}://127.0.0.1:{p}" for p in self.client_ports]
 
     def endpoint(self, name: str) -> str:
         return self.endpoints[self.names.index(name)]
@@ -71,8 +141,8 @@ class EtcdCluster:
                 self.binary,
                 "--name", name,
                 "--data-dir", str(data),
-                "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
-                "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                "--listen-client-urls", self.endpoints[i],
+                "--advertise-client-urls", self.endpoints[i],
                 "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
                 "--initial-cluster", self.initial,
@@ -80,11 +150,64 @@ class EtcdCluster:
                 "--initial-cluster-token", f"rocketstore-test-{self.peer_ports[0]}",
                 "--heartbeat-interval", "100",
                 "--election-timeout", "1000",
+                *self._tls_flags(),
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()
+
+    def _context(self) -> ssl.SSLContext | None:
+        return self.tls.context() if self.tls is not None else None
+
+    def _tls_flags(self) -> list[str]:
+        tls = self.tls
+        if tls is None:
+            return []
+        return ["--cert-file", str(tls.server_cert), "--key-file", str(tls.server_key),
+                "--trusted-ca-file", str(tls.ca)]  # fmt: skip
+
+    def post(
+        self, path: str, body: dict[str, object], *, token: str | None = None, member: int = 0
+    ) -> dict[str, object]:
+        """One call of etcd's JSON gateway; its answer (an error answer's JSON too)."""
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = token
+        req = urllib.request.Request(
+            self.endpoints[member] + path, data=json.dumps(body).encode(), headers=headers,
+            method="POST",
+        )  # fmt: skip
+        context = self._context()
+        try:
+            with urllib.request.urlopen(req, timeout=10.0, context=context) as r:
+                return dict(json.loads(r.read()))
+        except urllib.error.HTTPError as exc:
+            return dict(json.loads(exc.read() or b"{}"))
+
+    def enable_auth(self, root_password: str, users: dict[str, tuple[str, str]]) -> None:
+        """etcd's auth on: the root user, and each user (name → (password, key prefix)) with a
+        role of its own that reads and writes its prefix."""
+        steps: list[tuple[str, dict[str, object]]] = [
+            ("/v3/auth/user/add", {"name": "root", "password": root_password}),
+            ("/v3/auth/role/add", {"name": "root"}),
+            ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+        ]
+        for name, (password, prefix) in users.items():
+            perm = {"permType": "READWRITE", "key": _b64(prefix),
+                    "range_end": _b64(_prefix_end(prefix))}  # fmt: skip
+            steps += [
+                ("/v3/auth/user/add", {"name": name, "password": password}),
+                ("/v3/auth/role/add", {"name": f"role-{name}"}),
+                ("/v3/auth/role/grant", {"name": f"role-{name}", "perm": perm}),
+                ("/v3/auth/user/grant", {"user": name, "role": f"role-{name}"}),
+            ]
+        steps.append(("/v3/auth/enable", {}))
+        for path, body in steps:
+            answer = self.post(path, body)
+            if "error" in answer and "already exists" not in str(answer["error"]):
+                raise RuntimeError(f"etcd {path}: {answer}")
 
     def start(self) -> EtcdCluster:
         for name in self.names:
@@ -94,7 +217,8 @@ class EtcdCluster:
 
     def healthy(self, name: str) -> bool:
         try:
-            with urllib.request.urlopen(self.endpoint(name) + "/health", timeout=1.0) as r:
+            url = self.endpoint(name) + "/health"
+            with urllib.request.urlopen(url, timeout=1.0, context=self._context()) as r:
                 return bool(json.loads(r.read()).get("health") == "true")
         except (OSError, ValueError, urllib.error.URLError):
             return False
@@ -125,7 +249,7 @@ class EtcdCluster:
                 req = urllib.request.Request(
                     self.endpoint(name) + "/v3/maintenance/status", data=b"{}", method="POST"
                 )
-                with urllib.request.urlopen(req, timeout=1.0) as r:
+                with urllib.request.urlopen(req, timeout=1.0, context=self._context()) as r:
                     doc = json.loads(r.read())
             except (OSError, ValueError, urllib.error.URLError):
                 continue
@@ -139,7 +263,7 @@ class EtcdCluster:
         req = urllib.request.Request(
             self.endpoint(name) + "/v3/cluster/member/list", data=b"{}", method="POST"
         )
-        with urllib.request.urlopen(req, timeout=1.0) as r:
+        with urllib.request.urlopen(req, timeout=1.0, context=self._context()) as r:
             doc = json.loads(r.read())
         return {str(m["ID"]): str(m["name"]) for m in doc.get("members", [])}
 

@@ -33,6 +33,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def _audit_refusals_forgotten() -> Iterator[None]:
+    """The audit log counts a source's repeated refusals instead of writing them (per process,
+    for a minute): each test starts with every refusal of its own written in full."""
+    from rocketstore.acl._audit import REFUSALS
+
+    REFUSALS.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _project_logging_restored() -> Iterator[None]:
     """A command run in-process (``broker``, ``serve``) installs the project's log files on the
     ``rocketstore`` logger and stops it propagating; put that logger back after every test, so

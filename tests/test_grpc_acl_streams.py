@@ -248,3 +248,60 @@ def test_a_client_id_is_held_while_in_use() -> None:
     registry.expire()
     assert registry.claim("c1", "other")
     assert not registry.claim("c1", "owner")
+
+
+def receive_request(topic: str, group: str) -> spb.ReceiveMessageRequest:
+    req = spb.ReceiveMessageRequest(batch_size=1)
+    req.group.name = group
+    req.message_queue.topic.name = topic
+    req.filter_expression.type = pb.TAG  # type: ignore[assignment]
+    req.filter_expression.expression = "*"
+    req.invisible_duration.FromMilliseconds(10_000)
+    req.long_polling_timeout.FromMilliseconds(100)
+    return req
+
+
+def receive_status(stub: Any, metadata: list[tuple[str, str]]) -> spb.Status:
+    answers = list(
+        stub.ReceiveMessage(receive_request("Shared", "GShared"), metadata=metadata, timeout=30)
+    )
+    return answers[0].status
+
+
+def ack(stub: Any, metadata: list[tuple[str, str]]) -> spb.AckMessageResponse:
+    req = spb.AckMessageRequest()
+    req.group.name = "GShared"
+    req.topic.name = "Shared"
+    req.entries.add(message_id="00", receipt_handle="not-a-handle")
+    return stub.AckMessage(req, metadata=metadata, timeout=30)
+
+
+def reader(client_id: str) -> list[tuple[str, str]]:
+    return signed("readerAK1", "readerSK1", client_id)  # SUB everywhere but Secret
+
+
+def test_receives_and_acks_claim_their_client_id(broker: BrokerThread, stub: Any) -> None:
+    """ReceiveMessage and AckMessage neither claimed nor checked the client id: an id a
+    consumer used only to receive could be taken by another account (its Heartbeat and
+    Telemetry then refused the owner's). Now a receive claims the id as Telemetry does, and
+    another account's receive, ack or heartbeat under it is refused."""
+    owner = user("receiver@1")
+    assert receive_status(stub, owner).code in (Code.OK, Code.MESSAGE_NOT_FOUND)
+    for refused in (
+        receive_status(stub, reader("receiver@1")),
+        ack(stub, reader("receiver@1")).status,
+        stub.Heartbeat(
+            spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER, group=pb.Resource(name="GShared")),
+            metadata=reader("receiver@1"),
+            timeout=30,
+        ).status,
+    ):
+        assert refused.code == Code.FORBIDDEN and "client id" in refused.message, refused
+    # the owner goes on under its id; the other account under an id of its own
+    assert receive_status(stub, owner).code in (Code.OK, Code.MESSAGE_NOT_FOUND)
+    assert ack(stub, owner).status.code != Code.FORBIDDEN
+    assert receive_status(stub, reader("reader@1")).code in (Code.OK, Code.MESSAGE_NOT_FOUND)
+    # an ack claims too: an id first used by an ack is its account's
+    assert ack(stub, reader("acker@1")).status.code != Code.FORBIDDEN
+    refused = receive_status(stub, user("acker@1"))
+    assert refused.code == Code.FORBIDDEN and "client id" in refused.message

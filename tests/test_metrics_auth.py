@@ -144,15 +144,23 @@ def test_basic_and_bearer_answers_over_http() -> None:
 class Serve:
     """`rocketstore serve` with ACL on and metrics on a port the system chose."""
 
-    def __init__(self, root: Path, *extra: str) -> None:
+    def __init__(self, root: Path, *extra: str, controller: bool = False) -> None:
         acl = root / "plain_acl.yml"
         acl.write_text(ACL_YML)
-        args = [
-            *("serve", "--store", str(root / "store"), "--acl-file", str(acl)),
-            *("--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"),
-            *("--grpc-listen", "", "--console-listen", "", "--metrics-listen", "127.0.0.1:0"),
-            *extra,
-        ]
+        if controller:  # the standalone controller instead
+            args = [
+                *("controller", "--store", str(root / "controller"), "--acl-file", str(acl)),
+                *("--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"),
+                *("--log-dir", str(root / "logs")),
+                *extra,
+            ]
+        else:
+            args = [
+                *("serve", "--store", str(root / "store"), "--acl-file", str(acl)),
+                *("--namesrv-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"),
+                *("--grpc-listen", "", "--console-listen", "", "--metrics-listen", "127.0.0.1:0"),
+                *extra,
+            ]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rocketstore.cli", *args],
             stdout=subprocess.PIPE,
@@ -216,6 +224,33 @@ def test_with_acl_on_metrics_need_an_admin_account_and_health_stays_open(
     assert status == 200 and "rocketmq_topic_number" in body
     assert get(f"{url}/healthz")[0] == 200
     assert get(f"{url}/readyz")[0] in (200, 503)  # open: an answer, not 401
+
+
+def test_the_standalone_controllers_metrics_need_an_admin_account_with_acl_on(
+    tmp_path: Path,
+) -> None:
+    server = Serve(tmp_path, controller=True)
+    try:
+        url = f"http://{server.address}"
+        assert server.auth.startswith("basic auth with an admin account of the ACL")
+        status, headers, body = get(f"{url}/metrics")
+        assert status == 401 and "election_total" not in body
+        assert headers["WWW-Authenticate"] == 'Basic realm="rocketstore metrics"'
+        assert get(f"{url}/metrics", basic(ADMIN, "admin-secret-2"))[0] == 401
+        status, _h, body = get(f"{url}/metrics", basic(WEAK, WEAK_SECRET))
+        assert status == 403 and "not an admin" in body
+        status, _h, body = get(f"{url}/metrics", basic(ADMIN, ADMIN_SECRET))
+        assert status == 200 and "role" in body
+        assert get(f"{url}/healthz")[0] == 200
+    finally:
+        server.close()
+    (tmp_path / "open").mkdir()
+    opened = Serve(tmp_path / "open", "--metrics-auth", "none", controller=True)
+    try:
+        assert opened.auth.startswith("open")
+        assert get(f"http://{opened.address}/metrics")[0] == 200
+    finally:
+        opened.close()
 
 
 def test_metrics_auth_none_opens_metrics_with_acl_on(tmp_path: Path) -> None:

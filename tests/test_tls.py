@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from _certs import make_certs
 from _interop import ServerProcess
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.remoting import RemotingClient, RemotingCommand, RemotingError
@@ -27,30 +28,9 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs o
 GET_ALL_TOPIC_LIST = 206
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _signed(cwd: Path, name: str, ca: str, *, subject: str, san: str) -> None:
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
-             "-subj", subject, "-out", f"{name}.csr", cwd=cwd)  # fmt: skip
-    (cwd / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-             "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem",
-             cwd=cwd)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """ca (the servers' and clients' CA), server (for 127.0.0.1), client, and other-ca."""
-    d = tmp_path_factory.mktemp("certs")
-    for ca in ("ca", "other-ca"):
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
-                 "-subj", f"/CN=rocketstore test {ca}", "-days", "2", "-out", f"{ca}.pem",
-                 cwd=d)  # fmt: skip
-    _signed(d, "server", "ca", subject="/CN=127.0.0.1", san="IP:127.0.0.1,DNS:localhost")
-    _signed(d, "client", "ca", subject="/CN=client", san="DNS:client")
-    return d
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _serve(tmp_path: Path, certs: Path, mode: str, *extra: str) -> ServerProcess:

@@ -32,6 +32,7 @@ from ..remoting import Connection, Handler, RemotingCommand, ResponseCode
 from ..remoting._limits import LogLimiter
 from ..remoting._signing import (
     ACCESS_KEY,
+    ACL_EXCEPTION_PREFIX,
     SIGNATURE,
     UNIQUE_KEY_QUERY,
     field_text,
@@ -50,7 +51,7 @@ from ._table import BROKER, Access, Rule, rule
 log = logging.getLogger(__name__)
 _refusals_log = LogLimiter(log)
 
-EXCEPTION_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
+EXCEPTION_PREFIX = ACL_EXCEPTION_PREFIX
 PRODUCER_GRANTS = "producer_grants"
 """A connection's attribute: producer group → the grant of the heartbeat that registered the
 connection there (a transaction check goes only to a producer whose account may send the

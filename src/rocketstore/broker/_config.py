@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from ..remoting import ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
+from ..remoting._signing import inner_credentials, parse_session_credentials
 from ..remoting._tls import TlsServerConfig
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
@@ -81,8 +81,6 @@ AUTH_IMPLEMENTATIONS = {
     "authentication_strategy": "AuthenticationStrategy",  # Stateless or Stateful
     "authorization_strategy": "AuthorizationStrategy",
 }
-INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
-INNER_SECRET_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_SECRET_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,16 +225,10 @@ class BrokerConfig:
         ROCKETSTORE_INNER_CLIENT_ACCESS_KEY and ROCKETSTORE_INNER_CLIENT_SECRET_KEY; None when
         neither (the clients then sign with ROCKETSTORE_ACCESS_KEY's account, if any).
         StoreConfigError when only one of the two variables is set."""
-        if self.inner_client_credentials:
-            return parse_credentials(self.inner_client_credentials)
-        env = os.environ if env is None else env
-        access_key = env.get(INNER_ACCESS_KEY_ENV, "")
-        secret_key = env.get(INNER_SECRET_KEY_ENV, "")
-        if not access_key and not secret_key:
-            return None
-        if not access_key or not secret_key:
-            raise StoreConfigError(f"set both {INNER_ACCESS_KEY_ENV} and {INNER_SECRET_KEY_ENV}")
-        return access_key, secret_key
+        try:
+            return inner_credentials(self.inner_client_credentials, env)
+        except ValueError as exc:
+            raise StoreConfigError(str(exc)) from None
 
     def server_limits(self) -> ServerLimits:
         """The remoting server's limits from these settings."""
@@ -301,22 +293,9 @@ def parse_credentials(text: str) -> tuple[str, str]:
     """(access key, secret key) of ``{"accessKey": "...", "secretKey": "..."}`` (RocketMQ 5's
     SessionCredentials JSON); StoreConfigError when it is not that."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise StoreConfigError(
-            'innerClientAuthenticationCredentials: expected {"accessKey": "...", '
-            '"secretKey": "..."}'
-        )
-    access_key, secret_key = doc.get("accessKey"), doc.get("secretKey")
-    if not isinstance(access_key, str) or not isinstance(secret_key, str):
-        raise StoreConfigError(
-            "innerClientAuthenticationCredentials: accessKey and secretKey must both be text"
-        )
-    if not access_key or not secret_key:
-        raise StoreConfigError("innerClientAuthenticationCredentials: an empty key")
-    return access_key, secret_key
+        return parse_session_credentials(text)
+    except ValueError as exc:
+        raise StoreConfigError(str(exc)) from None
 
 
 def broker_conf_keys() -> frozenset[str]:

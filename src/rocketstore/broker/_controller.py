@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import Connection, RemotingServer, ext_int, ext_str
+from ..acl import _audit as audit
+from ..remoting import Connection, RemotingError, RemotingServer, ext_int, ext_str
 from ..remoting._client import FROM_ENV, Signer
 from ..remoting._signing import signer_from_env
 from ..store._clock import SYSTEM_CLOCK, Clock
@@ -59,7 +60,7 @@ from .state._long_poll import PullRequestHoldService
 from .state._pop import PopState
 from .state._stats import BrokerStats, seconds_to_next_midnight
 from .state._subscription_group import SubscriptionGroupManager
-from .state._topic_config import TopicConfig, TopicConfigManager
+from .state._topic_config import TopicConfig, TopicConfigManager, validate_topic
 
 if TYPE_CHECKING:
     from ..acl._auth_store import AuthStore
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCAN_CHANNELS_INTERVAL_S = 10.0
+LAST_COPY_TIMEOUT_S = 1.0  # a promoted slave's last copy of its old master's state, each request
 
 
 def load_auth(config: BrokerConfig, config_dir: Path) -> AuthStore:
@@ -314,6 +316,7 @@ class BrokerController:
             self.config,
             self.store,
             address=self.address,
+            signer=self.inner_signer,  # the controllers check it as they check ACL
             on_role=self._on_role,
             on_fence=lambda _fenced: self.topic_changed(),  # registered again, under its id
             clock=self.clock,
@@ -327,8 +330,10 @@ class BrokerController:
         self.topics.next_version()
         if change.role == "MASTER":
             if self.slave_sync is not None:
-                await self.slave_sync.close()
-                self.slave_sync = None
+                slave_sync, self.slave_sync = self.slave_sync, None
+                await self._last_copy(slave_sync)
+                await slave_sync.close()
+            await asyncio.to_thread(self._adopt_topics_of_log)
             self.transactions.start()
             broker_id = 0
         else:
@@ -347,6 +352,59 @@ class BrokerController:
             await self.registrar.registered()
         if change.role == "SLAVE":
             self._learn_master_ha_address()
+
+    async def _last_copy(self, slave_sync: SlaveSynchronizer) -> None:
+        """A slave being promoted copies its old master's state once more when it can still be
+        reached (an administrator moving the role; a master that died is not waited for)."""
+        try:
+            if await slave_sync.sync_all(timeout_s=LAST_COPY_TIMEOUT_S):
+                log.info(
+                    "broker %s: copied the state of %s before taking over as master",
+                    self.config.broker_name,
+                    slave_sync.master_addr,
+                )
+        except (RemotingError, ValueError) as exc:
+            log.info(
+                "broker %s: the old master %s cannot give its state (%s): the topics come "
+                "from the log",
+                self.config.broker_name,
+                slave_sync.master_addr,
+                exc,
+            )
+
+    def _adopt_topics_of_log(self) -> None:
+        """Every topic the store holds gets a topic config before this broker registers as
+        master: a slave promoted before it copied a topic's config still serves the topic's
+        messages. The topics are those of its consume queues and of its log's topic-queue
+        table (rebuilt over every record of the log when the store became master); a topic's
+        queue count is the highest queue id held + 1. Worker thread (the topic table
+        persists)."""
+        held: dict[str, int] = {}
+        keys = [
+            (topic, queue_id)
+            for topic, by_id in list(self.store.consume_queues.queues.items())
+            for queue_id in list(by_id)
+        ]
+        keys += list(self.store.commit_log.topic_queue_table)
+        for topic, queue_id in keys:
+            held[topic] = max(held.get(topic, 0), queue_id + 1)
+        added = []
+        for topic, queues in sorted(held.items()):
+            if self.topics.select(topic) is not None:
+                continue
+            try:
+                validate_topic(topic)
+            except ValueError:
+                continue
+            self.topics.update(TopicConfig(topic, queues, queues))
+            added.append(f"{topic} ({queues} queues)")
+        if added:
+            log.warning(
+                "broker %s: topics its log holds but its topic table lacked, added on becoming "
+                "master: %s",
+                self.config.broker_name,
+                ", ".join(added),
+            )
 
     def _registration_id(self) -> int:
         """The id to register with the name servers under: 0 only while this broker is a master
@@ -566,3 +624,4 @@ class BrokerController:
             for channels in self.producers.scan_not_active().values():
                 for channel in channels:
                     channel.close()
+            audit.flush()  # the counts of repeated refusals whose interval is over

@@ -165,3 +165,44 @@ def tls_server_config(
     except TlsConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--tls-*") from None
     return config
+
+
+def https_options(f: F) -> F:
+    """``--https-cert`` / ``--https-key``: the metrics endpoint and the console serve HTTPS.
+    The command gets one ``https`` argument, an SSLContext or None."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["https"] = https_context(kwargs.pop("https_cert"), kwargs.pop("https_key"))
+        return f(*args, **kwargs)
+
+    decorated: Any = click.option(
+        "--https-key", default=None, help="the HTTPS certificate's private key (PEM)"
+    )(wrapper)
+    decorated = click.option(
+        "--https-cert",
+        default=None,
+        help="serve the metrics endpoint and the console over HTTPS with this certificate "
+        "chain (PEM)",
+    )(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def https_context(cert: str | None, key: str | None) -> Any:
+    """The server context of ``--https-cert`` / ``--https-key`` (None without them);
+    BadParameter when only one is given or they cannot be read."""
+    import os
+    import ssl
+
+    if not cert and not key:
+        return None
+    if not (cert and key):
+        raise click.BadParameter("give both --https-cert and --https-key", param_hint="--https-*")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(os.path.expanduser(cert), os.path.expanduser(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise click.BadParameter(f"https: {exc}", param_hint="--https-*") from None
+    return ctx

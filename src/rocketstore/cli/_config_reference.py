@@ -134,7 +134,8 @@ WHAT: dict[str, str] = {
     "brokerElectionPriority": "lower is preferred when an election ties",
     "controllerLeaseMills": "ms a master acknowledges writes after the controller last "
     "confirmed it (0: 80 % of the heartbeat timeout)",
-    "innerClientAuthenticationCredentials": "the account the broker's own clients sign with, "
+    "innerClientAuthenticationCredentials": "the account a server's own clients sign with (a "
+    "broker's registrations and controller requests, a controller's notices), "
     '`{"accessKey": ..., "secretKey": ...}`',
     # -- ACL 2.0 (RocketMQ 5.3)
     "authenticationEnabled": "requests must be signed by an ACL 2.0 user (config/auth.json)",
@@ -156,6 +157,13 @@ WHAT: dict[str, str] = {
     "controllerBackend": "`file` (one controller) or `etcd` (several)",
     "controllerEtcdEndpoints": "etcd's client URLs, comma-separated",
     "controllerEtcdPrefix": "the prefix of the controller's etcd keys",
+    "controllerEtcdUser": "etcd user the controller signs in as (etcd's auth; its token on "
+    "every call)",
+    "controllerEtcdPassword": "that user's password (else ROCKETSTORE_ETCD_PASSWORD)",
+    "controllerEtcdCaFile": "CA certificates (PEM) for https:// etcd endpoints",
+    "controllerEtcdCertFile": "client certificate (PEM) presented to etcd",
+    "controllerEtcdKeyFile": "the client certificate's private key (PEM)",
+    "controllerEtcdInsecure": "let an etcd backend without credentials run while ACL is on",
     "controllerLeaseTtl": "seconds of the etcd lease a leading controller holds",
     "enableElectUncleanMaster": "elect a replica outside the SyncStateSet when none in it "
     "is alive (may lose messages)",

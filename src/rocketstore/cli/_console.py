@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import errno
+from typing import Any
 
 import click
 
-from ._common import namesrv_option
+from ._common import https_options, namesrv_option
 from ._errors import CommandError
 
 
-async def _run(namesrv: str, listen: str, login: bool) -> None:
+async def _run(namesrv: str, listen: str, login: bool, https: Any) -> None:
     from ..client._admin import AdminClient
     from ..console import ConsoleServer
 
     admin = AdminClient(namesrv, signer=None) if login else AdminClient(namesrv)
-    console = ConsoleServer(admin, listen, login=login)
+    console = ConsoleServer(admin, listen, login=login, tls=https)
     try:
         try:
             await console.start()
@@ -27,7 +28,8 @@ async def _run(namesrv: str, listen: str, login: bool) -> None:
             if exc.errno == errno.EADDRINUSE:  # `rocketstore serve` runs a console there
                 hint = "; stop what holds it, or give the console another address (--listen)"
             raise CommandError(f"cannot listen on {listen}: {exc.strerror or exc}{hint}") from None
-        click.echo(f"rocketstore console on http://{console.address}/ (name server {namesrv})")
+        scheme = "https" if https is not None else "http"
+        click.echo(f"rocketstore console on {scheme}://{console.address}/ (name server {namesrv})")
         await asyncio.Event().wait()
     finally:
         await console.close()
@@ -49,7 +51,8 @@ async def _run(namesrv: str, listen: str, login: bool) -> None:
     help="the brokers check ACL: each visitor signs in with an account of plain_acl.yml, "
     "and the brokers decide what it may do",
 )
-def console_cmd(namesrv: str, listen: str, login: bool) -> None:
+@https_options
+def console_cmd(namesrv: str, listen: str, login: bool, https: Any) -> None:
     """A web console: cluster, topics, consumer groups, messages and live throughput."""
     from ..remoting._client import split_address
 
@@ -58,7 +61,7 @@ def console_cmd(namesrv: str, listen: str, login: bool) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     try:
-        asyncio.run(_run(namesrv, listen, login))
+        asyncio.run(_run(namesrv, listen, login, https))
     except KeyboardInterrupt:
         pass
 

@@ -24,7 +24,7 @@ import click
 from ..controller._config import DEFAULT_PORT
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
-from ._common import tls_server_options
+from ._common import https_options, tls_server_options
 from ._errors import ClientGroup
 from ._serve import (
     _announce,
@@ -61,6 +61,25 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.option(
     "--etcd-endpoints", default=None, help="the etcd cluster: http://HOST:PORT[,http://HOST:PORT]"
 )
+@click.option(
+    "--etcd-user", default=None, help="etcd user (etcd's auth; the conf's controllerEtcdUser)"
+)
+@click.option(
+    "--etcd-password-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="a file holding the etcd user's password (else controllerEtcdPassword or "
+    "ROCKETSTORE_ETCD_PASSWORD)",
+)
+@click.option("--etcd-ca-file", default=None, help="CA certificates (PEM) for https:// endpoints")
+@click.option("--etcd-cert-file", default=None, help="client certificate (PEM) for etcd")
+@click.option("--etcd-key-file", default=None, help="its private key (PEM)")
+@click.option(
+    "--etcd-insecure",
+    is_flag=True,
+    default=None,
+    help="run the etcd backend without credentials although ACL is on",
+)
 @click.option("--self-id", default=None, help="this controller's id (default n0)")
 @click.option("--group", default=None, help="the controllers' group (default group1)")
 @click.option("--acl-file", default=None, type=click.Path(exists=True, dir_okay=False),
@@ -71,6 +90,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 @metrics_auth_option
 @verbose_option
 @tls_server_options
+@https_options
 @click.pass_context
 def controller_group(
     ctx: click.Context,
@@ -79,6 +99,12 @@ def controller_group(
     store: str | None,
     backend: str | None,
     etcd_endpoints: str | None,
+    etcd_user: str | None,
+    etcd_password_file: str | None,
+    etcd_ca_file: str | None,
+    etcd_cert_file: str | None,
+    etcd_key_file: str | None,
+    etcd_insecure: bool | None,
     self_id: str | None,
     group: str | None,
     acl_file: str | None,
@@ -89,6 +115,7 @@ def controller_group(
     log_level: str,
     log_levels: str | None,
     tls: Any,
+    https: Any,
 ) -> None:
     """Run RocketMQ 5's controller (without a sub-command), or ask one."""
     if ctx.invoked_subcommand is not None:
@@ -102,6 +129,12 @@ def controller_group(
             ("controllerStorePath", store),
             ("controllerBackend", backend),
             ("controllerEtcdEndpoints", etcd_endpoints),
+            ("controllerEtcdUser", etcd_user),
+            ("controllerEtcdPassword", _read_secret(etcd_password_file)),
+            ("controllerEtcdCaFile", etcd_ca_file),
+            ("controllerEtcdCertFile", etcd_cert_file),
+            ("controllerEtcdKeyFile", etcd_key_file),
+            ("controllerEtcdInsecure", "true" if etcd_insecure else None),
             ("controllerDLegerSelfId", self_id),
             ("controllerDLegerGroup", group),
         )
@@ -118,10 +151,25 @@ def controller_group(
             controller=server,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
             console_listen="",
             stats_interval=0,
         )
     )
+
+
+def _read_secret(path: str | None) -> str | None:
+    """The first line of ``path`` (a password file), None when no path is given."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline().strip()
+    except OSError as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--etcd-password-file") from None
+    if not line:
+        raise click.BadParameter(f"{path} is empty", param_hint="--etcd-password-file")
+    return line
 
 
 def _admin(address: str) -> Any:

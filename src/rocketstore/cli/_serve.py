@@ -16,7 +16,7 @@ from ..metrics._auth import check_auth_option
 from ..metrics._server import LISTEN_HELP as METRICS_LISTEN_HELP
 from ..metrics._server import check_listen_option
 from ..store._config import StoreConfig
-from ._common import NAMESRV_ENV, tls_server_options
+from ._common import NAMESRV_ENV, https_options, tls_server_options
 
 
 def _split_listen(value: str, default_port: int) -> tuple[str, int]:
@@ -507,6 +507,7 @@ flush_option = click.option(
 @metrics_auth_option
 @verbose_option
 @tls_server_options
+@https_options
 def broker_cmd(
     store: str | None,
     conf: str | None,
@@ -533,6 +534,7 @@ def broker_cmd(
     log_level: str,
     log_levels: str | None,
     tls: Any,
+    https: Any,
 ) -> None:
     """Run a broker over a store directory."""
     from ..server import run_servers
@@ -565,6 +567,7 @@ def broker_cmd(
             announce=_announce,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
         )
     )
 
@@ -590,6 +593,7 @@ def broker_cmd(
 @controller_listen_option
 @verbose_option
 @tls_server_options
+@https_options
 def serve_cmd(
     store: str,
     conf: str | None,
@@ -613,6 +617,7 @@ def serve_cmd(
     log_level: str,
     log_levels: str | None,
     tls: Any,
+    https: Any,
 ) -> None:
     """A name server and a broker in one process: the embedded default (with RocketMQ 5's
     controller too, its state under the store's controller/, with --controller-listen). Every
@@ -656,6 +661,7 @@ def serve_cmd(
                 },
             ),
             acl_file=acl_path,
+            inner_account=inner,
             tls=tls,
         )
     broker = _make_broker(
@@ -686,6 +692,7 @@ def serve_cmd(
             announce=_announce,
             metrics_listen=metrics_listen,
             metrics_auth=metrics_auth,
+            https=https,
             console_listen=console_listen,
             console_namesrv=ns.address,
             controller=controller,

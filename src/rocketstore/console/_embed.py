@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import ssl
 
 from ..client._admin import AdminClient
 from ._server import ConsoleServer
@@ -33,7 +34,11 @@ class EmbeddedConsole:
 
 
 async def maybe_start_console(
-    listen: str | None, namesrv: str | None, *, login: bool = False
+    listen: str | None,
+    namesrv: str | None,
+    *,
+    login: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> EmbeddedConsole | None:
     """What ``--console-listen`` asks for: '' no console; None the default address, skipped
     with a warning when its port is taken (another console on the host has it); any other
@@ -42,7 +47,7 @@ async def maybe_start_console(
     if listen == "" or not namesrv:
         return None
     admin = AdminClient(namesrv, signer=None) if login else AdminClient(namesrv)
-    server = ConsoleServer(admin, listen or DEFAULT_LISTEN, login=login)
+    server = ConsoleServer(admin, listen or DEFAULT_LISTEN, login=login, tls=tls)
     try:
         await server.start()
     except OSError as exc:

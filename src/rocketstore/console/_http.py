@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -176,8 +177,10 @@ class HttpServer:
         max_buffered: int = MAX_BUFFERED,
         answer_room: int = ANSWER_ROOM,
         write_timeout_s: float = WRITE_TIMEOUT_S,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.handler = handler
+        self.tls = tls  # HTTPS when given
         self.max_connections = max_connections
         self.host = host
         self.port = port
@@ -192,7 +195,14 @@ class HttpServer:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEAD)
+        self._server = await asyncio.start_server(
+            self._serve,
+            self.host,
+            self.port,
+            limit=MAX_HEAD,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.write_timeout_s if self.tls is not None else None,
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:

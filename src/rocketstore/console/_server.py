@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,12 +74,13 @@ class ConsoleServer:
         *,
         login: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         host, port = split_address(listen)
         self.admin = admin
         self.login = login
         self.clock = clock
-        self.http = HttpServer(self.handle, host, port)
+        self.http = HttpServer(self.handle, host, port, tls=tls)
         self.sessions: dict[str, Session] = {}
         self._routes: dict[tuple[str, str], Callable[[Request, AdminClient], Any]] = {
             ("GET", "/api/cluster"): lambda r, a: views.cluster(a),

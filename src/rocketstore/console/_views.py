@@ -11,7 +11,7 @@ from typing import Any
 from ..client._admin import PERM_READ_WRITE, AdminClient
 from ..client._names import check_group, check_topic
 from ..client._route import ClientError, MessageQueue, TopicNotFoundError
-from ..remoting import RemotingError
+from ..remoting import RemotingError, ResponseCode
 from ..store.log._record import MessageExt
 
 MAX_SEARCH_RESULTS = 64
@@ -418,11 +418,20 @@ def messages_by_key(admin: AdminClient, topic_name: str, key: str) -> dict[str, 
 
 
 def message_by_id(admin: AdminClient, msg_id: str, topic_name: str | None) -> dict[str, Any]:
+    """The message with that id. Whatever kept it from being shown (no message there, a topic
+    the account may not read, any refusal of the broker's) is answered alike: not found,
+    naming no topic, so an account learns nothing of what lies at an offset it may not read."""
     if not msg_id or len(msg_id) > 128:
         raise ValueError("give a message id")
     if topic_name:
         check_topic(topic_name)
-    m = admin.find_message(msg_id.strip(), topic=topic_name or None)
+    msg_id = msg_id.strip()
+    try:
+        m = admin.find_message(msg_id, topic=topic_name or None)
+    except ClientError:
+        raise ClientError(
+            ResponseCode.QUERY_NOT_FOUND, f"no message {msg_id} that this account may read"
+        ) from None
     return {"messages": [message_doc(m)], "resend": RESEND_UNSUPPORTED}
 
 

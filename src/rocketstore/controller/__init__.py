@@ -35,6 +35,8 @@ from ._errors import LeadershipLostError as LeadershipLostError
 from ._errors import NoActiveControllerError as NoActiveControllerError
 from ._errors import StateCorruptError as StateCorruptError
 from ._etcd_backend import EtcdBackend as EtcdBackend
+from ._etcd_client import EtcdAuthError as EtcdAuthError
+from ._etcd_client import EtcdSecurity as EtcdSecurity
 from ._file_backend import FileBackend as FileBackend
 from ._headers import AlterSyncStateSetRequest as AlterSyncStateSetRequest
 from ._headers import AlterSyncStateSetResponse as AlterSyncStateSetResponse
@@ -82,7 +84,9 @@ __all__ = [
     "ElectMasterResponse",
     "ElectMasterResponseBody",
     "Elected",
+    "EtcdAuthError",
     "EtcdBackend",
+    "EtcdSecurity",
     "FileBackend",
     "GetMetaDataResponse",
     "GetNextBrokerIdRequest",

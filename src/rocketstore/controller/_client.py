@@ -27,6 +27,7 @@ from ..remoting import (
     RequestCode,
     ResponseCode,
 )
+from ..remoting._client import FROM_ENV, Signer
 from ._bodies import ElectMasterResponseBody, SyncStateSet
 from ._errors import ControllerRefusedError, NoActiveControllerError
 from ._headers import (
@@ -78,11 +79,14 @@ class ControllerClient:
         *,
         client: AsyncRemotingClient | None = None,
         timeout: float = 3.0,
+        signer: Signer | None = FROM_ENV,
     ) -> None:
+        """``signer`` signs every request when the controllers check ACL (a broker's: its
+        inner account; default: ROCKETSTORE_ACCESS_KEY's account, if any)."""
         if not addresses:
             raise ValueError("no controller address")
         self.addresses = list(addresses)
-        self.client = client if client is not None else AsyncRemotingClient()
+        self.client = client if client is not None else AsyncRemotingClient(signer=signer)
         self.timeout = timeout
         self.leader: str | None = None  # the active controller as last found
 
@@ -97,12 +101,20 @@ class ControllerClient:
         return GetMetaDataResponse.from_ext(response.ext_fields)
 
     async def find_leader(self) -> str:
-        """The active controller's address, asked of each address in turn."""
+        """The active controller's address, asked of each address in turn. When every
+        controller's ACL refused the question, that refusal is raised (ControllerRefusedError,
+        ``access_denied``): the controllers are there, the account is what is wrong."""
         reasons = []
+        denied: ControllerRefusedError | None = None
         for address in self.addresses:
             try:
                 meta = await self.metadata(address)
-            except (RemotingError, ControllerRefusedError) as exc:
+            except ControllerRefusedError as exc:
+                reasons.append(f"{address}: {exc}")
+                if exc.access_denied:
+                    denied = denied or exc
+                continue
+            except RemotingError as exc:
                 reasons.append(f"{address}: {exc}")
                 continue
             if meta.controller_leader_address:
@@ -110,6 +122,8 @@ class ControllerClient:
                 return self.leader
             reasons.append(f"{address}: knows no active controller")
         self.leader = None
+        if denied is not None and len(reasons) == sum("ACL refused" in r for r in reasons):
+            raise denied
         raise NoActiveControllerError("; ".join(reasons))
 
     async def request(

@@ -21,8 +21,18 @@ and rocketstore's::
     controllerBackend            file or etcd                              file
     controllerEtcdEndpoints      http://HOST:PORT,... of the etcd cluster
     controllerEtcdPrefix         key prefix in etcd                        /rocketstore/controller
+    controllerEtcdUser           etcd user (etcd's auth: its token on every call)
+    controllerEtcdPassword       its password (or ROCKETSTORE_ETCD_PASSWORD)
+    controllerEtcdCaFile         CA certificates to verify https:// endpoints (PEM)
+    controllerEtcdCertFile       client certificate for etcd (PEM)
+    controllerEtcdKeyFile        its private key (PEM)
+    controllerEtcdInsecure       let the etcd backend run without auth
+                                 while the controller checks ACL           false
     controllerLeaseTtl           seconds an etcd lease lives unrenewed      5
     brokerHeartbeatTimeoutMills  a heartbeat's life when it names none     10000
+    innerClientAuthenticationCredentials  {"accessKey","secretKey"}: the account the
+                                 controller's notices to brokers are signed with (else
+                                 ROCKETSTORE_INNER_CLIENT_ACCESS_KEY / _SECRET_KEY)
 
 Immutable; any thread.
 """
@@ -34,12 +44,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..remoting._signing import inner_credentials
 from ..store._config import comment_hint
 from ._errors import ControllerConfigError
+from ._etcd_client import EtcdSecurity
 
 DEFAULT_PORT = 9878  # the port RocketMQ's controller quick start gives n0
 BACKENDS = ("file", "etcd")
 DAY_MS = 86_400_000
+ETCD_PASSWORD_ENV = "ROCKETSTORE_ETCD_PASSWORD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +65,19 @@ class ControllerConfig:
     backend: str = "file"
     etcd_endpoints: tuple[str, ...] = ()
     etcd_prefix: str = "/rocketstore/controller"
+    etcd_user: str = ""
+    etcd_password: str = dataclasses.field(default="", repr=False)
+    etcd_ca_file: str = ""
+    etcd_cert_file: str = ""
+    etcd_key_file: str = ""
+    etcd_insecure: bool = False
     lease_ttl_s: int = 5
     enable_elect_unclean_master: bool = False
     notify_broker_role_changed: bool = True
     scan_not_active_broker_interval_ms: int = 5_000
     scan_inactive_master_interval_ms: int = 5_000
     broker_heartbeat_timeout_ms: int = 10_000
+    inner_client_credentials: str = dataclasses.field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -79,6 +99,45 @@ class ControllerConfig:
         ):
             if not 0 < getattr(self, name) <= most:
                 raise ControllerConfigError(f"{_KEY_OF[name]} must be above 0 and at most {most}")
+        if self.etcd_password and not self.etcd_user:
+            raise ControllerConfigError("controllerEtcdPassword without controllerEtcdUser")
+        if bool(self.etcd_cert_file) != bool(self.etcd_key_file):
+            raise ControllerConfigError(
+                "controllerEtcdCertFile and controllerEtcdKeyFile go together (set both or neither)"
+            )
+        if self.inner_client_credentials:
+            self.inner_credentials()
+
+    def inner_credentials(self) -> tuple[str, str] | None:
+        """(access key, secret key) the controller's notices to brokers are signed with: the
+        configured ``innerClientAuthenticationCredentials``, else the environment's inner
+        account; None when neither."""
+        try:
+            return inner_credentials(self.inner_client_credentials)
+        except ValueError as exc:
+            raise ControllerConfigError(str(exc)) from None
+
+    def etcd_security(self, env: Mapping[str, str] | None = None) -> EtcdSecurity:
+        """The etcd backend's credentials and TLS files; the password from
+        ROCKETSTORE_ETCD_PASSWORD when the settings hold none. ControllerConfigError for a user
+        without a password."""
+        password = self.etcd_password
+        if self.etcd_user and not password:
+            password = (os.environ if env is None else env).get(ETCD_PASSWORD_ENV, "")
+            if not password:
+                raise ControllerConfigError(
+                    f"controllerEtcdUser {self.etcd_user!r} needs controllerEtcdPassword "
+                    f"(or {ETCD_PASSWORD_ENV})"
+                )
+        return EtcdSecurity(
+            self.etcd_user, password, self.etcd_ca_file, self.etcd_cert_file, self.etcd_key_file
+        )
+
+    @property
+    def etcd_authenticated(self) -> bool:
+        """Whether the etcd backend proves who it is to etcd (a user, or a client
+        certificate)."""
+        return bool(self.etcd_user or self.etcd_cert_file)
 
     @property
     def address(self) -> str:
@@ -121,6 +180,8 @@ class ControllerConfig:
         """Every setting by its property name, as text (GET_CONTROLLER_CONFIG)."""
         out = {"controllerListen": self.address}
         for attr, key in _KEY_OF.items():
+            if attr in SECRET_ATTRS:
+                continue  # never answered
             value = getattr(self, attr)
             if isinstance(value, bool):
                 out[key] = "true" if value else "false"
@@ -149,15 +210,23 @@ _KEY_OF = {
     "backend": "controllerBackend",
     "etcd_endpoints": "controllerEtcdEndpoints",
     "etcd_prefix": "controllerEtcdPrefix",
+    "etcd_user": "controllerEtcdUser",
+    "etcd_password": "controllerEtcdPassword",
+    "etcd_ca_file": "controllerEtcdCaFile",
+    "etcd_cert_file": "controllerEtcdCertFile",
+    "etcd_key_file": "controllerEtcdKeyFile",
+    "etcd_insecure": "controllerEtcdInsecure",
     "lease_ttl_s": "controllerLeaseTtl",
     "enable_elect_unclean_master": "enableElectUncleanMaster",
     "notify_broker_role_changed": "notifyBrokerRoleChanged",
     "scan_not_active_broker_interval_ms": "scanNotActiveBrokerInterval",
     "scan_inactive_master_interval_ms": "scanInactiveMasterInterval",
     "broker_heartbeat_timeout_ms": "brokerHeartbeatTimeoutMills",
+    "inner_client_credentials": "innerClientAuthenticationCredentials",
 }
+SECRET_ATTRS = frozenset({"etcd_password", "inner_client_credentials"})
 _ATTR_OF = {key: attr for attr, key in _KEY_OF.items()}
-_BOOLS = frozenset({"enable_elect_unclean_master", "notify_broker_role_changed"})
+_BOOLS = frozenset({"enable_elect_unclean_master", "notify_broker_role_changed", "etcd_insecure"})
 _INTS = frozenset(
     {
         "lease_ttl_s",

@@ -218,6 +218,18 @@ class Controller:
     # ---- heartbeats and elections the controller starts -----------------------------------------
 
     def heartbeat(self, req: BrokerHeartbeatRequest, connection: object | None) -> None:
+        """Record a broker's heartbeat. One that came over a connection which has closed since
+        (its frame read together with the connection's end: the close was handled first) is
+        not counted: counting it would bring back to life, for a whole heartbeat timeout, a
+        broker just found dead, and the next election could pick it."""
+        if connection is not None and getattr(connection, "closed", False):
+            log.info(
+                "controller: the heartbeat of broker %s of group %s came over a connection "
+                "that has closed: not counted",
+                req.broker_id,
+                req.broker_name,
+            )
+            return
         new = self.live.heartbeat(req, connection)
         if new is None:
             _full_log.log(

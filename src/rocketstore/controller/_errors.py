@@ -8,7 +8,8 @@
     │   └── LeadershipLostError       a write refused because this controller no longer holds
     │                                 the leadership it wrote under
     ├── ControllerRefusedError     (a client's) the active controller answered with an error
-    │                              code (``code``, ``remark``)
+    │                              code (``code``, ``remark``; ``access_denied``: its ACL
+    │                              refused the request, and the message says so)
     └── NoActiveControllerError    (a client's) no controller names an active one
 
 Errors of a request (a header field missing, a body that does not decode) are
@@ -16,6 +17,8 @@ Errors of a request (a header field missing, a body that does not decode) are
 """
 
 from __future__ import annotations
+
+from ..remoting._signing import ACL_EXCEPTION_PREFIX as EXCEPTION_PREFIX
 
 
 class ControllerError(Exception):
@@ -46,7 +49,13 @@ class ControllerRefusedError(ControllerError):
     """The active controller answered a request with ``code`` (not SUCCESS)."""
 
     def __init__(self, code: int, remark: str | None) -> None:
-        super().__init__(f"controller refused: code {code}: {remark or ''}".rstrip(": "))
+        text = remark or ""
+        self.access_denied = code == 1 and text.startswith(EXCEPTION_PREFIX)  # SYSTEM_ERROR
+        if self.access_denied:
+            message = f"the controller's ACL refused the request: {text[len(EXCEPTION_PREFIX) :]}"
+        else:
+            message = f"controller refused: code {code}: {text}".rstrip(": ")
+        super().__init__(message)
         self.code = code
         self.remark = remark
 

@@ -34,7 +34,15 @@ from typing import Any
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ._backend import Member, StateBackend, Versioned
 from ._errors import BackendUnavailableError, LeadershipLostError, StateCorruptError
-from ._etcd_client import EtcdClient, EtcdRequestError, KeyValue, b64, prefix_end
+from ._etcd_client import (
+    EtcdAuthError,
+    EtcdClient,
+    EtcdRequestError,
+    EtcdSecurity,
+    KeyValue,
+    b64,
+    prefix_end,
+)
 from ._record import GroupRecord
 
 log = logging.getLogger(__name__)
@@ -71,8 +79,9 @@ class EtcdBackend(StateBackend):
         ttl_s: int = DEFAULT_TTL_S,
         timeout_s: float = 2.0,
         clock: Clock = SYSTEM_CLOCK,
+        security: EtcdSecurity | None = None,
     ) -> None:
-        self.client = EtcdClient(endpoints, timeout=timeout_s)
+        self.client = EtcdClient(endpoints, timeout=timeout_s, security=security)
         self.clock = clock
         self.ttl_s = ttl_s
         root = f"{prefix.rstrip('/')}/{group}"
@@ -87,7 +96,17 @@ class EtcdBackend(StateBackend):
         return self.groups_prefix + broker_name.encode("utf-8")
 
     async def open(self) -> None:
-        pass  # etcd is reached at the first call; until then this controller is a standby
+        """With a user: its credentials tried now, so that wrong ones stop the start with
+        etcd's reason (EtcdAuthError). etcd out of reach is no error: it is reached at the
+        first call, and until then this controller is a standby."""
+        if not self.client.security.user:
+            return
+        try:
+            await self.client.call("/v3/kv/range", {"key": b64(self.leader_key)})
+        except EtcdAuthError:
+            raise
+        except (BackendUnavailableError, EtcdRequestError) as exc:
+            log.warning("controller: etcd not reached at start (%s); trying again", exc)
 
     async def close(self) -> None:
         await self.release_leadership()

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 from ..remoting import AsyncRemotingClient, RemotingCommand, RemotingError, RequestCode
+from ..remoting._client import FROM_ENV, Signer
 from ._bodies import SyncStateSet
 from ._headers import NotifyBrokerRoleChangedRequest
 from ._replicas import Election
@@ -40,10 +41,13 @@ def notice_of(election: Election) -> RemotingCommand:
 
 
 class RoleNotifier:
-    """Sends the notices; ``alive(broker_id)`` of the election's group picks the recipients."""
+    """Sends the notices; ``alive(broker_id)`` of the election's group picks the recipients.
+    ``signer`` signs them (brokers with ACL on take a notice from an admin account only)."""
 
-    def __init__(self, client: AsyncRemotingClient | None = None) -> None:
-        self.client = client if client is not None else AsyncRemotingClient()
+    def __init__(
+        self, client: AsyncRemotingClient | None = None, *, signer: Signer | None = FROM_ENV
+    ) -> None:
+        self.client = client if client is not None else AsyncRemotingClient(signer=signer)
         self._pending: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self.sent = 0
 

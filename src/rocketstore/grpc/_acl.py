@@ -30,11 +30,18 @@ topics are the group's)::
                                                             group and subscriptions (refused:
                                                             the stream ends)
 
-Telemetry, Heartbeat and NotifyClientTermination under a client id (``x-mq-client-id``)
-another account holds are refused too (FORBIDDEN, resource ``client:<id>``): the broker keeps a
-client's settings, its Telemetry stream (down which transaction checks go, with the half
-message) and what it received by that id, so an id is its first account's while it is in use
-(``ClientRegistry.claim``).
+Telemetry, Heartbeat, NotifyClientTermination, ReceiveMessage, AckMessage and
+ChangeInvisibleDuration under a client id (``x-mq-client-id``) another account holds are
+refused too (FORBIDDEN, resource ``client:<id>``): the broker keeps a client's settings, its
+Telemetry stream (down which transaction checks go, with the half message) and what it
+received by that id, so an id is its first account's while it is in use
+(``ClientRegistry.claim``), whichever of these calls used it first; an id a consumer uses only
+to receive is held as much as a producer's.
+
+The signature is checked from the call's metadata before its request is read
+(``authenticate``, by the front end's handlers in ``_gate``): an unsigned or badly signed call
+is answered UNAUTHORIZED and its message, however large, is never read or decoded. The
+permissions, which depend on the request, are checked once it is read.
 
 Each refusal goes to the audit log (``rocketstore.acl._audit``).
 
@@ -52,7 +59,7 @@ import hashlib
 import hmac
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -65,6 +72,7 @@ from ..acl._file import parse_key_object, parse_key_pairs
 from ..acl._remoting import AclSource
 from ..acl._request import Need, group_needs, topic_need, topic_needs
 from ..store._errors import StoreConfigError
+from ._checks import settings_topics
 
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_TIME_HEADER = "x-mq-date-time"
@@ -309,9 +317,19 @@ def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
 # ---- the servicer wrapper -----------------------------------------------------------------------
 
 _SERVER_STREAMS = ("ReceiveMessage", "PullMessage")
-# the calls that act on what the broker keeps by client id: its settings and Telemetry stream,
-# its heartbeats, its termination (which releases what it received)
-_CLIENT_STATE = frozenset({"Telemetry", "Heartbeat", "NotifyClientTermination"})
+# the calls that act on what the broker keeps by client id, or that use the id: its settings
+# and Telemetry stream, its heartbeats, its termination (which releases what it received),
+# its receives (auto-renewed under the id) and their acks
+CLIENT_STATE = frozenset(
+    {
+        "Telemetry",
+        "Heartbeat",
+        "NotifyClientTermination",
+        "ReceiveMessage",
+        "AckMessage",
+        "ChangeInvisibleDuration",
+    }
+)
 _BIDIRECTIONAL = ("Telemetry",)
 
 
@@ -353,6 +371,8 @@ class AclServicer:
     answered with UNAUTHORIZED or FORBIDDEN in its status (``service.auth_failures`` counts
     them) and never reaches ``service``."""
 
+    SendMessage: Callable[[Any, Any], Awaitable[Any]]  # (and every other method, set below)
+
     def __init__(self, service: Any, checker: AclChecker) -> None:
         self.service = service
         self.checker = checker
@@ -362,6 +382,34 @@ class AclServicer:
             elif name not in _BIDIRECTIONAL:
                 setattr(self, name, self._unary(name))
 
+    def authenticate(self, method: str, context: Any) -> Any:
+        """None when the call's signature (its metadata: nothing of its request is read) lets
+        it in, else its Status (UNAUTHORIZED). The permissions are checked once the request
+        is read (``_refusal``)."""
+        from ._convert import Code, status
+
+        metadata = [(str(k), v) for k, v in (context.invocation_metadata() or ())]
+        try:
+            self.checker.check(metadata, peer=_peer(context))
+        except PermissionDeniedError:
+            return None  # an account's: what it lacks is told once its request is read
+        except AccessDeniedError as exc:
+            self.service.auth_failures += 1
+            _audit_refusal(method, metadata, _peer(context), {}, exc)
+            return status(Code.UNAUTHORIZED, f"unauthorized: {exc}")
+        return None
+
+    def refused_stream(self, method: str, refused: Any) -> list[Any]:
+        """What a server-streaming call refused before its request was read answers."""
+        from ._convert import timestamp
+        from ._pb import service_pb2 as spb
+
+        response_type = getattr(spb, f"{method}Response")
+        answer = [response_type(status=refused)]
+        if method == "ReceiveMessage":
+            answer.append(response_type(delivery_timestamp=timestamp(int(time.time() * 1000))))
+        return answer
+
     def _refusal(self, method: str, request: Any, context: Any) -> Any:
         """None when the call may go on, else its Status."""
         from ._convert import Code, status
@@ -370,7 +418,7 @@ class AclServicer:
         needs = request_needs(method, request)
         try:
             account = self.checker.check(metadata, peer=_peer(context), needs=needs)
-            if account is not None and method in _CLIENT_STATE:
+            if account is not None and method in CLIENT_STATE:
                 self._claim(metadata, account)
         except AccessDeniedError as exc:
             self.service.auth_failures += 1
@@ -406,18 +454,13 @@ class AclServicer:
         return call
 
     def _server_stream(self, method: str) -> Callable[[Any, Any], AsyncIterator[Any]]:
-        from ._convert import timestamp
-        from ._pb import service_pb2 as spb
-
         inner = getattr(self.service, method)
-        response_type = getattr(spb, f"{method}Response")
 
         async def call(request: Any, context: Any) -> AsyncIterator[Any]:
             refused = self._refusal(method, request, context)
             if refused is not None:
-                yield response_type(status=refused)
-                if method == "ReceiveMessage":
-                    yield response_type(delivery_timestamp=timestamp(int(time.time() * 1000)))
+                for answer in self.refused_stream(method, refused):
+                    yield answer
                 return
             async for item in inner(request, context):
                 yield item
@@ -437,7 +480,9 @@ class AclServicer:
         async def checked() -> AsyncIterator[Any]:
             """The client's commands, up to a Settings it may not claim (the stream ends)."""
             async for command in request_iterator:
-                if command.WhichOneof("command") == "settings":
+                if command.WhichOneof("command") == "settings" and (
+                    settings_topics(command.settings) <= self.service.config.max_settings_topics
+                ):  # (more: refused by the service, for what it is)
                     needs = dict(settings_needs(command.settings))
                     try:
                         self.checker.check(metadata, peer=peer, needs=needs)

@@ -83,3 +83,13 @@ def check_invisible(ms: int, low: int, high: int) -> int:
     if ms > high:
         raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time is too large, max {high}")
     return ms
+
+
+def settings_topics(settings: pb.Settings) -> int:
+    """How many topics a client's settings name (published, or subscribed to)."""
+    kind = settings.WhichOneof("pub_sub")
+    if kind == "publishing":
+        return len(settings.publishing.topics)
+    if kind == "subscription":
+        return len(settings.subscription.subscriptions)
+    return 0

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ..broker._services import HasGroups, HasStoreConfig, HasTopics
 from ..store._clock import Clock
-from ._checks import check_group, check_topic
+from ._checks import check_group, check_topic, settings_topics
 from ._config import GrpcConfig
 from ._convert import Code, GrpcError
 from ._pb import definition_pb2 as pb
@@ -86,7 +86,14 @@ class ClientRegistry:
 
     def update_settings(self, client_id: str, settings: pb.Settings) -> pb.Settings:
         """Remember a client's settings; the settings the broker answers with. GrpcError for
-        settings without publishing or subscription, or with a bad topic or group."""
+        settings without publishing or subscription, with a bad topic or group, or naming
+        more than ``max_settings_topics`` topics."""
+        count = settings_topics(settings)
+        if count > self._config.max_settings_topics:
+            raise GrpcError(
+                Code.BAD_REQUEST,
+                f"settings name {count:,} topics, at most {self._config.max_settings_topics:,}",
+            )
         kind = settings.WhichOneof("pub_sub")
         group: str | None = None
         if kind == "publishing":

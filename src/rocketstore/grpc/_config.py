@@ -62,10 +62,25 @@ class GrpcConfig:
     # an unanswered DLQ put keeps its message invisible this long before it is offered again
     dead_letter_retry_ms: int = 30_000
     # memory: one receive's answer holds at most max_receive_bytes of messages (and always at
-    # least one message); the answers of all receives being read or written at most
-    # max_buffered_bytes (a receive waits for room before it reads a message; see _receive)
+    # least one message); what the front end holds of messages at most max_buffered_bytes:
+    # sends being read and stored, receives' answers being read or written, Telemetry replies
+    # waiting to be written (each takes room before it reads; see _gate, _receive, _replies).
+    # A send that finds no room within send_wait_ms is answered TOO_MANY_REQUESTS unread.
     max_receive_bytes: int = 4 * 1024 * 1024
     max_buffered_bytes: int = 256 * 1024 * 1024
+    send_wait_ms: int = 3_000
+    # Telemetry: at most telemetry_queue_size replies wait for a stream's client to read them
+    # (its commands are not read meanwhile); a reply that finds no place or room for
+    # telemetry_stall_ms drops what waits and the stream reads nothing more. A Settings names
+    # at most max_settings_topics topics (published, or subscribed to).
+    telemetry_queue_size: int = 16
+    telemetry_stall_ms: int = 10_000
+    max_settings_topics: int = 1_024
+    # calls: at most max_streams_per_connection under way on one connection (HTTP/2's
+    # SETTINGS_MAX_CONCURRENT_STREAMS), max_concurrent_calls on the whole front end (beyond
+    # it gRPC answers RESOURCE_EXHAUSTED); an open Telemetry stream costs some 27 KiB
+    max_streams_per_connection: int = 256
+    max_concurrent_calls: int = 8_192
     # connections: at most max_connections at once (fewer when the process's allowance of
     # connections has less room, see remoting/_allowance.py); one that has not finished its
     # HTTP/2 handshake within handshake_timeout_ms, or has had no call under way for
@@ -97,6 +112,12 @@ class GrpcConfig:
             "dead_letter_retry_ms",
             "max_receive_bytes",
             "max_buffered_bytes",
+            "send_wait_ms",
+            "telemetry_queue_size",
+            "telemetry_stall_ms",
+            "max_settings_topics",
+            "max_streams_per_connection",
+            "max_concurrent_calls",
             "max_connections",
             "handshake_timeout_ms",
             "idle_timeout_ms",

@@ -17,7 +17,8 @@ its deadline less half its request timeout), at most ``max_long_polling_ms``, an
 ``long_polling_reserve_ms`` before the client's deadline.
 
 Memory: a receive takes room for its answer (``max_receive_bytes``) from the front end's
-budget (``room``, ``max_buffered_bytes`` for all receives) before it reads a message, waiting
+budget (``room``, ``max_buffered_bytes``, shared with sends and Telemetry replies, see
+``_gate``) before it reads a message, waiting
 for it within its poll time (none in time: an empty answer), and gives back what its messages
 do not need at once; the rest goes back message by message as the stream writes them
 (``delivered``), so messages read for clients that do not take them cannot pile up. Messages
@@ -109,7 +110,12 @@ def tag_filter_of(expression: pb.FilterExpression) -> TagFilter:
 
 class PopService:
     def __init__(
-        self, broker: ReceiveContext, config: GrpcConfig, clock: Clock, pop: PopState
+        self,
+        broker: ReceiveContext,
+        config: GrpcConfig,
+        clock: Clock,
+        pop: PopState,
+        room: ByteRoom | None = None,
     ) -> None:
         self.broker = broker
         self.config = config
@@ -127,8 +133,9 @@ class PopService:
         # delivery ms, current deadline ms]; and each client's handles
         self._auto: dict[str, list[Any]] = {}
         self._auto_by_client: dict[str, set[str]] = {}
-        # the messages of receive answers being read or written (see the module docstring)
-        self.room = ByteRoom(config.max_buffered_bytes)
+        # the front end's budget: receive answers being read or written take from it (see
+        # the module docstring), as sends and Telemetry replies do
+        self.room = room if room is not None else ByteRoom(config.max_buffered_bytes)
 
     def delivered(self, msg: MessageExt) -> None:
         """A message of a receive's answer was written to its stream, or will never be: its

@@ -37,12 +37,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
+from ..acl import _audit
 from ..broker._services import HasAcl, HasClock
 from ..broker.state._pop import POP_STATE_FILE, PopState
 from ..remoting._allowance import PROCESS_CONNECTIONS
+from ..remoting._limits import Trimmer
+from ..remoting._room import ByteRoom
 from ._clients import ClientRegistry, ClientsContext
 from ._config import DEFAULT_GRPC_PORT, GrpcConfig
-from ._pb import service_pb2_grpc
+from ._gate import Gate
 from ._pull import PullContext, PullService
 from ._receive import PopService, ReceiveContext
 from ._routes import ClusterRoutes, RoutesContext
@@ -53,11 +56,15 @@ from ._transaction import TransactionContext, TransactionFront
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ._acl import AclServicer
+
 log = logging.getLogger(__name__)
 
 CLIENT_EXPIRY_CHECK_S = 10.0
 # room for a body of max_message_size plus properties and framing
 _MESSAGE_OVERHEAD = 1024 * 1024
+# what a closed Telemetry stream let go of, counted towards handing memory back
+STREAM_COST = 32 * 1024
 
 
 def _held(host: str, port: int) -> bool:
@@ -115,6 +122,11 @@ class GrpcFrontEnd:
         self._housekeeping: asyncio.Task[None] | None = None
         self._started = False
         self.max_connections = 0  # the connections its server takes (set at start)
+        self.room: ByteRoom  # the budget of messages held (max_buffered_bytes)
+        self.gate: Gate
+        self._trimmer = Trimmer()
+        self._given_back = 0
+        self._closed_streams = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -153,7 +165,8 @@ class GrpcFrontEnd:
             PopState, path, clock=clock, dead_letter_retry_ms=cfg.dead_letter_retry_ms
         )
         clients = ClientRegistry(broker, cfg, clock)
-        pops = PopService(broker, cfg, clock, self.pop)
+        self.room = ByteRoom(cfg.max_buffered_bytes)
+        pops = PopService(broker, cfg, clock, self.pop, self.room)
         self._transactions = TransactionFront(broker, clients)
         self._routes = ClusterRoutes(broker)
         self.service = MessagingService(
@@ -176,10 +189,20 @@ class GrpcFrontEnd:
             ("grpc.max_allowed_incoming_connections", self.max_connections),
             ("grpc.server_handshake_timeout_ms", cfg.handshake_timeout_ms),
             ("grpc.max_connection_idle_ms", cfg.idle_timeout_ms),
+            ("grpc.max_concurrent_streams", cfg.max_streams_per_connection),
+            # a stream's window stays small until its handler reads (see _gate)
+            ("grpc.http2.bdp_probe", 0),
             *cfg.extra_options,
         ]
-        server = grpc.aio.server(options=options)
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), server)  # type: ignore[no-untyped-call]
+        server = grpc.aio.server(options=options, maximum_concurrent_rpcs=cfg.max_concurrent_calls)
+        self.gate = Gate(
+            self.service,
+            self._acl_servicer(),
+            self.room,
+            max_request=limit,
+            send_wait_s=cfg.send_wait_ms / 1000.0,
+        )
+        self.gate.add_to(server)
         bind = _bind_address(cfg.host, cfg.port)
         if _held(cfg.host, cfg.port):  # before gRPC's C core, which logs its own lines
             raise OSError(errno.EADDRINUSE, f"gRPC front end: cannot bind {bind}: address in use")
@@ -213,9 +236,9 @@ class GrpcFrontEnd:
             " (ACL)" if cfg.acl_enabled or broker.acl is not None else "",
         )
 
-    def _servicer(self) -> Any:
-        """The service, behind the broker's ACL when it has one (else the config's keys, which
-        then guard the broker's remoting port too)."""
+    def _acl_servicer(self) -> AclServicer | None:
+        """The service behind the broker's ACL when it has one (else the config's keys, which
+        then guard the broker's remoting port too); None without an ACL."""
         from ..acl import StaticAcl, admin_accounts
         from ._acl import AclChecker, AclServicer
 
@@ -224,7 +247,7 @@ class GrpcFrontEnd:
             source = StaticAcl(admin_accounts(self.config.credentials))
             self.broker.enable_acl(source)  # the same keys on the remoting port
         if source is None:
-            return self.service
+            return None
         return AclServicer(self.service, AclChecker(source))
 
     async def close(self) -> None:
@@ -280,8 +303,21 @@ class GrpcFrontEnd:
                     for client_id in self.service.clients.expire(streaming):
                         pops.release_client(client_id)
                 await asyncio.to_thread(self.pop.persist)
+                self._maybe_trim()
+                _audit.flush()  # the counts of repeated refusals whose interval is over
             except Exception:
                 log.exception("gRPC front end: housekeeping failed")
+
+    def _maybe_trim(self) -> None:
+        """Hand memory back to the system once the front end let go of enough of it (the
+        remoting servers' rule, ``Trimmer``): what its budget gave back, and some for each
+        Telemetry stream closed."""
+        room = self.room
+        closed = self.service.telemetry_closed
+        self._trimmer.released += room.given_back - self._given_back
+        self._trimmer.released += (closed - self._closed_streams) * STREAM_COST
+        self._given_back, self._closed_streams = room.given_back, closed
+        self._trimmer.maybe_trim(room.taken > 0)
 
 
 def attach_grpc(

@@ -31,6 +31,7 @@ from ._pb import service_pb2_grpc
 from ._pull import PullService
 from ._recall import RecallContext, recall
 from ._receive import PopService
+from ._replies import Replies
 from ._routes import BrokerQueues, ClusterRoutes
 from ._send import SendService
 from ._transaction import TransactionFront
@@ -158,6 +159,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self.transactions = transactions
         self.routes = routes
         self.auth_failures = 0  # calls the ACL refused (counted by its AclServicer)
+        self.telemetry_stalls = 0  # Telemetry streams stopped for not reading their replies
+        self.telemetry_open = 0  # Telemetry streams open now
+        self.telemetry_closed = 0  # Telemetry streams that ended
 
     # ---- plumbing ----------------------------------------------------------------------------
 
@@ -442,28 +446,50 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> AsyncIterator[spb.TelemetryCommand]:
         """Answer each Settings with the broker's settings; other commands (thread stack
         traces, verify results) are taken without an answer. The broker's own commands
-        (orphaned-transaction checks) go down the same stream."""
+        (orphaned-transaction checks) go down the same stream. The replies wait in a bounded
+        queue (``Replies``): while it is full the client's commands are not read; a reply
+        that finds no place (or room) for ``telemetry_stall_ms`` stops the reading for good
+        and the waiting replies are dropped (a client that does not read its replies gets
+        nothing more from the stream; gRPC cannot end a stream whose client does not read,
+        it ends when the client does or at its deadline)."""
         client_id = _client_id(context)
-        out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        cfg = self.config
+        out = Replies(self.pops.room, cfg.telemetry_queue_size)
+        stall_s = cfg.telemetry_stall_ms / 1000.0
 
         async def read() -> None:
             try:
                 async for command in request_iterator:
                     answer = self._telemetry_answer(client_id, command)
-                    if answer is not None:
-                        out.put_nowait(answer)
+                    if answer is not None and not await out.put(answer, stall_s):
+                        self.telemetry_stalls += 1
+                        _bad_requests.log(
+                            logging.WARNING,
+                            "Telemetry of client %r: its replies unread for %g s, "
+                            "its commands are not read any more",
+                            client_id,
+                            stall_s,
+                        )
+                        out.drain()  # what waits is dropped, its room given back
+                        return
             finally:
-                out.put_nowait(None)
+                out.end()
 
         reader = asyncio.create_task(read())
         if client_id:
             self.transactions.add_stream(client_id, out)
+        self.telemetry_open += 1
         try:
             while (item := await out.get()) is not None:
-                yield item
+                command, size = item
+                out.written(size)  # (one reply a stream at most is being written)
+                yield command
         finally:
             if client_id:
                 self.transactions.remove_stream(client_id, out)
+            out.drain()
+            self.telemetry_open -= 1
+            self.telemetry_closed += 1
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader

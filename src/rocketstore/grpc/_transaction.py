@@ -16,7 +16,6 @@ Loop thread only.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from typing import Protocol
@@ -29,6 +28,7 @@ from ._clients import ClientRegistry
 from ._convert import Code, GrpcError, status, to_proto_message
 from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
+from ._replies import Replies
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +67,15 @@ class TransactionFront:
         self.broker = broker
         self.clients = clients
         # client id → the outgoing queues of its open Telemetry streams
-        self._streams: dict[str, list[asyncio.Queue[spb.TelemetryCommand | None]]] = {}
+        self._streams: dict[str, list[Replies]] = {}
         self._turn = itertools.count()
 
     # ---- Telemetry streams -------------------------------------------------------------------
 
-    def add_stream(self, client_id: str, out: asyncio.Queue[spb.TelemetryCommand | None]) -> None:
+    def add_stream(self, client_id: str, out: Replies) -> None:
         self._streams.setdefault(client_id, []).append(out)
 
-    def remove_stream(
-        self, client_id: str, out: asyncio.Queue[spb.TelemetryCommand | None]
-    ) -> None:
+    def remove_stream(self, client_id: str, out: Replies) -> None:
         queues = self._streams.get(client_id)
         if queues is not None and out in queues:
             queues.remove(out)
@@ -90,11 +88,13 @@ class TransactionFront:
 
     def check(self, request: CheckRequest) -> bool:
         """The TransactionService's checker: a producer publishing the half's topic with an
-        open stream gets a RecoverOrphanedTransactionCommand; False when there is none, or
-        when the half is not a 5.x client's (its producer group is its topic)."""
+        open stream gets a RecoverOrphanedTransactionCommand; False when there is none, when
+        the half is not a 5.x client's (its producer group is its topic), or when the chosen
+        stream has no place or room for it now (its client does not read: checked again in
+        the next round)."""
         if request.producer_group != request.real_topic:
             return False
-        candidates: list[asyncio.Queue[spb.TelemetryCommand | None]] = []
+        candidates: list[Replies] = []
         for client_id, queues in self._streams.items():
             info = self.clients.get(client_id)
             settings = info.settings if info is not None else None
@@ -111,8 +111,7 @@ class TransactionFront:
         recover = command.recover_orphaned_transaction_command
         recover.message.CopyFrom(message)
         recover.transaction_id = transaction_id(half.commitlog_offset, half.queue_offset)
-        candidates[next(self._turn) % len(candidates)].put_nowait(command)
-        return True
+        return candidates[next(self._turn) % len(candidates)].offer(command)
 
     # ---- EndTransaction ----------------------------------------------------------------------
 

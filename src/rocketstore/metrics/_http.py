@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 
 from ..remoting._limits import LogLimiter
@@ -71,8 +72,10 @@ class MetricsHttpServer:
         timeout_s: float = TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
         auth: MetricsAuth = OPEN,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.render = render
+        self.tls = tls  # HTTPS when given
         self.not_ready = not_ready
         self.host = host
         self.port = port
@@ -98,7 +101,12 @@ class MetricsHttpServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=self.max_request
+            self._serve,
+            self.host,
+            self.port,
+            limit=self.max_request,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.timeout_s if self.tls is not None else None,
         )
         if self.port == 0:
             self.port = int(self._server.sockets[0].getsockname()[1])

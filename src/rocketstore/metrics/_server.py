@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Sequence
+import ssl
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .._extras import METRICS_HINT
@@ -21,6 +22,7 @@ from ._http import MetricsHttpServer
 from ._source import MetricsSource, NamesrvSource
 
 if TYPE_CHECKING:
+    from ..acl import PlainAcl
     from ..controller import Controller
     from ..namesrv import NameServer
     from ._broker_source import BrokerContext
@@ -77,6 +79,7 @@ class MetricsServer:
         namesrv: NamesrvSource | None = None,
         controller: ControllerSource | None = None,
         auth: MetricsAuth = OPEN,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest
@@ -91,7 +94,7 @@ class MetricsServer:
         if controller is not None:
             self.registry.register(ControllerCollector(controller))  # type: ignore[arg-type]
         self._generate = generate_latest
-        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth)
+        self.http = MetricsHttpServer(self.render, self.not_ready, host, port, auth=auth, tls=tls)
 
     @property
     def address(self) -> str:
@@ -113,15 +116,22 @@ class MetricsServer:
         await self.http.close()
 
 
-def metrics_auth(auth: str | None, brokers: Sequence[BrokerContext]) -> MetricsAuth:
+def metrics_auth(
+    auth: str | None,
+    brokers: Sequence[BrokerContext],
+    acl: Callable[[], PlainAcl] | None = None,
+) -> MetricsAuth:
     """Who may read /metrics: ``auth`` (a ``--metrics-auth`` value) when given; else an
-    admin account of the ACL when a broker checks one; else anyone. MetricsAuthError for a
-    value that cannot be used."""
+    admin account of the ACL when a broker checks one (or ``acl``, the ACL of a server
+    beside them: a controller's); else anyone. MetricsAuthError for a value that cannot be
+    used."""
     if auth is not None:
         return parse_metrics_auth(auth)
     for broker in brokers:
         if broker.acl is not None:
             return AclAdminAuth(broker.acl.current)
+    if acl is not None:
+        return AclAdminAuth(acl)
     return OPEN
 
 
@@ -132,9 +142,12 @@ async def start_metrics(
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
     auth: str | None = None,
+    acl: Callable[[], PlainAcl] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer:
     """Serve the brokers' (and the name server's, and the controller's) metrics on ``listen``
-    (HOST:PORT) and time their remoting requests from now on; ``auth`` as ``metrics_auth``.
+    (HOST:PORT) and time their remoting requests from now on; ``auth`` and ``acl`` as
+    ``metrics_auth``.
     Loop thread; after the brokers started. MetricsUnavailableError without
     prometheus_client, MetricsListenError for a bad ``listen``, MetricsAuthError for a bad
     ``auth``, OSError when the port cannot be bound."""
@@ -149,7 +162,8 @@ async def start_metrics(
         port,
         namesrv=NamesrvCount(namesrv) if namesrv is not None else None,
         controller=controller,
-        auth=metrics_auth(auth, brokers),
+        auth=metrics_auth(auth, brokers, acl),
+        tls=tls,
     )
     await server.start()
     for broker in brokers:
@@ -164,22 +178,36 @@ async def maybe_start_metrics(
     namesrv: NameServer | None = None,
     controller: Controller | None = None,
     auth: str | None = None,
+    acl: Callable[[], PlainAcl] | None = None,
     default: str = DEFAULT_METRICS_LISTEN,
+    tls: ssl.SSLContext | None = None,
 ) -> MetricsServer | None:
     """What ``--metrics-listen`` asks for: '' no metrics; None ``default`` (see
     ``default_metrics_listen``), skipped
     when prometheus_client is missing (a line in the log) or the port is taken (a warning:
     another broker on the host has it); any other value required (its errors raised).
-    ``auth``: ``--metrics-auth`` (see ``metrics_auth``)."""
+    ``auth``, ``acl``: see ``metrics_auth``."""
     if listen == "":
         return None
     if listen is not None:
         return await start_metrics(
-            brokers, listen, namesrv=namesrv, controller=controller, auth=auth
+            brokers,
+            listen,
+            namesrv=namesrv,
+            controller=controller,
+            auth=auth,
+            acl=acl,
+            tls=tls,
         )
     try:
         return await start_metrics(
-            brokers, default, namesrv=namesrv, controller=controller, auth=auth
+            brokers,
+            default,
+            namesrv=namesrv,
+            controller=controller,
+            auth=auth,
+            acl=acl,
+            tls=tls,
         )
     except MetricsUnavailableError as exc:  # not asked for: no noise
         log.info("no metrics: %s", exc)

@@ -80,6 +80,29 @@ def _malloc_trim() -> Callable[[], object] | None:
 MALLOC_TRIM = _malloc_trim()
 
 
+class Trimmer:
+    """When to hand freed memory back to the system: once ``TRIM_AFTER`` bytes were let go
+    (``released``), or any once the owner holds nothing any more (a burst that ended short of
+    ``TRIM_AFTER`` would keep its memory otherwise). The remoting servers' budget and the gRPC
+    front end each keep one."""
+
+    def __init__(self, trim: Callable[[], object] | None = MALLOC_TRIM) -> None:
+        self.released = 0  # let go of since the last trim
+        self.trims = 0
+        self._trim = trim
+
+    def maybe_trim(self, busy: bool) -> bool:
+        """Trim when due (``busy``: the owner still holds something); True when it did."""
+        if self._trim is None or not self.released:
+            return False
+        if self.released < TRIM_AFTER and busy:
+            return False
+        self.released = 0
+        self.trims += 1
+        self._trim()
+        return True
+
+
 class RequestError(ValueError):
     """A request that cannot be served as sent (a header field missing or not a number, a
     body that does not decode): answered with ``code`` (SYSTEM_ERROR unless the handler names
@@ -231,8 +254,7 @@ class BufferBudget:
         self.name = name
         self.total = 0
         self.closed_over_budget = 0
-        self.released = 0  # what closed connections let go of since the last trim
-        self._trim = trim
+        self.trimmer = Trimmer(trim)  # what closed connections let go of, handed back
         self._scheduled = False
         self._log = LogLimiter(logging.getLogger("rocketstore.remoting._server"))
         # requests waiting for room for their answers, first come first served:
@@ -259,17 +281,19 @@ class BufferBudget:
             self._scheduled = True
             conn._loop.call_soon(self._deferred)
 
+    @property
+    def released(self) -> int:
+        """What closed connections let go of since the last trim."""
+        return self.trimmer.released
+
+    @released.setter
+    def released(self, nbytes: int) -> None:
+        self.trimmer.released = nbytes
+
     def maybe_trim(self) -> bool:
         """Hand freed memory back to the system once closed connections have let go of
-        ``TRIM_AFTER`` bytes, or of any once the connections hold nothing (a burst that ended
-        short of ``TRIM_AFTER`` would keep its memory otherwise); True when it did."""
-        if self._trim is None or not self.released:
-            return False
-        if self.released < TRIM_AFTER and (self.total or self.reserved):
-            return False
-        self.released = 0
-        self._trim()
-        return True
+        ``TRIM_AFTER`` bytes, or of any once the connections hold nothing; True when it did."""
+        return self.trimmer.maybe_trim(bool(self.total or self.reserved))
 
     def room(self) -> int:
         """What the connections may still take before the total is over its limit."""

@@ -29,6 +29,7 @@ class ByteRoom:
         self.peak = 0  # the most ever taken at once
         self.waited = 0  # acquisitions that had to wait
         self.timed_out = 0  # acquisitions that gave up
+        self.given_back = 0  # every byte ever released (memory its owner may hand back)
         self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     def _fits(self, nbytes: int) -> bool:
@@ -69,6 +70,7 @@ class ByteRoom:
     def release(self, nbytes: int) -> None:
         """Give ``nbytes`` back and let in the waiting that fit now, in order."""
         self.taken -= nbytes
+        self.given_back += nbytes
         self._let_in()
 
     def _take(self, nbytes: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -30,8 +31,16 @@ SECURITY_TOKEN = "SecurityToken"
 ONS_CHANNEL = "OnsChannel"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # left out of the content the broker checks
 
+# how a refusal of the ACL starts its remark (RocketMQ's AclException, as its clients see it)
+ACL_EXCEPTION_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
+
 ACCESS_KEY_ENV = "ROCKETSTORE_ACCESS_KEY"
 SECRET_KEY_ENV = "ROCKETSTORE_SECRET_KEY"
+# the account a server's own clients sign with (a broker's registrations and controller
+# requests, a controller's notices to brokers), when no configuration names one
+INNER_ACCESS_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_ACCESS_KEY"
+INNER_SECRET_KEY_ENV = "ROCKETSTORE_INNER_CLIENT_SECRET_KEY"
+INNER_CREDENTIALS_KEY = "innerClientAuthenticationCredentials"
 
 
 def field_text(value: Any) -> str:
@@ -95,3 +104,42 @@ def signer_from_env(env: Mapping[str, str] | None = None) -> RequestSigner | Non
     if not access_key or not secret_key:
         raise ValueError(f"set both {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}, or neither")
     return RequestSigner(access_key, secret_key)
+
+
+def parse_session_credentials(text: str) -> tuple[str, str]:
+    """(access key, secret key) of ``{"accessKey": "...", "secretKey": "..."}`` (RocketMQ 5's
+    SessionCredentials JSON, as ``innerClientAuthenticationCredentials`` holds it); ValueError
+    naming the key when it is not that."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ValueError(
+            f'{INNER_CREDENTIALS_KEY}: expected {{"accessKey": "...", "secretKey": "..."}}'
+        )
+    access_key, secret_key = doc.get("accessKey"), doc.get("secretKey")
+    if not isinstance(access_key, str) or not isinstance(secret_key, str):
+        raise ValueError(f"{INNER_CREDENTIALS_KEY}: accessKey and secretKey must both be text")
+    if not access_key or not secret_key:
+        raise ValueError(f"{INNER_CREDENTIALS_KEY}: an empty key")
+    return access_key, secret_key
+
+
+def inner_credentials(
+    configured: str, env: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """(access key, secret key) a server's own clients sign with: ``configured`` (the
+    SessionCredentials JSON) when set, else ROCKETSTORE_INNER_CLIENT_ACCESS_KEY and
+    ROCKETSTORE_INNER_CLIENT_SECRET_KEY; None when neither. ValueError when ``configured`` does
+    not parse or only one of the two variables is set."""
+    if configured:
+        return parse_session_credentials(configured)
+    env = os.environ if env is None else env
+    access_key = env.get(INNER_ACCESS_KEY_ENV, "")
+    secret_key = env.get(INNER_SECRET_KEY_ENV, "")
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ValueError(f"set both {INNER_ACCESS_KEY_ENV} and {INNER_SECRET_KEY_ENV}")
+    return access_key, secret_key

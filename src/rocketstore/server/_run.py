@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from ..store._disk import why_not_writeable
 from ._ports import PortClaim, broker_claims, check_ports, port_in_use_error, server_claims
 
 if TYPE_CHECKING:
+    from ..acl import PlainAcl
     from ..namesrv import NameServer
     from ._broker import BrokerServer
     from ._controller import ControllerServer
@@ -135,6 +137,17 @@ def announce_ha(server: BrokerServer, announce: Callable[[str], None]) -> None:
         )
 
 
+def _server_acl(
+    namesrv: NameServer | None, controller: ControllerServer | None
+) -> Callable[[], PlainAcl] | None:
+    """The ACL of the servers beside the brokers (a controller's, else a name server's): with
+    no broker, /metrics asks an admin account of it."""
+    if controller is not None and controller.acl_rules is not None:
+        return controller.acl_rules
+    acl = namesrv.acl if namesrv is not None else None
+    return acl.current if acl is not None else None
+
+
 async def run_servers(
     namesrv: NameServer | None,
     brokers: list[BrokerServer],
@@ -148,6 +161,7 @@ async def run_servers(
     console_namesrv: str | None = None,
     stats_interval: float = 60.0,
     controller: ControllerServer | None = None,
+    https: ssl.SSLContext | None = None,
 ) -> None:
     """Start the name server, the controller (``controller``: RocketMQ 5's, on its own port)
     and the brokers (none started yet), then the metrics endpoint (``metrics_listen``: None for
@@ -157,7 +171,8 @@ async def run_servers(
     over ``console_namesrv`` (visitors sign in when a broker checks ACL). Every port is
     announced as it opens (the name server's, the controller's, each broker's, its HA and gRPC
     ports, the metrics endpoint's, the console's), and two of them asking for one port are
-    refused before anything binds (PortClashError, naming both); a port another process holds
+    refused before anything binds (PortClashError, naming both); ``https``: the metrics
+    endpoint and the console serve HTTPS with it (``--https-cert``); a port another process holds
     ends the start with PortInUseError naming it. Every ``stats_interval``
     seconds each broker's one-line summary goes to ``stats.log`` (the ``rocketstore.stats``
     logger)."""
@@ -256,11 +271,14 @@ async def run_servers(
             namesrv=metrics_namesrv or namesrv,
             controller=controller.controller if controller_started and controller else None,
             auth=metrics_auth,
+            acl=_server_acl(namesrv, controller),
             default=default_metrics,
+            tls=https,
         )
+        scheme = "https" if https is not None else "http"
         if metrics is not None:
             announce(
-                f"metrics on http://{metrics.address}/metrics ({metrics.http.auth.describe()};"
+                f"metrics on {scheme}://{metrics.address}/metrics ({metrics.http.auth.describe()};"
                 " /healthz, /readyz open)"
             )
         elif metrics_listen is None and started:
@@ -272,9 +290,10 @@ async def run_servers(
             console_listen,
             console_namesrv,
             login=any(s.broker.acl is not None for s in started),
+            tls=https,
         )
         if console is not None:
-            announce(f"console on http://{console.address}/")
+            announce(f"console on {scheme}://{console.address}/")
         elif console_listen is None and console_namesrv:
             announce(f"no console: {CONSOLE_DEFAULT} is taken (--console-listen HOST:PORT)")
         if started and stats_interval > 0:

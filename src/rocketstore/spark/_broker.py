@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..client._route import RouteCache, TopicRoute
 from ..columns._arrow import RangeDecoder
 from ..remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from ..remoting._client import FROM_ENV
 from ..store._errors import CorruptRecordError
 from ._options import RemoteOptions, SourceOptionError
 
@@ -90,7 +91,7 @@ class Cluster:
 
     def __init__(self, opts: RemoteOptions, timeout_s: float = 5.0) -> None:
         self.opts = opts
-        self.client = RemotingClient(timeout=timeout_s)
+        self.client = RemotingClient(timeout=timeout_s, signer=opts.signer())
         self._routes = RouteCache(self.client, list(opts.namesrv), 0.0) if opts.namesrv else None
         self._broker_name: str | None = None
 
@@ -201,17 +202,19 @@ class Cluster:
 
 # ---- pulling (executors) ----------------------------------------------------------------------
 
-_pool: dict[str, RemotingClient] = {}
+_pool: dict[tuple[str, str], RemotingClient] = {}
 _pool_lock = threading.Lock()
 
 
-def pooled(addr: str, timeout_s: float) -> RemotingClient:
-    """The worker process's client for ``addr`` (kept across the tasks it runs). Any thread:
-    a client serialises its calls."""
+def pooled(addr: str, timeout_s: float, opts: RemoteOptions | None = None) -> RemotingClient:
+    """The worker process's client for ``addr`` signing as ``opts`` says (kept across the
+    tasks it runs). Any thread: a client serialises its calls."""
+    key = (addr, opts.access_key if opts is not None else "")
     with _pool_lock:
-        client = _pool.get(addr)
+        client = _pool.get(key)
         if client is None:
-            client = _pool[addr] = RemotingClient(timeout=timeout_s)
+            signer = opts.signer() if opts is not None else FROM_ENV
+            client = _pool[key] = RemotingClient(timeout=timeout_s, signer=signer)
         client.timeout = timeout_s
         return client
 
@@ -268,7 +271,7 @@ class _Puller:
             addr = self.current
             try:
                 cmd = pull_request(self.opts.consumer_group, r.topic, r.queue_id, offset, max_nums)
-                resp = pooled(addr, timeout).invoke(addr, cmd, timeout)
+                resp = pooled(addr, timeout, self.opts).invoke(addr, cmd, timeout)
             except RemotingError as exc:
                 failures.append(f"{addr}: {exc}")
                 # another broker of the group next (a slave holds the same queue offsets)

@@ -139,7 +139,7 @@ def _send(
         mq, addr = qs[index % len(qs)]
         cmd = send_request(PRODUCER_GROUP, topic, mq, {}, body, batch=True)
         try:
-            r = pooled(addr, s.timeout_s).invoke(addr, cmd, s.timeout_s)
+            r = pooled(addr, s.timeout_s, queues.remote).invoke(addr, cmd, s.timeout_s)
         except RemotingError as exc:
             failures.append(f"{addr}: {exc}")
         else:

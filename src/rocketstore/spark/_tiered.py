@@ -202,9 +202,12 @@ def _read_brokers(
 ) -> Any:
     """Broker mode of ``read_topic``: the reachable tiers' files, then the pulls past them."""
     from ..client._admin import AdminClient
+    from ._options import RemoteOptions
     from ._tiered_broker import broker_tiers
 
-    with AdminClient(namesrv) as admin:
+    remote = RemoteOptions.parse({**extra, "namesrv": namesrv})
+    assert remote is not None
+    with AdminClient(namesrv, signer=remote.signer()) as admin:
         tiers = broker_tiers(admin, topics)
     frames = []
     if tiers.files:

@@ -44,9 +44,14 @@ from dataclasses import dataclass, field
 
 from ...controller._bodies import SyncStateSet
 from ...controller._client import ControllerClient, split_controller_addresses
-from ...controller._errors import ControllerError, ControllerRefusedError
+from ...controller._errors import (
+    ControllerError,
+    ControllerRefusedError,
+    NoActiveControllerError,
+)
 from ...controller._headers import BrokerHeartbeatRequest, RegisterBrokerResponse
 from ...remoting import RemotingError, ResponseCode
+from ...remoting._client import FROM_ENV, Signer
 from ...store._clock import SYSTEM_CLOCK, Clock
 from ...store._errors import StoreError
 from ...store._store import MessageStore
@@ -83,6 +88,7 @@ class ReplicasManager:
         *,
         address: str,
         client: ControllerClient | None = None,
+        signer: Signer | None = FROM_ENV,
         on_role: Callable[[RoleChange], Awaitable[None]] | None = None,
         on_fence: Callable[[bool], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
@@ -93,7 +99,9 @@ class ReplicasManager:
         self.store = store
         self.ha: AutoSwitchHAService = store.ha
         self.address = address
-        self.client = client or ControllerClient(split_controller_addresses(config.controller_addr))
+        self.client = client or ControllerClient(
+            split_controller_addresses(config.controller_addr), signer=signer
+        )
         self.on_role = on_role
         self.on_fence = on_fence
         self.clock = clock
@@ -115,6 +123,7 @@ class ReplicasManager:
         self.role_changes = 0
         self.elections_requested = 0
         self.elections_seen = 0  # master epochs seen to change
+        self.notices = 0  # NOTIFY_BROKER_ROLE_CHANGED taken
         self.last_error = ""
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -165,9 +174,11 @@ class ReplicasManager:
                     continue
                 break
             except (ControllerError, RemotingError, OSError, StoreError) as exc:
-                self.last_error = str(exc)
+                self.last_error = self._why(exc)
                 log.warning(
-                    "%s: controller registration not done: %s; trying again", self.label, exc
+                    "%s: controller registration not done: %s; trying again",
+                    self.label,
+                    self.last_error,
                 )
                 await asyncio.sleep(RETRY_S)
         for step, name in (
@@ -176,6 +187,23 @@ class ReplicasManager:
             (self._fence_loop, "fence"),
         ):
             self._tasks.append(asyncio.create_task(step(), name=f"replicas-{self.name}-{name}"))
+
+    def _why(self, exc: Exception) -> str:
+        """What stopped a request to the controllers, said as its cause: the controllers' ACL
+        (with the account this broker signs as), no controller to reach, or the refusal."""
+        if isinstance(exc, ControllerRefusedError) and exc.access_denied:
+            signer = self.client.client.signer
+            account = getattr(signer, "access_key", None)
+            signed = f"signed as {account}" if account else "unsigned"
+            return (
+                f"{exc} ({signed}; a broker signs with innerClientAuthenticationCredentials, "
+                "an admin account of the controllers' ACL)"
+            )
+        if isinstance(exc, NoActiveControllerError):
+            return f"no active controller reached: {exc}"
+        if isinstance(exc, RemotingError):
+            return f"the controller could not be reached: {exc}"
+        return str(exc)
 
     # ---- registration -----------------------------------------------------------------------
 
@@ -304,8 +332,10 @@ class ReplicasManager:
             try:
                 await self.sync_role()
             except (ControllerError, RemotingError) as exc:
-                self.last_error = str(exc)
-                log.info("%s: cannot ask the controller for the role: %s", self.label, exc)
+                self.last_error = self._why(exc)
+                log.info(
+                    "%s: cannot ask the controller for the role: %s", self.label, self.last_error
+                )
             except Exception:
                 log.exception("%s: asking the controller for the role failed", self.label)
 
@@ -353,6 +383,7 @@ class ReplicasManager:
     ) -> None:
         """NOTIFY_BROKER_ROLE_CHANGED from a controller: the role it names, then a
         GET_REPLICA_INFO (whose answer renews a master's lease)."""
+        self.notices += 1
         if master_id is not None and master_address and epoch is not None and self.broker_id >= 0:
             if epoch > self.master_epoch:
                 await self._change_role(

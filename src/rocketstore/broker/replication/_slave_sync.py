@@ -1,7 +1,15 @@
 """A slave's copy of its master's broker state (RocketMQ's SlaveSynchronize): topic configs,
-consumer offsets and subscription groups, fetched from the master every 10 s (3 s after the
-slave learns its master). Messages come through replication; this is the state beside them, so
-that the slave can serve reads of the master's topics and knows where consumers are.
+consumer offsets and subscription groups. Messages come through replication; this is the state
+beside them, so that the slave can serve reads of the master's topics, knows where consumers
+are, and — promoted — serves every topic its log holds.
+
+When::
+
+    at once        when the slave learns its master (on connect): everything
+    every 1 s      the master's topic table, when its data version moved since the last copy
+                   (GET_ALL_TOPIC_CONFIG naming the version copied: a master that has not moved
+                   answers ``unchanged``, no body; a RocketMQ master sends its table)
+    every 10 s     everything
 
 The master answers GET_ALL_CONSUMER_OFFSET (43) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201)
 here; GET_ALL_TOPIC_CONFIG (21) is the admin processor's. Loop thread only; the state files are
@@ -11,6 +19,7 @@ written in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, Protocol
 
@@ -23,6 +32,7 @@ from ...remoting import (
 )
 from ...remoting._fastjson import loads_lenient
 from .._services import HasGroups, HasInnerClient, HasOffsets, HasTopics
+from ..state._config_table import IF_DATA_VERSION_NOT
 from ..state._subscription_group import SubscriptionGroupConfig
 from ..state._topic_config import TopicConfig
 
@@ -31,8 +41,8 @@ log = logging.getLogger(__name__)
 GET_ALL_TOPIC_CONFIG = 21
 GET_ALL_CONSUMER_OFFSET = 43
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
-FIRST_SYNC_S = 3.0
-SYNC_INTERVAL_S = 10.0
+CHECK_S = 1.0  # the master's topic data version asked this often
+SYNC_INTERVAL_S = 10.0  # everything copied this often
 
 
 class SyncContext(HasGroups, HasInnerClient, HasOffsets, HasTopics, Protocol):
@@ -69,6 +79,10 @@ class SlaveSynchronizer:
         self.master_addr: str | None = None
         self.client = AsyncRemotingClient(signer=broker.inner_signer)
         self.syncs = 0
+        self.topic_copies = 0  # topic tables copied (a full round's, or a moved version's)
+        self._master_version: str | None = None  # the master's topic data version copied last
+        self.checks = True  # False: the master sent its whole table at an unmoved version
+        self._failing = False
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
@@ -78,6 +92,8 @@ class SlaveSynchronizer:
     def set_master(self, addr: str | None) -> None:
         if addr and addr != self.master_addr:
             self.master_addr = addr
+            self._master_version = None
+            self.checks = True
             self._wake.set()
 
     async def close(self) -> None:
@@ -91,42 +107,94 @@ class SlaveSynchronizer:
         self.client.close()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_full = -SYNC_INTERVAL_S
         while True:
-            try:
-                async with asyncio.timeout(SYNC_INTERVAL_S):  # not wait_for: see _outer_api
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CHECK_S):  # not wait_for: see _outer_api
                     await self._wake.wait()
-                self._wake.clear()
-                await asyncio.sleep(FIRST_SYNC_S)
-            except TimeoutError:
-                pass
+            woke = self._wake.is_set()
+            self._wake.clear()
             try:
-                await self.sync_all()
+                if woke or loop.time() - last_full >= SYNC_INTERVAL_S:
+                    if await self.sync_all():
+                        last_full = loop.time()
+                else:
+                    await self.sync_topics()
+                if self._failing:
+                    log.info("slave sync from %s works again", self.master_addr)
+                self._failing = False
             except (RemotingError, ValueError) as exc:
-                log.warning("slave sync from %s failed: %s", self.master_addr, exc)
+                last_full = -SYNC_INTERVAL_S  # everything again at the next turn
+                log.log(
+                    logging.DEBUG if self._failing else logging.WARNING,
+                    "slave sync from %s failed: %s",
+                    self.master_addr,
+                    exc,
+                )
+                self._failing = True
 
-    async def _fetch(self, code: int) -> Any:
+    async def _fetch(
+        self, code: int, ext: dict[str, str] | None = None, timeout_s: float | None = None
+    ) -> Any:
+        """The master's answer to ``code`` as JSON (None: ``unchanged``, no body)."""
         assert self.master_addr is not None
         r = await self.client.invoke(
-            self.master_addr, RemotingCommand.request(code), self.timeout_s
+            self.master_addr,
+            RemotingCommand.request(code, dict(ext or {})),
+            timeout_s or self.timeout_s,
         )
         if r.code != ResponseCode.SUCCESS:
             raise ValueError(f"code {code}: the master answered {r.code} {r.remark or ''}")
+        if r.ext_fields.get("unchanged") == "true" and not r.body:
+            return None
         return loads_lenient(bytes(r.body).decode("utf-8"))
 
-    async def sync_all(self) -> bool:
-        """One round: topic configs, consumer offsets, subscription groups. False when no
-        master is known yet."""
+    def _topics_ext(self) -> dict[str, str]:
+        version = self._master_version
+        return {} if version is None else {IF_DATA_VERSION_NOT: version}
+
+    async def sync_topics(self, timeout_s: float | None = None) -> bool:
+        """The master's topic table, when its data version moved since the last copy; True
+        when something was copied. False when no master is known yet."""
+        if not self.master_addr or not self.checks:
+            return False
+        held = self._master_version
+        topics = await self._fetch(GET_ALL_TOPIC_CONFIG, self._topics_ext(), timeout_s)
+        if topics is None:
+            return False
+        if held is not None and _version_text(topics) == held:
+            # a master that does not know the field (RocketMQ's): its whole table each time;
+            # this master's topics are copied with the ten-second rounds only
+            log.info(
+                "slave sync: %s answers its whole topic table at an unchanged version: its "
+                "topics are copied every %g s",
+                self.master_addr,
+                SYNC_INTERVAL_S,
+            )
+            self.checks = False
+        await asyncio.to_thread(self._apply, topics, {}, {})
+        return True
+
+    async def sync_all(self, timeout_s: float | None = None) -> bool:
+        """One round: topic configs, consumer offsets, subscription groups (``timeout_s`` for
+        each request: the object's own when None). False when no master is known yet."""
         if not self.master_addr:
             return False
-        topics = await self._fetch(GET_ALL_TOPIC_CONFIG)
-        offsets = await self._fetch(GET_ALL_CONSUMER_OFFSET)
-        groups = await self._fetch(GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        await asyncio.to_thread(self._apply, topics, offsets, groups)
+        topics = await self._fetch(GET_ALL_TOPIC_CONFIG, self._topics_ext(), timeout_s)
+        offsets = await self._fetch(GET_ALL_CONSUMER_OFFSET, None, timeout_s)
+        groups = await self._fetch(GET_ALL_SUBSCRIPTIONGROUP_CONFIG, None, timeout_s)
+        await asyncio.to_thread(self._apply, topics or {}, offsets or {}, groups or {})
         self.syncs += 1
         return True
 
     def _apply(self, topics: Any, offsets: Any, groups: Any) -> None:
         broker = self.broker
+        if topics:
+            version = _version_text(topics)
+            if version is not None:
+                self._master_version = version
+            self.topic_copies += 1
         for name, doc in (topics.get("topicConfigTable") or {}).items():
             config = TopicConfig.from_json(doc, name)
             if broker.topics.select(name) != config:
@@ -143,3 +211,11 @@ class SlaveSynchronizer:
                 broker.groups.update(sub)
         if broker.offsets.dirty:
             broker.offsets.persist()
+
+
+def _version_text(topics: Any) -> str | None:
+    """``counter:timestamp`` of a topic table's dataVersion (None: it has none)."""
+    version = topics.get("dataVersion") if isinstance(topics, dict) else None
+    if not isinstance(version, dict):
+        return None
+    return f"{version.get('counter', 0)}:{version.get('timestamp', 0)}"

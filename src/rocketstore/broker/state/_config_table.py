@@ -19,6 +19,10 @@ from ...remoting import _fastjson
 from ...store._clock import Clock
 from ._json_file import ConfigFile, as_int
 
+# GET_ALL_TOPIC_CONFIG's field in which rocketstore's slaves name the master's topic data version
+# they copied last (``counter:timestamp``): answered ``unchanged`` with no body while it holds
+IF_DATA_VERSION_NOT = "ifDataVersionNot"
+
 
 @dataclass(frozen=True, slots=True)
 class DataVersion:
@@ -32,6 +36,11 @@ class DataVersion:
 
     def to_json(self) -> dict[str, int]:
         return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @property
+    def text(self) -> str:
+        """``counter:timestamp`` (``IF_DATA_VERSION_NOT``'s form)."""
+        return f"{self.counter}:{self.timestamp}"
 
     @classmethod
     def from_json(cls, doc: Any) -> DataVersion:
