@@ -160,6 +160,33 @@ class Cluster:
         return out
 
 
+def _end_session(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the child's whole session: its JVM and Spark's Python workers (process groups
+    of their own, same session) go with it."""
+    while True:
+        left = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            state, _ppid, _pgrp, session = stat[stat.rindex(")") + 2 :].split()[:4]
+            if state != "Z" and int(session) == proc.pid:
+                left.append(int(name))
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        if not left and proc.poll() is not None:
+            return
+        time.sleep(0.05)
+
+
 def _child(
     script: Path, args: list[str], crash: str | None, marker: Path, log: Path
 ) -> float | None:
@@ -181,16 +208,12 @@ def _child(
         try:
             while proc.poll() is None:
                 if crash and marker.exists():
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                    _end_session(proc)
                     return None
                 time.sleep(0.1)
             text = proc.stdout.read() if proc.stdout else ""
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _end_session(proc)
     if proc.returncode != 0:
         raise SystemExit(f"child failed ({proc.returncode}); see {log}")
     for line in text.splitlines():

@@ -127,9 +127,7 @@ def _run_child(
             if crash and marker.exists():
                 # the query's process group, and the Python worker that reached the point
                 # (Spark's workers may run in a process group of their own)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
-                _kill(int(marker.read_text().split()[0]))
+                _kill_session(proc)
                 return None
             if proc.poll() is not None:
                 break
@@ -140,29 +138,35 @@ def _run_child(
         assert proc.returncode == 0, (tmp / "child.log").read_text()[-4000:]
         return None
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-        else:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # a JVM left behind
-            except ProcessLookupError:
-                pass
+        _kill_session(proc)  # a JVM or Python worker left behind
         log.close()
 
 
-def _kill(pid: int) -> None:
-    """SIGKILL ``pid`` and wait until it is gone."""
+def _session_of(pid: str) -> int | None:
     try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" else int(fields[3])
+
+
+def _kill_session(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the child and every process of its session (its JVM, and Spark's Python
+    workers, which run in process groups of their own), and wait until none is left."""
     deadline = time.monotonic() + WAIT_S
-    while Path(f"/proc/{pid}").exists():
-        stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
-        if ") Z" in stat:  # a zombie: gone as far as its store lock is concerned
+    while True:
+        left = [int(p) for p in os.listdir("/proc") if p.isdigit() and _session_of(p) == proc.pid]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        if not left and proc.poll() is not None:
             return
-        assert time.monotonic() < deadline, f"process {pid} outlived SIGKILL"
+        assert time.monotonic() < deadline, f"processes {left} outlived SIGKILL"
         time.sleep(0.05)
 
 
