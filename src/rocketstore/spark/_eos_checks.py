@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -66,14 +67,14 @@ class ExactlyOnceChecks:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._client: AsyncRemotingClient | None = None
-        self._task: asyncio.Future[None] | None = None
+        self._task: concurrent.futures.Future[None] | None = None
         self._admin = AdminClient(namesrv, timeout=timeout_s)
         self._admin_lock = threading.Lock()
         self.first_heartbeat = threading.Event()
 
     def start(self) -> ExactlyOnceChecks:
         self._thread.start()
-        self._task = asyncio.run_coroutine_threadsafe(self._run(), self._loop)  # type: ignore[assignment]
+        self._task = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
         return self
 
     def stop(self) -> None:
