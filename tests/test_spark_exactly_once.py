@@ -74,8 +74,10 @@ CHILD = textwrap.dedent(
         rows = spark.range(0, int(per_trigger), 1, 3).selectExpr(
             f"'{dst}' AS topic", "concat('row-', cast(id AS string)) AS body"
         )
+        # writeBuffers=0: puts go straight into the mapped file, so a killed task's rows
+        # outlive it and the run after it has a partial partition to complete
         (rows.write.format("rocketstore").option("path", src).option("exactlyOnce", "true")
-            .option("exactlyOnceId", where).mode("append").save())
+            .option("writeBuffers", "0").option("exactlyOnceId", where).mode("append").save())
     else:
         rows = (
             spark.read.format("rocketstore").option("namesrv", ns).option("topics", src).load()
