@@ -171,7 +171,7 @@ def test_membership_changes_are_detected() -> None:
     assert register(m, "ch1", "c1", a)  # new channel
     assert not register(m, "ch1", "c1", a)  # the same heartbeat again
     assert register(m, "ch2", "c2", a)  # a second consumer
-    assert m.consumer_ids("G") == ["c1", "c2"]
+    assert m.consumer_ids("G") == ("c1", "c2")
     assert m.channels("G") == ["ch1", "ch2"]
     assert m.find_channel("G", "c2") == "ch2" and m.find_channel("G", "cX") is None
     # a newer version of the same topic's subscription replaces it without a notification
@@ -191,7 +191,7 @@ def test_membership_changes_are_detected() -> None:
     assert info is not None and info.consume_type is PUSH
     assert [c.client_id for c in info.clients] == ["c1", "c2"]
     assert set(info.subscriptions) == {"T"}
-    assert m.group_info("nope") is None and m.consumer_ids("nope") == []
+    assert m.group_info("nope") is None and m.consumer_ids("nope") == ()
 
 
 def test_unregister_and_channel_close() -> None:
@@ -201,7 +201,7 @@ def test_unregister_and_channel_close() -> None:
     register(m, "ch2", "c2", sub)
     m.register_consumer("H", "ch1", "c1", PUSH, CLUSTERING, LAST, [sub])
     assert m.unregister_consumer("G", "ch2")
-    assert m.consumer_ids("G") == ["c1"]
+    assert m.consumer_ids("G") == ("c1",)
     assert not m.unregister_consumer("nope", "ch1")
     assert sorted(m.on_channel_closed("ch1")) == ["G", "H"]
     assert m.groups() == []  # emptied groups are gone
@@ -217,7 +217,7 @@ def test_scan_not_active_expires_silent_channels() -> None:
     register(m, "ch2", "c2", sub)
     clock.advance(61)  # ch1 silent for 121 s, ch2 for 61 s
     assert m.scan_not_active() == {"G": ["ch1"]}
-    assert m.consumer_ids("G") == ["c2"]
+    assert m.consumer_ids("G") == ("c2",)
     register(m, "ch2", "c2", sub)  # a heartbeat keeps it alive
     clock.advance(119)
     assert m.scan_not_active() == {}

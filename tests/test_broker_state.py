@@ -262,13 +262,16 @@ def test_topics_file_written_by_rocketmq_loads(tmp_path: Path) -> None:
 
 def test_topics_corrupt_file_falls_back_to_bak(tmp_path: Path) -> None:
     m = manager(tmp_path)
-    m.update(TopicConfig("TopicA", 4, 4))
+    m.update(TopicConfig("TopicA", 4, 4))  # the first change writes the whole file
     m.update(TopicConfig("TopicB", 2, 2))
+    m.persist()  # the file rewritten whole: the previous one is the backup
+    m.update(TopicConfig("TopicC", 1, 1))  # in the change log only
     (tmp_path / TOPICS_FILE).write_text('{"dataVersion":{"counter":')
     again = manager(tmp_path)
     assert again.select("TopicA") == TopicConfig("TopicA", 4, 4)
-    assert again.select("TopicB") is None  # the backup is one change older
-    assert again.data_version.counter == 1
+    assert again.select("TopicB") is None  # the backup is one rewrite older
+    assert again.select("TopicC") == TopicConfig("TopicC", 1, 1)  # the log replayed over it
+    assert again.data_version.counter == 3
 
 
 def test_topics_file_with_wrong_shape_is_corrupt(tmp_path: Path) -> None:
@@ -318,8 +321,9 @@ def test_subscription_group_auto_create_off(tmp_path: Path) -> None:
 
 def test_subscription_group_corrupt_file_falls_back_to_bak(tmp_path: Path) -> None:
     m = SubscriptionGroupManager(tmp_path)
-    m.find_or_create("G1")
+    m.find_or_create("G1")  # the first change writes the whole file
     m.find_or_create("G2")
+    m.persist()  # rewritten whole: the previous file is the backup
     (tmp_path / SUBSCRIPTION_GROUP_FILE).write_bytes(b"\x00\x00\x00")
     again = SubscriptionGroupManager(tmp_path)
     assert again.get("G1") is not None and again.get("G2") is None

@@ -108,6 +108,8 @@ class SecuredGroup:
         ]
         if inner:
             lines.append(f"innerClientAuthenticationCredentials={inner}")
+        else:  # no account to prove itself to its group with: replication without proof
+            lines.append("haAuthEnabled=false")
         conf.write_text("\n".join(lines) + "\n")
         return conf
 

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from rocketstore.broker._controller import BrokerController
 from rocketstore.broker.admin._admin import AdminProcessor
+from rocketstore.broker.state._change_log import ChangeLog
 from rocketstore.broker.state._subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
     SubscriptionGroupConfig,
@@ -53,8 +54,14 @@ def table_of(addr: str) -> dict[str, Any]:
 
 
 def file_of(broker: BrokerController) -> dict[str, Any]:
+    """What a restart reads: the file with its change log replayed over it."""
     path = Path(broker.config_dir) / SUBSCRIPTION_GROUP_FILE
     table: dict[str, Any] = json.loads(path.read_text("utf-8"))["subscriptionGroupTable"]
+    for change in ChangeLog(path).replay():
+        if "c" in change:
+            table[change["k"]] = change["c"]
+        else:
+            table.pop(change["k"], None)
     return table
 
 

@@ -31,6 +31,7 @@ from rocketstore.metrics import (
     ProducerConnections,
     SlaveLag,
     Storage,
+    StoreFiles,
     TopicTraffic,
     default_metrics_listen,
     parse_listen,
@@ -83,8 +84,14 @@ class FakeSource:
     def storage(self) -> Storage:
         return Storage(10, 2, 1)
 
+    def store_files(self) -> StoreFiles:
+        return StoreFiles(4, 30, 3, 16, 27, 40, 1024, 300, 65530)
+
     def slave_lags(self) -> Sequence[SlaveLag]:
         return [SlaveLag("127.0.0.1:1", 5)]
+
+    def ha_refused_peers(self) -> int:
+        return 4
 
     def replica(self) -> None:
         return None
@@ -158,9 +165,37 @@ rocketmq_storage_flush_behind_bytes{{{N},storage_medium="disk",storage_type="loc
 # HELP rocketmq_storage_dispatch_behind_bytes Commit log bytes not yet dispatched to the consume queues
 # TYPE rocketmq_storage_dispatch_behind_bytes gauge
 rocketmq_storage_dispatch_behind_bytes{{{N},storage_medium="disk",storage_type="local"}} 1.0
+# HELP rocketstore_mapped_files Store files mapped
+# TYPE rocketstore_mapped_files gauge
+rocketstore_mapped_files{{{N}}} 4.0
+# HELP rocketstore_consume_queue_files Consume-queue files
+# TYPE rocketstore_consume_queue_files gauge
+rocketstore_consume_queue_files{{{N},state="mapped"}} 3.0
+rocketstore_consume_queue_files{{{N},state="all"}} 30.0
+# HELP rocketstore_consume_queue_mapped_limit Consume-queue files that may be mapped at once (idle ones are unmapped beyond it)
+# TYPE rocketstore_consume_queue_mapped_limit gauge
+rocketstore_consume_queue_mapped_limit{{{N}}} 16.0
+# HELP rocketstore_consume_queue_unmaps_total Idle consume-queue files unmapped for the limit
+# TYPE rocketstore_consume_queue_unmaps_total counter
+rocketstore_consume_queue_unmaps_total{{{N}}} 27.0
+# HELP rocketstore_process_open_files Open files of the process
+# TYPE rocketstore_process_open_files gauge
+rocketstore_process_open_files{{{N}}} 40.0
+# HELP rocketstore_process_open_files_limit The process's open-file limit (soft)
+# TYPE rocketstore_process_open_files_limit gauge
+rocketstore_process_open_files_limit{{{N}}} 1024.0
+# HELP rocketstore_process_mappings Memory mappings of the process
+# TYPE rocketstore_process_mappings gauge
+rocketstore_process_mappings{{{N}}} 300.0
+# HELP rocketstore_process_max_map_count The kernel's mapping limit (vm.max_map_count)
+# TYPE rocketstore_process_max_map_count gauge
+rocketstore_process_max_map_count{{{N}}} 65530.0
 # HELP rocketstore_ha_slave_lag_bytes Bytes a slave has not yet acknowledged
 # TYPE rocketstore_ha_slave_lag_bytes gauge
 rocketstore_ha_slave_lag_bytes{{{N},slave="127.0.0.1:1"}} 5.0
+# HELP rocketstore_ha_refused_peers_total Peers the HA port refused (no proof, an unknown or connected replica id)
+# TYPE rocketstore_ha_refused_peers_total counter
+rocketstore_ha_refused_peers_total{{{N}}} 4.0
 # HELP rocketstore_namesrv_live_brokers Brokers registered with the name server
 # TYPE rocketstore_namesrv_live_brokers gauge
 rocketstore_namesrv_live_brokers 3.0
@@ -179,7 +214,10 @@ def test_exposition_parses_back_with_the_families_types() -> None:
     assert families["rocketmq_messages_in"] == "counter"
     assert families["rocketmq_rpc_latency"] == "histogram"
     assert families["rocketmq_consumer_lag_latency"] == "gauge"
-    assert len(families) == 18
+    assert families["rocketstore_consume_queue_unmaps"] == "counter"
+    assert families["rocketstore_process_open_files_limit"] == "gauge"
+    assert families["rocketstore_ha_refused_peers"] == "counter"
+    assert len(families) == 27
 
 
 def test_name_server_only_has_no_broker_families() -> None:

@@ -89,11 +89,14 @@ def test_pack_units_refuses_what_does_not_fit() -> None:
 
 
 class _File:
-    def __init__(self, size: int, from_offset: int, wrote: int, allocated: int) -> None:
+    def __init__(
+        self, size: int, from_offset: int, wrote: int, allocated: int, writer_held: bool
+    ) -> None:
         self.mm = mmap.mmap(-1, size)
         self.from_offset = from_offset
         self.wrote_position = wrote
         self.allocated = allocated
+        self.writer_held = writer_held  # not held: may be unmapped (MappingLRU), not written
 
 
 class _Files:
@@ -143,9 +146,12 @@ def test_put_next_unit_matches_the_reference(
     offset = data.draw(
         st.one_of(st.just((from_offset + wrote) // UNIT_SIZE), st.integers(-2, 2**20), st.just(0))
     )
+    writer_held = data.draw(st.sampled_from([True, True, False]))
     queues = []
     for _ in range(2):
-        files = [_File(max(mapped, 1), from_offset, wrote, allocated)] if has_file else []
+        files = (
+            [_File(max(mapped, 1), from_offset, wrote, allocated, writer_held)] if has_file else []
+        )
         queues.append(_Queue(files, file_size, max_phys))
     ra = _outcome(put_next_unit_py, queues[0], phys, size, code, offset)
     rb = _outcome(unit_c.put_next_unit, queues[1], phys, size, code, offset)

@@ -40,6 +40,7 @@ _CONF_KEYS = {
     "shortPollingTimeMills": "short_polling_time_mills",
     "flushConsumerOffsetInterval": "flush_consumer_offset_interval",
     "registerNameServerPeriod": "register_name_server_period",
+    "forceRegister": "force_register",
     "slaveReadEnable": "slave_read_enable",
     "serverMaxFrameSize": "max_frame_size",
     "maxReconsumeTimes": "max_reconsume_times",
@@ -59,6 +60,7 @@ _CONF_KEYS = {
     "brokerElectionPriority": "broker_election_priority",
     "controllerLeaseMills": "controller_lease_mills",
     "innerClientAuthenticationCredentials": "inner_client_credentials",
+    "haAuthEnabled": "ha_auth_enabled",
     "authenticationEnabled": "authentication_enabled",
     "authorizationEnabled": "authorization_enabled",
     "authenticationProvider": "authentication_provider",
@@ -105,6 +107,10 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     flush_consumer_offset_interval: int = 5000
     register_name_server_period: int = 30_000
+    # the periodic registration sends the whole topic table even when the name server says
+    # (QUERY_DATA_VERSION) that it holds the broker's current version; RocketMQ's default is
+    # true, here false: a table of many topics is sent only when it changed
+    force_register: bool = False
     slave_read_enable: bool = False
     max_frame_size: int = 16 * 1024 * 1024
     max_reconsume_times: int = 16
@@ -146,6 +152,10 @@ class BrokerConfig:
     # innerClientAuthenticationCredentials: {"accessKey": "...", "secretKey": "..."}; "": the
     # environment's (see ``inner_credentials``)
     inner_client_credentials: str = field(default="", repr=False)
+    # not a RocketMQ setting: slaves prove the inner account's secret on the HA port (both
+    # protocols; see store/ha/_auth.py and docs/security.md); None: on with acl_enable. Off
+    # (false) for a group with RocketMQ brokers in it, which cannot prove it
+    ha_auth_enabled: bool | None = None
     # ACL 2.0 (RocketMQ 5.3): users and ACLs in config/auth.json; authentication (requests
     # signed by a user) and authorisation (the user's ACL) switched separately; with either
     # on, plain ACL's file is read only to migrate it (migrate_auth_from_v1_enabled)
@@ -251,6 +261,14 @@ class BrokerConfig:
         return str(default_acl_path())
 
     @property
+    def ha_auth(self) -> bool:
+        """Whether the HA port asks slaves for the inner account's proof: haAuthEnabled, else
+        whether ACL (1.0's aclEnable, or 2.0's authentication or authorisation) is on."""
+        if self.ha_auth_enabled is not None:
+            return self.ha_auth_enabled
+        return self.acl_enable or self.auth_enabled
+
+    @property
     def lease_s(self) -> float:
         """How long a controller-mode master acknowledges writes after its standing was last
         confirmed (seconds)."""
@@ -312,6 +330,10 @@ def _parse(kind: Any, raw: str, key: str) -> Any:
     text = str(raw).strip()
     try:
         if kind in (bool, "bool"):
+            return text.lower() == "true"
+        if kind == "bool | None":
+            if text.lower() not in ("true", "false"):
+                raise StoreConfigError(f"{key}: not true or false: {raw!r}")
             return text.lower() == "true"
         if kind in (int, "int"):
             return int(text)

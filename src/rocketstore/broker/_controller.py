@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +162,7 @@ class BrokerController:
         # the remoting server serving the handlers (set by the composition root: attach_server)
         self.server: RemotingServer
         self.registrar: Any = None
+        self._last_increment_version: Any = None  # the data version of the last increment
         self.slave_sync: SlaveSynchronizer | None = None
         # controller mode: the broker's place in its group, given by the controllers
         self.replicas: ReplicasManager | None = None
@@ -389,6 +390,7 @@ class BrokerController:
         for topic, queue_id in keys:
             held[topic] = max(held.get(topic, 0), queue_id + 1)
         added = []
+        configs = []
         for topic, queues in sorted(held.items()):
             if self.topics.select(topic) is not None:
                 continue
@@ -396,8 +398,9 @@ class BrokerController:
                 validate_topic(topic)
             except ValueError:
                 continue
-            self.topics.update(TopicConfig(topic, queues, queues))
+            configs.append(TopicConfig(topic, queues, queues))
             added.append(f"{topic} ({queues} queues)")
+        self.topics.update_all(configs)  # one fsync for them all
         if added:
             log.warning(
                 "broker %s: topics its log holds but its topic table lacked, added on becoming "
@@ -413,9 +416,8 @@ class BrokerController:
         replicas = self.replicas
         if replicas is None:
             return self.config.broker_id
-        ha = self.store.ha
-        confirmed = getattr(ha, "in_sync", None)
-        if replicas.role == "MASTER" and confirmed is not None and confirmed.lease_valid():
+        switch = self.store.ha.switch
+        if replicas.role == "MASTER" and switch is not None and switch.in_sync.lease_valid():
             return 0
         return max(replicas.broker_id, 0)
 
@@ -457,6 +459,8 @@ class BrokerController:
             on_registered=self._on_registered,
             broker_id_of=broker_id_of,
             signer=self.inner_signer,
+            force_register=config.force_register,
+            version_provider=lambda: self.topics.data_version.to_json(),
         )
         await self.registrar.start()
 
@@ -483,13 +487,16 @@ class BrokerController:
         return int(bound) if bound else self.store_config.ha_listen_port
 
     def topic_configs_for_registration(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        configs = self.topics.all()
+        """The data version and every topic's config as the name servers get them (any
+        thread)."""
+        version = self.topics.data_version.to_json()
+        return version, self._registered_configs(self.topics.all().values())
+
+    def _registered_configs(self, configs: Iterable[TopicConfig]) -> dict[str, Any]:
         perm = self.config.broker_permission
         if perm & 0x6 != 0x6:  # not readable and writable: the broker's permission on each
-            configs = {name: c.replace(perm=perm) for name, c in configs.items()}
-        return self.topics.data_version.to_json(), {
-            name: c.to_json() for name, c in configs.items()
-        }
+            configs = [c.replace(perm=perm) for c in configs]
+        return {c.topic_name: c.to_json() for c in configs}
 
     async def stop_registering(self) -> None:
         """The first step of a shutdown: unregister from the name servers, stop copying a
@@ -551,7 +558,7 @@ class BrokerController:
             topic, default_topic, nums or self.config.default_topic_queue_nums, sys_flag
         )
         if config is not None:
-            self.topic_changed()
+            self.topic_changed(config)
         return config
 
     def create_topic_for_send_back(
@@ -563,13 +570,29 @@ class BrokerController:
         created = self.topics.select(topic) is None
         config = self.topics.create_in_send_back(topic, queue_nums, perm, sys_flag)
         if created:
-            self.topic_changed()
+            self.topic_changed(config)
         return config
 
-    def topic_changed(self) -> None:
-        """Tell the name servers about a new or changed topic now, not at the next period."""
-        if self.registrar is not None:
+    def topic_changed(self, config: TopicConfig | None = None) -> None:
+        """Tell the name servers now, not at the next period: of ``config`` alone (a topic
+        created or changed: an incremental registration), or of the whole table (None). Loop
+        thread.
+
+        Each increment carries a data version of its own: two changes made close together in
+        worker threads can both read the later one's version, and a name server takes a
+        master's topics only from a registration whose version differs from the last it had;
+        the second is then sent under a version bumped here."""
+        if self.registrar is None:
+            return
+        if config is None:
             self.registrar.register_now()
+            return
+        version = self.topics.data_version
+        if version == self._last_increment_version:
+            self.topics.next_version()
+            version = self.topics.data_version
+        self._last_increment_version = version
+        self.registrar.register_topics(version.to_json(), self._registered_configs([config]))
 
     async def register_topics_now(self) -> None:
         """A registration round with every name server that began after this call, awaited
@@ -578,7 +601,7 @@ class BrokerController:
         before it answers, as RocketMQ's broker registers before answering a heartbeat that
         created a retry topic. Loop thread."""
         if self.registrar is not None:
-            await self.registrar.registered()
+            await self.registrar.registered(whole=False)
 
     def _message_arriving(
         self, topic: str, queue_id: int, max_offset: int, _tags_code: int, _store_ts: int
@@ -587,14 +610,16 @@ class BrokerController:
         self.holds.notify_arriving(topic, queue_id, max_offset)
 
     async def _persist_offsets_periodically(self) -> None:
-        """Persist the consumer offsets every interval. A full disk is told once, in one line,
-        until a persist works again (any other failure each time, with its traceback)."""
+        """Persist the consumer offsets every interval when they changed, in a worker thread
+        (a table of many groups and queues takes a while to encode). A full disk is told once,
+        in one line, until a persist works again (any other failure each time, with its
+        traceback)."""
         interval = self.config.flush_consumer_offset_interval / 1000.0
         disk_full = False
         while True:
             await asyncio.sleep(interval)
             try:
-                await asyncio.to_thread(self.offsets.persist)
+                await asyncio.to_thread(self.offsets.persist_if_dirty)
             except Exception as exc:
                 if not is_disk_full(exc):
                     log.exception("broker: persisting consumer offsets failed")

@@ -45,6 +45,8 @@ WHAT: dict[str, str] = {
     "allocateMappedFileEnable": "make the next commit-log file ahead of need, on a thread",
     "mappedFileAllocateAhead": "bytes of disk reserved ahead of the writes, so a full disk "
     "refuses puts instead of failing a write",
+    "maxMappedQueueFiles": "consume-queue files mapped at once (idle ones unmapped and mapped "
+    "again when read); 0: what vm.max_map_count and the open-file limit allow",
     "maxMessageSize": "the largest message body a send may carry, in bytes",
     "maxPropertiesSize": "the largest properties text of a message, in bytes",
     "checkCRCOnRecover": "check the body CRC of every record recovery reads",
@@ -114,6 +116,7 @@ WHAT: dict[str, str] = {
     "shortPollingTimeMills": "ms a pull is held without long polling",
     "flushConsumerOffsetInterval": "ms between two writes of consumerOffset.json",
     "registerNameServerPeriod": "ms between two registrations with the name servers",
+    "forceRegister": "send the whole topic table every period even to a name server whose version is current (RocketMQ's default: true)",
     "slaveReadEnable": "pulls may be sent to a slave",
     "serverMaxFrameSize": "the largest frame the remoting port reads",
     "maxReconsumeTimes": "retries of a message before it goes to the DLQ",
@@ -137,6 +140,8 @@ WHAT: dict[str, str] = {
     "innerClientAuthenticationCredentials": "the account a server's own clients sign with (a "
     "broker's registrations and controller requests, a controller's notices), "
     '`{"accessKey": ..., "secretKey": ...}`',
+    "haAuthEnabled": "slaves prove the inner account on the HA port (unset: on with ACL; "
+    "false for a group with RocketMQ brokers, which cannot)",
     # -- ACL 2.0 (RocketMQ 5.3)
     "authenticationEnabled": "requests must be signed by an ACL 2.0 user (config/auth.json)",
     "authorizationEnabled": "requests are decided by the user's ACL 2.0 policies",
@@ -249,6 +254,8 @@ def _origin(name: str) -> str:
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return "(unset)"
     return str(value)
 
 

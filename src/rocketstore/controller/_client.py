@@ -28,7 +28,12 @@ from ..remoting import (
     ResponseCode,
 )
 from ..remoting._client import FROM_ENV, Signer
-from ._bodies import ElectMasterResponseBody, SyncStateSet
+from ._bodies import (
+    BrokerReplicasInfo,
+    ElectMasterResponseBody,
+    SyncStateSet,
+    encode_broker_names,
+)
 from ._errors import ControllerRefusedError, NoActiveControllerError
 from ._headers import (
     AlterSyncStateSetRequest,
@@ -202,6 +207,21 @@ class ControllerClient:
         )
         state = SyncStateSet.decode(r.body) if r.body else SyncStateSet()
         return GetReplicaInfoResponse.from_ext(r.ext_fields), state
+
+    async def replicas(self, broker_name: str) -> frozenset[int]:
+        """The ids of the group's replicas the controller knows (in the SyncStateSet or not):
+        GET_SYNC_STATE_DATA. Empty when it knows no such group."""
+        r = await self._ok(
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=encode_broker_names([broker_name])
+        )
+        info = BrokerReplicasInfo.decode(r.body).table.get(broker_name) if r.body else None
+        if info is None:
+            return frozenset()
+        return frozenset(
+            r.broker_id
+            for r in (*info.in_sync_replicas, *info.not_in_sync_replicas)
+            if r.broker_id is not None
+        )
 
     async def alter_sync_state_set(
         self, broker_name: str, master_id: int, master_epoch: int, proposed: SyncStateSet

@@ -24,6 +24,7 @@ from ._source import Node as Node
 from ._source import ProducerConnections as ProducerConnections
 from ._source import SlaveLag as SlaveLag
 from ._source import Storage as Storage
+from ._source import StoreFiles as StoreFiles
 from ._source import TopicTraffic as TopicTraffic
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "RocketMQCollector",
     "SlaveLag",
     "Storage",
+    "StoreFiles",
     "TopicTraffic",
     "default_metrics_listen",
     "maybe_start_metrics",

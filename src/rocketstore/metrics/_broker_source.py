@@ -16,7 +16,9 @@ Where each figure comes from:
   ``max_lag_lookups`` queues a scrape (the others count as no lag);
 - inflight: messages popped through the gRPC front end and not yet acknowledged;
 - storage: the store's file system's used bytes (RocketMQ's storage size), the commit log's
-  bytes written and not flushed, and its dispatch lag; HA: each slave's unacknowledged bytes.
+  bytes written and not flushed, and its dispatch lag; HA: each slave's unacknowledged bytes;
+- store files: ``MessageStore.file_statistics()`` (mapped files, the consume-queue mapping
+  bound and its unmaps, the process's open files and mappings against their limits).
 
 Loop thread.
 """
@@ -53,7 +55,6 @@ from ..broker.state._topic_config import (
     TRANS_HALF_TOPIC,
 )
 from ..remoting import RequestCode, ResponseCode
-from ..store.ha._auto_service import AutoSwitchHAService
 from ._source import (
     ConsumerConnections,
     ConsumerLag,
@@ -63,6 +64,7 @@ from ._source import (
     ReplicaState,
     SlaveLag,
     Storage,
+    StoreFiles,
     TopicTraffic,
 )
 
@@ -293,16 +295,34 @@ class BrokerSource:
             store.dispatch_behind_bytes(),
         )
 
+    def store_files(self) -> StoreFiles:
+        f = self.broker.store.file_statistics()
+        return StoreFiles(
+            f.mapped_files,
+            f.queue_files,
+            f.mapped_queue_files,
+            f.mapped_queue_files_bound,
+            f.queue_file_evictions,
+            f.open_files,
+            f.open_files_limit,
+            f.mappings,
+            f.max_map_count,
+        )
+
     def slave_lags(self) -> Sequence[SlaveLag]:
         ha = self.broker.store.statistics().ha
         if ha is None:
             return []
         return [SlaveLag(s.address, s.lag_bytes) for s in ha.slaves]
 
+    def ha_refused_peers(self) -> int:
+        ha = self.broker.store.statistics().ha
+        return ha.refused_peers if ha is not None else 0
+
     def replica(self) -> ReplicaState | None:
         replicas = self.broker.replicas
-        ha = self.broker.store.ha
-        if replicas is None or not isinstance(ha, AutoSwitchHAService):
+        ha = self.broker.store.ha.switch
+        if replicas is None or ha is None:
             return None
         s = ha.replica_statistics()
         return ReplicaState(

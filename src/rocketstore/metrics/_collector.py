@@ -25,6 +25,15 @@ rocketmq_storage_size                   gauge      storage_type, storage_medium
 rocketmq_storage_flush_behind_bytes     gauge      storage_type, storage_medium
 rocketmq_storage_dispatch_behind_bytes  gauge      storage_type, storage_medium
 rocketstore_ha_slave_lag_bytes          gauge      slave
+rocketstore_mapped_files                gauge      -  (store files mapped: commit log, queues, index)
+rocketstore_consume_queue_files         gauge      state (mapped, all)
+rocketstore_consume_queue_mapped_limit  gauge      -  (at most this many mapped; idle ones unmapped)
+rocketstore_consume_queue_unmaps_total  counter    -  (idle files unmapped for the limit)
+rocketstore_process_open_files          gauge      -
+rocketstore_process_open_files_limit    gauge      -  (soft RLIMIT_NOFILE; -1 unlimited)
+rocketstore_process_mappings            gauge      -
+rocketstore_process_max_map_count       gauge      -  (vm.max_map_count)
+rocketstore_ha_refused_peers_total      counter    -  (no proof, an unknown or connected id)
 rocketstore_replica_role                gauge      role (master, slave, none): 1 for the role held
 rocketstore_replica_master_epoch        gauge      -  (controller mode, as the next five)
 rocketstore_replica_sync_state_set_size gauge      -  (a master's SyncStateSet; 0 on a slave)
@@ -152,6 +161,31 @@ class RocketMQCollector:
             "Bytes a slave has not yet acknowledged",
             ("slave",),
         )
+        mapped_files = gauge("rocketstore_mapped_files", "Store files mapped", ())
+        queue_files = gauge("rocketstore_consume_queue_files", "Consume-queue files", ("state",))
+        queue_limit = gauge(
+            "rocketstore_consume_queue_mapped_limit",
+            "Consume-queue files that may be mapped at once (idle ones are unmapped beyond it)",
+            (),
+        )
+        queue_unmaps = counter(
+            "rocketstore_consume_queue_unmaps_total",
+            "Idle consume-queue files unmapped for the limit",
+            (),
+        )
+        open_files = gauge("rocketstore_process_open_files", "Open files of the process", ())
+        open_limit = gauge(
+            "rocketstore_process_open_files_limit", "The process's open-file limit (soft)", ()
+        )
+        mappings = gauge("rocketstore_process_mappings", "Memory mappings of the process", ())
+        max_maps = gauge(
+            "rocketstore_process_max_map_count", "The kernel's mapping limit (vm.max_map_count)", ()
+        )
+        ha_refused = counter(
+            "rocketstore_ha_refused_peers",
+            "Peers the HA port refused (no proof, an unknown or connected replica id)",
+            (),
+        )
         replicas: list[tuple[list[str], ReplicaState]] = []
         for source in self.brokers:
             node = _node(source.node())
@@ -197,8 +231,19 @@ class RocketMQCollector:
             storage_size.add_metric([*node, *STORAGE_VALUES], storage.size_bytes)
             flush_behind.add_metric([*node, *STORAGE_VALUES], storage.flush_behind_bytes)
             dispatch_behind.add_metric([*node, *STORAGE_VALUES], storage.dispatch_behind_bytes)
+            files = source.store_files()
+            mapped_files.add_metric(node, files.mapped_files)
+            queue_files.add_metric([*node, "mapped"], files.mapped_queue_files)
+            queue_files.add_metric([*node, "all"], files.queue_files)
+            queue_limit.add_metric(node, files.mapped_queue_files_limit)
+            queue_unmaps.add_metric(node, files.queue_file_unmaps)
+            open_files.add_metric(node, files.open_files)
+            open_limit.add_metric(node, files.open_files_limit)
+            mappings.add_metric(node, files.mappings)
+            max_maps.add_metric(node, files.max_map_count)
             for s in source.slave_lags():
                 slave_lag.add_metric([*node, s.slave], s.lag_bytes)
+            ha_refused.add_metric(node, source.ha_refused_peers())
             replica = source.replica()
             if replica is not None:
                 replicas.append((node, replica))
@@ -220,7 +265,16 @@ class RocketMQCollector:
                 storage_size,
                 flush_behind,
                 dispatch_behind,
+                mapped_files,
+                queue_files,
+                queue_limit,
+                queue_unmaps,
+                open_files,
+                open_limit,
+                mappings,
+                max_maps,
                 slave_lag,
+                ha_refused,
             )
         if replicas:
             yield from _replica_families(replicas, gauge, counter)

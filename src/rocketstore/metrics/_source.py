@@ -79,6 +79,22 @@ class Storage:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreFiles:
+    """The store's mapped files and the process's open files and mappings, with their limits
+    (-1: unknown or unlimited)."""
+
+    mapped_files: int  # store files mapped (commit log, consume queues, index)
+    queue_files: int  # consume-queue files
+    mapped_queue_files: int  # of them mapped now
+    mapped_queue_files_limit: int  # the bound on them (store/log/_mapping_lru.py)
+    queue_file_unmaps: int  # idle ones unmapped for the bound since start
+    open_files: int
+    open_files_limit: int  # the soft RLIMIT_NOFILE
+    mappings: int
+    max_map_count: int  # vm.max_map_count
+
+
+@dataclass(frozen=True, slots=True)
 class SlaveLag:
     slave: str  # its address as the master sees it
     lag_bytes: int
@@ -122,7 +138,13 @@ class MetricsSource(Protocol):
 
     def storage(self) -> Storage: ...
 
+    def store_files(self) -> StoreFiles: ...
+
     def slave_lags(self) -> Sequence[SlaveLag]: ...
+
+    def ha_refused_peers(self) -> int:
+        """Peers the HA port refused: no proof, an unknown id, or one that is connected."""
+        ...
 
     def replica(self) -> ReplicaState | None:
         """Controller mode: the broker's role and epoch (None: not in controller mode)."""

@@ -191,6 +191,8 @@ class NamesrvProcessor:
     ) -> None:
         self.routes = routes
         self.max_register_body = max_register_body
+        # GET_ALL_TOPIC_LIST's body, and the route table's topics generation it was made at
+        self._topic_list_body: tuple[int, bytes] | None = None
         # the KV config (PUT_KV_CONFIG, ...; the order-topic namespace)
         self.kv = kv if kv is not None else KVConfigManager()
         # the name server's settings by RocketMQ's names (GET_NAMESRV_CONFIG), as text
@@ -365,7 +367,14 @@ class NamesrvProcessor:
         return _success(body=self.routes.cluster_info().encode())
 
     def get_all_topic_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return _success(body=encode_topic_list(self.routes.all_topics()))
+        generation = self.routes.topics_generation
+        cached = self._topic_list_body
+        if cached is None or cached[0] != generation:
+            cached = self._topic_list_body = (
+                generation,
+                encode_topic_list(self.routes.all_topics()),
+            )
+        return _success(body=cached[1])
 
     def delete_topic_in_namesrv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = _required_str(cmd, "topic")

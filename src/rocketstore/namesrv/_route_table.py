@@ -27,6 +27,11 @@ Rules kept from RocketMQ:
 - Maps and lists come out in the order Java's HashMaps would give (see ``_java_order``), so
   bodies are RocketMQ's byte for byte; broker addresses in ascending id order.
 
+Indexed for many topics: a route is one lookup by topic; the topics of a broker group are
+indexed by its name (a group that goes takes its topics with it without a walk of every topic);
+the list of every topic is kept in RocketMQ's order until a topic comes or goes. A registration
+costs what its table holds: an incremental one (a broker's new topic alone) one entry.
+
 Pure logic, no I/O: time comes from the injected clock (``monotonic``), a channel is any object
 (the name server passes its connections) compared by identity. Not thread-safe: the name server
 calls it from its event loop thread only.
@@ -91,6 +96,11 @@ class RouteInfoManager:
         self.clock = clock
         self.expiry_s = expiry_s
         self._topic_queues: dict[str, dict[str, QueueData]] = {}
+        # broker name → the topics it has queue data of (the index of _topic_queues by broker)
+        self._topics_of: dict[str, set[str]] = {}
+        # changes whenever a topic comes or goes (what cached topic lists are checked against)
+        self.topics_generation = 0
+        self._all_topics: tuple[int, list[str]] | None = None
         self._groups: dict[str, _BrokerGroup] = {}
         self._clusters: dict[str, dict[str, None]] = {}  # insertion-ordered sets
         self._live: dict[str, _LiveBroker] = {}
@@ -162,9 +172,11 @@ class RouteInfoManager:
         return RegisterBrokerResult()
 
     def _update_queue_data(self, topic: str, queue_data: QueueData) -> None:
+        self._topics_of.setdefault(queue_data.broker_name, set()).add(topic)
         queues = self._topic_queues.get(topic)
         if queues is None:
             self._topic_queues[topic] = {queue_data.broker_name: queue_data}
+            self.topics_generation += 1
             log.info("new topic registered: %s %s", topic, queue_data)
             return
         old = queues.get(queue_data.broker_name)
@@ -263,10 +275,24 @@ class RouteInfoManager:
         self._remove_topics_of(group.broker_name)
 
     def _remove_topics_of(self, broker_name: str) -> None:
-        for topic in list(self._topic_queues):
-            queues = self._topic_queues[topic]
-            if queues.pop(broker_name, None) is not None and not queues:
+        for topic in self._topics_of.pop(broker_name, ()):
+            queues = self._topic_queues.get(topic)
+            if queues is not None and queues.pop(broker_name, None) is not None and not queues:
                 del self._topic_queues[topic]
+                self.topics_generation += 1
+
+    def _forget_queue_data(self, topic: str, broker_name: str) -> None:
+        """Drop one broker group's queue data of a topic (and the topic when it was the
+        last)."""
+        queues = self._topic_queues.get(topic)
+        if queues is None or queues.pop(broker_name, None) is None:
+            return
+        topics = self._topics_of.get(broker_name)
+        if topics is not None:
+            topics.discard(topic)
+        if not queues:
+            del self._topic_queues[topic]
+            self.topics_generation += 1
 
     # ---- queries ----------------------------------------------------------------------------
 
@@ -305,12 +331,22 @@ class RouteInfoManager:
         return ClusterInfo(groups, clusters)
 
     def all_topics(self) -> list[str]:
-        """Every topic with a route (GET_ALL_TOPIC_LIST_FROM_NAMESERVER)."""
-        return java_order(java_order(self._topic_queues, _TOPIC_TABLE_CAPACITY))
+        """Every topic with a route (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), in RocketMQ's
+        order; computed again only after a topic came or went (do not change the list)."""
+        cached = self._all_topics
+        if cached is None or cached[0] != self.topics_generation:
+            ordered = java_order(java_order(self._topic_queues, _TOPIC_TABLE_CAPACITY))
+            cached = self._all_topics = (self.topics_generation, ordered)
+        return cached[1]
 
     def topic_queue_datas(self, topic: str) -> Mapping[str, QueueData]:
         """The queue data of ``topic`` by broker name (a copy; empty when unknown)."""
         return dict(self._topic_queues.get(topic, {}))
+
+    def channel_of(self, broker_addr: str) -> object | None:
+        """The connection ``broker_addr`` last registered over (None when not registered)."""
+        live = self._live.get(broker_addr)
+        return live.channel if live is not None else None
 
     def live_brokers(self) -> list[str]:
         """The addresses of the brokers registered and not expired."""
@@ -322,7 +358,8 @@ class RouteInfoManager:
         as RocketMQ sets it); returns how many topics the group has. Kept until the broker
         registers a changed topic table."""
         count = 0
-        for queues in self._topic_queues.values():
+        for topic in self._topics_of.get(broker_name, ()):
+            queues = self._topic_queues[topic]
             old = queues.get(broker_name)
             if old is None:
                 continue
@@ -334,13 +371,11 @@ class RouteInfoManager:
     def delete_topic(self, topic: str, cluster: str | None = None) -> None:
         """Forget a topic's queue data: everywhere, or only that of ``cluster``'s brokers."""
         if not cluster:
-            self._topic_queues.pop(topic, None)
+            for name in list(self._topic_queues.get(topic, ())):
+                self._forget_queue_data(topic, name)
             return
-        queues = self._topic_queues.get(topic)
         names = self._clusters.get(cluster)
-        if queues is None or not names:
+        if topic not in self._topic_queues or not names:
             return
-        for name in names:
-            queues.pop(name, None)
-        if not queues:
-            del self._topic_queues[topic]
+        for name in list(names):
+            self._forget_queue_data(topic, name)

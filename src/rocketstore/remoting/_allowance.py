@@ -1,7 +1,8 @@
 """How many connections the servers of one process may hold together.
 
-Every connection is an open file, and so is every file of the store (two for each mapped
-commit-log, consume-queue and index file), every log file and every pipe of the loop. A process
+Every connection is an open file, and so is every commit-log file of the store (one each;
+consume-queue and index files keep none once mapped, and consume-queue files are mapped within
+a bound, store/log/_mapping_lru.py), every log file and every pipe of the loop. A process
 that has opened as many files as its limit (RLIMIT_NOFILE) can open none more: its servers
 accept nobody, and its store can start no new file. So the servers' connections together stay
 within half the limit, and the other half is the store's and the rest's::

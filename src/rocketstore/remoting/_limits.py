@@ -299,10 +299,23 @@ class BufferBudget:
         """What the connections may still take before the total is over its limit."""
         return self.limits.max_buffered_total - self.total
 
-    def recount(self) -> int:
-        """Count every connection again (what was written since may have gone out)."""
+    def recount(self, quiet_since: float | None = None) -> int:
+        """Count every connection again (what was written since may have gone out). With
+        ``quiet_since`` (loop time of the previous count), a connection that has read nothing
+        since and holds no unsent answer and no room keeps its count: nothing it holds can
+        have changed (a write that leaves bytes unsent counts itself, a room released uncounts
+        itself), and an idle server's sweep walks thousands of them."""
         total = 0
         for conn in self.members:
+            if (
+                quiet_since is not None
+                and not conn._unsent
+                and not conn._reserved
+                and conn.last_active < quiet_since
+                and not conn.closed
+            ):
+                total += conn._buffered
+                continue
             total += conn._recount()
         self.total = total
         return total

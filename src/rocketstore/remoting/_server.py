@@ -328,6 +328,7 @@ class RemotingServer:
         if idle_timeout is not None:
             shortest = min(shortest, idle_timeout)
         period = min(max(shortest / 4, 0.01), 10.0)
+        counted_at: float | None = None  # the previous sweep's count
         while True:
             await asyncio.sleep(period)
             now = loop.time()
@@ -357,7 +358,8 @@ class RemotingServer:
                     conn.close()
                 elif conn.last_active < now - period:
                     conn.maybe_shrink()
-            self.budget.recount()
+            self.budget.recount(counted_at)
+            counted_at = now
             self.budget.wake()
             self.budget.maybe_trim()
 

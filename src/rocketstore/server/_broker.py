@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._extras import install_hint
-from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, admin_accounts
+from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, _audit, admin_accounts
 from ..acl._remoting import AclSource
 from ..broker._config import BrokerConfig, broker_conf_keys, ignored_keys
 from ..broker._controller import BrokerController, load_acl, load_auth
@@ -22,6 +22,7 @@ from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 from ..store._store import MessageStore
+from ..store.ha import HAGuard
 from ._addresses import resolve_addresses
 
 if TYPE_CHECKING:
@@ -80,6 +81,46 @@ def ignored_keys_warning(keys: list[str]) -> str:
             + ", ".join(unknown)
         )
     return "; ".join(parts)
+
+
+def ha_guard(
+    store_config: StoreConfig, config: BrokerConfig, credentials: tuple[str, str] | None
+) -> HAGuard:
+    """Who may replicate from this broker's store, and who it is to its master: with
+    ``config.ha_auth`` the inner account's proof; refusals go to the audit log either way.
+    Without an inner account: StoreConfigError for a store that must replicate (a slave, a
+    SYNC_MASTER, controller mode), and an HA port no slave can prove itself to (warned of) for
+    an ASYNC_MASTER."""
+    name = config.broker_name
+
+    def audit(source: str, account: str, claimed: str, reason: str) -> None:
+        log.warning("broker %s: HA port refused %s (%s): %s", name, source, claimed, reason)
+        _audit.refused(
+            account=account,
+            source=source,
+            request="HA handshake",
+            resource=f"broker:{name} {claimed}",
+            reason=reason,
+        )
+
+    needs = store_config.enable_controller_mode or store_config.broker_role != "ASYNC_MASTER"
+    if not config.ha_auth:
+        return HAGuard(None, name, config.broker_id, audit)
+    if credentials is None and not needs:
+        log.warning(
+            "broker %s: ACL is on and no inner account is configured: the HA port takes no "
+            "slave (set innerClientAuthenticationCredentials to replicate, or haAuthEnabled=false)",
+            name,
+        )
+        return HAGuard(None, name, config.broker_id, audit, closed=True)
+    if credentials is None:
+        raise StoreConfigError(
+            "haAuthEnabled (on with ACL) needs the inner account the group's brokers "
+            "share: innerClientAuthenticationCredentials, or ROCKETSTORE_INNER_CLIENT_ACCESS_KEY "
+            "and ROCKETSTORE_INNER_CLIENT_SECRET_KEY (haAuthEnabled=false replicates "
+            "without proof, as RocketMQ)"
+        )
+    return HAGuard(credentials, name, config.broker_id, audit)
 
 
 class BrokerServer:
@@ -169,7 +210,8 @@ class BrokerServer:
         if credentials is None and inner is not None:
             credentials = (inner.access_key, inner.secret_key)
         inner_signer = FROM_ENV if credentials is None else RequestSigner(*credentials)
-        store = MessageStore(store_config, clock=self._clock)
+        guard = ha_guard(store_config, config, credentials)
+        store = MessageStore(store_config, clock=self._clock, ha_guard=guard)
         tier = _tier_service(store, store_config, self._clock)
         await asyncio.to_thread(store.__enter__)  # load, recover, start
         self._store = store

@@ -73,6 +73,10 @@ class StoreConfig:
     # not a RocketMQ setting: store files are sparse and get their disk blocks this many bytes
     # ahead of the writes (a full disk then refuses puts instead of killing the process)
     mapped_file_allocate_ahead: int = 4 * 1024 * 1024
+    # not a RocketMQ setting: how many consume-queue files may be mapped at once (idle ones
+    # are unmapped beyond it and mapped again when read); 0 = what vm.max_map_count and the
+    # open-file limit allow (see store/log/_mapping_lru.py)
+    max_mapped_queue_files: int = 0
     # messages
     max_message_size: int = 4 * 1024 * 1024
     max_properties_size: int = 32767
@@ -199,6 +203,7 @@ class StoreConfig:
             "tiered_seal_age_ms",
             "tiered_retention_hours",
             "tiered_max_bytes",
+            "max_mapped_queue_files",
         ):
             if getattr(self, name) < 0:
                 raise StoreConfigError(f"{name} must not be negative")

@@ -61,10 +61,15 @@ def disk_used_ratio(path: str) -> float:
 
 _WHY_NOT_WRITEABLE = (
     (DISK_FULL_BIT, "the disk is full"),
-    (WRITE_LOGICS_QUEUE_ERROR_BIT, "the consume queues get no disk blocks (dispatch paused)"),
-    (WRITE_INDEX_FILE_ERROR_BIT, "the index gets no disk blocks (dispatch paused)"),
+    (WRITE_LOGICS_QUEUE_ERROR_BIT, "writing the consume queues failed (dispatch paused)"),
+    (WRITE_INDEX_FILE_ERROR_BIT, "writing the index failed (dispatch paused)"),
     (NOT_WRITEABLE_BIT, "writes are turned off"),
 )
+
+
+WRITE_FAILED_PREFIX = "the store cannot write: "
+"""How a refusal caused by something other than a full disk begins (its cause follows): the
+broker answers it as it is, not with RocketMQ's disk-full wording."""
 
 
 def why_not_writeable(bits: int) -> str:

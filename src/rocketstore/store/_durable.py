@@ -82,6 +82,30 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
+def os_error_cause(exc: BaseException) -> str:
+    """What stopped a write, in the words an operator acts on: the limit an OSError ran
+    into (open files, mappings, space), else its own text."""
+    if not isinstance(exc, OSError):
+        return str(exc)
+    code = exc.errno
+    if code == errno.EMFILE:
+        try:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            limit = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+        except (ImportError, OSError, ValueError):  # pragma: no cover - not a Unix
+            limit = "unknown"
+        return f"too many open files: the process's open-file limit ({limit}) is reached"
+    if code == errno.ENFILE:
+        return "too many open files in the system: the kernel's limit (fs.file-max) is reached"
+    if code == errno.ENOMEM:
+        return "no memory for another mapping: the mapping limit (vm.max_map_count) or memory"
+    if code in DISK_FULL_ERRNOS:
+        return "the disk is full"
+    return exc.strerror or str(exc)
+
+
 def first_hole(fd: int, start: int, end: int) -> int:
     """Offset of the first hole at or after ``start`` (``end`` when [start, end) has blocks
     throughout, or when the file system cannot tell: then it is taken to be allocated)."""

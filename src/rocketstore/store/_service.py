@@ -23,6 +23,7 @@ class ServiceThread:
         self._stopped = threading.Event()
         self._notified = threading.Event()
         self.error: BaseException | None = None
+        self.join_timed_out = False  # the last stop() gave up waiting for the thread
 
     @property
     def stopped(self) -> bool:
@@ -75,6 +76,7 @@ class ServiceThread:
         self._notified.set()
         if join and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.join_timeout)
-            if self._thread.is_alive():
+            self.join_timed_out = self._thread.is_alive()
+            if self.join_timed_out:
                 log.warning("%s did not stop within %.0f s", self.name, self.join_timeout)
         self._thread = None

@@ -22,21 +22,41 @@ from ._checkpoint import StoreCheckpoint
 from ._clock import SYSTEM_CLOCK, Clock
 from ._config import StoreConfig
 from ._disk import (
+    WRITE_FAILED_PREFIX,
     WRITE_INDEX_FILE_ERROR_BIT,
     WRITE_LOGICS_QUEUE_ERROR_BIT,
     DiskUsageProbe,
     RunningFlags,
     disk_used_ratio,
 )
-from ._durable import fsync_dir, is_disk_full
-from ._errors import IndexWriteError, StoreClosedError, StoreIOError, translate_os_errors
+from ._durable import fsync_dir, is_disk_full, os_error_cause
+from ._errors import (
+    IndexWriteError,
+    StoreClosedError,
+    StoreError,
+    StoreIOError,
+    translate_os_errors,
+)
 from ._lock import StoreLock
 from .ha import HAService
+from .ha._api import Replication
+from .ha._auth import OPEN, HAGuard
 from .ha._auto_service import AutoSwitchHAService
 from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
 from .log._commit_log import CommitLog
+from .log._mapped_file import mapped_counters
 from .log._mapped_file_queue import MappedFileQueue
+from .log._mapping import descriptors_kept
+from .log._mapping_lru import (
+    FileStatistics,
+    MappingLRU,
+    default_bound,
+    mapping_count,
+    max_map_count,
+    open_file_count,
+    open_files_limits,
+)
 from .log._message import (
     GetMessageResult,
     Message,
@@ -49,9 +69,10 @@ from .log._transient_pool import TransientStorePool
 from .queue._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from .queue._filter import MessageFilter
 from .queue._index import IndexService
+from .queue._queue_checkpoint import QueueCheckpointWriter
 from .queue._reput import MessageArrivingListener, ReputMessageService
 from .read._read_api import ReadApi
-from .recovery._loader import LoadResult, StoreLoader
+from .recovery._loader import CLEAN_VERIFY_BYTES, LoadResult, StoreLoader
 from .services._clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
 from .services._delay_offset import DelayOffsetFile
 from .services._schedule import ScheduleMessageService
@@ -79,10 +100,12 @@ class MessageStore:
         clock: Clock = SYSTEM_CLOCK,
         disk_usage: DiskUsageProbe | None = None,
         maintenance: bool = True,
+        ha_guard: HAGuard = OPEN,
     ) -> None:
         """``disk_usage``: how full a path's partition is (tests simulate a full disk);
         ``maintenance=False`` runs neither delayed delivery nor retention cleaning (inspection
-        tools that must not change a store)."""
+        tools that must not change a store); ``ha_guard``: who may replicate from it, and who
+        it is to its master (authentication of the HA port, see ``ha._auth``)."""
         self.config = config or StoreConfig()
         self.clock = clock
         self.root = Path(self.config.store_path_root_dir)
@@ -123,8 +146,13 @@ class MessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.load_result: LoadResult | None = None
         # dispatch and the read side (consume queues, index, reput, reads)
+        # consume-queue files are mapped on demand, at most this many at once
+        self.queue_mappings = MappingLRU(self.config.max_mapped_queue_files or default_bound())
         self.consume_queues = ConsumeQueueTable(
-            self.root / "consumequeue", self.config.consume_queue_file_size, clock=clock
+            self.root / "consumequeue",
+            self.config.consume_queue_file_size,
+            clock=clock,
+            lru=self.queue_mappings,
         )
         self.index = IndexService(
             self.root / "index",
@@ -151,6 +179,17 @@ class MessageStore:
             thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
             on_flushed=self._on_queues_flushed,
         )
+        self.queue_checkpoint = QueueCheckpointWriter(
+            self.root,
+            self.config.consume_queue_file_size,
+            dispatched=lambda: self.reput.reput_from_offset,
+            states=self.consume_queues.states,
+            log_end=lambda: self.commit_log.max_offset,
+            timestamps=self._checkpoint_timestamps,
+            record_time=self._record_time,
+            verify_bytes=CLEAN_VERIFY_BYTES,
+        )
+        self.flush_consume_queue.checkpoint = self.queue_checkpoint
         self.reader = ReadApi(
             self.config,
             self.commit_log,
@@ -207,19 +246,27 @@ class MessageStore:
         # replication: the master's HA port and SYNC_MASTER waits, or the slave's client; in
         # controller mode AutoSwitch HA, the role given at run time (see on_master, on_slave)
         self.controller_mode = self.config.enable_controller_mode
-        self.ha: HAService | AutoSwitchHAService
+        self.ha: Replication
+        self._switch: AutoSwitchHAService | None = None
         if self.controller_mode:
-            self.ha = AutoSwitchHAService(
+            self.ha = self._switch = AutoSwitchHAService(
                 self.config,
                 self.commit_log,
                 clock,
-                LogCutter(self.commit_log, self.reput, self.consume_queues, self.index),
+                LogCutter(
+                    self.commit_log,
+                    self.reput,
+                    self.consume_queues,
+                    self.index,
+                    on_cut=self.queue_checkpoint.invalidate,
+                ),
                 on_append=self._dispatch_confirmed,
                 set_refusal=self.commit_log.set_refusal,
+                guard=ha_guard,
             )
-            self.ha.hooks = self
+            self._switch.hooks = self
         else:
-            self.ha = HAService(self.config, self.commit_log, clock)
+            self.ha = HAService(self.config, self.commit_log, clock, ha_guard)
         self._is_master = self.config.broker_role != "SLAVE" and not self.controller_mode
         self._monotonic = clock.monotonic
         self._loaded = False
@@ -245,8 +292,9 @@ class MessageStore:
             limit = self.commit_log.queue.flushed_where
         else:
             limit = self.commit_log.queue.get_max_offset()
-        if self.controller_mode:
-            return min(limit, self.ha.confirm_offset())  # type: ignore[union-attr]
+        switch = self._switch
+        if switch is not None:
+            return min(limit, switch.confirm_offset())
         return limit
 
     def _request_flush(self, end: int) -> None:
@@ -264,17 +312,21 @@ class MessageStore:
             self.running_flags.set_bit(WRITE_INDEX_FILE_ERROR_BIT, True)
         else:
             self.running_flags.set_bit(WRITE_LOGICS_QUEUE_ERROR_BIT, True)
-        self.commit_log.set_refusal(
-            "dispatch",
-            None
-            if exc is None
-            else (
+        if exc is None:
+            refusal = None
+        elif is_disk_full(exc):
+            refusal = (
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
                 f"the store is not writable: dispatch into the consume queues and index failed "
-                f"({exc}); "
-                "writes resume when it works again",
-            ),
-        )
+                f"({exc}); writes resume when it works again",
+            )
+        else:  # another cause than space: named as it is (open files, mappings, ...)
+            refusal = (
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                f"{WRITE_FAILED_PREFIX}{os_error_cause(exc)} (dispatch into the consume queues "
+                f"and index failed: {exc}); writes resume when it works again",
+            )
+        self.commit_log.set_refusal("dispatch", refusal)
 
     # ---- checkpoint updates (flush and dispatch threads) -----------------------------------
 
@@ -291,6 +343,18 @@ class MessageStore:
             if store_timestamp > cp.logics_msg_timestamp:
                 cp.logics_msg_timestamp = store_timestamp
             cp.flush()
+
+    def _checkpoint_timestamps(self) -> tuple[int, int]:
+        cp = self.checkpoint
+        return (cp.physic_msg_timestamp, cp.logics_msg_timestamp) if cp is not None else (0, 0)
+
+    def _record_time(self, phys_offset: int) -> int:
+        """Store timestamp of the record at ``phys_offset``, -1 when none is there."""
+        try:
+            r = self.commit_log.check_at(phys_offset, check_crc=False)
+        except StoreError:
+            return -1
+        return -1 if isinstance(r, int) else r.store_timestamp
 
     def _on_index_flushed(self, store_timestamp: int) -> None:
         cp = self.checkpoint
@@ -328,7 +392,11 @@ class MessageStore:
                 checkpoint=self.checkpoint,
                 clock=self.clock,
             ).load()
+            # record starts the next clean restart's tail check may start from
+            self.queue_checkpoint.boundary(self.load_result.scan_from)
+            self.queue_checkpoint.boundary(self.load_result.max_phys_offset)
             self.schedule.load()
+            self._note_mapping_limits()
         except BaseException:
             if self.checkpoint is not None:
                 self.checkpoint.shutdown()
@@ -337,6 +405,24 @@ class MessageStore:
             raise
         self._loaded = True
         return True
+
+    def _note_mapping_limits(self) -> None:
+        """One line when the store has more consume-queue files than may be mapped at once
+        (informational: idle ones are unmapped and mapped again when read)."""
+        files = self.consume_queues.file_count()
+        bound = self.queue_mappings.bound
+        if files > bound:
+            soft, _hard = open_files_limits()
+            log.warning(
+                "%d consume-queue files, at most %d mapped at once (vm.max_map_count %d, open "
+                "files %s, max_mapped_queue_files %d): idle ones are unmapped and mapped again "
+                "when read",
+                files,
+                bound,
+                max_map_count(),
+                "unlimited" if soft < 0 else soft,
+                self.config.max_mapped_queue_files,
+            )
 
     def start(self) -> None:
         if self._running:
@@ -491,7 +577,10 @@ class MessageStore:
         self.commit_log.on_append = None
         self.commit_log.wire_dispatch(None)
         self.flush_consume_queue.stop()  # flushes every queue
-        self.index.shutdown()
+        try:
+            self.index.shutdown()
+        except StoreError:  # derived data: the next load checks the index files anyway
+            log.exception("%s: shutting the index down failed", self.root)
         self._finish_checkpoint()
         self.consume_queues.shutdown()
         if self.allocator is not None:
@@ -543,28 +632,51 @@ class MessageStore:
             return
         cl = self.commit_log
         end = cl.max_offset
-        caught_up = self.reput.reput_from_offset >= end and cl.queue.flushed_where >= end
-        if caught_up and self.reput.error is None:
+        # clean when the commit log is durable to its end and nothing writes the queues any
+        # more: a dispatch that stopped behind (a failing disk, a full one, too many open
+        # files) is caught up by the next load from the queues' ends. Not in controller mode,
+        # where dispatch waits for the confirm offset on purpose: abnormal recovery keeps
+        # what it had not confirmed out of the queues
+        stopped = not (self.reput.join_timed_out or self.flush_consume_queue.join_timed_out)
+        dispatched = self.reput.reput_from_offset >= end or not self.controller_mode
+        clean = cl.queue.flushed_where >= end and stopped and dispatched
+        if clean:
+            self._write_queue_checkpoint(end)
             cp.mark_clean(end)
-            with translate_os_errors(f"remove {self._abort_path}"):
-                try:
-                    os.unlink(self._abort_path)
-                except FileNotFoundError:
-                    pass
-                fsync_dir(self.root)
+            try:
+                with translate_os_errors(f"remove {self._abort_path}"):
+                    try:
+                        os.unlink(self._abort_path)
+                    except FileNotFoundError:
+                        pass
+                    fsync_dir(self.root)
+            except StoreError:  # the rest of the shutdown still runs (the lock released)
+                log.exception("%s: removing the abort file failed", self.root)
         else:
             cp.flush()
             log.warning(
-                "%s: shut down with dispatch at %d of %d (flushed %d); the abort file stays, "
-                "the next load recovers abnormally",
+                "%s: shut down with the commit log flushed to %d of %d%s; the abort file "
+                "stays, the next load recovers abnormally",
                 self.root,
-                self.reput.reput_from_offset,
-                end,
                 cl.queue.flushed_where,
+                end,
+                ""
+                if stopped and dispatched
+                else f", dispatch at {self.reput.reput_from_offset}"
+                + ("" if stopped else " (dispatch or the queues' flush still running)"),
             )
         cp.shutdown()
         self.checkpoint = None
         self.reput.checkpoint = None
+
+    def _write_queue_checkpoint(self, end: int) -> None:
+        """The per-queue checkpoint of a clean shutdown (queues flushed, dispatch stopped);
+        without it the next load reads the queue files (slower, as safe)."""
+        try:
+            taken = self.queue_checkpoint.take(clean=True)
+            self.queue_checkpoint.save(taken._replace(log_end=end))
+        except StoreError:
+            log.exception("%s: the per-queue checkpoint was not written", self.root)
 
     def __enter__(self) -> MessageStore:
         self.load()
@@ -773,6 +885,25 @@ class MessageStore:
     def statistics(self) -> StoreStatistics:
         """A frozen, typed snapshot of the store's statistics (``ha``: replication)."""
         return dataclasses.replace(self.stats.statistics(), ha=self.ha.statistics())
+
+    def file_statistics(self) -> FileStatistics:
+        """The store's mapped files and the process's open files and mappings, against their
+        limits. Any thread (reads /proc: for a scrape, not a hot path)."""
+        lru = self.queue_mappings.statistics()
+        soft, hard = open_files_limits()
+        return FileStatistics(
+            queue_files=self.consume_queues.file_count(),
+            mapped_queue_files=lru.mapped,
+            mapped_queue_files_bound=lru.bound,
+            queue_file_evictions=lru.evictions,
+            mapped_files=mapped_counters()[0],
+            mappings=mapping_count(),
+            max_map_count=max_map_count(),
+            open_files=open_file_count(),
+            open_files_limit=soft,
+            open_files_hard_limit=hard,
+            descriptors_per_mapping=descriptors_kept(),
+        )
 
     def delete_topic(self, topic: str) -> int:
         """Forget ``topic`` (RocketMQ's cleanUnusedTopic for one topic): its entries leave the

@@ -253,8 +253,8 @@ class AdminProcessor:
         log.info("update or create topic %s, called by %s", config, conn.peer)
         if self.broker.topics.select(topic) == config:
             return _ok()  # no change: no new data version, no registration
-        await asyncio.to_thread(self.broker.topics.update, config)  # persists: fsyncs
-        self.broker.topic_changed()
+        await asyncio.to_thread(self.broker.topics.update, config)  # durable: an fsync
+        self.broker.topic_changed(config)  # an incremental registration
         return _ok()
 
     def get_all_topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

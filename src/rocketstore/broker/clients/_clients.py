@@ -2,6 +2,12 @@
 and the broker's NOTIFY_CONSUMER_IDS_CHANGED (40) to a group's clients when its membership
 changes, so that they rebalance.
 
+A client heartbeats every 30 s with the same body as long as its groups and subscriptions stay
+the same; a connection keeps its last body and what it decoded to, and a heartbeat that repeats
+it (while the connection is still in each of its groups, and their groups and retry topics
+are still there) only records the time: no decoding, no registration. A group's consumer list
+is encoded once per membership of the group.
+
 Loop thread only.
 """
 
@@ -18,11 +24,13 @@ from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from ...remoting._command import str_value
 from .._errors import InvalidHeartbeatError
 from .._services import HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation
-from ..state._consumer_manager import parse_heartbeat
+from ..state._consumer_manager import HeartbeatData, parse_heartbeat
+from ..state._subscription_group import is_system_group
 from ..state._topic_config import PERM_READ, PERM_WRITE, retry_topic
 
 log = logging.getLogger(__name__)
 RC = ResponseCode
+LAST_HEARTBEAT = "last_heartbeat"  # a connection's attribute: (body, HeartbeatData)
 
 
 class ClientContext(HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation, Protocol):
@@ -32,6 +40,8 @@ class ClientContext(HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreat
 class ClientProcessor:
     def __init__(self, broker: ClientContext) -> None:
         self.broker = broker
+        # group → (its consumer ids as the manager last gave them, the answer's body)
+        self._consumer_lists: dict[str, tuple[tuple[str, ...], bytes]] = {}
 
     def handlers(self) -> dict[int, Any]:
         return {34: self.heartbeat, 35: self.unregister_client, 38: self.consumer_list}
@@ -43,13 +53,23 @@ class ClientProcessor:
         time gets its retry topic, and the answer waits for the name servers to know it (as
         RocketMQ's broker registers before it answers), so the consumer finds the route at
         once."""
-        try:
-            data = parse_heartbeat(cmd.body)
-        except InvalidHeartbeatError as exc:
-            return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
-        refused = check_then(cmd, data)  # its groups and topics, as decoded here
-        if refused is not None:
-            return refused
+        body = bytes(cmd.body)
+        last = conn.attributes.get(LAST_HEARTBEAT)
+        if last is not None and last[0] == body:
+            data: HeartbeatData = last[1]
+            refused = check_then(cmd, data)  # its groups and topics, as decoded before
+            if refused is not None:
+                return refused
+            if self._touch(data, conn):
+                return RemotingCommand.response(RC.SUCCESS)
+        else:
+            try:
+                data = parse_heartbeat(body)
+            except InvalidHeartbeatError as exc:
+                return RemotingCommand.response(RC.SYSTEM_ERROR, str(exc))
+            refused = check_then(cmd, data)  # its groups and topics, as decoded here
+            if refused is not None:
+                return refused
         broker = self.broker
         conn.attributes["client_id"] = data.client_id
         new_topic = False
@@ -83,8 +103,26 @@ class ClientProcessor:
             broker.producers.register_producer(
                 group, conn, data.client_id, language=cmd.language, version=cmd.version
             )
+        conn.attributes[LAST_HEARTBEAT] = (body, data)
         answer = RemotingCommand.response(RC.SUCCESS)
         return self._registered_then(answer) if new_topic else answer
+
+    def _touch(self, data: HeartbeatData, conn: Connection) -> bool:
+        """A heartbeat that repeats the connection's last: record its time. False when
+        something it registered is gone (the channel expired from a group, a group or its
+        retry topic was deleted): then it is registered in full."""
+        broker = self.broker
+        for consumer in data.consumers:
+            group = consumer.group_name
+            config = broker.groups.get(group)
+            if config is None:
+                if broker.groups.auto_create_subscription_group or is_system_group(group):
+                    return False  # the full path creates it
+            elif config.retry_queue_nums > 0 and broker.topics.select(retry_topic(group)) is None:
+                return False
+            if not broker.consumers.touch_consumer(group, conn):
+                return False
+        return all(broker.producers.touch_producer(g, conn) for g in data.producer_groups)
 
     async def _registered_then(self, answer: RemotingCommand) -> RemotingCommand:
         await self.broker.register_topics_now()
@@ -104,9 +142,13 @@ class ClientProcessor:
         group = request_names(cmd).group or ""
         ids = self.broker.consumers.consumer_ids(group)
         if not ids:
+            self._consumer_lists.pop(group, None)
             return RemotingCommand.response(RC.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        body = json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
-        return RemotingCommand.response(RC.SUCCESS, None, {}, body)
+        cached = self._consumer_lists.get(group)
+        if cached is None or cached[0] is not ids:
+            body = json.dumps({"consumerIdList": list(ids)}, separators=(",", ":")).encode()
+            cached = self._consumer_lists[group] = (ids, body)
+        return RemotingCommand.response(RC.SUCCESS, None, {}, cached[1])
 
     def notify_ids_changed(self, group: str) -> None:
         """Tell every client of ``group`` to rebalance (a one-way request on its connection)."""
@@ -122,5 +164,7 @@ class ClientProcessor:
 
     def on_connection_closed(self, conn: Connection) -> None:
         for group in self.broker.consumers.on_channel_closed(conn):
+            if not self.broker.consumers.consumer_ids(group):
+                self._consumer_lists.pop(group, None)  # the group is gone
             self.notify_ids_changed(group)
         self.broker.producers.on_channel_closed(conn)

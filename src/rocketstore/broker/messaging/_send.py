@@ -30,7 +30,7 @@ from ...remoting import Connection, RemotingCommand, ResponseCode
 from ...remoting._command import RESPONSE_FLAG, int32_value, int_value, str_value
 from ...remoting._send_header import SendHeader, send_header
 from ...store._config import StoreConfig
-from ...store._disk import disk_used_ratio
+from ...store._disk import WRITE_FAILED_PREFIX, disk_used_ratio
 from ...store.ha._in_sync import FENCED_PREFIX
 from ...store.ha._transfer import GroupTransferService
 from ...store.log._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
@@ -603,10 +603,14 @@ class SendProcessor:
     def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
         code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
         if r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
-            if r.error is not None and r.error.startswith(FENCED_PREFIX):
-                remark = r.error  # a controller-mode master that may not acknowledge
+            if r.error is not None and r.error.startswith((FENCED_PREFIX, WRITE_FAILED_PREFIX)):
+                # a controller-mode master that may not acknowledge; a store that cannot
+                # write for another cause than a full disk (open files, ...): as it is
+                remark = r.error
             else:
                 remark = disk_remark(self.broker.store_config)
+        elif r.error is not None and r.error.startswith(WRITE_FAILED_PREFIX):
+            remark = r.error
         elif remark is None and code != RC.SUCCESS:
             remark = r.error or r.status.name
         if not r.ok:

@@ -55,7 +55,7 @@ from ...remoting._client import FROM_ENV, Signer
 from ...store._clock import SYSTEM_CLOCK, Clock
 from ...store._errors import StoreError
 from ...store._store import MessageStore
-from ...store.ha._auto_service import AutoSwitchHAService
+from ...store.ha._api import RoleSwitch
 from .._config import BrokerConfig
 from ._identity import IdentityFiles, obtain_broker_id
 from ._sync_state_set import SyncStateSetReporter
@@ -63,6 +63,7 @@ from ._sync_state_set import SyncStateSetReporter
 log = logging.getLogger(__name__)
 
 RETRY_S = 2.0
+REPLICA_TABLE_MIN_S = 0.5  # between two reads of the controller's replica table
 FENCE_CHECK_S = 0.1
 RECONNECT_QUIET_S = 1.0  # after a controller connection was made anew, no renewal this long
 
@@ -93,11 +94,12 @@ class ReplicasManager:
         on_fence: Callable[[bool], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if not isinstance(store.ha, AutoSwitchHAService):
+        switch = store.ha.switch
+        if switch is None:
             raise StoreError("controller mode needs a store opened with enable_controller_mode")
         self.config = config
         self.store = store
-        self.ha: AutoSwitchHAService = store.ha
+        self.ha: RoleSwitch = switch
         self.address = address
         self.client = client or ControllerClient(
             split_controller_addresses(config.controller_addr), signer=signer
@@ -128,6 +130,8 @@ class ReplicasManager:
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._poke = asyncio.Event()  # ask for the role now
+        self._table_wanted = asyncio.Event()  # read the controller's replica table now
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self._conns: dict[str, int] = {}
         self._reconnected_at = -math.inf
@@ -151,6 +155,8 @@ class ReplicasManager:
     async def start(self) -> None:
         """Start the registration and the periodic work (returns at once). Loop thread."""
         self.sync_state_set.start()
+        self._loop = asyncio.get_running_loop()
+        self.ha.on_unknown_replica = self._unknown_replica
         self._tasks.append(asyncio.create_task(self._main(), name=f"replicas-{self.name}"))
 
     async def close(self) -> None:
@@ -185,6 +191,7 @@ class ReplicasManager:
             (self._heartbeats, "heartbeat"),
             (self._replica_info_loop, "replica-info"),
             (self._fence_loop, "fence"),
+            (self._replica_table_loop, "replica-table"),
         ):
             self._tasks.append(asyncio.create_task(step(), name=f"replicas-{self.name}-{name}"))
 
@@ -434,6 +441,8 @@ class ReplicasManager:
             self.master_epoch = epoch
             self.role = role
             self.role_changes += 1
+            if role == "MASTER":
+                self._table_wanted.set()
             if role == "MASTER" and confirmed_at is not None:
                 self._renew(confirmed_at)
             log.warning(
@@ -463,6 +472,34 @@ class ReplicasManager:
                 await self.on_role(change)
             except Exception:
                 log.exception("%s: acting on the role change failed", self.label)
+
+    # ---- the replicas a master serves ----------------------------------------------------------
+
+    def _unknown_replica(self, replica_id: int) -> None:
+        """The HA port refused an id the controller's table (as last read) does not hold: read
+        it again (a replica registered since). An HA reader thread."""
+        loop = self._loop
+        if loop is not None and not self._closing:
+            loop.call_soon_threadsafe(self._table_wanted.set)
+
+    async def _replica_table_loop(self) -> None:
+        """A master reads the controller's replica table of its group (GET_SYNC_STATE_DATA)
+        when it takes the role and when its HA port meets an id it does not know, at most
+        every REPLICA_TABLE_MIN_S; the HA port accepts only those ids (with authentication
+        on)."""
+        while not self._closing:
+            await self._table_wanted.wait()
+            self._table_wanted.clear()
+            if self.role != "MASTER":
+                continue
+            try:
+                ids = await self.client.replicas(self.name)
+            except (ControllerError, RemotingError) as exc:
+                log.info("%s: cannot read the controller's replica table: %s", self.label, exc)
+                self._table_wanted.set()
+            else:
+                self.ha.set_known_replicas(ids)
+            await asyncio.sleep(REPLICA_TABLE_MIN_S)
 
     def learn_master_ha_address(self, ha_address: str | None, master_address: str | None) -> None:
         """The name servers' answer to a slave's registration: its master's HA address (taken

@@ -25,7 +25,7 @@ from ...controller._headers import NotifyBrokerRoleChangedRequest
 from ...remoting import Connection, RemotingCommand, RequestCode, RequestError
 from ...remoting import ResponseCode as RC
 from ...remoting import _fastjson as fastjson
-from ...store.ha._auto_service import AutoSwitchHAService
+from ...store.ha._api import RoleSwitch
 from ...store.ha._epoch import OPEN_END
 from .._services import HasConfig, HasStore
 from ._replicas import ReplicasManager
@@ -39,7 +39,7 @@ class ReplicasContext(HasConfig, HasStore, Protocol):
 
 
 def epoch_entry_cache(
-    cluster: str, broker_name: str, broker_id: int, ha: AutoSwitchHAService, max_offset: int
+    cluster: str, broker_name: str, broker_id: int, ha: RoleSwitch, max_offset: int
 ) -> bytes:
     entries = ha.epochs.entries()
     epochs = []
@@ -93,9 +93,9 @@ class ReplicasProcessor:
 
     def epoch_cache(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         store = self.broker.store
-        ha = store.ha
+        ha = store.ha.switch
         replicas = self.broker.replicas
-        if replicas is None or not isinstance(ha, AutoSwitchHAService):
+        if replicas is None or ha is None:
             return RemotingCommand.response(
                 RC.SYSTEM_ERROR, "this broker is not in controller mode"
             )

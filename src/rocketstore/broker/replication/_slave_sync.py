@@ -195,20 +195,24 @@ class SlaveSynchronizer:
             if version is not None:
                 self._master_version = version
             self.topic_copies += 1
+        changed_topics = []
         for name, doc in (topics.get("topicConfigTable") or {}).items():
             config = TopicConfig.from_json(doc, name)
             if broker.topics.select(name) != config:
-                broker.topics.update(config)
+                changed_topics.append(config)
+        broker.topics.update_all(changed_topics)
         for key, table in (offsets.get("offsetTable") or {}).items():
             topic, sep, group = str(key).rpartition("@")
             if not sep:
                 continue
             for queue_id, offset in table.items():
                 broker.offsets.commit_offset("master", group, topic, int(queue_id), int(offset))
+        changed_groups = []
         for name, doc in (groups.get("subscriptionGroupTable") or {}).items():
             sub = SubscriptionGroupConfig.from_json(doc, name)
             if broker.groups.get(name) != sub:
-                broker.groups.update(sub)
+                changed_groups.append(sub)
+        broker.groups.put_all(changed_groups, lambda g: g.group_name)
         if broker.offsets.dirty:
             broker.offsets.persist()
 

@@ -18,6 +18,12 @@ Producers are kept so the broker can reach one again: a transaction check goes t
 channels (``ProducerManager.available_channel``), a reply message to a client id
 (``find_channel``).
 
+Indexed for thousands of clients: a heartbeat costs what its own groups hold (``touch_*`` for a
+heartbeat that repeats the last one costs a lookup); a closed channel is found in the groups it
+is in, not by a walk of every group; ``scan_not_active`` walks only the channels it expires (the
+clients are kept in the order of their last heartbeat, oldest first); a group's client ids
+(GET_CONSUMER_LIST_BY_GROUP) are one tuple, made again only when its membership changes.
+
 Threads: every method may be called from any thread (one lock); the broker's event loop is the
 usual caller. Expiry uses the clock's monotonic seconds; reported update times its wall clock.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -91,6 +98,7 @@ class ConsumerGroupInfo(Generic[C]):
 
 class _Group(Generic[C]):
     __slots__ = (
+        "client_ids",
         "clients",
         "consume_from_where",
         "consume_type",
@@ -112,6 +120,46 @@ class _Group(Generic[C]):
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.clients: dict[C, ClientRecord[C]] = {}
         self.last_update_ms = now_ms
+        self.client_ids: tuple[str, ...] | None = None  # made when asked, dropped on a change
+
+
+class _Ages(Generic[C]):
+    """The (group, channel) pairs of a manager in the order of their last heartbeat, oldest
+    first, and every channel's groups: what expiry and closed connections walk instead of every
+    group. Caller holds the manager's lock."""
+
+    def __init__(self) -> None:
+        self._order: OrderedDict[tuple[str, C], ClientRecord[C]] = OrderedDict()
+        self._groups_of: dict[C, set[str]] = {}
+
+    def seen(self, group: str, record: ClientRecord[C]) -> None:
+        key = (group, record.channel)
+        if key in self._order:
+            self._order.move_to_end(key)
+        else:
+            self._order[key] = record
+            self._groups_of.setdefault(record.channel, set()).add(group)
+
+    def forget(self, group: str, channel: C) -> None:
+        if self._order.pop((group, channel), None) is None:
+            return
+        groups = self._groups_of.get(channel)
+        if groups is not None:
+            groups.discard(group)
+            if not groups:
+                del self._groups_of[channel]
+
+    def groups_of(self, channel: C) -> list[str]:
+        return sorted(self._groups_of.get(channel, ()))
+
+    def older_than(self, limit: float) -> list[tuple[str, ClientRecord[C]]]:
+        """The pairs last seen before ``limit`` (monotonic seconds), oldest first."""
+        out: list[tuple[str, ClientRecord[C]]] = []
+        for (group, _channel), record in self._order.items():
+            if record.last_seen >= limit:
+                break
+            out.append((group, record))
+        return out
 
 
 class ConsumerManager(Generic[C]):
@@ -126,6 +174,7 @@ class ConsumerManager(Generic[C]):
         self.channel_expired_timeout_s = channel_expired_timeout_s
         self._lock = threading.Lock()
         self._groups: dict[str, _Group[C]] = {}
+        self._ages: _Ages[C] = _Ages()
 
     def register_consumer(
         self,
@@ -157,9 +206,10 @@ class ConsumerManager(Generic[C]):
             changed = False
             client = g.clients.get(channel)
             if client is None:
-                g.clients[channel] = ClientRecord(
+                client = g.clients[channel] = ClientRecord(
                     channel, client_id, language, version, now_ms, mono
                 )
+                g.client_ids = None
                 changed = True
                 log.info("consumer %s joined group %s (%s)", client_id, group, consume_type.name)
             else:
@@ -173,12 +223,30 @@ class ConsumerManager(Generic[C]):
                     client.client_id = client_id
                     client.language = language
                     client.version = version
+                    g.client_ids = None
                 client.last_update_ms = now_ms
                 client.last_seen = mono
+            self._ages.seen(group, client)
             if self._update_subscriptions(group, g, subs):
                 changed = True
             g.last_update_ms = now_ms
             return changed
+
+    def touch_consumer(self, group: str, channel: C) -> bool:
+        """A heartbeat that repeats the channel's last one: only its time is recorded. False
+        when the channel is not (or no longer) in the group: then register it in full."""
+        now_ms = self._clock.now_ms()
+        mono = self._clock.monotonic()
+        with self._lock:
+            g = self._groups.get(group)
+            client = g.clients.get(channel) if g is not None else None
+            if g is None or client is None:
+                return False
+            client.last_update_ms = now_ms
+            client.last_seen = mono
+            g.last_update_ms = now_ms
+            self._ages.seen(group, client)
+            return True
 
     @staticmethod
     def _update_subscriptions(group: str, g: _Group[C], subs: list[SubscriptionData]) -> bool:
@@ -205,48 +273,56 @@ class ConsumerManager(Generic[C]):
             g = self._groups.get(group)
             if g is None:
                 return False
-            client = g.clients.pop(channel, None)
+            client = self._drop(group, g, channel)
             if client is not None:
                 log.info("consumer %s left group %s", client.client_id, group)
-            if not g.clients:
-                del self._groups[group]
             return True
+
+    def _drop(self, name: str, g: _Group[C], channel: C) -> ClientRecord[C] | None:
+        """Remove a channel from a group (and an emptied group). Caller holds the lock."""
+        client = g.clients.pop(channel, None)
+        if client is not None:
+            g.client_ids = None
+            self._ages.forget(name, channel)
+        if not g.clients:
+            self._groups.pop(name, None)
+        return client
 
     def on_channel_closed(self, channel: C) -> list[str]:
         """A connection closed: remove it from every group; the groups it was in (each needs
         a notification to its remaining channels)."""
         changed: list[str] = []
         with self._lock:
-            for name, g in list(self._groups.items()):
-                client = g.clients.pop(channel, None)
+            for name in self._ages.groups_of(channel):
+                g = self._groups.get(name)
+                client = self._drop(name, g, channel) if g is not None else None
                 if client is None:
                     continue
                 changed.append(name)
                 log.info("consumer %s of group %s disconnected", client.client_id, name)
-                if not g.clients:
-                    del self._groups[name]
         return changed
 
     def scan_not_active(self, timeout_s: float | None = None) -> dict[str, list[C]]:
         """Drop channels whose last heartbeat is older than ``timeout_s`` (default 120 s);
-        group → the dropped channels, for the broker to close. Emptied groups are removed."""
+        group → the dropped channels, for the broker to close. Emptied groups are removed.
+        Walks the expired channels only."""
         limit = self.channel_expired_timeout_s if timeout_s is None else timeout_s
         now = self._clock.monotonic()
         expired: dict[str, list[C]] = {}
         with self._lock:
-            for name, g in list(self._groups.items()):
-                for channel, client in list(g.clients.items()):
-                    if now - client.last_seen > limit:
-                        del g.clients[channel]
-                        expired.setdefault(name, []).append(channel)
-                        log.warning(
-                            "consumer %s of group %s expired (no heartbeat for %.0f s)",
-                            client.client_id,
-                            name,
-                            now - client.last_seen,
-                        )
-                if not g.clients:
-                    del self._groups[name]
+            for name, client in self._ages.older_than(now - limit):
+                g = self._groups.get(name)
+                if g is not None:
+                    self._drop(name, g, client.channel)
+                else:
+                    self._ages.forget(name, client.channel)
+                expired.setdefault(name, []).append(client.channel)
+                log.warning(
+                    "consumer %s of group %s expired (no heartbeat for %.0f s)",
+                    client.client_id,
+                    name,
+                    now - client.last_seen,
+                )
         return expired
 
     # -- reads -------------------------------------------------------------------------------
@@ -255,11 +331,18 @@ class ConsumerManager(Generic[C]):
         g = self._groups.get(group)
         return None if g is None else g.subscriptions.get(topic)
 
-    def consumer_ids(self, group: str) -> list[str]:
-        """The client ids of the group's channels (GET_CONSUMER_LIST_BY_GROUP); [] if none."""
+    def consumer_ids(self, group: str) -> tuple[str, ...]:
+        """The client ids of the group's channels (GET_CONSUMER_LIST_BY_GROUP); () if none.
+        The same tuple until the group's membership changes (callers may cache what they make
+        of it by its identity)."""
         with self._lock:
             g = self._groups.get(group)
-            return [] if g is None else [c.client_id for c in g.clients.values()]
+            if g is None:
+                return ()
+            ids = g.client_ids
+            if ids is None:
+                ids = g.client_ids = tuple(c.client_id for c in g.clients.values())
+            return ids
 
     def channels(self, group: str) -> list[C]:
         with self._lock:
@@ -314,6 +397,7 @@ class ProducerManager(Generic[C]):
         self._groups: dict[str, dict[C, ClientRecord[C]]] = {}
         self._by_client_id: dict[str, C] = {}
         self._round_robin = itertools.count()
+        self._ages: _Ages[C] = _Ages()
 
     def register_producer(
         self, group: str, channel: C, client_id: str, *, language: str = "JAVA", version: int = 0
@@ -325,17 +409,35 @@ class ProducerManager(Generic[C]):
             clients = self._groups.setdefault(group, {})
             client = clients.get(channel)
             if client is None:
-                clients[channel] = ClientRecord(channel, client_id, language, version, now_ms, mono)
+                client = ClientRecord(channel, client_id, language, version, now_ms, mono)
+                clients[channel] = client
                 self._by_client_id[client_id] = channel
+                self._ages.seen(group, client)
                 log.info("producer %s joined group %s", client_id, group)
                 return True
             client.last_update_ms = now_ms
             client.last_seen = mono
+            self._ages.seen(group, client)
             return False
 
-    def _forget(self, client: ClientRecord[C]) -> None:
+    def touch_producer(self, group: str, channel: C) -> bool:
+        """A heartbeat that repeats the channel's last one; False when the channel is not (or
+        no longer) in the group: then register it."""
+        now_ms = self._clock.now_ms()
+        mono = self._clock.monotonic()
+        with self._lock:
+            client = self._groups.get(group, {}).get(channel)
+            if client is None:
+                return False
+            client.last_update_ms = now_ms
+            client.last_seen = mono
+            self._ages.seen(group, client)
+            return True
+
+    def _forget(self, group: str, client: ClientRecord[C]) -> None:
         if self._by_client_id.get(client.client_id) == client.channel:
             del self._by_client_id[client.client_id]
+        self._ages.forget(group, client.channel)
 
     def unregister_producer(self, group: str, channel: C) -> bool:
         """A producer leaves (UNREGISTER_CLIENT); False when the channel was not in the group."""
@@ -345,7 +447,7 @@ class ProducerManager(Generic[C]):
                 return False
             client = clients.pop(channel, None)
             if client is not None:
-                self._forget(client)
+                self._forget(group, client)
                 log.info("producer %s left group %s", client.client_id, group)
             if not clients:
                 del self._groups[group]
@@ -355,14 +457,16 @@ class ProducerManager(Generic[C]):
         """A connection closed: remove it from every group; the groups it was in."""
         left: list[str] = []
         with self._lock:
-            for group, clients in list(self._groups.items()):
+            for group in self._ages.groups_of(channel):
+                clients = self._groups.get(group, {})
                 client = clients.pop(channel, None)
                 if client is None:
+                    self._ages.forget(group, channel)
                     continue
-                self._forget(client)
+                self._forget(group, client)
                 left.append(group)
                 if not clients:
-                    del self._groups[group]
+                    self._groups.pop(group, None)
         return left
 
     def scan_not_active(self, timeout_s: float | None = None) -> dict[str, list[C]]:
@@ -372,15 +476,14 @@ class ProducerManager(Generic[C]):
         now = self._clock.monotonic()
         expired: dict[str, list[C]] = {}
         with self._lock:
-            for group, clients in list(self._groups.items()):
-                for channel, client in list(clients.items()):
-                    if now - client.last_seen > limit:
-                        del clients[channel]
-                        self._forget(client)
-                        expired.setdefault(group, []).append(channel)
-                        log.warning("producer %s of group %s expired", client.client_id, group)
+            for group, client in self._ages.older_than(now - limit):
+                clients = self._groups.get(group, {})
+                clients.pop(client.channel, None)
+                self._forget(group, client)
+                expired.setdefault(group, []).append(client.channel)
+                log.warning("producer %s of group %s expired", client.client_id, group)
                 if not clients:
-                    del self._groups[group]
+                    self._groups.pop(group, None)
         return expired
 
     def channels(self, group: str) -> list[C]:

@@ -14,7 +14,10 @@ they are written unquoted)::
     }
 
 Commits only change memory and set ``dirty``; the broker persists every 5 s
-(flushConsumerOffsetInterval) with ``persist_if_dirty`` and at shutdown with ``persist``. Push
+(flushConsumerOffsetInterval) with ``persist_if_dirty`` in a worker thread, never on its event
+loop, and at shutdown with ``persist``: a table that did not change is not written again, and
+one that did is copied under the lock and encoded and written outside it (tmp file, fsync,
+rename: a crash mid-write leaves the previous whole file). Push
 consumers commit every queue every few seconds, changed or not: a commit of the stored value does
 not make the table dirty, so an idle broker does not rewrite the file.
 
@@ -68,6 +71,10 @@ def _decode_file(doc: Any) -> dict[str, dict[int, int]]:
             for qid, off in queues.items()
         }
     return table
+
+
+def _document(table: dict[str, dict[int, int]]) -> dict[str, Any]:
+    return {"offsetTable": {key: dict(sorted(table[key].items())) for key in sorted(table)}}
 
 
 class ConsumerOffsetManager:
@@ -223,23 +230,23 @@ class ConsumerOffsetManager:
     def to_json(self) -> dict[str, Any]:
         """The file's document, keys and queue ids sorted."""
         with self._lock:
-            return {
-                "offsetTable": {
-                    key: dict(sorted(self._table[key].items())) for key in sorted(self._table)
-                }
-            }
+            snapshot = {key: dict(queues) for key, queues in self._table.items()}
+        return _document(snapshot)
 
     def encode(self, *, pretty: bool = True) -> str:
         return _fastjson.dumps(self.to_json(), pretty=pretty)
 
     def persist(self) -> None:
-        """Write ``consumerOffset.json`` atomically (blocks for its fsyncs; call it off the event
-        loop). A failed write leaves the table dirty."""
+        """Write ``consumerOffset.json`` atomically (blocks for the encoding and its fsyncs:
+        call it off the event loop). The table is copied under the lock (a copy of its dicts,
+        no encoding), so commits on the loop wait for no more than that. A failed write leaves
+        the table dirty."""
         with self._persist_lock:
             with self._lock:
                 self._dirty = False
+                snapshot = {key: dict(queues) for key, queues in self._table.items()}
             try:
-                self._file.persist(self.encode())
+                self._file.persist(_fastjson.dumps(_document(snapshot), pretty=True))
             except BaseException:
                 self._dirty = True
                 raise

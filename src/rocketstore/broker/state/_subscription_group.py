@@ -27,7 +27,8 @@ A group is created with the defaults the first time a client uses it (``find_or_
 autoCreateSubscriptionGroup is on, and always for system groups (``CID_RMQ_SYS_*``). RocketMQ's
 built-in groups (TOOLS_CONSUMER, FILTERSRV_CONSUMER, SELF_TEST_C_GROUP, CID_ONS-HTTP-PROXY,
 CID_ONSAPI_PULL, CID_ONSAPI_PERMISSION, CID_ONSAPI_OWNER) are present from the start. Every change
-bumps the data version and persists the file at once, as RocketMQ does.
+bumps the data version and is durable before the call returns (a line in
+``subscriptionGroup.json.changes.<n>``, the file rewritten now and then: see ``_config_table``).
 
 Threads: every method may be called from any thread (one lock guards the table).
 """
@@ -192,12 +193,13 @@ class SubscriptionGroupManager(VersionedConfigTable[SubscriptionGroupConfig]):
             return None
         with self._lock:
             config = self._table.get(group)
-            if config is None:
-                config = SubscriptionGroupConfig(group)
-                self._table[group] = config
-                log.info("auto-created subscription group %s", group)
-                self._changed()
-            return config
+            if config is not None:
+                return config
+            config = SubscriptionGroupConfig(group)
+            ticket = self._set(group, config)
+            log.info("auto-created subscription group %s", group)
+        self._commit(ticket)
+        return config
 
     def update(self, config: SubscriptionGroupConfig) -> None:
         """Create or replace a group's settings."""

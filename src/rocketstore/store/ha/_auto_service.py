@@ -8,7 +8,11 @@ AutoSwitchHAService). The controller decides the role; this service switches to 
                                                cutting the log where it stops matching
 
 It listens on the HA port in every role (the port a master is reached at stays the same across
-role changes). The store starts in no role, refusing writes, until the broker (or a test) gives
+role changes); the port, its connections and their ids are ``HAPort``'s. A replica id is held
+by one connection at a time; with authentication on (``HAGuard``) a slave proves the inner
+account's secret under its id, and the id must be one the controller knows (``known_replicas``,
+from its replica table, or the SyncStateSet): an unknown one is refused and ``on_unknown_replica``
+asks the broker to read the controller's table again. The store starts in no role, refusing writes, until the broker (or a test) gives
 it one.
 
 Becoming master: the client stops, a record received only in part is cut, the epoch file
@@ -33,20 +37,15 @@ from typing import Protocol
 
 from .._clock import Clock
 from .._config import StoreConfig
-from .._errors import StoreIOError
 from ..log._commit_log import CommitLog
 from ..log._message import PutMessageStatus
+from ._auth import OPEN, HAGuard
 from ._auto_client import AutoClient
 from ._auto_connection import AutoConnection
 from ._epoch import EpochEntry, EpochFile
 from ._in_sync import FENCED_PREFIX, InSyncReplicas, Refusal
-from ._service import (
-    ACCEPT_TIMEOUT_S,
-    JOIN_TIMEOUT_S,
-    AcceptSocketService,
-    HAStatistics,
-    SlaveConnectionStats,
-)
+from ._link import Link
+from ._port import HAPort, HAStatistics, runtime_figures
 from ._truncate import LogCutter
 
 log = logging.getLogger(__name__)
@@ -55,6 +54,7 @@ NO_ROLE = "NONE"
 MASTER = "MASTER"
 SLAVE = "SLAVE"
 FENCED = "fenced"
+TABLE_WAIT_S = 3.0  # how long an unknown replica id waits for the controller's table
 
 
 class RoleHooks(Protocol):
@@ -91,7 +91,7 @@ class ReplicaStatistics:
     master_ha_address: str  # a slave's master
 
 
-class AutoSwitchHAService:
+class AutoSwitchHAService(HAPort):
     def __init__(
         self,
         config: StoreConfig,
@@ -101,10 +101,9 @@ class AutoSwitchHAService:
         *,
         on_append: Callable[[], None],
         set_refusal: Callable[[str, Refusal], None],
+        guard: HAGuard = OPEN,
     ) -> None:
-        self.config = config
-        self.commit_log = commit_log
-        self.clock = clock
+        super().__init__(config, commit_log, clock, guard)
         self.cutter = cutter
         self.on_append = on_append
         self.set_refusal = set_refusal
@@ -129,14 +128,20 @@ class AutoSwitchHAService:
         self.master_epoch = -1
         self.role_changes = 0
         self.fenced = ""
-        self._lock = threading.Lock()
         self._role_lock = threading.Lock()
-        self.connections: list[AutoConnection] = []
         self.client: AutoClient | None = None
-        self._server: socket.socket | None = None
-        self._acceptor: AcceptSocketService | None = None
-        self.listen_port = 0
+        # the replica ids the controller knows for this group (its replica table), given by
+        # the broker; None until it is read
+        self.known_replicas: frozenset[int] | None = None
+        self.on_unknown_replica: Callable[[int], None] = lambda _id: None
+        self._table_read = threading.Condition()
+        self._table_reads = 0
         self._running = False
+
+    @property
+    def switch(self) -> AutoSwitchHAService:
+        """Controller mode's role switch: this service."""
+        return self
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -149,29 +154,14 @@ class AutoSwitchHAService:
         self.set_refusal(
             SLAVE, (PutMessageStatus.SERVICE_NOT_AVAILABLE, "no role from the controller yet")
         )
-        host = self.config.ha_listen_host
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            server.bind((host, self.config.ha_listen_port))
-            server.listen(16)
-        except OSError as exc:
-            server.close()
-            raise StoreIOError(
-                f"cannot listen for slaves on {host}:{self.config.ha_listen_port}: {exc}"
-            ) from exc
-        server.settimeout(ACCEPT_TIMEOUT_S)
-        self._server = server
-        self.listen_port = int(server.getsockname()[1])
-        self._acceptor = AcceptSocketService(server, self._accept)
-        self._acceptor.start()
+        self.listen()
         self.in_sync.start()
         self._running = True
         log.info(
-            "HA (controller mode) listening on %s:%d, epochs %s",
-            host,
+            "HA (controller mode) listening on %s:%d%s, epochs %s",
+            self.config.ha_listen_host,
             self.listen_port,
+            " (slaves prove the inner account)" if self.guard.enabled else "",
             [tuple(e) for e in self.epochs.entries()],
         )
 
@@ -179,15 +169,7 @@ class AutoSwitchHAService:
         if not self._running:
             return
         self._running = False
-        if self._acceptor is not None:
-            self._acceptor.stop(join=False)
-        if self._server is not None:
-            self._server.close()
-        if self._acceptor is not None:
-            self._acceptor.stop()
-            self._acceptor = None
-        self._server = None
-        self._close_connections("the store shuts down")
+        self.stop_listening()
         self.in_sync.stop()
         if self.client is not None:
             self.client.stop()
@@ -279,6 +261,7 @@ class AutoSwitchHAService:
                     housekeeping_s=c.ha_housekeeping_interval / 1000,
                     reconnect_s=min(c.ha_reconnect_interval / 1000, 1.0),
                     sync_from_last_file=c.sync_from_last_file,
+                    guard=self.guard,
                 )
                 self.client.start()
             # "" as well: a connection to the old master ends now (it must not get acks any more)
@@ -327,46 +310,50 @@ class AutoSwitchHAService:
 
     # ---- master -----------------------------------------------------------------------------
 
-    def _accept(self, sock: socket.socket) -> None:
-        c = self.config
-        conn = AutoConnection(
-            sock,
-            self.commit_log,
-            self.epochs,
-            self.in_sync,
-            self.clock,
-            batch_size=c.ha_transfer_batch_size,
-            heartbeat_s=c.ha_send_heartbeat_interval / 1000,
-            housekeeping_s=c.ha_housekeeping_interval / 1000,
-            on_closed=self._remove,
-        )
+    def _connection(self, sock: socket.socket) -> Link | None:
+        conn = AutoConnection(sock, self._settings(), self.epochs, self.in_sync)
         if not self.is_master:
             log.info("HA: refusing slave %s, this broker is not a master", conn.client_addr)
             sock.close()
-            return
-        log.info("HA service: slave connected from %s", conn.client_addr)
-        with self._lock:
-            self.connections = [*self.connections, conn]
-        conn.start()
+            return None
+        return conn
 
-    def _remove(self, conn: AutoConnection) -> None:
-        with self._lock:
-            self.connections = [c for c in self.connections if c is not conn]
+    def known(self, slave_id: int) -> str | None:
+        """With authentication on, an id the controller knows for this group (its replica
+        table, or the SyncStateSet): the others are refused, and the broker asked to read the
+        table again (a replica registered since)."""
+        if slave_id == self.broker_id and self.is_master:
+            return f"{slave_id} is this master's own id"
+        if not self.guard.enabled:
+            return None
+        if self._knows(slave_id):
+            return None
+        # a replica registered since the table was read: ask for it again and wait a little
+        # (this connection's reader thread) rather than refuse a real slave
+        with self._table_read:
+            seen = self._table_reads
+        try:
+            self.on_unknown_replica(slave_id)
+        except Exception:
+            log.exception("HA: asking for the replica table failed")
+        with self._table_read:
+            self._table_read.wait_for(lambda: self._table_reads != seen, TABLE_WAIT_S)
+        if self._knows(slave_id):
+            return None
+        return f"replica {slave_id} is not in the controller's replica table of this group"
 
-    def _close_connections(self, reason: str) -> None:
-        with self._lock:
-            conns = list(self.connections)
-        for c in conns:
-            c.close(reason)
-        for c in conns:
-            c.join(JOIN_TIMEOUT_S)
+    def _knows(self, slave_id: int) -> bool:
+        known = self.known_replicas or frozenset()
+        return slave_id in known or slave_id in self.in_sync.confirmed
 
-    def connection_count(self) -> int:
-        return len(self.connections)
-
-    def wake_writers(self) -> None:
-        for c in self.connections:
-            c.wake()
+    def set_known_replicas(self, ids: frozenset[int]) -> None:
+        """The replica ids the controller's table holds for this group. Any thread."""
+        if ids != self.known_replicas:
+            log.info("HA: the controller knows replicas %s", sorted(ids))
+        with self._table_read:
+            self.known_replicas = frozenset(ids)
+            self._table_reads += 1
+            self._table_read.notify_all()
 
     @property
     def push2slave_max_offset(self) -> int:
@@ -401,39 +388,11 @@ class AutoSwitchHAService:
         )
 
     def statistics(self) -> HAStatistics:
-        master_max = self.commit_log.max_offset
-        slaves = tuple(
-            SlaveConnectionStats(
-                c.client_addr,
-                "TRANSFER" if c.request_offset >= 0 else "HANDSHAKE",
-                c.request_offset,
-                c.ack_offset,
-                c.next_transfer,
-                c.lag(master_max),
-                c.bytes_sent,
-                c.connected_at,
-            )
-            for c in self.connections
-        )
         client = self.client
-        t = self.in_sync
-        return HAStatistics(
-            role="SYNC_MASTER" if self.is_master else "SLAVE",
-            listen_port=self.listen_port,
-            master_max_offset=master_max if self.is_master else -1,
-            push2slave_max_offset=t.acked,
-            connection_count=len(slaves),
-            slaves=slaves,
-            nearest_lag_bytes=min((s.lag_bytes for s in slaves), default=master_max),
-            transfer_waits=t.waits,
-            transfer_timeouts=t.timeouts,
-            slave_not_available=t.not_available,
-            master_address=client.master_address if client is not None else "",
-            client_state=client.state if client is not None and self.role == SLAVE else "",
-            reported_offset=client.reported_offset if client is not None else -1,
-            bytes_received=client.bytes_received if client is not None else 0,
-            client_error=client.last_error if client is not None else "",
-        )
+        state = client.state.value if client is not None and self.role == SLAVE else ""
+        role = "SYNC_MASTER" if self.is_master else "SLAVE"
+        master_max = self.commit_log.max_offset
+        return self._statistics(role, self.is_master, self.in_sync, client, state, master_max)
 
     def runtime_info(self) -> dict[str, str]:
         s = self.statistics()
@@ -448,20 +407,7 @@ class AutoSwitchHAService:
             "epochEntries": ";".join(f"{e.epoch}-{e.start_offset}" for e in r.epochs),
         }
         if self.is_master:
-            info["haConnectionCount"] = str(s.connection_count)
-            info["haPush2SlaveMaxOffset"] = str(s.push2slave_max_offset)
-            info["haNearestSlaveLagBytes"] = str(s.nearest_lag_bytes)
-            info["haTransferWaits"] = str(s.transfer_waits)
-            info["haTransferTimeouts"] = str(s.transfer_timeouts)
             info["syncStateSet"] = ",".join(str(m) for m in r.sync_state_set)
             info["syncStateSetEpoch"] = str(r.sync_state_set_epoch)
-            for sl in s.slaves:
-                info[f"haSlave_{sl.address}"] = (
-                    f"state={sl.state} ackOffset={sl.ack_offset} lagBytes={sl.lag_bytes}"
-                )
-        else:
-            info["haMasterAddress"] = s.master_address
-            info["haClientState"] = s.client_state
-            info["haReportedOffset"] = str(s.reported_offset)
-            info["haBytesReceived"] = str(s.bytes_received)
+        info.update(runtime_figures(s, self.is_master))
         return info

@@ -17,6 +17,7 @@ Threads: the HA client's thread or the broker's role change; never a dispatch or
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import CorruptRecordError
@@ -39,8 +40,12 @@ class LogCutter:
         reput: ReputMessageService,
         consume_queues: ConsumeQueueTable,
         index: IndexService,
+        on_cut: Callable[[], None] | None = None,
     ) -> None:
+        """``on_cut`` runs after each cut (the store forgets its per-queue checkpoint: the
+        queues it recorded may hold records the cut removed)."""
         self.commit_log = commit_log
+        self.on_cut = on_cut
         self.reput = reput
         self.consume_queues = consume_queues
         self.index = index
@@ -90,6 +95,8 @@ class LogCutter:
             if reput.reput_from_offset > offset:
                 reput.reput_from_offset = offset
             self._rebuild_queue_table_locked()
+            if self.on_cut is not None:
+                self.on_cut()
         self.cuts += 1
         self.bytes_cut += end - offset
         log.warning(

@@ -30,7 +30,8 @@ from .._clock import Clock, ns_reader
 if TYPE_CHECKING:
     from ._batch_encode import EncodedBatch
 from .._config import StoreConfig
-from .._durable import is_disk_full
+from .._disk import WRITE_FAILED_PREFIX
+from .._durable import is_disk_full, os_error_cause
 from .._errors import CorruptRecordError, StoreIOError, translate_os_errors
 from ._flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
 from ._mapped_file import MappedFile, SelectMappedBufferResult
@@ -581,8 +582,11 @@ class CommitLog:
                     PutMessageStatus.SERVICE_NOT_AVAILABLE,
                     f"the disk is full: no space for the commit log ({exc})",
                 )
-            log.error("cannot allocate commit-log space: %s", exc)
-            return _refused(PutMessageStatus.UNKNOWN_ERROR, str(exc))
+            log.error("cannot allocate commit-log space: %s (%s)", os_error_cause(exc), exc)
+            return _refused(
+                PutMessageStatus.UNKNOWN_ERROR,
+                f"{WRITE_FAILED_PREFIX}{os_error_cause(exc)} ({exc})",
+            )
         self._core.disk_full_logged = False
         return None
 

@@ -21,6 +21,15 @@ before touching the mapping and ``release()`` after; ``shutdown()`` drops the qu
 and makes ``hold()`` fail, and the mapping is closed when the last reference goes (or forcibly
 after ``interval_forcibly`` ms, when a reader never came back).
 
+Descriptors and mappings: a file keeps its descriptor open for its life (the commit log: its
+writes, reservations and syncs go through it), or, with ``keep_fd=False``, closes it once
+mapped (``_mapping.map_file``: the mapping holds none either) and opens one for the few calls
+that need it (reserving blocks, zeroing, syncing without a mapping). A file given a
+``MappingLRU`` (consume-queue files) is mapped on demand: a loaded one when first held, and
+``hold()`` maps it again after the LRU unmapped it (``try_unmap``, only while nobody holds
+it). Its ``mm`` is a closed mapping while it is unmapped: touching it without a hold raises
+ValueError, never a fault.
+
 Threads: one writer appends (under the commit log's put lock); flush and commit run in their
 service threads; readers call ``select_mapped_buffer`` from any thread.
 """
@@ -41,8 +50,12 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._durable import data_ranges, reserve, zero_range
 from .._errors import CorruptFileError, StoreError, translate_os_errors
 from .._memory import MS_SYNC, mapping_address, mlock, msync_function
+from ._mapping import map_file
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ._mapping_lru import MappingLRU
     from ._transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -67,6 +80,15 @@ def _count(files: int, size: int) -> None:
     with _counter_lock:
         _total_mapped_files += files
         _total_mapped_bytes += size
+
+
+def _closed_mapping() -> mmap.mmap:
+    mm = mmap.mmap(-1, 1)
+    mm.close()
+    return mm
+
+
+UNMAPPED = _closed_mapping()  # ``mm`` of a file not mapped now: any access raises ValueError
 
 
 def file_name_for(offset: int) -> str:
@@ -113,14 +135,27 @@ class MappedFile:
         create: bool = True,
         preallocate: bool = False,
         allocate_ahead: int = DEFAULT_ALLOCATE_AHEAD,
+        keep_fd: bool = True,
+        lru: MappingLRU | None = None,
     ) -> None:
         """``preallocate``: reserve all of the file's disk blocks when creating it (a full disk
         then fails the creation). Otherwise the file is sparse and ``ensure_allocated``
-        reserves blocks ``allocate_ahead`` bytes at a time (at least a page)."""
+        reserves blocks ``allocate_ahead`` bytes at a time (at least a page).
+        ``keep_fd=False``: no descriptor kept once mapped; ``lru``: mapped on demand, within
+        that LRU's bound (implies ``keep_fd=False``)."""
         self.path = Path(path)
         self.file_size = file_size
         self.clock = clock
         self.read_only = read_only
+        self._lru = lru
+        self._keep_fd = keep_fd and lru is None
+        self.mm = UNMAPPED
+        self.mapped = False
+        self._used = True  # held since the LRU last looked (a new file: not evicted at once)
+        # the writer may write without a hold (the LRU's writer holds; always for files
+        # that are never unmapped)
+        self.writer_held = lru is None
+        self._address = -1  # of the mapping in memory, looked up at the first flush
         try:
             self.from_offset = int(self.path.name)
         except ValueError:
@@ -147,8 +182,10 @@ class MappedFile:
                     except OSError:
                         os.unlink(self.path)
                         raise
-                access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
-                self.mm = mmap.mmap(self._fd, file_size, access=access)
+                # a loaded file with an LRU is mapped when first held; a new one at once (its
+                # writer comes next)
+                if lru is None or not exists:
+                    self._map(self._fd)
             except BaseException:
                 os.close(self._fd)
                 raise
@@ -163,7 +200,9 @@ class MappedFile:
             ranges = [] if self.created else data_ranges(self._fd, 0, file_size)
             end = ranges[-1][1] if ranges else 0
             self.allocated = min(file_size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
-        _count(1, file_size)
+        if not self._keep_fd:
+            os.close(self._fd)
+            self._fd = -1
         # positions
         self.wrote_position = 0
         self.committed_position = 0
@@ -191,7 +230,73 @@ class MappedFile:
         self._cleanup_over = False
         self._first_shutdown_ms = 0
         self._closed = False
-        self._address = -1  # of the mapping in memory, looked up at the first flush
+        if lru is not None and self.mapped:
+            lru.mapped(self)
+
+    # ---- mapping ----------------------------------------------------------------------------
+
+    def _map(self, fd: int) -> None:
+        """Map the file through ``fd`` (which the caller closes). Raises OSError."""
+        access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+        self.mm, _detached = map_file(fd, self.file_size, access)
+        self._address = -1
+        self.mapped = True
+        _count(1, self.file_size)
+
+    def _map_again(self) -> None:
+        """Map an unmapped file (``_ref_lock`` held). Raises StoreIOError."""
+        with translate_os_errors(f"map {self.path}"):
+            fd = os.open(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
+            try:
+                actual = os.fstat(fd).st_size
+                if actual != self.file_size:
+                    raise CorruptFileError(
+                        f"{self.path}: size {actual} differs from the configured {self.file_size}"
+                    )
+                self._map(fd)
+            finally:
+                os.close(fd)
+        if self.write_buffer is None:
+            self.write_target = self.mm
+
+    def take_used(self) -> bool:
+        """Whether the file was held since the last call (and forget it). The LRU's lock."""
+        used = self._used
+        self._used = False
+        return used
+
+    def try_unmap(self) -> bool:
+        """Unmap the file when nobody holds it (only its queue's reference, no writer hold,
+        no buffer exported); False otherwise, or when its lock is busy. The LRU's lock."""
+        if not self._ref_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self.mapped or not self._available or self._refs != 1 or self.writer_held:
+                return False
+            try:
+                self.mm.close()
+            except BufferError:  # a view of it is still out
+                return False
+            self.mm = self.write_target = UNMAPPED
+            self.mapped = False
+            self._address = -1
+        finally:
+            self._ref_lock.release()
+        _count(-1, -self.file_size)
+        return True
+
+    @contextlib.contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        """The file's descriptor: its own, or one opened for the block (``keep_fd=False``).
+        Raises OSError."""
+        if self._fd >= 0:
+            yield self._fd
+            return
+        fd = os.open(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -242,13 +347,13 @@ class MappedFile:
         need = min(size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
         ahead = min(size, max(need, have + self.allocate_ahead))
         ahead = min(size, -(-ahead // OS_PAGE_SIZE) * OS_PAGE_SIZE)
-        with translate_os_errors(f"allocate disk blocks for {self.path}"):
+        with translate_os_errors(f"allocate disk blocks for {self.path}"), self._descriptor() as fd:
             try:
-                ok = reserve(self._fd, have, ahead)
+                ok = reserve(fd, have, ahead)
             except OSError:
                 if ahead <= need:
                     raise
-                ok = reserve(self._fd, have, need)
+                ok = reserve(fd, have, need)
                 ahead = need
         self.allocated = ahead if ok else size
 
@@ -263,8 +368,8 @@ class MappedFile:
         hi = min(self.file_size, -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE)
         if hi <= lo:
             return
-        with translate_os_errors(f"allocate disk blocks for {self.path}"):
-            ok = reserve(self._fd, lo, hi)
+        with translate_os_errors(f"allocate disk blocks for {self.path}"), self._descriptor() as fd:
+            ok = reserve(fd, lo, hi)
         if not ok:
             self.allocated = self.file_size
         elif lo <= self.allocated < hi:
@@ -272,7 +377,8 @@ class MappedFile:
 
     def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
         """The ranges of bytes [start, end) with disk blocks (see ``_durable.data_ranges``)."""
-        return data_ranges(self._fd, start, end)
+        with self._descriptor() as fd:
+            return data_ranges(fd, start, end)
 
     def zero_range(self, start: int, end: int) -> None:
         """Zero bytes [start, end) of the file (and of the write buffer) through the file
@@ -280,8 +386,8 @@ class MappedFile:
         StoreIOError."""
         if self.write_buffer is not None:
             self.write_buffer[start:end] = bytes(end - start)
-        with translate_os_errors(f"zero {self.path}"):
-            zero_range(self._fd, start, end)
+        with translate_os_errors(f"zero {self.path}"), self._descriptor() as fd:
+            zero_range(fd, start, end)
 
     def append(
         self, data: bytes | bytearray | memoryview, offset: int = 0, length: int = -1
@@ -321,10 +427,14 @@ class MappedFile:
             try:
                 # a file write, as RocketMQ commits its write buffers: no temporary copy, no
                 # page faults in the mapping, and the interpreter lock is released meanwhile
-                with memoryview(wb) as view, translate_os_errors(f"commit {self.path}"):
+                with (
+                    memoryview(wb) as view,
+                    translate_os_errors(f"commit {self.path}"),
+                    self._descriptor() as fd,
+                ):
                     pos = committed
                     while pos < wrote:
-                        pos += os.pwrite(self._fd, view[pos:wrote], pos)
+                        pos += os.pwrite(fd, view[pos:wrote], pos)
                 self.committed_position = wrote
             finally:
                 self.release()
@@ -340,7 +450,15 @@ class MappedFile:
         Called by one flush thread at a time. Returns the flushed position.
         """
         target = self.read_position
-        if self._dirty_pages_enough(self.flushed_position, target, least_pages) and self.hold():
+        if not self._dirty_pages_enough(self.flushed_position, target, least_pages):
+            return self.flushed_position
+        if not self.mapped and self._lru is not None:
+            # unmapped by the LRU: its pages are the kernel's; synced without mapping it again
+            if self._available:
+                with translate_os_errors(f"flush {self.path}"), self._descriptor() as fd:
+                    os.fdatasync(fd)
+                self.flushed_position = target
+        elif self.hold():
             try:
                 with translate_os_errors(f"flush {self.path}"):
                     self._sync(self.flushed_position, target)
@@ -370,7 +488,8 @@ class MappedFile:
         if msync is not None and self._address < 0:
             self._address = mapping_address(self.mm)
         if msync is None or not self._address:
-            os.fdatasync(self._fd)
+            with self._descriptor() as fd:
+                os.fdatasync(fd)
             return
         lo = start - start % mmap.PAGESIZE
         if end <= lo:
@@ -420,13 +539,13 @@ class MappedFile:
         every = max(1, flush_least_pages) * OS_PAGE_SIZE if sync_flush else 0
         if every:
             step = min(step, every)
-        with translate_os_errors(f"warm {self.path}"):
-            if reserve(self._fd, 0, size):
+        with translate_os_errors(f"warm {self.path}"), self._descriptor() as fd:
+            if reserve(fd, 0, size):
                 self.allocated = size
             flushed = 0
             for off in range(0, size, step):
                 n = min(step, size - off)
-                os.pwrite(self._fd, memoryview(_ZERO_CHUNK)[:n], off)
+                os.pwrite(fd, memoryview(_ZERO_CHUNK)[:n], off)
                 if every and off + n - flushed >= every:
                     self._sync(flushed, off + n)
                     flushed = off + n
@@ -441,11 +560,20 @@ class MappedFile:
     # ---- reference counting -----------------------------------------------------------------
 
     def hold(self) -> bool:
+        """Take a reference (mapping the file when the LRU unmapped it); False once the file
+        is shut down. Raises StoreIOError when it cannot be mapped again (open-file or
+        mapping limits)."""
         with self._ref_lock:
             if not self._available or self._refs <= 0:
                 return False
+            mapped_now = not self.mapped
+            if mapped_now:
+                self._map_again()
             self._refs += 1
-            return True
+            self._used = True
+        if mapped_now and self._lru is not None:
+            self._lru.mapped(self)
+        return True
 
     def release(self) -> None:
         with self._ref_lock:
@@ -484,9 +612,15 @@ class MappedFile:
             log.warning(
                 "%s: a reader still holds a view; the mapping is left to the collector", self.path
             )
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        _count(-1, -self.file_size)
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        if self.mapped:
+            self.mapped = False
+            _count(-1, -self.file_size)
+        if self._lru is not None:
+            self._lru.forget(self)
         self._cleanup_over = True
 
     def destroy(self, interval_forcibly_ms: int = 0) -> bool:

@@ -24,6 +24,7 @@ from ._mapped_file import DEFAULT_ALLOCATE_AHEAD, MappedFile, file_name_for
 
 if TYPE_CHECKING:
     from ._allocate import AllocateMappedFileService
+    from ._mapping_lru import MappingLRU
     from ._transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,13 @@ class MappedFileQueue:
         read_only: bool = False,
         preallocate: bool = False,
         allocate_ahead: int = DEFAULT_ALLOCATE_AHEAD,
+        keep_fd: bool = True,
+        lru: MappingLRU | None = None,
     ) -> None:
         """``preallocate``: new files get all their disk blocks at once; otherwise they are
         sparse and get blocks ``allocate_ahead`` bytes ahead of the writes (see MappedFile).
-        New files and directories are made durable in their parent directory."""
+        New files and directories are made durable in their parent directory. ``keep_fd`` and
+        ``lru``: how long the files keep a descriptor and a mapping (see MappedFile)."""
         self.store_path = Path(store_path)
         self.preallocate = preallocate
         self.allocate_ahead = allocate_ahead
@@ -55,6 +59,8 @@ class MappedFileQueue:
         self.pool = pool
         self.clock = clock
         self.read_only = read_only
+        self.keep_fd = keep_fd
+        self.lru = lru
         self.files: list[MappedFile] = []
         self._lock = threading.Lock()
         self.flushed_where = 0
@@ -64,8 +70,9 @@ class MappedFileQueue:
     # ---- loading ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Map every existing file; a file of another size is an error (names must be offsets),
-        except a last file shorter than the others in a read-only queue, which is left out."""
+        """Open every existing file (mapped now, or when first held with an LRU); a file of
+        another size is an error (names must be offsets), except a last file shorter than the
+        others in a read-only queue, which is left out."""
         if not self.store_path.is_dir():
             return
         names = []
@@ -105,6 +112,8 @@ class MappedFileQueue:
                 read_only=self.read_only,
                 create=False,
                 allocate_ahead=self.allocate_ahead,
+                keep_fd=self.keep_fd,
+                lru=self.lru,
             )
             mf.set_positions(self.file_size)
             files.append(mf)
@@ -145,6 +154,8 @@ class MappedFileQueue:
                 clock=self.clock,
                 preallocate=self.preallocate,
                 allocate_ahead=self.allocate_ahead,
+                keep_fd=self.keep_fd,
+                lru=self.lru,
             )
             if mf.created:
                 try:

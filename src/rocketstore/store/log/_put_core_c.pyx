@@ -473,6 +473,8 @@ cdef class PutCore:
             if (wrote <= 0 or wrote + UNIT_SIZE > allocated
                     or from_offset + wrote != qoff * UNIT_SIZE):
                 return self._general(topic, queue_id, phys, size, now, qoff)
+            if not mf.writer_held:  # not mapped for the writer (MappingLRU): the general path
+                return self._general(topic, queue_id, phys, size, now, qoff)
             try:
                 PyObject_GetBuffer(mf.mm, &view, PyBUF_WRITABLE)
             except BufferError:

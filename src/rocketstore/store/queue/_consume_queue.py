@@ -16,8 +16,19 @@ Files are sparse and get their disk blocks ahead of the units written (``ensure_
 full disk makes a write raise StoreIOError (ENOSPC) before anything is written, so dispatch can
 pause and retry, and never a write into a hole (SIGBUS).
 
+Files keep no descriptor once mapped, and a store's queues share one ``MappingLRU``: a file
+is mapped when first held, and an idle one is unmapped when more than the LRU's bound are
+mapped. So every read of a file's units holds it for the read (``_held``), and the dispatcher
+writes a file under the LRU's writer hold (``_hold_for_writer``), which it gives up when the
+file is full or deleted.
+
 Threads: units are written by the dispatcher only (ReputMessageService); flushes by
 FlushConsumeQueueService; readers from any thread (files are held while read).
+
+A queue may be loaded from the per-queue checkpoint (``_queue_checkpoint``) instead of its
+files: made with a ``state``, it takes its offsets from there and opens no file. The first use
+of ``queue``, from any thread (the others wait for it), opens the files and checks them against
+the state (the ``first_use`` hook the loader installs, else ``open_with_state``).
 """
 
 from __future__ import annotations
@@ -26,14 +37,17 @@ import contextlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import CorruptFileError, translate_os_errors
+from .._errors import CorruptFileError, StoreClosedError, StoreError, translate_os_errors
 from ..log._flush import PeriodicPageService
 from ..log._mapped_file import MappedFile, SelectMappedBufferResult
 from ..log._mapped_file_queue import MappedFileQueue
+from ..log._mapping_lru import MappingLRU, MappingStatistics
+from ._queue_checkpoint import QueueCheckpointWriter, QueueState
 from ._unit_write import UNIT as UNIT
 from ._unit_write import UNIT_SIZE as UNIT_SIZE
 from ._unit_write import pack_units, put_next_unit
@@ -48,6 +62,7 @@ BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
 RECOVER_FROM_LAST_FILES = 3
 ALLOCATE_AHEAD = 64 * 1024  # disk blocks reserved ahead of the units written (3,276 units)
 _DELETE_INTERVAL_FORCIBLY_MS = 60_000
+_OPEN_LOCK = threading.RLock()  # opens a checkpointed queue's files (rare: once a queue)
 
 
 def is_valid_unit(phys_offset: int, size: int) -> bool:
@@ -56,6 +71,17 @@ def is_valid_unit(phys_offset: int, size: int) -> bool:
 
 def is_blank_unit(phys_offset: int, size: int, tags_code: int) -> bool:
     return phys_offset == 0 and size == BLANK_SIZE and tags_code == 0
+
+
+@contextlib.contextmanager
+def _held(mf: MappedFile) -> Iterator[MappedFile]:
+    """``mf`` held (mapped) for the block. StoreClosedError when it is shut down."""
+    if not mf.hold():
+        raise StoreClosedError(f"{mf.path}: the file is shut down")
+    try:
+        yield mf
+    finally:
+        mf.release()
 
 
 class ConsumeQueue:
@@ -70,21 +96,154 @@ class ConsumeQueue:
         *,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        lru: MappingLRU | None = None,
+        state: QueueState | None = None,
+        first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
     ) -> None:
+        """``lru``: the files are mapped on demand, within its bound (None: mapped while
+        the queue is open). ``state``: adopted from the per-queue checkpoint, the files opened
+        (with ``first_use(self, state)``; None: ``open_with_state``) when ``queue`` is first
+        used."""
         if file_size % UNIT_SIZE:
             raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
-        self.path = Path(root_dir) / topic / str(queue_id)
-        self.queue = MappedFileQueue(
-            self.path, file_size, clock=clock, read_only=read_only, allocate_ahead=ALLOCATE_AHEAD
-        )
+        self._root = root_dir
+        self._clock = clock
+        self._read_only = read_only
+        self._lru = lru
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
         self.last_store_timestamp = 0
+        # taken from the per-queue checkpoint, files not opened yet (no object made for them:
+        # a restart adopts every queue of the store)
+        self.pending = state
+        self.first_use = first_use
+        self._ready = state is None  # False while adopted and not opened
+        self._opening = False
+        if state is None:
+            self._files = self._new_files()
+        else:
+            self.min_logic_offset = state.min_offset * UNIT_SIZE
+            self.max_physic_offset = state.max_phys
+
+    @property
+    def path(self) -> Path:
+        """The queue's directory: ``<root>/<topic>/<queue id>``."""
+        return Path(self._root, self.topic, str(self.queue_id))
+
+    def _new_files(self) -> MappedFileQueue:
+        return MappedFileQueue(
+            self.path,
+            self.file_size,
+            clock=self._clock,
+            read_only=self._read_only,
+            allocate_ahead=ALLOCATE_AHEAD,
+            keep_fd=False,
+            lru=self._lru,
+        )
+
+    @property
+    def queue(self) -> MappedFileQueue:
+        """The queue's files; a queue adopted from the checkpoint opens them here first."""
+        if not self._ready:
+            self._open_pending()
+        return self._files
 
     # ---- loading and recovery ---------------------------------------------------------------
+
+    def _open_pending(self) -> None:
+        with _OPEN_LOCK:
+            state = self.pending
+            if self._ready or self._opening or state is None:
+                return  # opened meanwhile, or the hook itself uses ``queue``
+            self._opening = True
+            try:
+                self._files = self._new_files()
+                hook = self.first_use
+                if hook is None:
+                    self.open_with_state(state)
+                else:
+                    hook(self, state)
+                self.pending = None
+                self.first_use = None
+                self._ready = True
+            finally:
+                self._opening = False
+
+    def open_with_state(self, state: QueueState) -> str | None:
+        """Map the files and take ``state`` when they agree with it; otherwise find the end in
+        the files (``recover``). Returns what disagreed, None when nothing did."""
+        self.load()
+        problem = self.apply_state(state)
+        if problem is not None:
+            self.recover()
+        return problem
+
+    def apply_state(self, state: QueueState) -> str | None:
+        """Files mapped (``load``): take the checkpointed positions when the files agree (the
+        last file holds the end, the unit before it is the recorded one, none follows it);
+        otherwise change nothing and say what disagreed."""
+        files = self._files.files
+        end = state.max_offset * UNIT_SIZE
+        if not files:
+            return None if end == 0 else f"no files, the checkpoint says {state.max_offset} units"
+        last = files[-1]
+        if not last.from_offset <= end <= last.from_offset + self.file_size:
+            return (
+                f"the files end at file {last.file_name}, the checkpoint's end is unit "
+                f"{state.max_offset}"
+            )
+        pos = end - last.from_offset
+        if pos + UNIT_SIZE <= min(self.file_size, last.allocated):
+            with _held(last):
+                off, size, _tags = UNIT.unpack_from(last.mm, pos)
+            if is_valid_unit(off, size):
+                return f"the files hold units past the checkpoint's end {state.max_offset}"
+        if end > state.min_offset * UNIT_SIZE and end > 0:
+            mf = self._files.find_mapped_file_by_offset(end - UNIT_SIZE)
+            where = end - UNIT_SIZE - (mf.from_offset if mf is not None else 0)
+            unit = None
+            if mf is not None:
+                with _held(mf):
+                    unit = UNIT.unpack_from(mf.mm, where)
+            if unit != (state.last_phys, state.last_size, state.last_tags):
+                return (
+                    f"unit {state.max_offset - 1} is {unit}, the checkpoint has "
+                    f"{(state.last_phys, state.last_size, state.last_tags)}"
+                )
+        last.set_positions(pos)
+        self._files.set_flushed_where(end)
+        self.min_logic_offset = state.min_offset * UNIT_SIZE
+        self.max_physic_offset = state.max_phys
+        return None
+
+    def file_count(self) -> int:
+        """The queue's files; one not opened yet: the files its checkpointed units span."""
+        pending = self.pending
+        if pending is None:
+            return len(self._files.files)
+        if pending.max_offset <= pending.min_offset:
+            return 0 if pending.max_offset == 0 else 1
+        first = pending.min_offset * UNIT_SIZE // self.file_size
+        last = (pending.max_offset * UNIT_SIZE - 1) // self.file_size
+        return last - first + 1
+
+    def state(self) -> QueueState:
+        """This queue's state for the checkpoint (a queue not opened yet: as adopted). Any
+        thread; read while dispatch may write: the end first, then the unit before it."""
+        pending = self.pending
+        if pending is not None:
+            return pending
+        max_phys = self.max_physic_offset
+        end = self._files.get_max_offset() // UNIT_SIZE
+        min_offset = self.min_logic_offset // UNIT_SIZE
+        unit = self.get_unit(end - 1) if end > 0 else None
+        last = unit if unit is not None else (-1, 0, 0)
+        return QueueState(
+            self.topic, self.queue_id, min_offset, end, last[0], last[1], last[2], max_phys
+        )
 
     def load(self) -> None:
         """Map the files. A last file that is short (empty, a partial unit, or shorter than
@@ -110,7 +269,7 @@ class ConsumeQueue:
                             self.file_size,
                         )
                         os.truncate(last, self.file_size)
-        self.queue.load()
+        self._files.load()
 
     def recover(self) -> int:
         """Find the last valid unit (scanning the last three files) and cut the queue there.
@@ -125,7 +284,8 @@ class ConsumeQueue:
         end = mf.from_offset
         max_phys = -1
         while True:
-            pos, last = _scan_units(mf, self.file_size)
+            with _held(mf):
+                pos, last = _scan_units(mf, self.file_size)
             if last is not None:
                 max_phys = last
             end = mf.from_offset + pos
@@ -146,7 +306,7 @@ class ConsumeQueue:
             log.warning(
                 "%s: removing consume-queue file %s past the end", self.path, last.file_name
             )
-            self.queue.delete_last_mapped_file()
+            self._delete_last_file()
         last = self.queue.last_file()
         if last is not None:
             last.set_positions(end - last.from_offset)
@@ -166,16 +326,17 @@ class ConsumeQueue:
             wrote = mf.wrote_position
             keep = 0
             last_end = -1
-            for pos in range(0, wrote, UNIT_SIZE):
-                off, size, _tags = UNIT.unpack_from(mf.mm, pos)
-                if not is_valid_unit(off, size) or off >= phys_offset:
-                    break
-                keep = pos + UNIT_SIZE
-                if size != BLANK_SIZE:
-                    last_end = off + size
+            with _held(mf):
+                for pos in range(0, wrote, UNIT_SIZE):
+                    off, size, _tags = UNIT.unpack_from(mf.mm, pos)
+                    if not is_valid_unit(off, size) or off >= phys_offset:
+                        break
+                    keep = pos + UNIT_SIZE
+                    if size != BLANK_SIZE:
+                        last_end = off + size
             removed += (wrote - keep) // UNIT_SIZE
             if keep == 0 and len(self.queue.files) > 1:
-                self.queue.delete_last_mapped_file()
+                self._delete_last_file()
                 continue
             if keep < wrote:
                 mf.zero_range(keep, wrote)
@@ -197,7 +358,7 @@ class ConsumeQueue:
             return 0
         removed = (end - where) // UNIT_SIZE
         while (last := self.queue.last_file()) is not None and last.from_offset > where:
-            self.queue.delete_last_mapped_file()
+            self._delete_last_file()
         mf = self.queue.last_file()
         if mf is None:
             self.max_physic_offset = -1
@@ -215,10 +376,11 @@ class ConsumeQueue:
     def _end_of_last_unit(self) -> int:
         """Commit-log end of the last real (non-blank) unit, -1 when there is none."""
         for mf in reversed(self.queue.files):
-            for pos in range(mf.wrote_position - UNIT_SIZE, -1, -UNIT_SIZE):
-                off, size, _tags = UNIT.unpack_from(mf.mm, pos)
-                if is_valid_unit(off, size) and size != BLANK_SIZE:
-                    return int(off + size)
+            with _held(mf):
+                for pos in range(mf.wrote_position - UNIT_SIZE, -1, -UNIT_SIZE):
+                    off, size, _tags = UNIT.unpack_from(mf.mm, pos)
+                    if is_valid_unit(off, size) and size != BLANK_SIZE:
+                        return int(off + size)
         return -1
 
     def _last_end_before(self, mf: MappedFile) -> int:
@@ -227,8 +389,32 @@ class ConsumeQueue:
         if i == 0:
             return -1
         prev = files[i - 1]
-        off, size, _ = UNIT.unpack_from(prev.mm, self.file_size - UNIT_SIZE)
+        with _held(prev):
+            off, size, _ = UNIT.unpack_from(prev.mm, self.file_size - UNIT_SIZE)
         return off + size if is_valid_unit(off, size) and size != BLANK_SIZE else -1
+
+    # ---- mapping lifetime -------------------------------------------------------------------
+
+    def _hold_for_writer(self, mf: MappedFile) -> None:
+        """Let the dispatcher write ``mf`` without a hold per unit (the LRU's writer hold)."""
+        lru = self.queue.lru
+        if lru is not None and not mf.writer_held:
+            lru.hold_for_writer(mf)
+
+    def _next_file(self, full: MappedFile | None, start_offset: int) -> MappedFile | None:
+        """The file after ``full`` (created now), the writer's hold of ``full`` given up."""
+        mf = self.queue.get_last_mapped_file(start_offset)
+        lru = self.queue.lru
+        if full is not None and lru is not None and mf is not full:
+            lru.release_writer_hold(full)
+        return mf
+
+    def _delete_last_file(self) -> None:
+        last = self.queue.last_file()
+        lru = self.queue.lru
+        if last is not None and lru is not None:
+            lru.release_writer_hold(last)
+        self.queue.delete_last_mapped_file()
 
     def correct_min_offset(self, min_phys_offset: int) -> None:
         """Move the minimum to the first unit whose record is still in the commit log."""
@@ -269,6 +455,7 @@ class ConsumeQueue:
             pos = mf.wrote_position
             end = pos + n * UNIT_SIZE
             if pos and end <= self.file_size and mf.from_offset + pos == first_offset * UNIT_SIZE:
+                self._hold_for_writer(mf)
                 if end > mf.allocated:
                     mf.ensure_allocated(end)
                 pack_units(mf.mm, pos, phys_offsets, sizes, tags_codes)
@@ -291,9 +478,10 @@ class ConsumeQueue:
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or mf.wrote_position >= self.file_size:
-            mf = self.queue.get_last_mapped_file(expect)
+            mf = self._next_file(mf, expect)
             if mf is None:
                 return False
+        self._hold_for_writer(mf)
         if mf.first_create_in_queue and mf.wrote_position == 0 and expect > mf.from_offset:
             self._fill_blank(mf, expect - mf.from_offset)
             self.min_logic_offset = expect
@@ -311,15 +499,17 @@ class ConsumeQueue:
             )
             while current < expect:
                 if mf.wrote_position >= self.file_size:
-                    mf = self.queue.get_last_mapped_file(current)
+                    mf = self._next_file(mf, current)
                     if mf is None:
                         return False
+                    self._hold_for_writer(mf)
                 self._fill_blank(mf, min(self.file_size, expect - mf.from_offset))
                 current = mf.from_offset + mf.wrote_position
             if mf.wrote_position >= self.file_size:
-                mf = self.queue.get_last_mapped_file(expect)
+                mf = self._next_file(mf, expect)
                 if mf is None:
                     return False
+                self._hold_for_writer(mf)
         pos = mf.wrote_position
         if pos + UNIT_SIZE > mf.allocated:
             mf.ensure_allocated(pos + UNIT_SIZE)
@@ -338,7 +528,9 @@ class ConsumeQueue:
 
     def flush(self, least_pages: int) -> int:
         """Every file up to the end (the checkpoint's logics time counts on a thorough flush
-        covering the whole queue)."""
+        covering the whole queue). Nothing for a queue whose files are not open yet."""
+        if self.pending is not None:
+            return self.pending.max_offset * UNIT_SIZE
         return self.queue.flush_all(least_pages)
 
     # ---- reading ----------------------------------------------------------------------------
@@ -351,6 +543,9 @@ class ConsumeQueue:
     @property
     def max_offset(self) -> int:
         """One past the last unit (the next logical offset)."""
+        pending = self.pending
+        if pending is not None and not self._opening:
+            return pending.max_offset
         return self.queue.get_max_offset() // UNIT_SIZE
 
     def get_unit(self, offset: int) -> tuple[int, int, int] | None:
@@ -457,7 +652,12 @@ class ConsumeQueue:
         """Delete files (never the last) whose units all point below ``min_phys_offset``."""
 
         def last_phys(mf: MappedFile) -> int:
-            off, size, _ = UNIT.unpack_from(mf.mm, self.file_size - UNIT_SIZE)
+            if not mf.hold():
+                return -1
+            try:
+                off, size, _ = UNIT.unpack_from(mf.mm, self.file_size - UNIT_SIZE)
+            finally:
+                mf.release()
             return off if is_valid_unit(off, size) else -1
 
         count = self.queue.delete_expired_files_by_offset(min_phys_offset, UNIT_SIZE, last_phys)
@@ -466,10 +666,15 @@ class ConsumeQueue:
         return count
 
     def shutdown(self) -> None:
-        self.queue.shutdown(0)
+        if self._ready:
+            self._files.shutdown(0)
 
     def destroy(self) -> None:
         """Delete every file of the queue (and its directory when empty)."""
+        lru = self.queue.lru
+        if lru is not None:
+            for mf in self.queue.files:
+                lru.release_writer_hold(mf)
         self.queue.destroy()
         self.min_logic_offset = 0
         self.max_physic_offset = -1
@@ -499,7 +704,8 @@ def _scan_units(mf: MappedFile, file_size: int) -> tuple[int, int | None]:
 class ConsumeQueueTable:
     """Every consume queue of a store, by topic and queue id (``consumequeue/`` directory).
 
-    Queues are created by the dispatcher on first use; readers never create one.
+    Queues are created by the dispatcher on first use; readers never create one. With ``lru``
+    their files are mapped on demand within its bound (see ``MappingLRU``).
     """
 
     def __init__(
@@ -509,32 +715,58 @@ class ConsumeQueueTable:
         *,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        lru: MappingLRU | None = None,
     ) -> None:
         self.root = Path(root_dir)
         self.file_size = file_size
         self.clock = clock
         self.read_only = read_only
+        self.lru = lru
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.last_store_timestamp = 0  # store time of the last dispatched message
 
     def load(
-        self, on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None
-    ) -> None:
+        self,
+        on_corrupt: Callable[[ConsumeQueue, CorruptFileError], None] | None = None,
+        *,
+        states: dict[tuple[str, int], QueueState] | None = None,
+        first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
+    ) -> list[ConsumeQueue]:
         """Map every queue found on disk (directory names that are not queue ids are skipped).
 
         A queue whose files do not load (wrong sizes, names) raises CorruptFileError, or, with
         ``on_corrupt``, is handed to it and left out (the loader deletes it and rebuilds it).
+        A queue with an entry in ``states`` (the per-queue checkpoint) opens no file: it adopts
+        the state (``ConsumeQueue(state=...)``, with ``first_use``). Returns the queues whose
+        files were mapped (those that were not in ``states``).
         """
+        mapped: list[ConsumeQueue] = []
         if not self.root.is_dir():
-            return
+            return mapped
         with translate_os_errors(f"list {self.root}"):
             topics = sorted((e for e in os.scandir(self.root) if e.is_dir()), key=lambda e: e.name)
             for topic_entry in topics:
+                by_id = self.queues.setdefault(topic_entry.name, {})
                 for qdir in sorted(os.scandir(topic_entry.path), key=lambda e: e.name):
                     if not qdir.is_dir() or not qdir.name.isdigit():
                         log.warning("%s: not a queue directory, skipped", qdir.path)
                         continue
-                    cq = self._new(topic_entry.name, int(qdir.name))
+                    qid = int(qdir.name)
+                    state = states.get((topic_entry.name, qid)) if states is not None else None
+                    if state is not None:
+                        by_id[qid] = ConsumeQueue(
+                            topic_entry.name,
+                            qid,
+                            self.root,
+                            self.file_size,
+                            clock=self.clock,
+                            read_only=self.read_only,
+                            lru=self.lru,
+                            state=state,
+                            first_use=first_use,
+                        )
+                        continue
+                    cq = self._new(topic_entry.name, qid)
                     try:
                         cq.load()
                     except CorruptFileError as exc:
@@ -542,11 +774,34 @@ class ConsumeQueueTable:
                             raise
                         on_corrupt(cq, exc)
                         continue
-                    self.queues.setdefault(topic_entry.name, {})[int(qdir.name)] = cq
+                    by_id[qid] = cq
+                    mapped.append(cq)
+                if not by_id:
+                    del self.queues[topic_entry.name]
+        return mapped
+
+    def pending(self) -> list[ConsumeQueue]:
+        """The queues adopted from the checkpoint whose files are not open yet."""
+        return [cq for cq in self if cq.pending is not None]
+
+    def open_all(self) -> None:
+        """Open every queue adopted from the checkpoint (each through its ``first_use``)."""
+        for cq in self.pending():
+            cq.queue  # noqa: B018  (opening is the point)
+
+    def states(self) -> list[QueueState]:
+        """Every queue's state for the per-queue checkpoint (``ConsumeQueue.state``)."""
+        return [cq.state() for cq in self]
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         return ConsumeQueue(
-            topic, queue_id, self.root, self.file_size, clock=self.clock, read_only=self.read_only
+            topic,
+            queue_id,
+            self.root,
+            self.file_size,
+            clock=self.clock,
+            read_only=self.read_only,
+            lru=self.lru,
         )
 
     def recover(self) -> int:
@@ -583,7 +838,13 @@ class ConsumeQueueTable:
         return {(cq.topic, cq.queue_id): cq.max_offset for cq in self}
 
     def truncate_dirty(self, phys_offset: int) -> int:
-        return sum(cq.truncate_dirty(phys_offset) for cq in self)
+        """Every queue with units of records at or past ``phys_offset`` (a queue not open yet
+        only when its checkpointed end reaches past it)."""
+        return sum(
+            cq.truncate_dirty(phys_offset)
+            for cq in self
+            if cq.pending is None or cq.max_physic_offset > phys_offset
+        )
 
     def truncate_from(self, phys_offset: int) -> int:
         """``truncate_dirty`` on a running store: only the queues whose last unit reaches
@@ -593,17 +854,23 @@ class ConsumeQueueTable:
         )
 
     def correct_min_offset(self, min_phys_offset: int) -> None:
+        """Every open queue (one not open yet is corrected when its files are opened)."""
         for cq in self:
-            cq.correct_min_offset(min_phys_offset)
+            if cq.pending is None:
+                cq.correct_min_offset(min_phys_offset)
 
     def delete_expired_files(self, min_phys_offset: int) -> int:
-        return sum(cq.delete_expired_files(min_phys_offset) for cq in self)
+        """Every open queue's expired files (one not open yet: when its files are opened)."""
+        return sum(cq.delete_expired_files(min_phys_offset) for cq in self if cq.pending is None)
 
     def flush(self, least_pages: int) -> None:
         for cq in self:
             cq.flush(least_pages)
 
     def shutdown(self) -> None:
+        """Once dispatch stopped: the writer's holds given up, every file unmapped."""
+        if self.lru is not None:
+            self.lru.release_writer_holds()
         for cq in self:
             cq.shutdown()
 
@@ -611,6 +878,15 @@ class ConsumeQueueTable:
         for cq in self:
             cq.destroy()
         self.queues = {}
+
+    def file_count(self) -> int:
+        """Files of every queue (mapped or not; a queue not opened yet counted from its
+        checkpointed offsets, so counting opens nothing)."""
+        return sum(cq.file_count() for cq in self)
+
+    def mapping_statistics(self) -> MappingStatistics | None:
+        """The LRU's figures (None without one)."""
+        return self.lru.statistics() if self.lru is not None else None
 
 
 class FlushConsumeQueueService(PeriodicPageService):
@@ -640,9 +916,21 @@ class FlushConsumeQueueService(PeriodicPageService):
         self.table = table
         self.on_flushed = on_flushed
 
+    checkpoint: QueueCheckpointWriter | None = None  # the per-queue checkpoint, if kept
+
     def step(self, least_pages: int) -> bool:
+        """A thorough round (``least_pages`` 0) also writes the per-queue checkpoint: the
+        states are taken before the flush, written after it (what they record is durable).
+        Not at stop: the shutdown writes its own."""
         ts = self.table.last_store_timestamp
+        writer = self.checkpoint if least_pages == 0 and not self.stopped else None
+        taken = writer.take() if writer is not None else None
         self.table.flush(least_pages)
         if least_pages == 0 and ts and self.on_flushed is not None:
             self.on_flushed(ts)
+        if writer is not None and taken is not None:
+            try:
+                writer.save(taken)
+            except StoreError:
+                log.exception("%s: the per-queue checkpoint was not written", self.name)
         return False

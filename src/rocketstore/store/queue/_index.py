@@ -134,7 +134,10 @@ class IndexFile:
         self.slot_num = slot_num
         self.index_num = index_num
         self.file_size = index_file_size(slot_num, index_num)
-        self.mf = MappedFile(path, self.file_size, clock=clock, read_only=read_only, create=create)
+        # no descriptor kept once mapped (reservations open one for the call)
+        self.mf = MappedFile(
+            path, self.file_size, clock=clock, read_only=read_only, create=create, keep_fd=False
+        )
         self.mf.set_positions(self.file_size)
         # disk blocks (the file is sparse): the header page, the slot pages written so far
         # (slots are written anywhere in their table), the entries up to _entries_allocated

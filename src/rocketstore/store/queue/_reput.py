@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._durable import is_disk_full
+from .._durable import is_disk_full, os_error_cause
 from .._errors import CorruptRecordError, IndexWriteError, StoreError, StoreIOError
 from .._service import ServiceThread
 from ..log._record import (
@@ -294,6 +294,16 @@ class ReputMessageService(ServiceThread):
                 return
         try:
             self.dispatch(req)
+        except OSError as exc:  # a full disk, a limit: the thread retries and reports it
+            log.info(
+                "dispatch at %d failed: %s (%s); the dispatch thread takes over",
+                start,
+                os_error_cause(exc),
+                exc,
+            )
+            self.inline = False
+            self.wakeup()
+            return
         except Exception:
             log.exception("dispatch at %d failed; the dispatch thread takes over", start)
             self.inline = False
@@ -419,6 +429,13 @@ class ReputMessageService(ServiceThread):
         if exc is not None and before is None:
             if is_disk_full(exc):
                 log.error("dispatch paused at %d: %s; retrying", self.reput_from_offset, exc)
+            elif isinstance(exc, OSError):  # a limit (open files, mappings): named, one line
+                log.error(
+                    "dispatch paused at %d: %s (%s); retrying",
+                    self.reput_from_offset,
+                    os_error_cause(exc),
+                    exc,
+                )
             else:
                 log.exception("dispatch failed at %d; retrying", self.reput_from_offset)
         elif exc is None and before is not None:

@@ -6,8 +6,9 @@ A unit is 20 bytes, every integer big-endian (see ``_consume_queue``)::
      0 COMMITLOG OFFSET int64 | 8 SIZE int32 | 12 TAGS CODE int64
 
 ``put_next_unit`` is the usual case of ``ConsumeQueue.put_unit``: the next unit of a queue's
-last file, which has its disk blocks already. It answers False for anything else (no file, a
-full file, a gap, blocks to reserve), and ``put_unit`` handles that. ``pack_units`` packs the
+last file, which has its disk blocks already and is under the writer's hold (mapped, see
+``MappingLRU``). It answers False for anything else (no file, a full file, a gap, blocks to
+reserve, no writer hold), and ``put_unit`` handles that. ``pack_units`` packs the
 units of a batch into a buffer in one go. Both check everything (sizes of the sequences, the
 integer ranges, the bounds of the buffer) before writing a byte; the twin checks the same in
 the same order and raises the same exceptions.
@@ -39,7 +40,9 @@ def _units_struct(n: int) -> struct.Struct:
 class UnitQueue(Protocol):
     """What ``put_next_unit`` reads and moves of a consume queue (``ConsumeQueue``)."""
 
-    queue: MappedFileQueue
+    @property
+    def queue(self) -> MappedFileQueue: ...
+
     max_physic_offset: int
 
 
@@ -60,7 +63,7 @@ def put_next_unit_py(
         mf = files[-1]
         pos = mf.wrote_position
         stop = pos + 20
-        if pos and stop <= mf.allocated and mf.from_offset + pos == offset * 20:
+        if pos and stop <= mf.allocated and mf.from_offset + pos == offset * 20 and mf.writer_held:
             mf.mm[pos:stop] = unit  # (mmap: IndexError past its end)
             mf.wrote_position = stop
             cq.max_physic_offset = end

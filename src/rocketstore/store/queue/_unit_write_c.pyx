@@ -62,6 +62,8 @@ def put_next_unit(cq, phys_offset, size, tags_code, offset, /):
     stop = wrote + UNIT_SIZE
     if not wrote or stop > mf.allocated or mf.from_offset + wrote != offset * 20:
         return False
+    if not mf.writer_held:
+        return False
     pos = wrote
     _writable(mf.mm, &view)
     try:

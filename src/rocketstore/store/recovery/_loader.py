@@ -8,7 +8,9 @@ One ``load()`` runs numbered passes and returns an immutable LoadResult:
 2. files       commit-log files mapped; a last file cut short by a crash while it was being
                created is extended with zeroes; consume queues and index files mapped (a queue
                whose files do not load is deleted and rebuilt; after an abnormal exit, index
-               files newer than the checkpoint's index time are destroyed)
+               files newer than the checkpoint's index time are destroyed). When the per-queue
+               checkpoint is believed (below) a queue it lists opens no file: it takes its
+               state from there and is checked when first used (``_queue_check.FirstUse``)
 3. end         where the valid commit log ends:
                  clean    the clean-shutdown record, verified by a CRC scan from the end of the
                           consume queues to it (falls back to normal when they disagree)
@@ -28,6 +30,16 @@ One ``load()`` runs numbered passes and returns an immutable LoadResult:
 8. tables      the topic-queue table is rebuilt from the consume queues, queue minimums
                corrected, the recovered data made durable and the checkpoint moved to it
 
+The per-queue checkpoint (``queue/_queue_checkpoint.py``) is believed
+  clean     when it was written by the clean shutdown the checkpoint's clean record describes
+            (same end, same timestamps); the clean scan starts at its VERIFY FROM
+  abnormal  when its witness record is still in the commit log; the scan then starts no later
+            than the checkpoint's dispatch position FROM, records before it whose queue is
+            still as checkpointed are not checked one by one (their queue's state covers them),
+            and a queue that got a record from FROM on is opened and checked as today; when the
+            recovered log ends before what the checkpoint covered, every queue is opened
+and otherwise ignored (said once in the notes): every queue's files are read, as without one.
+
 Runs on the thread that opens the store, before any service starts.
 """
 
@@ -36,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +59,9 @@ from .._errors import CorruptFileError, CorruptRecordError, StoreIOError, transl
 from ..log._mapped_file import MappedFile
 from ..log._record import SYSFLAG_TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, check_record
 from ..queue._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
+from ..queue._queue_checkpoint import NO_WITNESS, QueueCheckpoint, QueueState
+from ..queue._queue_checkpoint import read as read_queue_checkpoint
+from ._queue_check import FirstUse, check_tail, unit_at
 from ._scan import BAD_RECORD, BLANK_RECORD, ScannedRecord, first_store_timestamp, scan_records
 
 if TYPE_CHECKING:
@@ -59,10 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECOVER_FROM_LAST_FILES = 3
-TAIL_CHECK_MAX_UNITS = 100_000
-CLEAN_VERIFY_BYTES = (
-    64 * 1024 * 1024
-)  # a clean restart CRC-checks at least this much tail  # units walked back per queue before giving the queue up
+CLEAN_VERIFY_BYTES = 64 * 1024 * 1024  # a clean restart CRC-checks at least this much tail
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
 
@@ -99,6 +112,8 @@ class LoadResult:
     checkpoint_after: tuple[int, int, int]
     seconds: float
     notes: tuple[str, ...] = field(default=())
+    queue_checkpoint: str = "none"  # the per-queue checkpoint: used / ignored / none
+    queues_opened: int = 0  # queues whose files the load opened (all of them without it)
 
     def summary(self) -> str:
         mb = self.scanned_bytes / 1e6
@@ -121,6 +136,10 @@ class LoadResult:
                 f"dropped {self.dropped_index_entries} index entries"
             )
         parts.append(f"dispatched {self.dispatched}")
+        parts.append(
+            f"{self.queues_opened} of {self.consume_queues} queues opened "
+            f"(per-queue checkpoint {self.queue_checkpoint})"
+        )
         return "; ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
@@ -162,6 +181,12 @@ class StoreLoader:
         self._destroyed_index: list[str] = []
         self._log_next: dict[tuple[str, int], int] = {}  # per queue: next offset seen in the scan
         self._dropped_index_entries = 0
+        # the per-queue checkpoint, when believed: its dispatch position FROM and what it covers
+        self._qcp: QueueCheckpoint | None = None
+        self._qcp_status = "none"
+        self._end: int | None = None  # the recovered end, once found (pass 4)
+        self.first_use = FirstUse(commit_log, lambda: self._end)
+        self._mapped_queues = 0
 
     def _note(self, text: str) -> None:
         log.warning("%s", text)
@@ -189,8 +214,12 @@ class StoreLoader:
                 f"{cp.path}: no checkpoint; "
                 + ("recovery scans from the first file" if abort else "recovering normally")
             )
-        self.cqt.load(on_corrupt=self._queue_unloadable)
-        for cq in self.cqt:
+        states = self._believe_queue_checkpoint(abort, clean_end)
+        mapped = self.cqt.load(
+            on_corrupt=self._queue_unloadable, states=states, first_use=self.first_use
+        )
+        self._mapped_queues = len(mapped)
+        for cq in mapped:
             cq.recover()
         if cfg.enable_controller_mode:
             self._dispatch_limit = max(self.cqt.max_physic_offset(), 0)
@@ -217,18 +246,25 @@ class StoreLoader:
             elif abort:
                 mode = ABNORMAL
                 scan_from = self._abnormal_start(min_ts)
+                if self._qcp is not None:
+                    scan_from = min(scan_from, self._file_start(self._qcp.dispatch_from))
                 end, stop, records, last_ts = self._scan(scan_from, reconcile=True)
+                self._check_covered(end)
             else:
                 first = files[max(0, len(files) - RECOVER_FROM_LAST_FILES)]
                 scan_from = first.from_offset
                 end, stop, records, last_ts = self._scan(scan_from, reconcile=False)
             scanned = end - scan_from
+            if self._qcp is not None and mode == NORMAL:
+                self._ignore_queue_checkpoint("the clean-shutdown end did not verify")
         # 4. cut
         dirty, removed = self._cut_commit_log(end, zero=mode != CLEAN)
-        # 5. queues
+        self._end = end
+        # 5. queues (those still as checkpointed: only when their end is past the log's)
         self._dropped_units += self.cqt.truncate_dirty(end)
         for cq in list(self.cqt):
-            self._check_queue_tail(cq, end)
+            if cq.pending is None:
+                self._check_queue_tail(cq, end)
         self._check_queues_behind()
         # 6. index
         self._check_index(end)
@@ -266,7 +302,11 @@ class StoreLoader:
             ),
             seconds=round(self.clock.monotonic() - begin, 6),
             notes=tuple(self.notes),
+            queue_checkpoint=self._qcp_status,
+            queues_opened=self._mapped_queues + self.first_use.opened,
         )
+        self._end = None  # from now on a queue opened is checked against the log as it is
+        self.first_use.end = lambda: self.reput.reput_from_offset
         level = (
             logging.WARNING if mode == ABNORMAL or dirty or self._dropped_units else logging.INFO
         )
@@ -303,6 +343,105 @@ class StoreLoader:
         shutil.rmtree(cq.path, ignore_errors=True)
         self._rebuilt.append(f"{cq.topic}/{cq.queue_id}")
         self._redispatch_from = 0  # everything still in the commit log
+
+    # ---- the per-queue checkpoint ------------------------------------------------------------
+
+    def _believe_queue_checkpoint(
+        self, abort: bool, clean_end: int | None
+    ) -> dict[tuple[str, int], QueueState] | None:
+        """The queue states to adopt, or None (said once in the notes) when the per-queue
+        checkpoint is missing, corrupt, stale or from another store."""
+        try:
+            qcp = read_queue_checkpoint(self.root)
+        except CorruptFileError as exc:
+            self._ignore_queue_checkpoint(str(exc))
+            return None
+        if qcp is None:
+            self._qcp_status = "none"
+            return None
+        why = self._queue_checkpoint_problem(qcp, abort, clean_end)
+        if why is not None:
+            self._ignore_queue_checkpoint(why)
+            return None
+        self._qcp = qcp
+        self._qcp_status = "used"
+        return {(q.topic, q.queue_id): q for q in qcp.queues}
+
+    def _queue_checkpoint_problem(
+        self, qcp: QueueCheckpoint, abort: bool, clean_end: int | None
+    ) -> str | None:
+        cp = self.cp
+        if qcp.file_size != self.config.consume_queue_file_size:
+            return f"written with consume-queue files of {qcp.file_size} bytes"
+        if not abort:
+            if clean_end is None:
+                return "no clean-shutdown record to match it with"
+            if not qcp.clean or qcp.log_end != clean_end:
+                return (
+                    f"stale: it covers the commit log to {qcp.log_end}, the clean shutdown "
+                    f"ended at {clean_end}"
+                )
+            if (qcp.physic_timestamp, qcp.logics_timestamp) != (
+                cp.physic_msg_timestamp,
+                cp.logics_msg_timestamp,
+            ):
+                return "its timestamps are not the clean shutdown's"
+            return None
+        files = self.cl.queue.files
+        if not files:
+            return "the commit log has no files"
+        lo, hi = files[0].from_offset, files[-1].from_offset + files[-1].file_size
+        if not lo <= qcp.dispatch_from <= qcp.dispatch_covered <= hi:
+            return (
+                f"its dispatch positions {qcp.dispatch_from}..{qcp.dispatch_covered} are not in "
+                f"the commit log's files ({lo}..{hi})"
+            )
+        if qcp.witness == NO_WITNESS:
+            if any(q.max_phys >= 0 for q in qcp.queues):
+                return "no witness record"
+            return None
+        phys, size, ts = qcp.witness
+        try:
+            r = self.cl.check_at(phys, check_crc=True) if phys >= lo else 0
+        except CorruptRecordError:
+            r = 0
+        if isinstance(r, int) or r.msg_size != size or r.store_timestamp != ts:
+            return f"its witness record at {phys} is not in the commit log (another store's?)"
+        return None
+
+    def _ignore_queue_checkpoint(self, why: str) -> None:
+        """Ignore the per-queue checkpoint from now on: every queue is opened and checked."""
+        self._note(f"per-queue checkpoint ignored ({why}); the queue files are read")
+        self._qcp_status = f"ignored: {why}"
+        self._qcp = None
+        self.cqt.open_all()
+
+    def _file_start(self, phys: int) -> int:
+        mf = self.cl.queue.find_mapped_file_by_offset(phys, return_first_on_not_found=True)
+        return mf.from_offset if mf is not None else 0
+
+    def _check_covered(self, end: int) -> None:
+        """After the abnormal scan: the checkpoint's queue states may hold records the log
+        lost; then none of them is trusted."""
+        qcp = self._qcp
+        if qcp is None:
+            return
+        reach = max([qcp.dispatch_covered, *(q.max_phys for q in qcp.queues)])
+        if end < reach:
+            self._ignore_queue_checkpoint(
+                f"the recovered commit log ends at {end}, before {reach} it covered"
+            )
+
+    def _covered(self, cq: ConsumeQueue, phys: int, qoff: int) -> bool:
+        """A record the checkpointed state of its queue (not opened yet) holds already."""
+        state = cq.pending
+        qcp = self._qcp
+        return (
+            state is not None
+            and qcp is not None
+            and phys < qcp.dispatch_from
+            and state.min_offset <= qoff < state.max_offset
+        )
 
     def _load_index(self, abort: bool) -> None:
         idx = self.index
@@ -405,10 +544,15 @@ class StoreLoader:
         q = self.cl.queue
         start = self.cqt.max_physic_offset()
         target = clean_end - CLEAN_VERIFY_BYTES
-        for cq in self.cqt:
-            phys = _first_unit_at_or_after(cq, target)
-            if phys is not None and phys < start:
-                start = phys
+        if self._qcp is not None and q.files:
+            # the checkpoint names a record start far enough back: no queue file is read
+            verify_from = max(self._qcp.verify_from, q.files[0].from_offset)
+            start = verify_from if start < 0 else min(start, verify_from)
+        else:
+            for cq in self.cqt:
+                phys = _first_unit_at_or_after(cq, target)
+                if phys is not None and phys < start:
+                    start = phys
         if start < 0 or not q.files:
             self._note(
                 "a clean-shutdown record but no consume queues to verify it from; normal recovery"
@@ -465,6 +609,22 @@ class StoreLoader:
         A record whose queue already holds the same unit (offset and size) at its queue
         offset costs a unit read; a missing unit is dispatched; a different unit cuts the
         queue there (it is rebuilt by the dispatch of this and the following records)."""
+        # per queue: [queue, its end, its start, cached file, file start, file end] (offsets
+        # in bytes); reading a unit from the cached file (held while cached) is one unpack
+        queues: dict[tuple[str, int], list[Any]] = {}
+        held = _HeldQueueFiles(queues)
+        try:
+            self._reconcile_records(mf, records, queues, held)
+        finally:
+            held.release_all()
+
+    def _reconcile_records(
+        self,
+        mf: MappedFile,
+        records: list[ScannedRecord],
+        queues: dict[tuple[str, int], list[Any]],
+        held: _HeldQueueFiles,
+    ) -> None:
         cqt = self.cqt
         index = self.index if self.index.enabled else None
         dispatch = self.reput.dispatch
@@ -472,9 +632,6 @@ class StoreLoader:
         mm = mf.mm
         base = mf.from_offset
         limit = mf.file_size
-        # per queue: [queue, its end, its start, cached file, file start, file end] (offsets
-        # in bytes); reading a unit from the cached file is one unpack
-        queues: dict[tuple[str, int], list[Any]] = {}
         unpack_unit = UNIT.unpack_from
         for phys, size, topic, qid, qoff, sys_flag, _ts, keyed in records:
             need = False
@@ -486,7 +643,7 @@ class StoreLoader:
                     cq = cqt.find(topic, qid)
                     if cq is None:
                         need = True
-                    else:
+                    elif not self._covered(cq, phys, qoff):
                         st = queues[key] = _queue_state(cq)
                 if st is not None:
                     where = qoff * UNIT_SIZE
@@ -494,7 +651,7 @@ class StoreLoader:
                         need = True
                     elif where >= st[2]:
                         if not st[4] <= where < st[5]:
-                            mf_q = st[0].queue.find_mapped_file_by_offset(where)
+                            mf_q = held.hold(key, st[0].queue.find_mapped_file_by_offset(where))
                             st[3:6] = (
                                 [mf_q, mf_q.from_offset, mf_q.from_offset + mf_q.wrote_position]
                                 if mf_q
@@ -503,6 +660,7 @@ class StoreLoader:
                         mf_q = st[3]
                         unit = unpack_unit(mf_q.mm, where - st[4]) if mf_q is not None else None
                         if unit is None or unit[0] != phys or unit[1] != size:
+                            held.release(key)  # before the cut deletes files
                             cq = st[0]
                             dropped = cq.truncate_to(qoff)
                             self._dropped_units += dropped
@@ -519,6 +677,7 @@ class StoreLoader:
                             )
                             need = True
                     if need:
+                        held.release(key)
                         del queues[key]  # dispatch changes the queue: read it again next time
             if index is not None and keyed and not need:
                 files = index.files
@@ -547,31 +706,9 @@ class StoreLoader:
 
     def _check_queue_tail(self, cq: ConsumeQueue, end: int) -> None:
         """Walk back from a queue's last unit to the last one that matches its record."""
-        lo, n = cq.min_offset, cq.max_offset
-        min_phys = max(self.cl.min_offset, 0)
-        bad_from = None
-        k = n - 1
-        walked = 0
-        while k >= lo:
-            unit = _unit_at(cq, k)
-            if unit is None:
-                break
-            phys, size, tags = unit
-            if phys == 0 and size == BLANK_SIZE:
-                break  # filler at the start of a queue
-            if phys < min_phys:
-                break  # its file was deleted: nothing to check against
-            if self._unit_matches(cq, k, phys, size, tags, end):
-                break
-            bad_from = k
-            k -= 1
-            walked += 1
-            if walked >= TAIL_CHECK_MAX_UNITS:
-                bad_from = lo
-                break
-        if bad_from is None:
+        dropped, bad_from = check_tail(self.cl, cq, end)
+        if bad_from < 0:
             return
-        dropped = cq.truncate_to(bad_from)
         self._dropped_units += dropped
         self._rebuilt.append(f"{cq.topic}/{cq.queue_id}")
         self._note(
@@ -598,27 +735,6 @@ class StoreLoader:
             self._rebuilt.append(f"{topic}/{qid}")
             if self._redispatch_from is None or resume < self._redispatch_from:
                 self._redispatch_from = resume
-
-    def _unit_matches(
-        self, cq: ConsumeQueue, offset: int, phys: int, size: int, tags: int, end: int
-    ) -> bool:
-        if phys < 0 or size <= 0 or phys + size > end:
-            return False
-        try:
-            r = self.cl.check_at(phys, check_crc=False)
-        except CorruptRecordError:
-            return False
-        if isinstance(r, int):
-            return False
-        tran = r.sys_flag & SYSFLAG_TRANSACTION_MASK
-        return (
-            r.msg_size == size
-            and r.topic == cq.topic
-            and r.queue_id == cq.queue_id
-            and r.queue_offset == offset
-            and r.tags_code == tags
-            and (tran == 0 or tran == TRANSACTION_COMMIT_TYPE)
-        )
 
     # ---- pass 6: index ----------------------------------------------------------------------
 
@@ -678,6 +794,9 @@ class StoreLoader:
 
     def _catch_up(self) -> None:
         cl = self.cl
+        if self.first_use.rebuilt:
+            self._redispatch_from = 0  # a checkpointed queue's files did not load
+            self._rebuilt.extend(self.first_use.rebuilt)
         start = max(self.cqt.max_physic_offset(), cl.min_offset, 0)
         if self._redispatch_from is not None:
             start = max(min(start, self._redispatch_from), cl.min_offset, 0)
@@ -717,26 +836,57 @@ class StoreLoader:
                 cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, last_ts)
         if self._dispatched or self._dropped_units:
             for cq in self.cqt:
-                cq.queue.flush_all(0)
+                cq.flush(0)  # nothing for a queue whose files were not opened
             ts = self.cqt.last_store_timestamp
             if ts:
                 cp.logics_msg_timestamp = max(cp.logics_msg_timestamp, ts)
         cp.flush()
 
 
+MAX_HELD_QUEUE_FILES = 256
+
+
+class _HeldQueueFiles:
+    """The consume-queue file ``_reconcile`` reads each queue's units from, held (mapped) while
+    it is cached: at most MAX_HELD_QUEUE_FILES at once, the oldest let go (and its queue's
+    cached file forgotten), so a recovery through many queues stays within the mapping bound.
+    Loader thread."""
+
+    def __init__(self, queues: dict[tuple[str, int], list[Any]]) -> None:
+        self._queues = queues  # key -> [queue, end, start, cached file, file start, file end]
+        self._held: OrderedDict[tuple[str, int], MappedFile] = OrderedDict()
+
+    def hold(self, key: tuple[str, int], mf: MappedFile | None) -> MappedFile | None:
+        """``mf`` held as ``key``'s cached file (the one before let go); None when there is
+        none or it is shut down."""
+        self.release(key)
+        if mf is None or not mf.hold():
+            return None
+        self._held[key] = mf
+        while len(self._held) > MAX_HELD_QUEUE_FILES:
+            old_key, old = self._held.popitem(last=False)
+            st = self._queues.get(old_key)
+            if st is not None:
+                st[3:6] = [None, 0, 0]
+            old.release()
+        return mf
+
+    def release(self, key: tuple[str, int]) -> None:
+        mf = self._held.pop(key, None)
+        if mf is not None:
+            st = self._queues.get(key)
+            if st is not None:
+                st[3:6] = [None, 0, 0]
+            mf.release()
+
+    def release_all(self) -> None:
+        while self._held:
+            self._held.popitem(last=False)[1].release()
+
+
 def _queue_state(cq: ConsumeQueue) -> list[Any]:
-    return [cq, cq.max_offset * UNIT_SIZE, cq.min_logic_offset, None, 0, 0]
-
-
-def _unit_at(cq: ConsumeQueue, offset: int) -> tuple[int, int, int] | None:
-    where = offset * UNIT_SIZE
-    mf = cq.queue.find_mapped_file_by_offset(where)
-    if mf is None:
-        return None
-    pos = where - mf.from_offset
-    if pos + UNIT_SIZE > mf.wrote_position:
-        return None
-    return UNIT.unpack_from(mf.mm, pos)  # type: ignore[return-value]
+    files = cq.queue  # opens a checkpointed queue's files first
+    return [cq, files.get_max_offset(), cq.min_logic_offset, None, 0, 0]
 
 
 def _first_unit_at_or_after(cq: ConsumeQueue, target: int) -> int | None:
@@ -745,7 +895,7 @@ def _first_unit_at_or_after(cq: ConsumeQueue, target: int) -> int | None:
     found = None
     while lo <= hi:
         mid = (lo + hi) // 2
-        unit = _unit_at(cq, mid)
+        unit = unit_at(cq, mid)
         if unit is None:
             return found
         if unit[1] == BLANK_SIZE or unit[0] < target:

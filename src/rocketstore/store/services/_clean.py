@@ -239,6 +239,8 @@ class CleanConsumeQueueService:
         self.last_min_phys_offset = min_phys
         deleted = 0
         for cq in self.consume_queues:
+            if cq.pending is not None and cq.max_physic_offset >= min_phys:
+                continue  # not opened since the restart: cleaned when first used
             n = cq.delete_expired_files(min_phys)
             if not n:
                 cq.correct_min_offset(min_phys)  # the first file stays, its head may be gone
