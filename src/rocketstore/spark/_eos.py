@@ -40,6 +40,7 @@ import json
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..client._admin import AdminClient
 from ..client._producer import send_request, send_result
@@ -261,6 +262,11 @@ def end_halves(
     return asyncio.run(_end_all(admin, per_queue, commit, timeout_s, batch))
 
 
+def _signer_of(admin: AdminClient) -> Any:
+    """The signer ``admin``'s requests carry (the write's ACL account), for the ends too."""
+    return admin.client.signer
+
+
 async def _end_all(
     admin: AdminClient,
     per_queue: dict[str, list[tuple[Half, str]]],
@@ -268,7 +274,7 @@ async def _end_all(
     timeout_s: float,
     batch: int,
 ) -> int:
-    client = AsyncRemotingClient()
+    client = AsyncRemotingClient(signer=_signer_of(admin))
     masters: dict[str, str] = {}
     total = sum(len(v) for v in per_queue.values())
     done = [0]

@@ -89,7 +89,8 @@ def write_halves(
     decision); ``report`` filled and returned."""
     query, batch_id, partition, _attempt = ids
     report.query, report.batch = query, batch_id
-    with AdminClient(";".join(s.remote.namesrv), timeout=s.timeout_s) as admin:
+    signer = s.remote.signer()
+    with AdminClient(";".join(s.remote.namesrv), timeout=s.timeout_s, signer=signer) as admin:
         if find_decision(admin, query, batch_id) is not None:
             report.replayed = True
             for _ in batches:  # Spark expects the input read
@@ -114,7 +115,7 @@ async def _send_all(
     report: HalfReport,
 ) -> None:
     queues = _Queues(s.remote)
-    client = AsyncRemotingClient()
+    client = AsyncRemotingClient(signer=s.remote.signer())
     window = asyncio.Semaphore(IN_FLIGHT)
     pending: set[asyncio.Task[None]] = set()
     failed: list[BaseException] = []

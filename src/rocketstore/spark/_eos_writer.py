@@ -63,7 +63,10 @@ class _ExactlyOnce:
             ensure_decision_topic(admin)
 
     def _admin(self) -> AdminClient:
-        return AdminClient(";".join(self.settings.remote.namesrv), timeout=self.settings.timeout_s)
+        remote = self.settings.remote
+        return AdminClient(
+            ";".join(remote.namesrv), timeout=self.settings.timeout_s, signer=remote.signer()
+        )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> HalfTaskReport:
         ids = task_ids(self.write_id)
