@@ -1,7 +1,7 @@
 """The fault harness at length: a controller-mode group of three rocketstore brokers
 (``allAckInSyncStateSet=true``, ``minInSyncReplicas=2``, every timing at its default) under the
 project's client and the official RocketMQ 4.x client, with ``--faults`` mixed faults on a seeded
-schedule, then the checker's verdict (see tests/_chaos.py):
+schedule, then the checker's verdict (see tests/support/chaos.py):
 
     sudo python benchmarks/failover_chaos.py [--faults 100] [--seed 30] [--backend etcd|file]
         [--kinds kill_master,kill_slave,...] [--minutes M] [--work-dir DIR] [--keep]
@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _chaos import FAULT_KINDS, run_chaos
+from support.chaos import FAULT_KINDS, run_chaos
 
 
 def main() -> int:

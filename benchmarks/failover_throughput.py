@@ -31,10 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _chaos_cluster import CLI, Node, free_port
 from rocketstore.bench.broker import send_concurrently
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._controller import ControllerAdmin
+from support.chaos_cluster import CLI, Node
+from support.ports import free_port
 
 TOPIC = "ThroughputTopic"
 GROUP = "broker-t"

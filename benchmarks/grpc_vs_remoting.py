@@ -8,7 +8,7 @@ a background event loop; the clients run in subprocesses:
 
 - gRPC: the official RocketMQ 5.x Python client (rocketmq-python-client 5.1.2, from the venv the
   gRPC tests cache under ~/.cache/rocketstore-interop or $ROCKETSTORE_INTEROP_CACHE; run
-  ``pytest tests/test_grpc_proto.py`` once to make it), with tests/_grpc_interop_client.py:
+  ``pytest tests/test_grpc_proto.py`` once to make it), with tests/support/grpc_interop_client.py:
   send: ``send_async`` with 256 in flight; receive + ack: a SimpleConsumer, ``--threads``
   threads each receiving batches of 32 and acking every message (one AckMessage each, as the
   5.x clients do); latency: a SimpleConsumer waiting in a long poll, a producer sending one
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIENT_SCRIPT = ROOT / "tests" / "_grpc_interop_client.py"
+CLIENT_SCRIPT = ROOT / "tests" / "support" / "grpc_interop_client.py"
 CLIENT_VENV = "rocketmq-python-client-5.1.2"
 
 

@@ -31,7 +31,7 @@ Each run prints the broker's CPU time a message (from /proc, every thread of its
 and the load average before and after. The machine's speed drifts, so compare within a pair.
 
 ``ROCKETMQ_CLASSPATH`` (or ``--classpath``) must hold RocketMQ 4.9.8's namesrv, broker, tools,
-client and example.benchmark classes and their dependencies; see tests/_rocketmq_java.py.
+client and example.benchmark classes and their dependencies; see tests/support/rocketmq_java.py.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import _rocketmq_java as rj
-from _interop import ServerProcess, free_port
+from support import rocketmq_java as rj
+from support.interop import ServerProcess
+from support.ports import free_port
 
 PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
 CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"

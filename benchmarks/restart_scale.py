@@ -2,7 +2,7 @@
 each holding one message, restarted after a clean shutdown and after a kill -9.
 
     python benchmarks/restart_scale.py --queues 1000 --queues 10000 [--rounds 2]
-        [--dir DIR] [--this-src SRC] [--other-src /work/main/src] [--sample 1000]
+        [--dir DIR] [--this-src SRC] --other-src OTHER_CHECKOUT/src [--sample 1000]
         [--touch 100] [--serve]
 
 The store is built once per N (by the tree this script runs from, in sessions of 4,000 new
@@ -201,7 +201,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--this-src", default=HERE_SRC, help="a copy of this tree's src to run")
-    ap.add_argument("--other-src", default="/work/main/src")
+    ap.add_argument("--other-src", required=True, help="another checkout's src to compare with")
     ap.add_argument("--sample", type=int, default=1000)
     ap.add_argument("--touch", type=int, default=100)
     ap.add_argument("--serve", action="store_true")

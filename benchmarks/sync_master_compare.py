@@ -2,7 +2,7 @@
 in alternated rounds (each ``rocketstore serve`` with a slave process attached).
 
     python benchmarks/sync_master_compare.py [--pairs 3] [--messages 64000]
-        [--other-src /work/main/src] [--java --duration 30] [--work-dir DIR]
+        [--other-src OTHER_CHECKOUT/src] [--java --duration 30] [--work-dir DIR]
 
 Sides: this build as ASYNC_MASTER and as SYNC_MASTER and, with ``--other-src`` (another
 checkout's ``src`` directory, built in place), that build as SYNC_MASTER and ASYNC_MASTER: its

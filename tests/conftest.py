@@ -10,16 +10,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from rocketstore import ManualClock, MessageStore, StoreConfig
 from rocketstore.store.log._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
 
+# no per-example deadline: a test asserts no duration, and a loaded machine takes its time
+settings.register_profile("rocketstore", deadline=None)
+settings.load_profile("rocketstore")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``sources_only`` tests where mypyc's modules are loaded: they replace methods of
-    compiled classes, which cannot be replaced. scripts/test runs them on the sources."""
+    """Hand out first the modules of the longest runs (Spark's, each starting a JVM, and the
+    slow ones), so that none of them starts last on an otherwise idle pytest-xdist worker
+    (scripts/test runs a file on one worker: ``--dist loadfile``). Skip ``sources_only`` tests
+    where mypyc's modules are loaded: they replace methods of compiled classes, which cannot be
+    replaced. scripts/test runs them on the sources."""
+    long_modules = {
+        getattr(item, "module", None)
+        for item in items
+        if item.get_closest_marker("spark") or item.get_closest_marker("slow")
+    }
+    items.sort(key=lambda item: getattr(item, "module", None) not in long_modules)
     from rocketstore._speedups import compiled_glue
 
     if not compiled_glue():
@@ -154,11 +168,11 @@ def spark(_spark_process: None) -> Any:
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory, _spark_process: None) -> Iterator[Any]:
     """A Spark standalone cluster (a master and two workers of one core each, every one a JVM,
-    on 127.0.0.1) for the tests that run on it (``tests/_spark_cluster.py``); its logs stay in
+    on 127.0.0.1) for the tests that run on it (``tests/support/spark_cluster.py``); its logs stay in
     the session's temporary directory."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from _spark_cluster import StandaloneCluster
+    from support.spark_cluster import StandaloneCluster
 
     cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1)
     try:
@@ -190,9 +204,9 @@ def synced_ranges(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A name server and two registered brokers (test_broker_admin's Cluster), one for each
+    """A name server and two registered brokers (support.cluster's Cluster), one for each
     test module that asks for it; a module may define its own ``cluster`` instead."""
-    from test_broker_admin import started_cluster
+    from support.cluster import started_cluster
 
     with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c

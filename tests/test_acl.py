@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from _grpc_broker import BrokerThread
 from rocketstore.acl import (
     DENY,
     PUB,
@@ -41,6 +40,7 @@ from rocketstore.remoting._signing import (
 )
 from rocketstore.server._broker import ignored_keys_warning
 from rocketstore.store import StoreConfig
+from support.grpc_broker import BrokerThread
 
 RC = ResponseCode
 

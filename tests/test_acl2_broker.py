@@ -13,15 +13,6 @@ from typing import Any
 
 import pytest
 
-from _acl_env import (
-    BROKER_SAMPLES,
-    acl_refused,
-    call,
-    create_topic_ext,
-    group_body,
-    send_v2_ext,
-)
-from _grpc_broker import BrokerThread
 from rocketstore.acl import RequestSigner
 from rocketstore.acl._auth_store import AuthStore
 from rocketstore.acl._table import BROKER
@@ -29,6 +20,15 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.client._auth_admin import AuthAdmin, acl_info
 from rocketstore.client._route import ClientError
 from rocketstore.remoting import ResponseCode
+from support.acl_env import (
+    BROKER_SAMPLES,
+    acl_refused,
+    call,
+    create_topic_ext,
+    group_body,
+    send_v2_ext,
+)
+from support.grpc_broker import BrokerThread
 
 RC = ResponseCode
 ROOT = RequestSigner("rootUser", "rootPass1")

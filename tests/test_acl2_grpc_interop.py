@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _grpc_broker import BrokerThread
 from rocketstore.acl import RequestSigner
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._auth_admin import AuthAdmin, acl_info
-from test_grpc_interop import client_python as client_python  # the client's venv (fixture)
-from test_grpc_interop import run_client
+from support.grpc_broker import BrokerThread
+from support.grpc_client import client_python as client_python  # the client's venv (fixture)
+from support.grpc_client import run_client
 
 OVERRIDES = {
     "authentication_enabled": True,

@@ -12,7 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from _interop import (
+from rocketstore.acl import RequestSigner
+from rocketstore.client._admin import AdminClient
+from rocketstore.client._auth_admin import AuthAdmin, acl_info
+from support.interop import (
     ClientError,
     InteropUnavailable,
     Rmq4Client,
@@ -20,9 +23,6 @@ from _interop import (
     rmq4_python,
     servers,
 )
-from rocketstore.acl import RequestSigner
-from rocketstore.client._admin import AdminClient
-from rocketstore.client._auth_admin import AuthAdmin, acl_info
 
 ROOT = RequestSigner("rootUser", "rootPass1")
 CREDS = {"access_key": "rmq4user", "secret_key": "rmq4pass1"}
@@ -66,8 +66,8 @@ def ns(server: ServerProcess) -> str:
 
 
 def audit(server: ServerProcess) -> str:
-    """The server's audit log (logs/ beside the store): a line per refusal."""
-    path = server.log.parent / "logs" / "audit.log"
+    """The server's audit log (logs/store/ beside the store): a line per refusal."""
+    path = server.log.parent / "logs" / "store" / "audit.log"
     return path.read_text("utf-8") if path.exists() else ""
 
 

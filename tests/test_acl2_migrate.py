@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from _acl_env import ACL_YML, acl_refused, call, create_topic_ext, send_v2_ext
-from _grpc_broker import BrokerThread
 from rocketstore.acl import AddressPattern, RequestSigner, parse_plain_acl
 from rocketstore.acl._auth_eval import AuthRules, AuthSettings, Principal
 from rocketstore.acl._auth_migrate import migrate, white_cidrs
@@ -20,6 +18,8 @@ from rocketstore.acl._auth_model import ip_in
 from rocketstore.acl._errors import AccessDeniedError
 from rocketstore.acl._plain import PUB, SUB, Account
 from rocketstore.remoting import ResponseCode
+from support.acl_env import ACL_YML, acl_refused, call, create_topic_ext, send_v2_ext
+from support.grpc_broker import BrokerThread
 
 ON = AuthSettings(authentication_enabled=True, authorization_enabled=True)
 TOPICS = ("Shared", "Secret", "PubOnly", "Other")

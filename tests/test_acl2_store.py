@@ -205,9 +205,9 @@ def test_a_broker_with_a_bad_auth_file_does_not_start_and_releases_its_store(
 ) -> None:
     import asyncio
 
-    from _grpc_broker import small_store_config
     from rocketstore.broker._config import BrokerConfig
     from rocketstore.server import BrokerServer
+    from support.grpc_broker import small_store_config
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / FILE_NAME).write_text('{"users": [{"username": 7}]}')

@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-from _acl_env import (
+from rocketstore.acl._table import BROKER, NAMESRV, Access
+from rocketstore.remoting import RemotingCommand, ResponseCode
+from rocketstore.store.log._record import decode_msg_id
+from support.acl_env import (
     ADMIN,
     ATTACKER,
     BROKER_SAMPLES,
@@ -35,9 +38,6 @@ from _acl_env import (
     send_v2_ext,
     wait_loop,
 )
-from rocketstore.acl._table import BROKER, NAMESRV, Access
-from rocketstore.remoting import RemotingCommand, ResponseCode
-from rocketstore.store.log._record import decode_msg_id
 
 RC = ResponseCode
 SYSTEM_TOPICS = (

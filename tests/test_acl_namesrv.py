@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from _acl_env import (
+from rocketstore.acl import AclFile
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.namesrv import NameServer
+from rocketstore.remoting import ResponseCode
+from rocketstore.remoting._fastjson import loads_lenient
+from rocketstore.server import BrokerServer
+from support.acl_env import (
     ACL_YML,
     ADMIN,
     ATTACKER,
@@ -24,15 +30,9 @@ from _acl_env import (
     create_topic_ext,
     register_body,
 )
-from _grpc_broker import small_store_config
-from _interop import ServerProcess, servers
-from _remoting import LoopThread
-from rocketstore.acl import AclFile
-from rocketstore.broker._config import BrokerConfig
-from rocketstore.namesrv import NameServer
-from rocketstore.remoting import ResponseCode
-from rocketstore.remoting._fastjson import loads_lenient
-from rocketstore.server import BrokerServer
+from support.grpc_broker import small_store_config
+from support.interop import ServerProcess, servers
+from support.remoting import LoopThread
 
 RC = ResponseCode
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from _acl_env import (
+from rocketstore.acl._table import BROKER, CONTROLLER, NAMESRV, UNLISTED, Access, rule
+from rocketstore.grpc._acl import METHODS, AclServicer
+from support.acl_env import (
     ACL_YML,
     ADMIN,
     ATTACKER,
@@ -24,8 +26,6 @@ from _acl_env import (
     call,
     served_codes,
 )
-from rocketstore.acl._table import BROKER, CONTROLLER, NAMESRV, UNLISTED, Access, rule
-from rocketstore.grpc._acl import METHODS, AclServicer
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +110,9 @@ def test_namesrv_rule(world: World, code: int) -> None:
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """RocketMQ 5's controller (file backend) checking ACL_YML."""
-    from _remoting import LoopThread
     from rocketstore.controller import ControllerConfig
     from rocketstore.server import ControllerServer
+    from support.remoting import LoopThread
 
     root = tmp_path_factory.mktemp("acl_controller")
     (root / "plain_acl.yml").write_text(ACL_YML)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from _acl_env import ACL_YML, ADMIN, ATTACKER, USER, acl_refused, call, create_topic_ext
-from _grpc_broker import BrokerThread
 from rocketstore.remoting import ResponseCode
-from test_transactions import COMMIT, TxProducer, check, wait_for
+from support.acl_env import ACL_YML, ADMIN, ATTACKER, USER, acl_refused, call, create_topic_ext
+from support.grpc_broker import BrokerThread
+from support.transactions import COMMIT, TxProducer, check, wait_for
 
 RC = ResponseCode
 

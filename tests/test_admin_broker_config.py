@@ -24,7 +24,7 @@ from rocketstore.broker.admin._config_keys import (
 )
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.store._java_hash import java_hash_unsigned
-from test_broker_admin import Cluster, raw_call
+from support.cluster import Cluster, raw_call
 
 RC = ResponseCode
 

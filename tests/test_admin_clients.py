@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from _waits import wait_until
 from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     BrokerStatsData,
@@ -38,7 +37,8 @@ from rocketstore.broker.state._stats import RollingCounter
 from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import CLUSTER, Cluster, create_everywhere, invoke, raw_call
+from support.cluster import CLUSTER, Cluster, create_everywhere, invoke, raw_call
+from support.waits import wait_until
 
 RC = ResponseCode
 TOPIC = "ConnTopic"

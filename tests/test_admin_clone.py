@@ -20,7 +20,7 @@ from rocketstore.broker.state._heartbeat import (
 from rocketstore.client import MessageQueue, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
+from support.cluster import Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 T1 = "CloneTopic1"

@@ -12,7 +12,7 @@ from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv._properties import PropertiesError, format_properties, parse_properties
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, invoke
+from support.cluster import Cluster, invoke
 
 RC = ResponseCode
 

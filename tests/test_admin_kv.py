@@ -13,7 +13,7 @@ import pytest
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv import KVConfigError, KVConfigManager, NameServer, decode_kv_table
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke
+from support.cluster import Cluster, create_everywhere, invoke
 
 RC = ResponseCode
 ORDER = "ORDER_TOPIC_CONFIG"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from _waits import wait_until
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
+from support.cluster import Cluster, create_everywhere, invoke, raw_call
+from support.waits import wait_until
 
 RC = ResponseCode
 TOPIC = "PermTopic"

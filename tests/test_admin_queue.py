@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from _waits import wait_until
 from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     ConsumeQueueUnit,
@@ -19,7 +18,8 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import ResponseCode
 from rocketstore.store._java_hash import java_string_hash
 from rocketstore.store._store import MessageStore
-from test_broker_admin import Cluster, create_everywhere, raw_call
+from support.cluster import Cluster, create_everywhere, raw_call
+from support.waits import wait_until
 
 RC = ResponseCode
 

@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from _waits import wait_until
 from rocketstore.broker.admin._bodies import (
     BodyFormatError,
     MessageQueue,
@@ -30,7 +29,8 @@ from rocketstore.broker.state._heartbeat import (
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
+from support.cluster import Cluster, create_everywhere, invoke, raw_call
+from support.waits import wait_until
 
 RC = ResponseCode
 TOPIC = "ResetTopic"

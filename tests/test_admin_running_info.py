@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore.broker.admin import _consumers as _admin_consumers
 from rocketstore.broker.admin._bodies import BodyFormatError, MessageQueue
 from rocketstore.broker.admin._consumer_bodies import (
@@ -35,7 +34,8 @@ from rocketstore.broker.state._heartbeat import (
 from rocketstore.client import ClientError, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from test_broker_admin import Cluster, create_everywhere, invoke, raw_call
+from support.cluster import Cluster, create_everywhere, invoke, raw_call
+from support.waits import wait_until
 
 RC = ResponseCode
 TOPIC = "RunningInfoTopic"

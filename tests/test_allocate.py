@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import PutMessageStatus
 from rocketstore.store.log._allocate import AllocateMappedFileService
 from rocketstore.store.log._mapped_file import MappedFile, file_name_for
 from rocketstore.store.log._mapped_file_queue import MappedFileQueue
+from support.waits import wait_until
 
 SIZE = 64 * 1024  # the commit-log file size of the conftest stores
 

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _spark_helpers import FIXTURES, unpack_fixture
 from rocketstore.store._errors import CorruptRecordError
 from rocketstore.store.log._record import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -31,6 +30,7 @@ from rocketstore.store.log._record import (
 )
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store.read._reader import StoreReader
+from support.spark_helpers import unpack_fixture
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
@@ -299,7 +299,6 @@ def test_ipv6_v2_and_odd_properties(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert by_body[b"c"]["properties"] == [("TAGS", "u")]
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 @pytest.mark.parametrize("name", ["clean", "abort"])
 def test_rocketmq_fixtures_whole_batch_equals_per_record(tmp_path: Path, name: str) -> None:
     store = unpack_fixture(name, tmp_path) / "store"

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from _remoting import run_on as run
 from rocketstore.client._async_producer import AsyncProducer
 from rocketstore.client._producer import (
     UNIQ_IDS,
@@ -32,6 +31,7 @@ from rocketstore.client._producer import (
 from rocketstore.client._route import ClientError, MessageQueue
 from rocketstore.remoting import RemotingCommand, RemotingError, RequestCode, ResponseCode
 from rocketstore.remoting._command import decode_frame
+from support.remoting import run_on as run
 
 pytestmark = pytest.mark.timeout(60)
 

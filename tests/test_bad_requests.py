@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from _remoting import raw_connect, read_command, serve
 from rocketstore.broker.state import _consumer_offset
 from rocketstore.remoting import (
     RemotingClient,
@@ -27,7 +26,8 @@ from rocketstore.remoting import (
     ext_int32,
 )
 from rocketstore.remoting._limits import LogLimiter
-from test_broker_server import RunningBroker, send_request
+from support.broker import RunningBroker, send_request
+from support.remoting import raw_connect, read_command, serve
 
 RC = ResponseCode
 HUGE = "9" * 30

@@ -9,14 +9,11 @@ install, never with a traceback."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import select
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore._extras import EXTRAS
+from support.processes import read_until
 
 BLOCKED = ("numpy", "pyarrow", "pyspark")
 BLOCKER = textwrap.dedent(
@@ -173,25 +171,6 @@ def test_the_store_commands_run_without_the_extras(tmp_path: Path) -> None:
     )
 
 
-def _read_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 60.0) -> list[str]:
-    """The lines the process printed, once one matches ``pattern``."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-            lines = buf.decode().splitlines()
-            if any(re.search(pattern, line) for line in lines):
-                return lines
-    raise AssertionError(f"no {pattern!r} in {buf!r}")
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
     """`rocketstore serve` of a base install on free ports: (name server, broker, its lines)."""
@@ -203,7 +182,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
         [sys.executable, "-c", RUN_CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True
     )
     try:
-        lines = _read_until(proc, r"^console on ")
+        lines = read_until(proc, r"^console on ")
         text = "\n".join(lines)
         namesrv = re.search(r"name server listening on (\S+)", text)
         broker = re.search(r"broker broker-a .* listening on (\S+),", text)

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from _crash import FILE_SIZE, SRC, config, power_loss_copy, read_queue
 from rocketstore import Message, MessageStore
 from rocketstore.store.queue._consume_queue import UNIT_SIZE, ConsumeQueue
+from support.crash import FILE_SIZE, SRC, config, power_loss_copy, read_queue
 
 TOPIC = "Batch"
 CQ_FILE = UNIT_SIZE * 16  # tiny consume-queue files: batches cross their boundaries

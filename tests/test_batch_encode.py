@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _waits import wait_until
 from rocketstore import ManualClock, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.log._record import encode_record, tags_code
+from support.waits import wait_until
 
 pa = pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")

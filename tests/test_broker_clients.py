@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
 
@@ -27,15 +26,12 @@ from rocketstore.broker.state._heartbeat import (
     encode_heartbeat,
 )
 from rocketstore.store._java_hash import java_string_hash
-
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "protocol" / "remoting"
+from support.fixtures import TRANSCRIPTS
 
 
 def heartbeat_bodies(name: str) -> list[bytes]:
     """The HEART_BEAT (34) bodies the official C++ client sent in a recorded session."""
     path = TRANSCRIPTS / name
-    if not path.exists():
-        pytest.skip(f"no transcript {path}")
     bodies = []
     for line in path.read_text().splitlines():
         frame = json.loads(line)

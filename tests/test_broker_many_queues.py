@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from _waits import WAIT_S
-from test_broker_server import RunningBroker, send_request
-from test_disk_full import Server, _pull_bodies, _send
+from support.broker import RunningBroker, send_request
+from support.disk_full import Server, pull_bodies, send_messages
+from support.waits import WAIT_S
 
 LIMIT = 256  # open files of the broker's process, soft and hard
 TOPICS = 150  # x 4 queues: 600 queues, each with its own consume-queue file
@@ -48,7 +48,7 @@ def _send_to_every_queue(server: Server, n: int) -> list[str]:
     with RemotingClient(timeout=30.0) as client:
         for t in range(TOPICS):
             for qid in range(QUEUES):
-                r: Any = _send(client, server.address, f"Many{t}", qid, _body(t, qid, n))
+                r: Any = send_messages(client, server.address, f"Many{t}", qid, _body(t, qid, n))
                 if r.code != 0:
                     refused.append(f"Many{t}/{qid}: {r.code} {r.remark}")
     return refused
@@ -64,7 +64,7 @@ def _read_every_queue(server: Server, n: int) -> list[str]:
                 want = [_body(t, qid, i) for i in range(n + 1)]
                 deadline = time.monotonic() + WAIT_S
                 while True:  # dispatch may be a little behind the acknowledgement
-                    got = _pull_bodies(client, server.address, f"Many{t}", qid, 0)
+                    got = pull_bodies(client, server.address, f"Many{t}", qid, 0)
                     if len(got) >= len(want) or time.monotonic() > deadline:
                         break
                 if got != want:

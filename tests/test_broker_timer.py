@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from _grpc_broker import BrokerThread
 from rocketstore.remoting import RemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC
 from rocketstore.remoting._command import RemotingCommand
 from rocketstore.store.log._record import MessageExt, properties_to_string
+from support.grpc_broker import BrokerThread
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 from rocketstore.cli import main
 from rocketstore.cli._common import parse_timestamp
 from rocketstore.client._admin import AdminClient
-from test_broker_admin import Cluster, invoke
+from support.cluster import Cluster, invoke
 
 
 def _command(argv: list[str]) -> tuple[click.Command, list[str]]:

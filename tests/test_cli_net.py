@@ -4,34 +4,15 @@ server down cleanly (exit 0, the abort file removed)."""
 
 from __future__ import annotations
 
-import os
-import select
+import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from support.processes import read_until
+
 CLI = [sys.executable, "-m", "rocketstore.cli"]
-
-
-def _wait_for_line(proc: subprocess.Popen[bytes], needle: str, timeout: float = 30.0) -> list[str]:
-    """The lines the process printed, once one contains ``needle``."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-            lines = buf.decode().splitlines()
-            if any(needle in line for line in lines):
-                return lines
-    raise AssertionError(f"no {needle!r} in {buf!r}")
 
 
 def test_serve_refuses_a_second_owner_and_stops_cleanly(tmp_path: Path) -> None:
@@ -42,7 +23,7 @@ def test_serve_refuses_a_second_owner_and_stops_cleanly(tmp_path: Path) -> None:
         [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        lines = _wait_for_line(proc, "broker broker-a")
+        lines = read_until(proc, re.escape("broker broker-a"))
         assert any(line.startswith("name server listening on 127.0.0.1:") for line in lines)
         assert (store / "abort").exists()  # running
         second = subprocess.run(

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from _interop import ServerProcess
 from rocketstore.cli import main as cli_main
+from support.interop import ServerProcess
 
 HINT = "the name server listens on 9876 by default"
 

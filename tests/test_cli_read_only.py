@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from _crash import produce_and_kill
-from _fixtures import FIXTURES, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
+from support.crash import produce_and_kill
+from support.fixtures import unpack_fixture
 
 Snapshot = tuple[frozenset[str], dict[str, bytes]]
 QUEUES = 4
@@ -104,8 +104,6 @@ def killed_store(tmp_path: Path) -> Path:
 
 
 def rocketmq_abort_store(tmp_path: Path) -> Path:
-    if not FIXTURES.is_dir():
-        pytest.skip("RocketMQ fixtures not present")
     return unpack_fixture("abort", tmp_path) / "store"
 
 
@@ -277,8 +275,6 @@ def test_a_consume_queue_file_cut_short_at_its_creation(tmp_path: Path, size: in
 
 @pytest.mark.parametrize("name", ["clean", "abort"])
 def test_get_and_query_match_rocketmq_read_back(name: str, tmp_path: Path) -> None:
-    if not FIXTURES.is_dir():
-        pytest.skip("RocketMQ fixtures not present")
     fixture = unpack_fixture(name, tmp_path)
     root = str(fixture / "store")
     lines = [json.loads(x) for x in (fixture / "reader-output.jsonl").read_text().splitlines()]

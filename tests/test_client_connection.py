@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from _remoting import run_on as run
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RemotingError
 from rocketstore.remoting._client import ClientConnection
 from rocketstore.remoting._command import decode_frame
+from support.remoting import run_on as run
 
 pytestmark = pytest.mark.timeout(60)
 LOOPS = ["asyncio", "uvloop"]
@@ -25,13 +25,14 @@ LOOPS = ["asyncio", "uvloop"]
 class Answering(asyncio.Protocol):
     """Answers requests of code 1 at once (the remark: the request's opaque), of code 3 in
     pieces with a large body, of code 4 two at a time in one write, of code 5 after a request
-    of its own (code 40), of code 6 with a frame that is no command; others never. Keeps what
-    the client sends that is no request (its answers to code 40)."""
+    of its own (code 40), of code 6 with a frame that is no command; others never. Keeps the
+    requests, and what the client sends that is no request (its answers to code 40)."""
 
     def __init__(self, peers: list[Answering]) -> None:
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.held: list[bytes] = []
+        self.requests: list[RemotingCommand] = []
         self.answers: list[RemotingCommand] = []
         self.tasks: set[asyncio.Future[None]] = set()
         peers.append(self)
@@ -50,6 +51,7 @@ class Answering(asyncio.Protocol):
             if cmd.is_response:
                 self.answers.append(cmd)
                 continue
+            self.requests.append(cmd)
             r = RemotingCommand.response(0, str(cmd.opaque))
             r.opaque = cmd.opaque
             assert self.transport is not None
@@ -160,8 +162,9 @@ def test_a_lost_connection_fails_the_requests_in_flight_and_stops_the_timer(kind
             client = AsyncRemotingClient(signer=None)
             try:
                 conn = await client.connection(address)
-                waits = [asyncio.ensure_future(timed(conn, 2, 5.0)) for _ in range(3)]
-                await asyncio.sleep(0.1)
+                waits = [asyncio.ensure_future(timed(conn, 2, 50.0)) for _ in range(3)]
+                while not peers or len(peers[0].requests) < 3:  # in flight: the peer has them
+                    await asyncio.sleep(0.01)
                 assert peers[0].transport is not None
                 peers[0].transport.close()
                 results = await asyncio.gather(*waits)
@@ -172,7 +175,7 @@ def test_a_lost_connection_fails_the_requests_in_flight_and_stops_the_timer(kind
 
     results, stopped, left = run(kind, main())
     for _took, error in results:
-        assert "closed" in error  # failed by the close, not timed out ("in 5.0 s")
+        assert "closed" in error  # failed by the close, not timed out ("in 50.0 s")
     assert stopped and left == 0
 
 

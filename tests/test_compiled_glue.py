@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from rocketstore import _speedups
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIO = Path(__file__).resolve().parent / "_glue_scenario.py"
+TESTS = Path(__file__).resolve().parent
 
 
 def _source(module: str) -> Path:
@@ -146,9 +146,11 @@ def test_no_method_aliases_in_compiled_classes() -> None:
 
 def _scenario(out: Path, port: int, no_extensions: bool) -> str:
     out.mkdir()
+    env = _env(no_extensions)  # the scenario imports tests/support
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     run = subprocess.run(
-        [sys.executable, str(SCENARIO), str(out), str(port)],
-        env=_env(no_extensions),
+        [sys.executable, "-m", "support.glue_scenario", str(out), str(port)],
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -167,9 +169,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.skipif(not _built(), reason="mypyc's modules are not built in this tree")
 def test_compiled_and_sources_write_the_same_bytes(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a free port; it names the store's host in message ids
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # it names the store's host in message ids
     assert _scenario(tmp_path / "compiled", port, no_extensions=False) == "compiled"
     assert _scenario(tmp_path / "sources", port, no_extensions=True) == "sources"
     compiled, sources = _files(tmp_path / "compiled"), _files(tmp_path / "sources")

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from _waits import wait_until
 from rocketstore.broker.state._change_log import ChangeLog
 from rocketstore.broker.state._config_table import COMPACT_MIN_CHANGES
 from rocketstore.broker.state._subscription_group import (
@@ -22,6 +21,7 @@ from rocketstore.broker.state._subscription_group import (
 )
 from rocketstore.broker.state._topic_config import TOPICS_FILE, TopicConfig, TopicConfigManager
 from rocketstore.client._admin import AdminClient
+from support.waits import wait_until
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from _acl_env import ACL_YML, ADMIN, ATTACKER, USER, acl_refused
-from _grpc_broker import BrokerThread
-from _remoting import LoopThread, closed_by_peer, raw_connect
-from _waits import wait_until
 from rocketstore.acl import AclFile
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode, ServerLimits
+from support.acl_env import ACL_YML, ADMIN, ATTACKER, USER, acl_refused
+from support.grpc_broker import BrokerThread
+from support.remoting import LoopThread, closed_by_peer, raw_connect
+from support.waits import wait_until
 
 PLACES = 12  # max_connections of the servers here
 

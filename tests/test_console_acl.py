@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from _console_env import ConsoleEnv, http
-from _waits import wait_until
 from rocketstore.acl import RequestSigner
 from rocketstore.client import Producer, SendResult
+from support.console_env import ConsoleEnv, http
+from support.waits import wait_until
 
 ACL_YML = """\
 accounts:

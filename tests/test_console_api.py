@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from _console_env import BROKER, ConsoleEnv, http
-from _waits import wait_until
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.console._http import HttpServer, Request, Response
 from rocketstore.console._server import SESSION_IDLE_S
 from rocketstore.remoting import RemotingClient, RemotingCommand
+from support.console_env import BROKER, ConsoleEnv, http
+from support.waits import wait_until
 
 TOPIC = "ConsoleTopic"
 GROUP = "ConsoleGroup"
@@ -585,7 +585,7 @@ def _login(address: str, ak: str, sk: str) -> tuple[int, dict[str, object]]:
 def test_serve_with_acl_refuses_a_wrong_secret_at_sign_in(tmp_path: Path) -> None:
     """In `serve` with ACL the name server checks signatures too: its refusal of the account's
     cluster query is told on the form, not taken for a broker that did not answer."""
-    from test_base_install import _read_until
+    from support.processes import read_until
 
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(SERVE_ACL)
@@ -600,7 +600,7 @@ def test_serve_with_acl_refuses_a_wrong_secret_at_sign_in(tmp_path: Path) -> Non
             text=True,
         )
         try:
-            lines = _read_until(proc, r"^console on http://")
+            lines = read_until(proc, r"^console on http://")
             address = lines[-1].removeprefix("console on http://").rstrip("/")
             for ak, sk in (("consoleAdmin", "not-the-secret"), ("nobodyHere", "whatever-1")):
                 status, doc = _login(address, ak, sk)

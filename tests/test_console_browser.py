@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from _console_env import BROKER, ConsoleEnv, producer_online, write_traces
-from _waits import wait_until
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._trace import TraceContext
+from support.console_env import BROKER, ConsoleEnv, producer_online, write_traces
+from support.waits import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():

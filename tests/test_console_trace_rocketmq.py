@@ -2,7 +2,7 @@
 message trace on) to a rocketstore broker, read back by the console: the broker takes the trace
 client's sends to RMQ_SYS_TRACE_TOPIC (creating the topic on the first one, as RocketMQ's
 broker does with autoCreateTopicEnable) and the console decodes the Pub, SubBefore and SubAfter
-records. Needs ROCKETMQ_CLASSPATH and java (tests/_rocketmq_java.py); skipped without them."""
+records. Needs ROCKETMQ_CLASSPATH and java (tests/support/rocketmq_java.py); skipped without them."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from _console_env import ConsoleEnv, http
-from _rocketmq_java import java_command, java_env, unavailable
-from _waits import wait_until
 from rocketstore.client._trace import TRACE_TOPIC
+from support.console_env import ConsoleEnv, http
+from support.rocketmq_java import java_command, java_env, unavailable
+from support.waits import wait_until
 
 REASON = unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")

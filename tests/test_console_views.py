@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from _console_env import BROKER, ConsoleEnv, http, producer_online, write_traces
-from _waits import wait_until
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._trace import (
     TRACE_TOPIC,
@@ -21,6 +19,8 @@ from rocketstore.client._trace import (
     decode_traces,
     encode_trace,
 )
+from support.console_env import BROKER, ConsoleEnv, http, producer_online, write_traces
+from support.waits import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from _interop import ServerProcess, servers, stop_process
 from rocketstore.cli._consume import TopicTail
 from rocketstore.client import MessageQueue, PullResult
 from rocketstore.remoting import RemotingError
 from rocketstore.store._clock import ManualClock
+from support.interop import ServerProcess, servers, stop_process
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 TOPIC = "ReconnectTopic"

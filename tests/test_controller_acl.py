@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-from _acl_env import ACL_YML, ADMIN
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.acl import Account, AclFile, WithAccounts, process_account
 from rocketstore.broker._config import BrokerConfig
@@ -33,6 +31,8 @@ from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient
 from rocketstore.server import BrokerServer, ControllerServer
 from rocketstore.server._addresses import free_port
+from support.acl_env import ACL_YML, ADMIN
+from support.waits import wait_until
 
 GROUP = "broker-a"
 INNER = '{"accessKey":"adminAK01","secretKey":"adminSK01"}'

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -17,14 +18,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from _controllers import CLUSTER, FakeBroker, until
-from _remoting import LoopThread
 from rocketstore.cli import main
 from rocketstore.controller import ControllerConfig
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import ControllerServer
-from rocketstore.server._addresses import free_port
-from test_cli_net import _wait_for_line
+from support.controllers import CLUSTER, FakeBroker, until
+from support.ports import free_port
+from support.processes import read_until
+from support.remoting import LoopThread
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 ADMIN = ("RocketMQAdmin", "12345678admin")
@@ -263,7 +264,7 @@ def test_standalone_controller_stops_cleanly(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        lines = _wait_for_line(proc, "controller n0 of group1 listening on")
+        lines = read_until(proc, re.escape("controller n0 of group1 listening on"))
         assert any(f"127.0.0.1:{port} (file backend, {store})" in line for line in lines), lines
         out = cli("controller", "status", "-a", f"127.0.0.1:{port}")
         assert out.exit_code == 0 and f"active            n0 127.0.0.1:{port}" in out.output
@@ -293,7 +294,7 @@ def test_controller_inside_the_name_server(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        _wait_for_line(proc, f"controller n0 of group1 listening on 127.0.0.1:{ctl_port}")
+        read_until(proc, re.escape(f"controller n0 of group1 listening on 127.0.0.1:{ctl_port}"))
         with RemotingClient(signer=None) as client:
             meta = client.invoke(
                 f"127.0.0.1:{ctl_port}",

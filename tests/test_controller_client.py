@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from _controllers import CLUSTER, Backends, backends, etcd_cluster, run, until
 from rocketstore.controller import (
     BrokerHeartbeatRequest,
     ControllerClient,
@@ -17,7 +16,8 @@ from rocketstore.controller import (
     split_controller_addresses,
 )
 from rocketstore.remoting import ResponseCode
-from rocketstore.server._addresses import free_port
+from support.controllers import CLUSTER, Backends, backends, etcd_cluster, run, until
+from support.ports import free_port
 
 __all__ = ["backends", "etcd_cluster"]  # fixtures
 

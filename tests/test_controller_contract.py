@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-from _controllers import CLUSTER, Backends, FakeBroker, backends, etcd_cluster, run, until
 from rocketstore.controller import (
     BrokerReplicasInfo,
     ElectMasterResponseBody,
@@ -25,6 +24,7 @@ from rocketstore.controller import (
 )
 from rocketstore.controller._headers import CleanBrokerDataRequest, GetReplicaInfoRequest
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RequestCode, ResponseCode
+from support.controllers import CLUSTER, Backends, FakeBroker, backends, etcd_cluster, run, until
 
 __all__ = ["backends", "etcd_cluster"]  # fixtures: every test runs over both backends
 

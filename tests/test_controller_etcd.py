@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from _controllers import CLUSTER, FakeBroker, run, until
-from _etcd import EtcdCluster
 from rocketstore.controller import (
     ControllerConfig,
     EtcdBackend,
@@ -29,7 +27,9 @@ from rocketstore.controller import (
 from rocketstore.controller._headers import GetReplicaInfoRequest
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import ControllerServer
-from rocketstore.server._addresses import free_port
+from support.controllers import CLUSTER, FakeBroker, run, until
+from support.etcd import EtcdCluster
+from support.ports import free_port
 
 PREFIX = "/rocketstore-etcd-test"
 
@@ -65,7 +65,7 @@ async def beat(brokers: list[FakeBroker], controllers: list[str]) -> None:
         for broker in brokers:
             for address in controllers:
                 try:
-                    await broker.heartbeat(epoch=1, max_offset=100, timeout_ms=1500, to=address)
+                    await broker.heartbeat(epoch=1, max_offset=100, timeout_ms=30_000, to=address)
                 except Exception:
                     pass  # a controller that is down
         await asyncio.sleep(0.2)
@@ -267,9 +267,17 @@ def test_the_active_controller_killed_the_other_takes_over(
         try:
             await a.register()
             await b.register()
-            await asyncio.sleep(0.5)  # heartbeats reach both controllers
-            assert (await a.elect()).code == ResponseCode.SUCCESS
-            assert (await a.alter({1, 2}, master_epoch=1, set_epoch=1)).code == ResponseCode.SUCCESS
+            # the brokers' heartbeats reach the active controller: then it elects broker 1 and
+            # takes broker 2 into the SyncStateSet (polled: a broker not heard from yet is
+            # refused, "don't alive")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while (elected := await a.elect()).code != ResponseCode.SUCCESS:
+                assert loop.time() < deadline, elected.remark
+                await asyncio.sleep(0.1)
+            while (altered := await a.alter({1, 2}, 1, 1)).code != ResponseCode.SUCCESS:
+                assert loop.time() < deadline, altered.remark
+                await asyncio.sleep(0.1)
             before = await a.call(
                 RequestCode.CONTROLLER_GET_REPLICA_INFO, GetReplicaInfoRequest("broker-a")
             )
@@ -292,6 +300,7 @@ def test_the_active_controller_killed_the_other_takes_over(
             await a.die()
             await until(
                 lambda: any(n.ext_fields.get("masterBrokerId") == "2" for n in b.notices),
+                timeout=60,
                 what="broker 2 elected by the controller that took over",
             )
             r = await b.call(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,10 +21,6 @@ from typing import Any
 
 import pytest
 
-from _acl_env import ACL_YML, ADMIN
-from _controllers import CLUSTER, FakeBroker, run
-from _etcd import EtcdCluster, make_tls
-from _waits import wait_until
 from rocketstore.client._controller import ControllerAdmin
 from rocketstore.controller import (
     ControllerConfig,
@@ -38,7 +35,11 @@ from rocketstore.controller._etcd_client import b64
 from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
 from rocketstore.server._addresses import free_port
-from test_cli_net import _wait_for_line
+from support.acl_env import ACL_YML, ADMIN
+from support.controllers import CLUSTER, FakeBroker, run
+from support.etcd import EtcdCluster, make_tls
+from support.processes import read_until
+from support.waits import wait_until
 
 USER, PASSWORD = "controllers", "controllers-pw"
 PREFIX = "/rocketstore-secure"
@@ -248,7 +249,7 @@ def test_the_command_line_flags(secured: EtcdCluster, tmp_path: Path) -> None:
     proc = subprocess.Popen(command(good, port), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)  # fmt: skip
     try:
-        _wait_for_line(proc, "listening on", 60)
+        read_until(proc, re.escape("listening on"), 60)
         with ControllerAdmin(f"127.0.0.1:{port}") as admin:
             assert wait_until(lambda: admin.metadata().is_leader, 30, poll=0.1)
     finally:

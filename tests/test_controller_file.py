@@ -6,6 +6,7 @@ lets go of the directory, and a failed write changes nothing."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from _controllers import CLUSTER, FakeBroker, run
 from rocketstore.controller import (
     BackendUnavailableError,
     ControllerConfig,
@@ -25,8 +25,9 @@ from rocketstore.controller import (
 from rocketstore.controller._headers import GetReplicaInfoRequest
 from rocketstore.remoting import RequestCode, ResponseCode
 from rocketstore.server import ControllerServer
-from rocketstore.server._addresses import free_port
-from test_cli_net import _wait_for_line
+from support.controllers import CLUSTER, FakeBroker, run
+from support.ports import free_port
+from support.processes import read_until
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 ME = Member("n0", "127.0.0.1:1")
@@ -38,7 +39,7 @@ def _controller(store: Path, port: int) -> subprocess.Popen[str]:
          "--metrics-listen", "", "--log-dir", str(store.parent / "logs")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    _wait_for_line(proc, "listening on")
+    read_until(proc, re.escape("listening on"))
     return proc
 
 

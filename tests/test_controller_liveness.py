@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from _controllers import CLUSTER, run
 from rocketstore.controller import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
@@ -22,6 +21,7 @@ from rocketstore.controller import (
 )
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.store._clock import ManualClock
+from support.controllers import CLUSTER, run
 
 NAME = "broker-a"
 

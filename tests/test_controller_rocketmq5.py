@@ -6,7 +6,7 @@ the protocol.
 
 This project ships none of RocketMQ's classes: ``ROCKETMQ5_CLASSPATH`` names a classpath with
 RocketMQ 5.1.4's tools, client, broker, store, remoting and common classes and their
-dependencies (see /work/shared/protocol/controller-notes.md for how it was built and run).
+dependencies (RocketMQ 5.1.4 compiled from its sources with JDK 17).
 Without it, or without ``java``, the tests are skipped, saying so.
 """
 
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from _controllers import CLUSTER, FakeBroker, until
-from _remoting import LoopThread
-from _rocketmq_java import OPENS, free_broker_port, kill_process
 from rocketstore.controller import ControllerConfig
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
+from support.controllers import CLUSTER, FakeBroker, until
+from support.remoting import LoopThread
+from support.rocketmq_java import OPENS, free_broker_port, kill_process
 
 CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
 JAVA = shutil.which("java")

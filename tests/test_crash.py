@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from _crash import FILE_SIZE, Ack, config, power_loss_copy, produce_and_kill, read_queue
 from rocketstore import Message, MessageStore
 from rocketstore.store.log._record import OFFSET_BODY_CRC, OFFSET_MAGIC, OFFSET_PHYSICAL_OFFSET
+from support.crash import FILE_SIZE, Ack, config, power_loss_copy, produce_and_kill, read_queue
 
 TOPIC = "Crash"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from _grpc_broker import BrokerThread
-from _remoting import LoopThread
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
+from support.grpc_broker import BrokerThread
+from support.remoting import LoopThread
 
 DEEP = b"[" * 200_000 + b"]" * 200_000
 

@@ -1,6 +1,6 @@
 """A store on a small, really full file system (a tmpfs mounted for the test).
 
-The store runs in a child process (tests/_disk_full_child.py), so a write into an unallocated
+The store runs in a child process (tests/support/disk_full_child.py), so a write into an unallocated
 page of a mapped file, which the kernel answers with SIGBUS, shows as the child's exit status
 -7 and fails the test. Needs root to mount; skipped (with the reason) where mounting fails.
 """
@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-CHILD = Path(__file__).with_name("_disk_full_child.py")
+from support.disk_full import Server, pull_bodies, send_messages
+
+CHILD = Path(__file__).resolve().parent / "support" / "disk_full_child.py"
 
 
 @contextlib.contextmanager
@@ -206,7 +208,6 @@ def test_no_blocks_for_a_consume_queue_or_index_pauses_dispatch_and_the_store_is
 
 # ---- `rocketstore serve`: the name server and the broker in one process -------------------
 
-CLI = [sys.executable, "-m", "rocketstore.cli"]
 BROKER_CONF = """\
 mappedFileSizeCommitLog=1048576
 mappedFileSizeConsumeQueue=6000
@@ -220,135 +221,6 @@ cleanFileForciblyEnable=false
 diskMaxUsedSpaceRatio=95
 cleanResourceInterval=3600000
 """
-
-
-class Server:
-    """`rocketstore serve` on loopback ports; every wait bounded, killed on exit. ``out``
-    holds what it printed so far (``expect`` reads on)."""
-
-    def __init__(
-        self,
-        store: Path,
-        conf: Path,
-        *extra: str,
-        preexec_fn: Callable[[], None] | None = None,
-    ) -> None:
-        args = ["serve", "--store", str(store), "-c", str(conf), "--namesrv-listen"]
-        args += ["127.0.0.1:0", "--listen", "127.0.0.1:0", "--grpc-listen", "", *extra]
-        self.proc = subprocess.Popen(
-            [*CLI, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(os.environ),
-            preexec_fn=preexec_fn,
-        )
-        self.out = b""
-        self.address = self.expect(rb"broker broker-a .* listening on (127\.0\.0\.1:\d+)")
-
-    def expect(self, pattern: bytes, timeout: float = 60.0) -> str:
-        """The first group of ``pattern`` in what the server printed, read until it shows;
-        AssertionError (with what it printed) when the server ends or the time is up first."""
-        import re
-        import select
-        import time
-
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while True:
-            m = re.search(pattern, self.out)
-            if m:
-                return m.group(1).decode() if m.groups() else m.group(0).decode()
-            if time.monotonic() > deadline:
-                break
-            if select.select([fd], [], [], 0.1)[0]:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                self.out += chunk
-        self.proc.kill()
-        _out, err = self.proc.communicate(timeout=30)
-        raise AssertionError(
-            f"serve did not print {pattern!r} (exit {self.proc.returncode}): {self.out!r}\n"
-            f"{err[-3000:]!r}"
-        )
-
-    def stop(self, sig: int) -> int:
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def stderr(self) -> str:
-        """What the server wrote to standard error (once it has ended)."""
-        assert self.proc.stderr is not None and self.proc.poll() is not None
-        return self.proc.stderr.read().decode(errors="replace")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def _send(
-    client: object, address: str, topic: str, qid: int, body: bytes, properties: str = ""
-) -> object:
-    import time
-
-    from rocketstore.remoting import RemotingCommand
-
-    fields = {
-        "producerGroup": "PG",
-        "topic": topic,
-        "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": "4",
-        "queueId": str(qid),
-        "sysFlag": "0",
-        "bornTimestamp": str(int(time.time() * 1000)),
-        "flag": "0",
-        "properties": properties,
-        "reconsumeTimes": "0",
-        "unitMode": "false",
-    }
-    return client.invoke(address, RemotingCommand.request(10, fields, body))  # type: ignore[attr-defined]
-
-
-def _pull_bodies(client: object, address: str, topic: str, qid: int, offset: int) -> list[bytes]:
-    from rocketstore.remoting import RemotingCommand
-    from rocketstore.store.log._record import decode_message
-
-    req = RemotingCommand.request(
-        11,
-        {
-            "consumerGroup": "CG",
-            "topic": topic,
-            "queueId": str(qid),
-            "queueOffset": str(offset),
-            "maxMsgNums": "32",
-            "sysFlag": "4",
-            "commitOffset": "0",
-            "suspendTimeoutMillis": "0",
-            "subscription": "*",
-            "subVersion": "0",
-        },
-    )
-    r = client.invoke(address, req)  # type: ignore[attr-defined]
-    if r.code != 0 or not r.body:
-        return []
-    out: list[bytes] = []
-    pos = 0
-    body = bytes(r.body)
-    while pos < len(body):
-        m = decode_message(body, pos, len(body), check_crc=False)
-        out.append(m.body)
-        pos += m.store_size
-    return out
 
 
 def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
@@ -368,14 +240,14 @@ def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
     try:
         with RemotingClient(timeout=10.0) as client:
             # the consumer group is created (and its config file written) while there is space
-            assert _send(client, server.address, topic, 0, b"first").code == 0  # type: ignore[attr-defined]
+            assert send_messages(client, server.address, topic, 0, b"first").code == 0  # type: ignore[attr-defined]
             acked[0].append((0, b"first"))
-            _pull_bodies(client, server.address, topic, 0, 0)
+            pull_bodies(client, server.address, topic, 0, 0)
             refused = 0
             for i in range(60_000):
                 qid = i % 2
                 body = (b"serve-%06d-" % i) * 30
-                r = _send(client, server.address, topic, qid, body)
+                r = send_messages(client, server.address, topic, qid, body)
                 if r.code == 0:  # type: ignore[attr-defined]
                     qoff = int(r.ext_fields["queueOffset"])  # type: ignore[attr-defined]
                     acked[qid].append((qoff, body))
@@ -410,13 +282,13 @@ def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
         with RemotingClient(timeout=10.0) as client:
             for i in range(5000):
                 body = (b"again-%06d-" % i) * 30
-                r = _send(client, server.address, topic, 0, body)
+                r = send_messages(client, server.address, topic, 0, body)
                 if r.code != 0:  # type: ignore[attr-defined]
                     break
                 acked[0].append((int(r.ext_fields["queueOffset"]), body))  # type: ignore[attr-defined]
             assert r.code == 14  # type: ignore[attr-defined]
             assert server.proc.poll() is None
-            first = _pull_bodies(client, server.address, topic, 0, 0)
+            first = pull_bodies(client, server.address, topic, 0, 0)
             assert first and first[0] == acked[0][0][1]
         rc = server.stop(signal.SIGTERM)
         assert rc != -signal.SIGBUS and rc != 128 + signal.SIGBUS
@@ -436,7 +308,7 @@ def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
                 offset = 0
                 deadline = time.monotonic() + 60
                 while offset < len(want) and time.monotonic() < deadline:
-                    bodies = _pull_bodies(client, server.address, topic, qid, offset)
+                    bodies = pull_bodies(client, server.address, topic, qid, offset)
                     if not bodies:
                         time.sleep(0.05)  # dispatch catching up
                         continue
@@ -444,7 +316,7 @@ def test_serve_on_a_full_disk_answers_service_not_available_and_restarts(
                         got[offset] = b
                         offset += 1
                 assert all(got.get(q) == b for q, b in want.items()), qid
-            r = _send(client, server.address, topic, 0, b"space again")
+            r = send_messages(client, server.address, topic, 0, b"space again")
             assert r.code == 0  # type: ignore[attr-defined]
         assert server.stop(signal.SIGTERM) == 0
     finally:
@@ -486,12 +358,12 @@ def test_a_restart_on_a_still_full_disk_comes_up_read_only_instead_of_dying_of_s
         try:
             with RemotingClient(timeout=10.0) as client:
                 # the consumer group is created (its config file written) while there is space
-                _pull_bodies(client, server.address, topic, 0, 0)
+                pull_bodies(client, server.address, topic, 0, 0)
                 refused = 0
                 for i in range(20_000):
                     body = (b"restart-%06d-" % i) * 60
                     uniq = "UNIQ_KEY\x01%032X" % (i * 7919 + 1)
-                    r = _send(client, server.address, topic, i % 4, body, uniq)
+                    r = send_messages(client, server.address, topic, i % 4, body, uniq)
                     if r.code == 0:  # type: ignore[attr-defined]
                         ext = r.ext_fields  # type: ignore[attr-defined]
                         phys = int(ext["msgId"][-16:], 16)
@@ -518,11 +390,11 @@ def test_a_restart_on_a_still_full_disk_comes_up_read_only_instead_of_dying_of_s
             why = server.expect(rb"store \S+ is read-only: ([^\n]*)")
             assert "disk" in why
             with RemotingClient(timeout=10.0) as client:
-                r = _send(client, server.address, topic, 0, b"refused", "UNIQ_KEY\x01AB")
+                r = send_messages(client, server.address, topic, 0, b"refused", "UNIQ_KEY\x01AB")
                 assert r.code == 14  # type: ignore[attr-defined]
                 assert "disk is full" in r.remark  # type: ignore[attr-defined]
                 # reads work: what was dispatched through its queue, anything by its offset
-                pulled = _pull_bodies(client, server.address, topic, 0, 0)
+                pulled = pull_bodies(client, server.address, topic, 0, 0)
                 mine = [b for q, _o, _p, b in sorted(acked) if q == 0]
                 assert pulled and pulled == mine[: len(pulled)]
                 for _q, _o, phys, body in (acked[0], acked[-1]):
@@ -555,12 +427,14 @@ def test_a_restart_on_a_still_full_disk_comes_up_read_only_instead_of_dying_of_s
                     got: list[bytes] = []
                     deadline = time.monotonic() + 60
                     while len(got) < len(want) and time.monotonic() < deadline:
-                        more = _pull_bodies(client, server.address, topic, qid, len(got))
+                        more = pull_bodies(client, server.address, topic, qid, len(got))
                         if not more:
                             time.sleep(0.05)  # dispatch catching up
                         got += more
                     assert got == want, qid
-                r = _send(client, server.address, topic, 0, b"space again", "UNIQ_KEY\x01CD")
+                r = send_messages(
+                    client, server.address, topic, 0, b"space again", "UNIQ_KEY\x01CD"
+                )
                 assert r.code == 0  # type: ignore[attr-defined]
             assert server.stop(signal.SIGTERM) == 0
         finally:

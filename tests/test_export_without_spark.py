@@ -139,7 +139,7 @@ def test_a_file_name_gets_one_file(store: Path, tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
 
     again = CliRunner().invoke(main, ["export", "--store", str(store), "--to", str(one)])
-    assert again.exit_code == 1 and "exists" in again.output and one.is_file()
+    assert again.exit_code == 1 and "add --overwrite" in again.output and one.is_file()
     _run("export", "--store", str(store), "--to", str(one), "--overwrite", "-t", "A")
     assert 0 < pq.ParquetFile(one).metadata.num_rows < 62
 

@@ -1,5 +1,5 @@
 """Controller mode against RocketMQ 5.1.4 itself (skipped without ``ROCKETMQ5_CLASSPATH``, see
-tests/_rocketmq5.py): RocketMQ's controller (embedded in its name server) gives rocketstore
+tests/support/rocketmq5.py): RocketMQ's controller (embedded in its name server) gives rocketstore
 brokers their ids and roles, elects a new master when the master is killed, and mqadmin reads
 the group back (getSyncStateSet, getBrokerEpoch, clusterList); and a RocketMQ 5.1.4 broker and a
 rocketstore broker replicate each other with AutoSwitch HA, each way: 5.1.4 as the slave of a
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-import _rocketmq5 as rmq5
-from _chaos_cluster import CLI, Node, free_port
-from _waits import wait_until
 from rocketstore.client import Producer
+from support import rocketmq5 as rmq5
+from support.chaos_cluster import CLI, Node
+from support.ports import free_port
+from support.waits import wait_until
 
 pytestmark = pytest.mark.skipif(rmq5.unavailable() is not None, reason=str(rmq5.unavailable()))
 

@@ -13,13 +13,11 @@ from typing import Any
 
 import pytest
 
-from _fixtures import FIXTURES as FIXTURES
-from _fixtures import needs_fixtures
-from _fixtures import unpack_fixture as unpack
-from rocketstore import MessageStore, StoreConfig
+from rocketstore import MessageStore
 from rocketstore.store.log._record import decode_msg_id
-
-pytestmark = needs_fixtures
+from support.fixtures import FIXTURES as FIXTURES
+from support.fixtures import fixture_config, read_back
+from support.fixtures import unpack_fixture as unpack
 
 
 def frozen(store: Path) -> MessageStore:
@@ -29,19 +27,7 @@ def frozen(store: Path) -> MessageStore:
     it back; they are due now, and a store opened with its services delivers them (see
     ``test_opening_delivers_what_became_due``). A comparison with the read-back must not race
     with that."""
-    return MessageStore(config(store), maintenance=False)
-
-
-def config(store: Path) -> StoreConfig:
-    return StoreConfig(
-        store_path_root_dir=str(store),
-        mapped_file_size_commit_log=1_048_576,
-        mapped_file_size_consume_queue=20_000,
-        max_hash_slot_num=1000,
-        max_index_num=4000,
-        store_host="127.0.0.1",
-        store_port=10911,
-    )
+    return MessageStore(fixture_config(store), maintenance=False)
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +39,13 @@ def manifest(fixture: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (fixture / "manifest.jsonl").read_text().splitlines()]
 
 
-def expected(fixture: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (fixture / "reader-output.jsonl").read_text().splitlines()]
-
-
 @pytest.fixture(params=["clean", "abort"])
 def opened(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[MessageStore, list[dict[str, Any]]]]:
     fixture = unpack(request.param, tmp_path)
     with frozen(fixture / "store") as store:
-        yield store, expected(fixture)
+        yield store, read_back(fixture)
 
 
 def test_queues_and_messages_match_rocketmq(
@@ -191,7 +173,7 @@ def test_opening_delivers_what_became_due(clean: Path, tmp_path: Path) -> None:
     assert max(m["storeTimestamp"] for m in pending) + 7_200_000 < time.time() * 1000
     store_dir = tmp_path / "store"
     shutil.copytree(clean / "store", store_dir)
-    with MessageStore(config(store_dir)) as store:
+    with MessageStore(fixture_config(store_dir)) as store:
         before = {q: store.get_max_offset_in_queue("TopicB", q) for q in range(4)}
         opened = time.monotonic()
         want = dict(before)

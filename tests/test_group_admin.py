@@ -26,7 +26,7 @@ from rocketstore.cli import main as cli_main
 from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from test_broker_admin import CLUSTER, Cluster, raw_call, started_cluster
+from support.cluster import CLUSTER, Cluster, raw_call, started_cluster
 
 RC = ResponseCode
 CREATE = RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP

@@ -12,7 +12,6 @@ from typing import Any
 import grpc
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread
 from rocketstore.acl import ANY, PUB, SUB, AccessDeniedError, StaticAcl, parse_plain_acl
 from rocketstore.acl._errors import PermissionDeniedError
 from rocketstore.acl._remoting import EXCEPTION_PREFIX
@@ -28,6 +27,7 @@ from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.remoting._signing import RequestSigner
+from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread
 
 Code = pb.Code
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z

@@ -15,14 +15,14 @@ from typing import Any
 import grpc
 import pytest
 
-from _acl_env import ACL_YML, ADMIN, call, create_topic_ext
-from _grpc_broker import BrokerThread
-from _waits import wait_until
 from rocketstore.grpc._acl import authorization_header, date_time_now
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.remoting import ResponseCode
+from support.acl_env import ACL_YML, ADMIN, call, create_topic_ext
+from support.grpc_broker import BrokerThread
+from support.waits import wait_until
 
 Code = pb.Code
 VICTIM_ID = "victim-producer@1"

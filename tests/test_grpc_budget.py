@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 import pytest
 
-from _acl_env import ACL_YML
-from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread
-from _waits import wait_until
 from rocketstore.grpc._acl import authorization_header, date_time_now
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.server._run import _settle_allocator
+from support.acl_env import ACL_YML
+from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread
+from support.waits import wait_until
 
 Code = pb.Code
 MiB = 1024 * 1024

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, small_store_config
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
 from rocketstore.client._admin import AdminClient
@@ -25,6 +24,7 @@ from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.namesrv import NameServer
 from rocketstore.server import BrokerServer
+from support.grpc_broker import TEST_GRPC_CONFIG, small_store_config
 
 T = TypeVar("T")
 MD = [("x-mq-client-id", "cluster-test")]
@@ -184,10 +184,9 @@ def test_a_broker_without_grpc_is_left_out(cluster: GrpcCluster, stubs: dict[str
 def test_official_client_with_one_endpoint_reaches_the_whole_cluster(
     cluster: GrpcCluster, tmp_path: Path
 ) -> None:
-    from test_grpc_interop import run_client
-    from test_grpc_proto import _client_venv
+    from support.grpc_client import client_venv, run_client
 
-    python = _client_venv()
+    python = client_venv()
     topic = "ClusterInteropT"
     cluster.create_topic(topic, queues=2)
     endpoint = cluster.fronts["broker-a"].address

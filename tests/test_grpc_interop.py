@@ -1,5 +1,5 @@
 """Interop with the official RocketMQ 5.x Python client (rocketmq-python-client) against the
-gRPC front end: the client runs tests/_grpc_interop_client.py in its own venv (cached; see
+gRPC front end: the client runs tests/support/grpc_interop_client.py in its own venv (cached; see
 test_grpc_proto.py), in subprocesses bounded in time, while the broker runs in this process on
 a background loop so the tests can look at its store and state.
 
@@ -15,9 +15,6 @@ recall of a delayed message.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,18 +22,11 @@ from typing import Any
 
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from rocketstore.client import Producer as RemotingProducer
 from rocketstore.client import PullConsumer as RemotingConsumer
-from test_grpc_proto import _client_venv
-
-SCRIPT = Path(__file__).with_name("_grpc_interop_client.py")
-RUN_TIMEOUT_S = 60
-
-
-@pytest.fixture(scope="module")
-def client_python() -> Path:
-    return _client_venv()
+from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
+from support.grpc_client import client_python as client_python  # the client's venv (fixture)
+from support.grpc_client import run_client
 
 
 @pytest.fixture(scope="module")
@@ -46,43 +36,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
         yield b.start()
     finally:
         b.close()
-
-
-def run_client(
-    python: Path,
-    broker: BrokerThread | None,
-    home: Path,
-    *,
-    roots: Path | None = None,
-    **args: Any,
-) -> dict[str, Any]:
-    """Run one scenario with the official client; its JSON result. ``roots``: the CA file the
-    client's TLS trusts; ``broker`` gives the endpoint when ``endpoints`` does not."""
-    if "endpoints" not in args:
-        assert broker is not None
-        args["endpoints"] = broker.grpc_address
-    home.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["HOME"] = str(home)  # the client writes its log under ~/logs/rocketmq_python
-    if roots is not None:
-        env["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(roots)
-    log = home / "logs" / "rocketmq_python" / "rocketmq_client.log"
-    try:
-        r = subprocess.run(
-            [str(python), str(SCRIPT), json.dumps(args)],
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        tail = log.read_text()[-3000:] if log.exists() else ""
-        pytest.fail(f"{args['scenario']} took over {RUN_TIMEOUT_S} s; client log:\n{tail}")
-    if r.returncode != 0 or not r.stdout.strip():
-        tail = log.read_text()[-3000:] if log.exists() else ""
-        pytest.fail(f"{args['scenario']} failed ({r.returncode}):\n{r.stderr[-3000:]}\n{tail}")
-    result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    return result
 
 
 def wait_for(check: Any, timeout: float = 60.0) -> Any:

@@ -10,11 +10,7 @@ pip cannot install the client.
 from __future__ import annotations
 
 import base64
-import fcntl
-import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,10 +24,8 @@ from google.protobuf import descriptor_pb2, text_format
 from google.protobuf.message import Message
 
 from rocketstore.grpc._pb import definition_pb2, service_pb2, service_pb2_grpc
+from support.grpc_client import RUN_TIMEOUT_S, client_venv
 
-CLIENT_SPEC = "rocketmq-python-client==5.1.2"
-INSTALL_TIMEOUT_S = 420
-RUN_TIMEOUT_S = 60
 PROTO_DIR = Path(__file__).resolve().parents[1] / "src" / "rocketstore" / "grpc" / "proto"
 PACKAGE = "apache.rocketmq.v2"
 
@@ -46,62 +40,9 @@ NEWER_THAN_CLIENT = {
 }
 
 
-def _cache_root() -> Path:
-    configured = os.environ.get("ROCKETSTORE_INTEROP_CACHE")
-    if configured:
-        return Path(configured)
-    return Path.home() / ".cache" / "rocketstore-interop"
-
-
-def _client_venv() -> Path:
-    """The python of a venv with the client installed; made on first use (under a file lock,
-    so parallel test runs do not build it twice)."""
-    root = _cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    venv = root / CLIENT_SPEC.replace("==", "-")
-    python = venv / "bin" / "python"
-    marker = venv / ".installed"
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return python
-        shutil.rmtree(venv, ignore_errors=True)
-        try:
-            subprocess.run(
-                [sys.executable, "-m", "venv", str(venv)],
-                check=True,
-                capture_output=True,
-                timeout=RUN_TIMEOUT_S,
-            )
-            subprocess.run(
-                [
-                    str(python),
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--disable-pip-version-check",
-                    CLIENT_SPEC,
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT_S,
-            )
-        except subprocess.CalledProcessError as exc:
-            shutil.rmtree(venv, ignore_errors=True)
-            tail = (exc.stderr or "")[-500:] if isinstance(exc.stderr, str) else ""
-            pytest.skip(f"cannot install {CLIENT_SPEC}: {tail}")
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(venv, ignore_errors=True)
-            pytest.skip(f"installing {CLIENT_SPEC} took over {INSTALL_TIMEOUT_S} s")
-        marker.write_text(CLIENT_SPEC + "\n")
-        return python
-
-
 @pytest.fixture(scope="module")
 def client_python() -> Iterator[Path]:
-    yield _client_venv()  # a skip here is remembered for the whole module
+    yield client_venv()  # a skip here is remembered for the whole module
 
 
 def _run_client(python: Path, script: str, *args: str) -> list[str]:

@@ -6,7 +6,6 @@ offset pulls, ACL, and the pop state across a restart."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 import time
 import zlib
@@ -18,7 +17,6 @@ from typing import Any
 import grpc
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from rocketstore.broker.state._subscription_group import SubscriptionGroupConfig
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.grpc._acl import authorization_header, date_time_now, parse_credentials
@@ -26,10 +24,19 @@ from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.store.services._schedule import timer_level
-
-Code = pb.Code
-MD = [("x-mq-client-id", "test-client")]
-_ids = itertools.count()
+from support.grpc_broker import (
+    MD,
+    TEST_GRPC_CONFIG,
+    BrokerThread,
+    Code,
+    ack,
+    message,
+    receive,
+    self_signed_cert,
+    send,
+    send_ok,
+    unique,
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,98 +55,6 @@ def stub(broker: BrokerThread) -> Iterator[Any]:
         yield service_pb2_grpc.MessagingServiceStub(channel)
     finally:
         channel.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{next(_ids)}"
-
-
-def message(
-    topic: str,
-    body: bytes,
-    *,
-    tag: str | None = None,
-    keys: tuple[str, ...] = (),
-    props: dict[str, str] | None = None,
-    message_id: str | None = None,
-    deliver_ms: int | None = None,
-    group: str | None = None,
-) -> pb.Message:
-    m = pb.Message(body=body)
-    m.topic.name = topic
-    sp = m.system_properties
-    sp.message_id = message_id if message_id is not None else unique("MSGID-")
-    sp.body_encoding = pb.IDENTITY
-    sp.message_type = pb.NORMAL
-    if tag is not None:
-        sp.tag = tag
-    sp.keys.extend(keys)
-    if deliver_ms is not None:
-        sp.delivery_timestamp.FromMilliseconds(deliver_ms)
-        sp.message_type = pb.DELAY
-    if group is not None:
-        sp.message_group = group
-        sp.message_type = pb.FIFO
-    for k, v in (props or {}).items():
-        m.user_properties[k] = v
-    return m
-
-
-def send(stub: Any, *messages: pb.Message, metadata: Any = MD) -> spb.SendMessageResponse:
-    return stub.SendMessage(spb.SendMessageRequest(messages=list(messages)), metadata=metadata)
-
-
-def send_ok(stub: Any, topic: str, body: bytes, **kw: Any) -> spb.SendResultEntry:
-    r = send(stub, message(topic, body, **kw))
-    assert r.status.code == Code.OK, r.status
-    return r.entries[0]
-
-
-def receive(
-    stub: Any,
-    group: str,
-    topic: str,
-    *,
-    batch: int = 32,
-    invisible_ms: int | None = 5_000,
-    poll_ms: int | None = 300,
-    expression: str = "*",
-    filter_type: int = pb.TAG,
-    timeout: float = 10.0,
-    metadata: Any = MD,
-    auto_renew: bool = False,
-) -> tuple[pb.Status, list[pb.Message], list[str]]:
-    """(status, messages, the kinds of the responses in order)."""
-    req = spb.ReceiveMessageRequest(batch_size=batch, auto_renew=auto_renew)
-    req.group.name = group
-    req.message_queue.topic.name = topic
-    req.message_queue.id = 0
-    req.filter_expression.type = filter_type  # type: ignore[assignment]
-    req.filter_expression.expression = expression
-    if invisible_ms is not None:
-        req.invisible_duration.FromMilliseconds(invisible_ms)
-    if poll_ms is not None:
-        req.long_polling_timeout.FromMilliseconds(poll_ms)
-    st = pb.Status()
-    got: list[pb.Message] = []
-    kinds: list[str] = []
-    for r in stub.ReceiveMessage(req, metadata=metadata, timeout=timeout):
-        kind = r.WhichOneof("content")
-        kinds.append(kind)
-        if kind == "status":
-            st = r.status
-        elif kind == "message":
-            got.append(r.message)
-    return st, got, kinds
-
-
-def ack(stub: Any, group: str, topic: str, *handles: str) -> spb.AckMessageResponse:
-    req = spb.AckMessageRequest()
-    req.group.name = group
-    req.topic.name = topic
-    for h in handles:
-        req.entries.add(receipt_handle=h, message_id="x")
-    return stub.AckMessage(req, metadata=MD)
 
 
 def change_invisible(
@@ -880,7 +795,8 @@ def recall(stub: Any, topic: str, handle: str) -> spb.RecallMessageResponse:
 
 def test_recall_cancels_a_delayed_message_before_its_time(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("RecallT"), unique("RecallG")
-    deliver = int(time.time() * 1000) + 3000
+    # far enough ahead that the sends and the recall are done before it on a loaded machine
+    deliver = int(time.time() * 1000) + 10_000
     kept = send_ok(stub, topic, b"kept", deliver_ms=deliver)
     dropped = send_ok(stub, topic, b"recalled", deliver_ms=deliver)
     plain = send_ok(stub, topic, b"now")
@@ -890,11 +806,15 @@ def test_recall_cancels_a_delayed_message_before_its_time(broker: BrokerThread, 
     # refused: malformed, of another topic
     assert recall(stub, topic, "not-a-handle!").status.code == Code.BAD_REQUEST
     assert recall(stub, unique("OtherT"), kept.recall_handle).status.code == Code.BAD_REQUEST
+    assert time.time() * 1000 < deliver, "the recall came after the delivery time"
     got: list[bytes] = []
-    end = time.monotonic() + 12
+    end = time.monotonic() + 60
     while time.monotonic() < end and sorted(got) != [b"kept", b"now"]:
         _, msgs, _ = receive(stub, group, topic, poll_ms=500)
         got += [m.body for m in msgs]
+        if msgs:  # taken: not handed out again after their invisible time
+            handles = [m.system_properties.receipt_handle for m in msgs]
+            assert ack(stub, group, topic, *handles).status.code == Code.OK
     assert sorted(got) == [b"kept", b"now"]
     # after its time: too late
     assert recall(stub, topic, kept.recall_handle).status.code == Code.NOT_FOUND

@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.client._producer import message_properties, send_header
@@ -35,6 +34,7 @@ from rocketstore.remoting import RemotingCommand, ResponseCode
 from rocketstore.remoting._command import decode_frame
 from rocketstore.server import BrokerServer
 from rocketstore.store.ha._wire import HEADER, HEADER_SIZE, REPORT
+from support.waits import wait_until
 
 TOPIC = "AckOrder"
 CONNECTIONS = 8
@@ -115,7 +115,7 @@ class Master:
             broker_role="SYNC_MASTER",
             flush_disk_type="ASYNC_FLUSH",
             ha_listen_port=0,
-            sync_flush_timeout=1500,
+            sync_flush_timeout=120_000,  # the sends wait for the test's acknowledgements
         )
         self.server = BrokerServer(store, BrokerConfig(listen_port=0))
         self.run(self.server.start())
@@ -238,6 +238,7 @@ def test_no_send_is_answered_before_the_slave_holds_it(master: Master) -> None:
             assert frame_path.served >= total
 
         # a slave that acknowledges nothing more: FLUSH_SLAVE_TIMEOUT, the sends stored
+        store.ha.transfer.timeout_s = 1.5
         before = store.max_phy_offset
         late = [[send_frame(90_000 + i, b"late-%d" % i, i % 4) for i in range(20)]]
         history = asyncio.run(pipeline(master.server.address, slave, late, 20))

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.ha import HAGuard
 from rocketstore.store.ha._auth import (
@@ -32,6 +31,7 @@ from rocketstore.store.ha._auth import (
 )
 from rocketstore.store.ha._auto_wire import HANDSHAKE, SLAVE_HANDSHAKE, SLAVE_TRANSFER, TRANSFER
 from rocketstore.store.ha._wire import REPORT
+from support.waits import wait_until
 
 S = PutMessageStatus
 GROUP = "broker-a"

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store._errors import CorruptFileError
 from rocketstore.store.ha._auto_service import AutoSwitchHAService
@@ -35,6 +34,7 @@ from rocketstore.store.ha._epoch import (
     decode,
     encode,
 )
+from support.waits import wait_until
 
 FILE = 64 * 1024
 S = PutMessageStatus

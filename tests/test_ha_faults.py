@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_dispatched, wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from support.waits import wait_dispatched, wait_until
 
 FILE = 64 * 1024
 S = PutMessageStatus

@@ -24,8 +24,6 @@ from typing import Any
 
 import pytest
 
-from _chaos import read_commit_log
-from _chaos_cluster import CLI, Node, free_port
 from rocketstore import StoreConfig
 from rocketstore.acl import _audit
 from rocketstore.broker._config import BrokerConfig
@@ -37,6 +35,9 @@ from rocketstore.server import BrokerServer
 from rocketstore.store.ha._auth import CHALLENGE, CHALLENGE_SIZE, MAGIC
 from rocketstore.store.ha._auto_wire import HANDSHAKE, SLAVE_HANDSHAKE, SLAVE_TRANSFER, TRANSFER
 from rocketstore.store.ha._wire import REPORT
+from support.chaos import read_commit_log
+from support.chaos_cluster import CLI, Node
+from support.ports import free_port
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="signals to processes")
 

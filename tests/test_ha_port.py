@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from _grpc_broker import BrokerThread
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
+from support.grpc_broker import BrokerThread
 
 SLAVES_AT_ONCE = 16  # rocketstore.store.ha._service.MAX_CONNECTIONS
 

@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_dispatched, wait_until
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from support.ports import free_port
+from support.waits import wait_dispatched, wait_until
 
 CLASSPATH = os.environ.get("ROCKETMQ_HA_CLASSPATH", "")
 pytestmark = pytest.mark.skipif(
@@ -201,14 +202,6 @@ def nodes(harness: str) -> Iterator[Any]:
     yield start
     for n in started:
         n.close()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ours(root: Path, **over: Any) -> MessageStore:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from _certs import make_certs
-from _interop import ServerProcess
+from support.certs import make_certs
+from support.interop import ServerProcess
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

@@ -3,7 +3,7 @@
 and pulls, push consumption with tag filters, retries through ``%RETRY%<group>``, dead letters,
 consumer offsets across a broker restart, kill -9 under SYNC_FLUSH, and malformed frames.
 
-The client runs in a cached virtualenv (tests/_interop.py); the tests are skipped only when pip
+The client runs in a cached virtualenv (tests/support/interop.py); the tests are skipped only when pip
 cannot install the package. Delay levels are shortened to seconds by a broker.conf so that
 retries come back quickly.
 """
@@ -23,7 +23,11 @@ from typing import Any
 
 import pytest
 
-from _interop import (
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.broker.state._consumer_offset import ConsumerOffsetManager
+from rocketstore.client import MessageQueue, PullConsumer
+from rocketstore.client._consumer import FOUND
+from support.interop import (
     InteropUnavailable,
     Rmq4Client,
     ServerProcess,
@@ -33,10 +37,6 @@ from _interop import (
     servers,
     stop_process,
 )
-from rocketstore import MessageStore, StoreConfig
-from rocketstore.broker.state._consumer_offset import ConsumerOffsetManager
-from rocketstore.client import MessageQueue, PullConsumer
-from rocketstore.client._consumer import FOUND
 
 BROKER = "broker-a"
 DLQ_GROUP = "CG_dlq"

@@ -181,9 +181,9 @@ def test_stats_line_counts_and_rates(tmp_path: Path) -> None:
 def test_servers_write_a_stats_line_every_interval(tmp_path: Path, restore_logging: None) -> None:
     import asyncio
 
-    from _grpc_broker import small_store_config
     from rocketstore.broker._config import BrokerConfig
     from rocketstore.server import BrokerServer, run_servers
+    from support.grpc_broker import small_store_config
 
     configure(LogConfig(tmp_path / "logs"))
     server = BrokerServer(small_store_config(tmp_path / "store"), BrokerConfig(listen_port=0))

@@ -8,7 +8,6 @@ import asyncio
 import json
 from typing import Any
 
-from _waits import wait_until
 from rocketstore import ManualClock
 from rocketstore.broker.state._consumer_manager import ConsumerManager, ProducerManager
 from rocketstore.broker.state._heartbeat import (
@@ -22,6 +21,7 @@ from rocketstore.broker.state._heartbeat import (
     encode_heartbeat,
 )
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RequestCode
+from support.waits import wait_until
 
 PUSH = ConsumeType.CONSUME_PASSIVELY
 CLUSTERING = MessageModel.CLUSTERING

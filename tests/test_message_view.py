@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from _interop import ServerProcess
 from rocketstore.cli import main as cli_main
 from rocketstore.store.log._record import decode_msg_id
+from support.interop import ServerProcess
 
 TOPIC = "ViewTopic"
 # the client's id of a message sent from 1.0.0.127 (pid, random part, time, counter): as an

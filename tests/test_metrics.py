@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,92 +20,15 @@ from rocketstore.broker.state._stats import (
     message_type_parsed,
 )
 from rocketstore.metrics import (
-    ConsumerConnections,
-    ConsumerLag,
-    HistogramData,
     MetricsHttpServer,
     MetricsListenError,
     MetricsServer,
-    Node,
-    ProducerConnections,
-    SlaveLag,
-    Storage,
-    StoreFiles,
-    TopicTraffic,
     default_metrics_listen,
     parse_listen,
 )
 from rocketstore.metrics._http import MAX_CONNECTIONS, PROBE_SLOTS
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
-
-
-class FakeSource:
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    def node(self) -> Node:
-        return Node("C1", "b1")
-
-    def messages_in(self) -> Sequence[TopicTraffic]:
-        return [TopicTraffic("T", 3, 300, message_type="delay")]
-
-    def messages_out(self) -> Sequence[TopicTraffic]:
-        return [TopicTraffic("T", 2, 200, consumer_group="G", is_system=True)]
-
-    def message_sizes(self) -> Sequence[HistogramData]:
-        labels = (("is_system", "false"), ("message_type", "normal"), ("topic", "T"))
-        return [HistogramData(labels, (1024.0, 4096.0), (2, 1, 0), 3000.0)]
-
-    def rpc_latency(self) -> Sequence[HistogramData]:
-        labels = (
-            ("result", "success"),
-            ("request_code", "pull_message"),
-            ("response_code", "success"),
-            ("is_long_polling", "true"),
-        )
-        return [HistogramData(labels, (1.0,), (1, 1), 7.5)]
-
-    def consumer_lags(self) -> Sequence[ConsumerLag]:
-        return [ConsumerLag("%RETRY%G", "G", 4, 1, 50, is_retry=True)]
-
-    def producer_connections(self) -> Sequence[ProducerConnections]:
-        return [ProducerConnections("java", "409", 1)]
-
-    def consumer_connections(self) -> Sequence[ConsumerConnections]:
-        return [ConsumerConnections("G", "java", "409", "push", 2)]
-
-    def topic_number(self) -> int:
-        return 7
-
-    def consumer_group_number(self) -> int:
-        return 2
-
-    def storage(self) -> Storage:
-        return Storage(10, 2, 1)
-
-    def store_files(self) -> StoreFiles:
-        return StoreFiles(4, 30, 3, 16, 27, 40, 1024, 300, 65530)
-
-    def slave_lags(self) -> Sequence[SlaveLag]:
-        return [SlaveLag("127.0.0.1:1", 5)]
-
-    def ha_refused_peers(self) -> int:
-        return 4
-
-    def replica(self) -> None:
-        return None
-
-    def not_ready(self) -> Sequence[str]:
-        return self.reasons
-
-
-class FakeNamesrv:
-    def live_brokers(self) -> int:
-        return 3
-
-    def not_ready(self) -> Sequence[str]:
-        return []
-
+from support.metrics import FakeNamesrv, FakeSource
 
 N = 'cluster="C1",node_id="b1",node_type="broker"'
 EXPECTED = f"""\

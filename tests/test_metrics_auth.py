@@ -27,7 +27,6 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from _remoting import LoopThread
 from rocketstore.metrics import MetricsServer
 from rocketstore.metrics._auth import (
     OPEN,
@@ -36,8 +35,9 @@ from rocketstore.metrics._auth import (
     MetricsAuthError,
     parse_metrics_auth,
 )
-from test_metrics import FakeNamesrv, FakeSource
-from test_metrics_broker import PROMETHEUS, free_port
+from support.metrics import PROMETHEUS, FakeNamesrv, FakeSource
+from support.ports import free_port
+from support.remoting import LoopThread
 
 ADMIN, ADMIN_SECRET = "MetricsAdmin", "admin-secret-1"
 WEAK, WEAK_SECRET = "WeakUser", "weak-secret-1"

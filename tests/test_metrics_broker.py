@@ -27,8 +27,6 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from _remoting import LoopThread
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
@@ -39,11 +37,14 @@ from rocketstore.metrics._broker_source import BrokerSource
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.server import BrokerServer
+from support.metrics import PROMETHEUS
+from support.ports import free_port
+from support.remoting import LoopThread
+from support.waits import wait_until
 
 N = 5
 TOPIC = "TMetrics"
 GROUP = "GMetrics"
-PROMETHEUS = "/usr/bin/prometheus"
 WAIT_S = 20.0
 
 
@@ -236,12 +237,6 @@ def test_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 # ---- the CLI -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cli(*args: str) -> list[str]:

@@ -9,10 +9,9 @@ from typing import Any
 import grpc
 import pytest
 
-from _grpc_broker import BrokerThread
 from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.metrics._broker_source import BrokerSource
-from test_grpc_service import Code, ack, receive, send_ok
+from support.grpc_broker import BrokerThread, Code, ack, receive, send_ok
 
 
 @pytest.fixture

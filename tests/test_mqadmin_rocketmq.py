@@ -10,7 +10,7 @@ paths. A command rocketstore does not answer yet (``request type N not supported
 expected failure that names the request; a configuration or status listing where rocketstore
 lacks keys RocketMQ prints is an expected failure that lists them.
 
-Needs ``ROCKETMQ_CLASSPATH`` (see tests/_rocketmq_java.py) and ``java``; skipped otherwise.
+Needs ``ROCKETMQ_CLASSPATH`` (see tests/support/rocketmq_java.py) and ``java``; skipped otherwise.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from _interop import ServerProcess
-from _rocketmq_java import AdminRunner, Output, RocketMQServers, unavailable
+from support.interop import ServerProcess
+from support.rocketmq_java import AdminRunner, Output, RocketMQServers, unavailable
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
 

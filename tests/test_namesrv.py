@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,8 +38,8 @@ from rocketstore.remoting import (
 )
 from rocketstore.remoting._fastjson import dumps_standard
 from rocketstore.store._clock import ManualClock
-
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "protocol" / "remoting"
+from support.fixtures import TRANSCRIPTS
+from support.ports import free_port
 
 # the body RocketMQ 4.9.8's name server sent the C++ client for TBW102 (newtopic.jsonl)
 TBW102_ROUTE = (
@@ -350,12 +349,6 @@ async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class FakeBroker:
     """The topic configs a broker would register, with its DataVersion."""
 
@@ -633,7 +626,6 @@ def _namesrv_exchanges(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]
     return pairs
 
 
-@pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason="no protocol transcripts beside the repo")
 @pytest.mark.parametrize("name", ["send", "pull", "push", "retry", "newtopic"])
 def test_replay_of_rocketmqs_route_answers(name: str) -> None:
     """Every GET_ROUTEINFO_BY_TOPIC the official client sent RocketMQ 4.9.8's name server,

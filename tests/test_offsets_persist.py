@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _waits import wait_until
 from rocketstore.broker.state._consumer_offset import CONSUMER_OFFSET_FILE, ConsumerOffsetManager
 from rocketstore.remoting._fastjson import loads_lenient
+from support.waits import wait_until
 
 ENTRIES = 20_000  # topic@group keys of the child's table
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from test_base_install import _read_until
-from test_serve_ports import free_port
+from support.ports import free_port
+from support.processes import read_until
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 LIMIT = 512  # the child's open files (soft and hard)
@@ -47,7 +47,7 @@ def send(address: str, body: bytes) -> RemotingCommand:
 @pytest.mark.parametrize("flooded", ["gRPC", "broker", "name server"])
 def test_a_connection_flood_leaves_the_process_its_files(tmp_path: Path, flooded: str) -> None:
     _own_limit_at_least(3 * LIMIT)
-    ns, broker, grpc = free_port(), free_port(pair=True), free_port()
+    ns, broker, grpc = free_port(), free_port(also=(1,)), free_port()
     args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{ns}"]
     args += ["--listen", f"127.0.0.1:{broker}", "--grpc-listen", f"127.0.0.1:{grpc}"]
     args += ["--metrics-listen", "", "--console-listen", ""]
@@ -62,7 +62,7 @@ def test_a_connection_flood_leaves_the_process_its_files(tmp_path: Path, flooded
             preexec_fn=_limit_open_files,
         )
         try:
-            _read_until(proc, r"^gRPC front end listening on ")
+            read_until(proc, r"^gRPC front end listening on ")
             address = f"127.0.0.1:{broker}"
             assert send(address, b"before").code == ResponseCode.SUCCESS
             for _ in range(2 * LIMIT):

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore.broker.replication._slave_sync import SlaveSynchronizer
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
@@ -31,7 +30,8 @@ from rocketstore.remoting import (
     RequestCode,
     ResponseCode,
 )
-from test_replicas import GROUP, Group
+from support.replicas import GROUP, Group
+from support.waits import wait_until
 
 TOPIC = "PromotedTopic"
 QUEUES = 4

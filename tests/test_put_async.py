@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import Message, MessageStore, PutMessageResult, PutMessageStatus
 from rocketstore.store._errors import StoreIOError
 from rocketstore.store.log._flush import GroupCommitService
 from rocketstore.store.log._record import PROPERTY_WAIT
-from test_group_commit import FakeLog, make_service
+from support.group_commit import FakeLog, make_service
+from support.waits import wait_until
 
 OK = PutMessageStatus.PUT_OK
 TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
@@ -461,13 +461,17 @@ def test_used_from_an_event_loop_never_blocks_it(
 
         waits = await asyncio.gather(*(issue(i) for i in range(200)))
         waits.append(asyncio.wrap_future(store.put_messages_async([Message("L", b"b", 0)] * 8)))
+        deadline = time.monotonic() + 60
+        while not control.in_flush.is_set():  # the flusher reaches the hanging fdatasync
+            assert time.monotonic() < deadline, "no flush began"
+            await asyncio.sleep(0.001)
         before = ticks
-        await asyncio.sleep(0.02)
-        assert ticks > before  # the loop runs while the flush hangs
-        assert control.in_flush.is_set() and not control.gate.is_set()
+        while ticks <= before:  # the loop runs while the flush hangs: the ticker ticks
+            await asyncio.sleep(0.001)
+        assert not control.gate.is_set()
         assert not any(w.done() for w in waits)
         control.gate.set()  # the disk answers
-        results = await asyncio.wait_for(asyncio.gather(*waits), 10)
+        results = await asyncio.wait_for(asyncio.gather(*waits), 120)
         tick.cancel()
         return results
 

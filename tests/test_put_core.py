@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _waits import wait_dispatched, wait_until
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.log import _put_core
 from rocketstore.store.log._put_core import PutCorePy, QueueOffsetTablePy
 from rocketstore.store.log._record import DispatchRequest
+from support.waits import wait_dispatched, wait_until
 
 core_c = pytest.importorskip(
     "rocketstore.store.log._put_core_c", reason="the compiled core is not built"

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_until
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store._errors import CorruptFileError
 from rocketstore.store.queue import _queue_checkpoint as qcp
@@ -31,6 +30,7 @@ from rocketstore.store.queue._queue_checkpoint import (
     QueueCheckpoint,
     QueueState,
 )
+from support.waits import wait_until
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 CQ_UNITS = 50  # small consume-queue files: a queue of more than 50 messages has several

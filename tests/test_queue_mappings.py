@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_dispatched
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store._disk import WRITE_FAILED_PREFIX
 from rocketstore.store.log._mapped_file import MappedFile, mapped_counters
 from rocketstore.store.log._mapping import descriptors_kept, map_file
 from rocketstore.store.log._mapping_lru import MappingLRU
 from rocketstore.store.queue._consume_queue import UNIT_SIZE
+from support.waits import wait_dispatched
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc/self/fd"), reason="descriptors are counted in /proc/self/fd"
@@ -295,7 +295,7 @@ def test_a_bound_below_one_is_refused() -> None:
 
 # ---- a low open-file limit, in a child process -------------------------------------------------
 
-CHILD = Path(__file__).with_name("_low_limit_child.py")
+CHILD = Path(__file__).resolve().parent / "support" / "low_limit_child.py"
 LIMIT = 64  # open files of the child: fewer than its queues
 
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from _waits import wait_dispatched
 from rocketstore import CorruptRecordError, GetMessageStatus, Message, MessageStore
 from rocketstore.store._java_hash import java_string_hash
 from rocketstore.store.log._record import INT32, OFFSET_BODY_LENGTH_V4, decode_stored
 from rocketstore.store.read._raw_read import get_raw
+from support.waits import wait_dispatched
 
 S = GetMessageStatus
 

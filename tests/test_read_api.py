@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from _waits import wait_dispatched
 from rocketstore import (
     CorruptRecordError,
     GetMessageStatus,
@@ -21,6 +20,7 @@ from rocketstore import (
 from rocketstore.cli import main
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store.queue._filter import TagFilter
+from support.waits import wait_dispatched
 
 S = GetMessageStatus
 SMALL = {

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import pytest
 
-from _waits import wait_dispatched
 from rocketstore import GetMessageStatus, Message, MessageExt, MessageStore, StoreConfig
 from rocketstore.store.log._record import (
     SYSFLAG_COMPRESSED,
@@ -20,6 +19,7 @@ from rocketstore.store.log._record import (
     encode_record,
 )
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
+from support.waits import wait_dispatched
 
 OpenStore = Callable[..., MessageStore]
 MakeConfig = Callable[..., StoreConfig]

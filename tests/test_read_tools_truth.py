@@ -15,7 +15,7 @@ from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
 from rocketstore.client import MessageQueue, Producer
 from rocketstore.store.recovery._inspect import _data_ranges
-from test_broker_admin import Cluster
+from support.cluster import Cluster
 
 BROKER_COUNTERS = {"putTps", "runtime", "bootTimestamp", "putMessageTimesTotal", "getTotalTps"}
 

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _fixtures import tarball
 from rocketstore import CorruptRecordError, StoreConfig
 from rocketstore.store.log._record import (
     BLANK,
@@ -45,6 +44,7 @@ from rocketstore.store.log._record import (
     tags_code,
     unpack_host,
 )
+from support.fixtures import tarball
 
 CLEAN_TARBALL = tarball("clean")
 
@@ -397,8 +397,6 @@ def test_tags_code() -> None:
 
 @pytest.fixture(scope="module")
 def clean_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not CLEAN_TARBALL.exists():
-        pytest.skip(f"{CLEAN_TARBALL} not present")
     dest = tmp_path_factory.mktemp("rmq-clean")
     with tarfile.open(CLEAN_TARBALL) as tar:
         tar.extractall(dest, filter="data")

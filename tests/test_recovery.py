@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from _crash import config, read_queue
 from rocketstore import CorruptFileError, Message, MessageStore
 from rocketstore.cli import main
 from rocketstore.store._errors import CorruptRecordError
@@ -23,8 +22,9 @@ from rocketstore.store.log._record import check_record, encode_record
 from rocketstore.store.queue._consume_queue import UNIT, UNIT_SIZE
 from rocketstore.store.queue._index import HEADER
 from rocketstore.store.recovery._scan import BAD_RECORD, scan_records
-from test_fixture_read import FIXTURES, expected, unpack
-from test_fixture_read import config as fixture_config
+from support.crash import config, read_queue
+from support.fixtures import fixture_config, read_back
+from support.fixtures import unpack_fixture as unpack
 
 T = "Rec"
 
@@ -55,13 +55,10 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 # ---- RocketMQ's stores --------------------------------------------------------------------------
 
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 
-
-@needs_fixtures
 def test_rocketmq_crashed_store_recovers_as_rocketmq_does(tmp_path: Path) -> None:
     fixture = unpack("abort", tmp_path)
-    lines = expected(fixture)
+    lines = read_back(fixture)
     load = next(d for d in lines if d["type"] == "load")
     after = next(d for d in lines if d["type"] == "store")
     root = fixture / "store"
@@ -92,7 +89,6 @@ def test_rocketmq_crashed_store_recovers_as_rocketmq_does(tmp_path: Path) -> Non
         )
 
 
-@needs_fixtures
 def test_rocketmq_clean_store_recovers_normally(tmp_path: Path) -> None:
     fixture = unpack("clean", tmp_path)
     root = fixture / "store"
@@ -329,7 +325,6 @@ def test_scan_records_agrees_with_check_record() -> None:
 # ---- rocketstore inspect --------------------------------------------------------------------------
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["clean", "abort"])
 def test_inspect_rocketmq_stores(tmp_path: Path, name: str) -> None:
     fixture = unpack(name, tmp_path)
@@ -341,7 +336,7 @@ def test_inspect_rocketmq_stores(tmp_path: Path, name: str) -> None:
     queues = {
         (q["topic"], q["queue_id"]): q for t in report["topics"].values() for q in t["queues"]
     }
-    for d in expected(fixture):
+    for d in read_back(fixture):
         if d["type"] == "queue":
             assert queues[(d["topic"], d["queueId"])]["commit_log_next_offset"] == d["maxOffset"]
     if name == "abort":

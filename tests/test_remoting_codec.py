@@ -11,7 +11,6 @@ import dataclasses
 import json
 import random
 import struct
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,7 @@ from rocketstore.remoting._command import (
     decode_frame,
     frame_length,
 )
-
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "protocol" / "remoting"
+from support.fixtures import TRANSCRIPTS
 
 
 def roundtrip(cmd: RemotingCommand) -> RemotingCommand:
@@ -172,8 +170,6 @@ def test_decoded_body_is_bytes_detached_from_the_frame() -> None:
 
 
 def transcript_frames() -> list[tuple[str, dict[str, Any]]]:
-    if not TRANSCRIPTS.is_dir():
-        pytest.skip(f"no transcripts at {TRANSCRIPTS}")
     frames = []
     for path in sorted(TRANSCRIPTS.glob("*.jsonl")):
         for n, line in enumerate(path.read_text().splitlines(), 1):

@@ -16,14 +16,6 @@ from typing import Any
 
 import pytest
 
-from _remoting import (
-    Served,
-    closed_by_peer,
-    frame,
-    raw_connect,
-    read_command,
-    serve,
-)
 from rocketstore._speedups import compiled_glue
 from rocketstore.remoting import (
     AsyncRemotingClient,
@@ -37,6 +29,14 @@ from rocketstore.remoting import (
     ResponseCode,
 )
 from rocketstore.remoting._command import ONEWAY_FLAG, SERIALIZE_ROCKETMQ, decode_frame
+from support.remoting import (
+    Served,
+    closed_by_peer,
+    frame,
+    raw_connect,
+    read_command,
+    serve,
+)
 
 ECHO = 10
 SLOW = 11  # answers after ext "delay" seconds

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from _waits import wait_dispatched
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store.queue._consume_queue import UNIT_SIZE
+from support.waits import wait_dispatched
 
 SMALL = {
     "dispatch_in_put_path": False,  # these tests are about the dispatch thread and its handoff

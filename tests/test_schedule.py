@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from _fixtures import tarball
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store._errors import CorruptFileError
 from rocketstore.store.log._record import (
@@ -28,6 +27,7 @@ from rocketstore.store.services._delay_offset import (
     decode_delay_offsets,
     encode_delay_offsets,
 )
+from support.fixtures import tarball
 
 LEVELS = "1s 3s"
 
@@ -285,8 +285,6 @@ def test_offsets_are_clamped_into_the_queue(open_store: Any, make_config: Any) -
 
 def _unpack(tmp_path: Path) -> Path:
     clean = tarball("clean")
-    if not clean.exists():
-        pytest.skip(f"RocketMQ fixtures not present at {clean}")
     with tarfile.open(clean) as tf:
         tf.extractall(tmp_path, filter="data")
     return tmp_path / "rocketmq-4.9.8-clean"

@@ -28,7 +28,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker.messaging import _send, _send_scan
@@ -40,13 +39,14 @@ from rocketstore.remoting._command import SERIALIZE_ROCKETMQ, _encode_json_heade
 from rocketstore.server import BrokerServer
 from rocketstore.store.log._message import Message
 from rocketstore.store.log._record import string_to_properties
-from test_send_fast_path import (
+from support.ports import free_port
+from support.remoting import RecordingTransport
+from support.send_frames import (
     PLAIN,
     TOPIC,
     UNIQ,
     commit_log_bytes,
     frames_by_opaque,
-    free_port,
     recorded_sends,
     v1,
     v2,

@@ -3,7 +3,7 @@ name, keys on) against ``rocketstore serve`` with its defaults, whose send frame
 such sends: every send is answered as sent, and RocketMQ's push consumer gets every message
 back.
 
-Skipped without ``ROCKETMQ_CLASSPATH`` (see tests/_rocketmq_java.py).
+Skipped without ``ROCKETMQ_CLASSPATH`` (see tests/support/rocketmq_java.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import _rocketmq_java as rj
-from _interop import ServerProcess
+from support import rocketmq_java as rj
+from support.interop import ServerProcess
 
 pytestmark = pytest.mark.skipif(rj.unavailable() is not None, reason=str(rj.unavailable()))
 

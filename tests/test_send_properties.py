@@ -11,7 +11,7 @@ from pathlib import Path
 from rocketstore.broker.messaging._send import stored_properties
 from rocketstore.namesrv._java_order import java_order
 from rocketstore.remoting import RemotingClient, ResponseCode
-from test_broker_server import RunningBroker, send_request
+from support.broker import RunningBroker, send_request
 
 
 def test_stored_properties_order_and_wait() -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from _interop import ServerProcess
 from rocketstore.cli import main as cli_main
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.client._producer import message_properties, send_request
@@ -22,6 +21,7 @@ from rocketstore.store._clock import ManualClock
 from rocketstore.store.ha import _transfer
 from rocketstore.store.ha._transfer import GroupTransferService
 from rocketstore.store.log._message import PutMessageResult, PutMessageStatus
+from support.interop import ServerProcess
 
 NOT_AVAILABLE_LINE = re.compile(r"(\d+) put\(s\) since the last warning were stored and answered")
 

@@ -30,25 +30,10 @@ from rocketstore.server._ports import (
     port_in_use_error,
     taken,
 )
-from test_base_install import _read_until
+from support.ports import free_port
+from support.processes import read_until
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
-
-
-def free_port(pair: bool = False) -> int:
-    """A port free on 127.0.0.1 now (with ``pair``: the next one free too)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not pair or port >= 65535:
-            return port
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
 
 
 def listening(port: int) -> bool:
@@ -71,14 +56,14 @@ def test_claims_clash_on_one_port_of_overlapping_hosts() -> None:
 
 
 def test_serve_prints_every_port_it_opens(tmp_path: Path) -> None:
-    ns, broker, grpc, metrics, console = (free_port(pair=(i == 1)) for i in range(5))
+    ns, broker, grpc, metrics, console = (free_port(also=(1,) if i == 1 else ()) for i in range(5))
     args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{ns}"]
     args += ["--listen", f"127.0.0.1:{broker}", "--grpc-listen", f"127.0.0.1:{grpc}"]
     args += ["--metrics-listen", f"127.0.0.1:{metrics}", "--console-listen", f"127.0.0.1:{console}"]
     with (tmp_path / "serve.err").open("w") as err:
         proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True)
         try:
-            text = "\n".join(_read_until(proc, r"^console on "))
+            text = "\n".join(read_until(proc, r"^console on "))
             expected = {
                 ns: r"^name server listening on 127\.0\.0\.1:(\d+)$",
                 broker: r"^broker broker-a .* listening on 127\.0\.0\.1:(\d+), store",
@@ -116,7 +101,7 @@ def test_serve_prints_every_port_it_opens(tmp_path: Path) -> None:
 def test_serve_refuses_two_of_its_servers_on_one_port_before_binding(
     tmp_path: Path, clash: list[str], owners: tuple[str, str]
 ) -> None:
-    ports = {"ns": free_port(), "broker": free_port(pair=True), "grpc": free_port()}
+    ports = {"ns": free_port(), "broker": free_port(also=(1,)), "grpc": free_port()}
     ports["ha"] = ports["broker"] + 1
     args = ["serve", "--store", str(tmp_path / "store")]
     args += ["--namesrv-listen", f"127.0.0.1:{ports['ns']}"]
@@ -133,7 +118,7 @@ def test_serve_refuses_two_of_its_servers_on_one_port_before_binding(
 
 
 def test_run_servers_refuses_a_clash_before_the_name_server_binds(tmp_path: Path) -> None:
-    ns_port, port = free_port(), free_port(pair=True)
+    ns_port, port = free_port(), free_port(also=(1,))
     ns = NameServer("127.0.0.1", ns_port)
     broker = BrokerServer(
         StoreConfig(store_path_root_dir=str(tmp_path / "store"), ha_listen_port=port + 1),
@@ -197,7 +182,7 @@ def test_a_port_another_process_holds_ends_the_start_in_one_line_naming_it(
     owner: str,
     option: str,
 ) -> None:
-    ports = {"ns": free_port(), "broker": free_port(pair=True), "grpc": free_port()}
+    ports = {"ns": free_port(), "broker": free_port(also=(1,)), "grpc": free_port()}
     ports["ha"] = ports["broker"] + 1
     held(ports[held_port])
     if command == "serve":

@@ -18,8 +18,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _remoting import WAIT, Served, closed_by_peer, raw_connect, read_command, serve
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore._inflate import (
     DEFAULT_MAX_BODY,
@@ -55,7 +53,9 @@ from rocketstore.remoting import _server as remoting_server
 from rocketstore.remoting._limits import TRIM_AFTER, BufferBudget, LogLimiter
 from rocketstore.store._errors import StoreConfigError
 from rocketstore.store.log._record import SYSFLAG_COMPRESSED, decode_message, encode_record
-from test_broker_server import RunningBroker, heartbeat, pull_request, send_request
+from support.broker import RunningBroker, heartbeat, pull_request, send_request
+from support.remoting import WAIT, Served, closed_by_peer, raw_connect, read_command, serve
+from support.waits import wait_until
 
 MiB = 1024 * 1024
 T = TypeVar("T")

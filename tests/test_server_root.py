@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from _grpc_broker import TEST_GRPC_CONFIG, small_store_config
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
 from rocketstore.grpc import GrpcFrontEnd
@@ -21,6 +20,7 @@ from rocketstore.remoting import RemotingServer
 from rocketstore.server import BrokerServer
 from rocketstore.server._addresses import resolve_addresses
 from rocketstore.store._store import MessageStore
+from support.grpc_broker import TEST_GRPC_CONFIG, small_store_config
 
 
 def _server(root: Path, **grpc: object) -> BrokerServer:

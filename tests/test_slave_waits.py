@@ -141,7 +141,7 @@ def test_waits_past_their_deadline_time_out_and_the_rest_still_complete(
         assert all(isinstance(w, SlaveWait) for w in early)
         service.notify_transfer_some(2 * RECORD)  # covers the first two
         assert await _until(lambda: len(history.answers) == 2)
-        await asyncio.sleep(1.0)
+        service.timeout_s = 600.0  # the late ones, queued behind, are far from their deadline
         late = [waits.wait(stored(i), 0) for i in range(5, 8)]
         assert all(isinstance(w, SlaveWait) for w in late)
         # the three early ones time out at their deadline, the late ones are still waiting

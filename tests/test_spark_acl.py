@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from _acl_env import World, acl_world
 from rocketstore.columns._arrow import ARROW_SCHEMA
 from rocketstore.spark._broker import Cluster, drop_pool, pull_range
 from rocketstore.spark._broker_plan import plan_remote
 from rocketstore.spark._options import SourceOptionError, SourceOptions
+from support.acl_env import World, acl_world
 
 
 @pytest.fixture(scope="module")

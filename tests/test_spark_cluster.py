@@ -1,5 +1,5 @@
 """The data source on a real Spark standalone cluster (a master and two workers of one core each,
-every one a JVM of its own; ``tests/_spark_cluster.py``), not ``local[*]``: the executors, other
+every one a JVM of its own; ``tests/support/spark_cluster.py``), not ``local[*]``: the executors, other
 processes than the driver's, read, write, pull from and send to brokers, and stream.
 
 On it: a path-mode read whose partitions both executors run, ``read_topic`` over a tiered store
@@ -26,14 +26,14 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from _spark_cluster import StandaloneCluster
-from _tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
-from _waits import wait_until
 from conftest import spark_session
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.client._admin import AdminClient
 from rocketstore.spark import read_topic
 from rocketstore.spark._broker import drop_pool
+from support.spark_cluster import StandaloneCluster
+from support.tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
+from support.waits import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_cluster]
 
@@ -342,5 +342,5 @@ def test_export_with_master_runs_on_the_cluster(
 
     assert len(lines(tmp_path / "h")) == 120
     assert lines(tmp_path / "c") == lines(tmp_path / "h")
-    log = (tmp_path / "logs" / "spark.log").read_text(errors="replace")
+    log = (tmp_path / "logs" / "store" / "spark.log").read_text(errors="replace")
     assert f"Connecting to master {spark_cluster.url}" in log or spark_cluster.url in log

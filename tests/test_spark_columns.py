@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from _spark_helpers import run_query
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store.log._record import OFFSET_BODY_LENGTH_V4
 from rocketstore.store.read._reader import StoreReader
+from support.spark_helpers import run_query
 
 pa = pytest.importorskip("pyarrow")
 

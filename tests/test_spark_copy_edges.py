@@ -21,7 +21,7 @@ from rocketstore.client import Producer
 from rocketstore.spark._broker import drop_pool
 from rocketstore.spark._system_props import SYSTEM_PROPERTIES
 from rocketstore.store.log._record import SCHEDULE_TOPIC
-from test_spark_broker import Brokers, create_topic
+from support.spark_broker import Brokers, create_topic
 
 pytestmark = pytest.mark.spark
 

@@ -97,12 +97,23 @@ def test_the_current_directory_is_refused(
 
 
 def test_a_file_as_target_is_refused(store: Path, tmp_path: Path) -> None:
-    f = tmp_path / "out.parquet"
+    f = tmp_path / "out"
     f.write_text("a file")
     _one_line_error(_export(store, f, "--overwrite"), "not a directory")
     _one_line_error(_export(store, f"file://{f}", "--overwrite"), "not a directory")
     assert f.read_text() == "a file"
     _one_line_error(_export(store, "s3a://bucket/out"), "local directory")
+    # a file named like an export's file is replaced only when an export wrote it
+    for name in ("out.parquet", "out.jsonl"):
+        g = tmp_path / name
+        g.write_text("a file")
+        for target in (g, f"file://{g}"):
+            _one_line_error(_export(store, target, "--overwrite"), "not a previous export")
+        assert g.read_text() == "a file"
+        g.unlink()
+        assert _export(store, g).exit_code == 0
+        _one_line_error(_export(store, g), "add --overwrite")
+        assert _export(store, f"file://{g}", "--overwrite").exit_code == 0
 
 
 def _block(monkeypatch: pytest.MonkeyPatch, top: str) -> None:

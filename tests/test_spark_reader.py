@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from _spark_helpers import FIXTURES, expected_queue_messages, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store._errors import CorruptRecordError
 from rocketstore.store._lock import lock_owner
 from rocketstore.store.log._record import OFFSET_BODY_LENGTH_V4
 from rocketstore.store.read._reader import NotAStoreError, StoreReader
+from support.spark_helpers import expected_queue_messages, unpack_fixture
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
@@ -27,8 +27,6 @@ from rocketstore.spark._options import (  # noqa: E402
 )
 from rocketstore.spark._path_plan import limit_offsets  # noqa: E402
 
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
-
 
 def _tree_digest(root: Path) -> dict[str, tuple[int, str]]:
     out = {}
@@ -39,7 +37,6 @@ def _tree_digest(root: Path) -> dict[str, tuple[int, str]]:
     return out
 
 
-@needs_fixtures
 @pytest.mark.parametrize("name", ["clean", "abort"])
 def test_fixture_read_matches_manifest_and_changes_nothing(tmp_path: Path, name: str) -> None:
     fixture = unpack_fixture(name, tmp_path)
@@ -74,7 +71,6 @@ def test_fixture_read_matches_manifest_and_changes_nothing(tmp_path: Path, name:
     assert _tree_digest(store) == before  # read-only: nothing written, nothing touched
 
 
-@needs_fixtures
 def test_fixture_lookups(tmp_path: Path) -> None:
     fixture = unpack_fixture("clean", tmp_path)
     expected = expected_queue_messages(fixture)

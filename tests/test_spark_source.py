@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from _spark_helpers import FIXTURES, expected_queue_messages, run_query, unpack_fixture
 from rocketstore import Message, MessageStore, StoreConfig
+from support.spark_helpers import expected_queue_messages, run_query, unpack_fixture
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
@@ -302,7 +302,6 @@ def test_write_errors(spark: Any, tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 @pytest.mark.parametrize("name", ["clean", "abort"])
 def test_reads_rocketmq_fixtures(spark: Any, tmp_path: Path, name: str) -> None:
     fixture = unpack_fixture(name, tmp_path)
@@ -323,7 +322,6 @@ def test_reads_rocketmq_fixtures(spark: Any, tmp_path: Path, name: str) -> None:
         assert int(ts.timestamp() * 1000) == rec["storeTimestamp"]
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="RocketMQ fixtures not present")
 def test_cli_export_then_import(spark: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner
 

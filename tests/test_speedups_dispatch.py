@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _waits import wait_dispatched
 from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.queue import _consume_queue, _reput, _unit_write
 from rocketstore.store.queue._unit_write import UNIT, UNIT_SIZE, pack_units_py, put_next_unit_py
+from support.waits import wait_dispatched
 
 unit_c = pytest.importorskip(
     "rocketstore.store.queue._unit_write_c", reason="the compiled core is not built"

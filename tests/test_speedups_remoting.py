@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +14,9 @@ from hypothesis import strategies as st
 from rocketstore.remoting import _command
 from rocketstore.remoting._codes import RequestCode, ResponseCode
 from rocketstore.remoting._command import RemotingCommand, decode_frame
+from support.fixtures import TRANSCRIPTS
 
 pytest.importorskip("orjson")
-
-TRANSCRIPTS = Path("/work/shared/protocol/remoting")
 
 
 def _outcome(frame: bytes, fast: bool) -> tuple[str, Any]:

@@ -25,7 +25,6 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from _tier_files import expire_oldest, tier_store, wait_dispatched
 from rocketstore import StoreConfig
 from rocketstore.acl import AccessDeniedError
 from rocketstore.acl._plain import SUB, parse_plain_acl
@@ -40,6 +39,7 @@ from rocketstore.server import BrokerServer
 from rocketstore.spark._tiered_broker import broker_tiers
 from rocketstore.tier._answer import TierManifestBody
 from rocketstore.tier._manifest import load_covered, load_manifest, save_covered, topic_dir
+from support.tier_files import expire_oldest, tier_store, wait_dispatched
 
 TIERED = ("broker-a", "broker-b")
 TOPICS = ("TA", "TB")

@@ -14,11 +14,18 @@ from click.testing import CliRunner
 
 pytest.importorskip("pyarrow")
 
-from _tier_helpers import assert_same_rows, fill, source_rows, split_at, store_config, tier_rows
 from rocketstore.cli import main
 from rocketstore.store._lock import StoreLock
 from rocketstore.store._store import MessageStore
 from rocketstore.tier._manifest import load_covered
+from support.tier_helpers import (
+    assert_same_rows,
+    fill,
+    source_rows,
+    split_at,
+    store_config,
+    tier_rows,
+)
 
 
 def _store(tmp_path: Path, count: int = 1200) -> Path:

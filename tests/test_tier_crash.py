@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from _tier_helpers import assert_same_rows, fill, source_rows, split_at, store_config, tier_rows
 from rocketstore.store._store import MessageStore
 from rocketstore.tier._manifest import (
     crash_leftovers,
@@ -33,6 +32,14 @@ from rocketstore.tier._manifest import (
     load_manifest,
     tiered_topics,
     topic_dir,
+)
+from support.tier_helpers import (
+    assert_same_rows,
+    fill,
+    source_rows,
+    split_at,
+    store_config,
+    tier_rows,
 )
 
 _CHILD = """

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from _tier_files import expire_oldest, tier_store, wait_dispatched
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.client import MessageQueue, Producer, PullConsumer
@@ -24,6 +23,7 @@ from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.server import BrokerServer
 from rocketstore.tier._manifest import load_manifest, save_manifest
+from support.tier_files import expire_oldest, tier_store, wait_dispatched
 
 TOPIC = "TierPull"
 COUNT = 400

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from _tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
 from rocketstore import Message, MessageStore
 from rocketstore.store.log._record import tags_code
 from rocketstore.store.read._raw_read import get_raw
 from rocketstore.tier._manifest import TierError, load_manifest, save_manifest, topic_dir
 from rocketstore.tier._read import TierReader, TierRecords, encode_rows
+from support.tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
 
 TOPICS = ("TA", "TB")
 COUNT = 240  # per topic: about 8 commit-log files of 64 KiB

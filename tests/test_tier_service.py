@@ -15,15 +15,6 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from _tier_helpers import (
-    FILE_SIZE,
-    assert_same_rows,
-    fill,
-    source_rows,
-    split_at,
-    store_config,
-    tier_rows,
-)
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.server import BrokerServer
 from rocketstore.store._clock import ManualClock
@@ -37,6 +28,15 @@ from rocketstore.tier._manifest import (
 )
 from rocketstore.tier._retention import enforce_retention
 from rocketstore.tier._service import TierService, remove_leftovers, tier_store
+from support.tier_helpers import (
+    FILE_SIZE,
+    assert_same_rows,
+    fill,
+    source_rows,
+    split_at,
+    store_config,
+    tier_rows,
+)
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from _spark_helpers import run_query
-from _tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
 from rocketstore import Message, MessageStore
 from rocketstore.spark import read_topic, tier_files, tier_snapshot, tiered_boundary
 from rocketstore.tier._manifest import load_manifest, topic_dir
+from support.spark_helpers import run_query
+from support.tier_files import expire_oldest, store_rows, tier_store, wait_dispatched
 
 TOPICS = ("SA", "SB")
 ORDER = ["topic", "queue_id", "queue_offset"]

@@ -16,15 +16,6 @@ pytest.importorskip("pyarrow")
 
 import pyarrow.parquet as pq
 
-from _tier_helpers import (
-    FILE_SIZE,
-    assert_same_rows,
-    fill,
-    source_rows,
-    split_at,
-    store_config,
-    tier_rows,
-)
 from rocketstore.store._store import MessageStore
 from rocketstore.store.read._reader import CommitLogView
 from rocketstore.tier._manifest import (
@@ -41,6 +32,15 @@ from rocketstore.tier._writer import (
     RangeResult,
     WriterOptions,
     tier_range,
+)
+from support.tier_helpers import (
+    FILE_SIZE,
+    assert_same_rows,
+    fill,
+    source_rows,
+    split_at,
+    store_config,
+    tier_rows,
 )
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from _certs import make_certs
-from _interop import ServerProcess
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.remoting import RemotingClient, RemotingCommand, RemotingError
 from rocketstore.remoting._tls import TlsConfigError, TlsServerConfig, client_context, speaks_tls
+from support.certs import make_certs
+from support.interop import ServerProcess
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

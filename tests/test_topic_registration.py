@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from _waits import wait_until
 from rocketstore.client._admin import AdminClient
+from support.waits import wait_until
 
 TOPICS = 120
 

@@ -5,148 +5,30 @@ ends, the state across a restart, and the files as RocketMQ 4.x lays them out.""
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from _grpc_broker import BrokerThread
 from rocketstore.broker.messaging._transaction import (
     OP_TAG,
     PROPERTY_CHECK_TIMES,
     SYSTEM_GROUP,
 )
-from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
-from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC
 from rocketstore.remoting._command import RemotingCommand
 from rocketstore.store.log._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
     MessageExt,
     decode_msg_id,
-    decode_stored,
-    properties_to_string,
 )
+from support.grpc_broker import BrokerThread
+from support.transactions import COMMIT, PG, ROLLBACK, UNKNOWN, TxProducer, check, wait_for
 
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-PG = "TxProducerGroup"
-COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
-_ids = itertools.count()
-
-
-class TxProducer:
-    """A producer speaking the remoting protocol by hand on the broker's loop: heartbeats for
-    its group, sends half messages, ends them, and answers the broker's checks with
-    ``answer`` (commit / rollback / unknown)."""
-
-    def __init__(self, b: BrokerThread, group: str = PG, answer: int = COMMIT) -> None:
-        self.b = b
-        self.group = group
-        self.answer = answer
-        self.checks: list[tuple[dict[str, Any], MessageExt]] = []
-        self.client: AsyncRemotingClient
-
-        async def make() -> None:
-            self.client = AsyncRemotingClient({RequestCode.CHECK_TRANSACTION_STATE: self._check})
-
-        b.call(make)
-
-    @property
-    def addr(self) -> str:
-        return self.b.broker.address
-
-    def call(self, cmd: RemotingCommand) -> RemotingCommand:
-        async def go() -> RemotingCommand:
-            return await self.client.invoke(self.addr, cmd, 5.0)
-
-        return self.b.call(go)
-
-    def heartbeat(self) -> None:
-        body = encode_heartbeat(
-            HeartbeatData(f"tx-client-{self.group}", producers=(ProducerData(self.group),))
-        )
-        r = self.call(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body))
-        assert r.code == RC.SUCCESS, r.remark
-
-    def send_half(
-        self, topic: str, body: bytes, queue_id: int = 1, **props: str
-    ) -> tuple[RemotingCommand, str]:
-        uniq = f"UNIQ{next(_ids):08d}"
-        properties = {
-            "TRAN_MSG": "true",
-            "PGROUP": self.group,
-            "UNIQ_KEY": uniq,
-            "WAIT": "true",
-            "TAGS": "TagTx",
-            **props,
-        }
-        header = {
-            "producerGroup": self.group,
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4",
-            "queueId": str(queue_id),
-            "sysFlag": str(TRANSACTION_PREPARED_TYPE),
-            "bornTimestamp": str(int(time.time() * 1000)),
-            "flag": "0",
-            "properties": properties_to_string(properties),
-            "reconsumeTimes": "0",
-            "unitMode": "false",
-            "batch": "false",
-        }
-        r = self.call(RemotingCommand.request(RequestCode.SEND_MESSAGE, header, body))
-        return r, uniq
-
-    def end(
-        self,
-        sent: RemotingCommand,
-        uniq: str,
-        kind: int,
-        *,
-        group: str | None = None,
-        from_check: bool = False,
-        commit_log_offset: int | None = None,
-    ) -> RemotingCommand:
-        if commit_log_offset is None:
-            commit_log_offset = decode_msg_id(sent.ext_fields["msgId"])[1]
-        header = {
-            "producerGroup": group or self.group,
-            "tranStateTableOffset": str(sent.ext_fields["queueOffset"]),
-            "commitLogOffset": str(commit_log_offset),
-            "commitOrRollback": str(kind),
-            "fromTransactionCheck": "true" if from_check else "false",
-            "msgId": uniq,
-            "transactionId": uniq,
-        }
-        return self.call(RemotingCommand.request(RequestCode.END_TRANSACTION, header))
-
-    def _check(self, cmd: RemotingCommand, conn: Any) -> None:
-        ext = dict(cmd.ext_fields)
-        msg = decode_stored(bytes(cmd.body), 0, len(cmd.body))
-        self.checks.append((ext, msg))
-        header = {
-            "producerGroup": self.group,
-            "tranStateTableOffset": ext["tranStateTableOffset"],
-            "commitLogOffset": ext["commitLogOffset"],
-            "commitOrRollback": str(self.answer),
-            "fromTransactionCheck": "true",
-            "msgId": ext["msgId"],
-            "transactionId": ext["transactionId"],
-        }
-        conn.send(RemotingCommand.request(RequestCode.END_TRANSACTION, header, oneway=True))
-
-    def close(self) -> None:
-        async def down() -> None:
-            self.client.close()
-
-        self.b.call(down)
 
 
 @pytest.fixture
@@ -177,19 +59,6 @@ def queue_messages(b: BrokerThread, topic: str, queue_id: int) -> list[MessageEx
         return list(r.messages)
 
     return b.run(read)
-
-
-def check(b: BrokerThread) -> int:
-    return b.call(b.broker.transactions.check)
-
-
-def wait_for(cond: Any, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return bool(cond())
 
 
 def test_half_message_is_kept_out_of_its_topic_until_committed(

@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from _grpc_broker import BrokerThread
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.client._producer import encode_batch
@@ -45,6 +44,7 @@ from rocketstore.store.log._record import (
     encode_record,
     properties_to_string,
 )
+from support.grpc_broker import BrokerThread
 
 T = TypeVar("T")
 
@@ -339,6 +339,8 @@ def test_kill_9_under_sync_flush_keeps_every_acknowledged_end(tmp_path: Path) ->
                 return COMMIT
             if s == "rollback":
                 return ROLLBACK
+            if s == "canary":
+                return None  # never answered: asked again every check round
             return open_answer
 
         return decide
@@ -380,10 +382,14 @@ def test_kill_9_under_sync_flush_keeps_every_acknowledged_end(tmp_path: Path) ->
         def stored() -> int:
             return sum(producer.max_offset(topic, q) for q in range(queues))
 
-        assert wait_for(lambda: stored() >= want, 10), (stored(), p2.checked(), second.output())
-        time.sleep(0.6)  # four more check rounds: time for a wrong second copy to show up
+        assert wait_for(lambda: stored() >= want, 60), (stored(), p2.checked(), second.output())
+        # a canary half of another topic, never answered, is asked about every check round:
+        # four rounds after it was first asked, a wrong second copy would have shown up
+        _sent, canary = p2.send_half("TxCanaryTopic", b"canary", queue_id=0)
+        state[canary] = "canary"
+        assert wait_for(lambda: p2.checked().count(canary) >= 5, 60), second.output()[-3000:]
         assert open_ <= set(p2.checked())
-        asked_again = set(p2.checked()) - open_
+        asked_again = set(p2.checked()) - open_ - {canary}
         assert not asked_again, f"ended transactions asked about after the restart: {asked_again}"
     finally:
         status = second.stop()

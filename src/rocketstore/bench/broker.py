@@ -10,8 +10,8 @@ clients are.
 ``broker-send`` also times, in the same run, redis-py's XADD against Debian's redis-server
 (started and stopped here; skipped with a note when either is missing) and the official
 RocketMQ client's ``send_sync`` (the ``rocketmq`` 0.4.4 package, C++ inside, in a virtual
-environment of its own: ``$ROCKETSTORE_BENCH_RMQ_VENV``, else ``/tmp/rmq4``, else one made
-under ``~/.cache/rocketstore``; skipped with a note when none can be had).
+environment of its own: ``$ROCKETSTORE_BENCH_RMQ_VENV``, else one made under
+``~/.cache/rocketstore``; skipped with a note when none can be had).
 
 Knobs beyond ``--messages``: ``ROCKETSTORE_BENCH_BROKER_LOOP`` (``asyncio`` or ``uvloop``, the
 broker's event loop) and ``ROCKETSTORE_BENCH_PIN=1`` (broker on CPU 0, this process on CPU 1).
@@ -44,6 +44,7 @@ from typing import IO, Any
 from ..client._async_producer import AsyncProducer
 from ..client._producer import message_properties, send_header
 from ..remoting import AsyncRemotingClient, RemotingClient, RemotingCommand, ResponseCode
+from ..server._addresses import free_port
 from . import Figures, scenario
 
 BODY_SIZE = 1024
@@ -274,19 +275,13 @@ def _create_topic(server: BrokerServer, topic: str = TOPIC, timeout: float = 30.
 # ---- redis-py XADD against redis-server -----------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def redis_server(cpu: int | None = None) -> Iterator[int]:
     """A redis-server on a free loopback port, no persistence, stopped at the end."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise FileNotFoundError("redis-server is not installed (apt-get install redis-server)")
-    port = _free_port()
+    port = free_port("127.0.0.1")
     args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -373,7 +368,7 @@ def official_python(create: bool = True) -> tuple[str | None, str]:
     if env:
         candidates.append(Path(env))
     cache = Path.home() / ".cache" / "rocketstore" / f"rocketmq-{RMQ_VERSION}-venv"
-    candidates += [Path("/tmp/rmq4"), cache]
+    candidates.append(cache)
     check = "import rocketmq.client"
     for venv in candidates:
         py = venv / "bin" / "python"

@@ -44,21 +44,27 @@ def is_previous_export(directory: Path) -> bool:
     return MARKER in names or "_SUCCESS" in names
 
 
-def check_target(to: str, overwrite: bool) -> Path:
-    """The absolute target path, after checking that an export may write it: absent, an
-    empty directory, or (with ``overwrite``) a previous export. ExportTargetError otherwise."""
+def local_path(to: str) -> str:
+    """``to`` without a ``file:`` scheme; ExportTargetError for another URI scheme."""
     scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", to)
     if scheme and scheme.group(1).lower() == "file":
-        to = re.sub(r"^file:(//)?", "", to, flags=re.I)
-    elif scheme and len(scheme.group(1)) > 1:  # (not a Windows drive letter)
+        return re.sub(r"^file:(//)?", "", to, flags=re.I)
+    if scheme and len(scheme.group(1)) > 1:  # (not a Windows drive letter)
         raise ExportTargetError(
             f"export writes a local directory; {to!r} is a {scheme.group(1)} URI"
         )
+    return to
+
+
+def check_target(to: str, overwrite: bool) -> Path:
+    """The absolute target path, after checking that an export may write it: absent, an
+    empty directory, or (with ``overwrite``) a previous export. ExportTargetError otherwise."""
+    to = local_path(to)
     target = Path(os.path.abspath(os.path.expanduser(to)))
     if target == Path(os.getcwd()) or target == Path(target.anchor):
         raise ExportTargetError(
             f"refusing to export into {to!r} (the current or root directory): give a new "
-            "directory, e.g. --to out.parquet"
+            "directory, e.g. --to out"
         )
     if target.is_symlink():
         raise ExportTargetError(f"{to} is a symbolic link: give the directory itself")

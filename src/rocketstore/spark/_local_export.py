@@ -24,6 +24,7 @@ No pyspark; runs in the calling thread.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -39,7 +40,7 @@ from ..columns._arrow import ARROW_SCHEMA, RangeDecoder
 from ..store._durable import fsync_dir
 from ._broker import Cluster, drop_pool, pull_range
 from ._broker_plan import plan_remote, remote_of
-from ._export_target import ExportTargetError, StagedOutput, check_target
+from ._export_target import ExportTargetError, StagedOutput, check_target, local_path
 from ._json_lines import encode_batch
 from ._options import SourceOptions
 from ._path_plan import open_reader, plan_batch
@@ -252,15 +253,23 @@ def export_local_file(
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> int:
-    """As ``export_local``, into the one file ``to``: ExportTargetError when it is a directory,
-    or exists without ``overwrite``; a failed export leaves it as it was."""
-    target = Path(os.path.abspath(os.path.expanduser(to)))
+    """As ``export_local``, into the one file ``to``: ExportTargetError when it is a directory
+    or a link, or exists and is not a previous export of ``fmt`` (one is replaced only with
+    ``overwrite``); a failed export leaves it as it was."""
+    target = Path(os.path.abspath(os.path.expanduser(local_path(to))))
+    if target.is_symlink():
+        raise ExportTargetError(f"{to} is a symbolic link: give the file itself")
     if target.is_dir():
         raise ExportTargetError(
             f"{to!r} is a directory: name a file, or a directory without a suffix"
         )
+    if target.exists() and not _previous_file_export(target, fmt):
+        raise ExportTargetError(
+            f"{to} exists and is not a previous export: give a new file (--overwrite replaces "
+            "only a previous export)"
+        )
     if target.exists() and not overwrite:
-        raise ExportTargetError(f"{to!r} exists (--overwrite replaces it)")
+        raise ExportTargetError(f"{to} holds a previous export: add --overwrite to replace it")
     if not target.parent.is_dir():
         raise ExportTargetError(f"{str(target.parent)!r} is not a directory")
     opts = source_options(store, topics, starting, ending, namesrv)
@@ -285,3 +294,20 @@ def export_local_file(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return parts.rows
+
+
+def _previous_file_export(path: Path, fmt: str) -> bool:
+    """Whether ``path`` is a file an export of ``fmt`` wrote: Parquet with the source's
+    columns, or JSON lines whose first line is a row (an empty file holds nothing to lose)."""
+    try:
+        if fmt == "parquet":
+            return bool(list(pq.read_schema(path).names) == list(ARROW_SCHEMA.names))
+        with open(path, "rb") as f:
+            first = f.readline()
+            more = f.read(1)
+        if not first.strip():
+            return more == b""
+        row = json.loads(first)
+        return isinstance(row, dict) and {"topic", "queue_id", "queue_offset"} <= set(row)
+    except (OSError, ValueError, pa.ArrowException):
+        return False

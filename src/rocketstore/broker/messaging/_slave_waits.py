@@ -68,7 +68,8 @@ class SlaveWait:
 
 class SlaveWaits:
     """A loop's queue of sends waiting for a slave; ``answer(waits)`` is called on the loop
-    with the waits that ended (each one's ``result`` its answer)."""
+    with the waits that ended (each one's ``result`` its answer). A wait's deadline is the
+    transfer service's ``timeout_s`` from when it began."""
 
     def __init__(
         self,
@@ -79,7 +80,6 @@ class SlaveWaits:
         self._loop = loop
         self.transfer = transfer
         self._answer = answer
-        self._timeout = transfer.timeout_s
         self._queue: collections.deque[SlaveWait] = collections.deque()
         self._attached: SlaveWait | None = None  # the wait attached to the transfer service
         # attached waits the service ended, with its answers: appended by any thread, taken
@@ -99,7 +99,7 @@ class SlaveWaits:
         now = transfer.at_once(end, result)
         if now is not None:
             return now
-        w = SlaveWait(end, self._loop.time() + self._timeout, result, queue_id)
+        w = SlaveWait(end, self._loop.time() + transfer.timeout_s, result, queue_id)
         queue = self._queue
         if self._attached is None:
             # the first (the queue is empty: a wait leaves it only once it is not attached)

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from _waits import wait_until
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
@@ -24,6 +23,8 @@ from rocketstore.console import ConsoleServer
 from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.server import BrokerServer
+
+from .waits import wait_until
 
 T = TypeVar("T")
 CLUSTER = "ConsoleCluster"

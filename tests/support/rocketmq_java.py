@@ -23,12 +23,13 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .ports import free_broker_port, free_port
 
 CLASSPATH = os.environ.get("ROCKETMQ_CLASSPATH", "")
 JAVA = shutil.which("java")
@@ -72,29 +73,6 @@ def unavailable() -> str | None:
     if JAVA is None:
         return "no java on PATH"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_broker_port() -> int:
-    """A port P with P - 2 (the broker's second channel) and P + 1 (replication) free too."""
-    for _ in range(200):
-        port = free_port()
-        if port < 1026:
-            continue
-        with contextlib.ExitStack() as stack:
-            try:
-                for p in (port - 2, port + 1):
-                    s = stack.enter_context(socket.socket())
-                    s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port triple on 127.0.0.1")
 
 
 def rocketmq_home(root: Path) -> Path:
@@ -257,6 +235,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.command.MQAdminStartup;
+
 
 public class AdminRunner {
     static List<DefaultMQPushConsumer> consumers = new ArrayList<>();

@@ -16,10 +16,11 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from .ports import free_broker_port, free_port
 
 CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
 HOME = os.environ.get("ROCKETMQ5_HOME", "")
@@ -49,32 +50,12 @@ ADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 
 def unavailable() -> str | None:
     if not CLASSPATH:
-        return "set ROCKETMQ5_CLASSPATH to RocketMQ 5.1.4's classes (see tests/_rocketmq5.py)"
+        return (
+            "set ROCKETMQ5_CLASSPATH to RocketMQ 5.1.4's classes (see tests/support/rocketmq5.py)"
+        )
     if JAVA is None:
         return "no java on PATH"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_broker_port() -> int:
-    """A port P with P-2 (the fast channel) and P+1 (HA) free too, as RocketMQ's broker binds."""
-    for _ in range(50):
-        p = free_port()
-        if p < 3 or p > 65533:
-            continue
-        try:
-            for q in (p - 2, p + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", q))
-        except OSError:
-            continue
-        return p
-    raise OSError("no free port for a RocketMQ broker")
 
 
 class JavaProcess:

@@ -1,5 +1,5 @@
 """A 3-member etcd cluster on loopback for the controller's tests (Debian's etcd-server: the
-``etcd`` binary). Ports from the system, data directories under the test's tmp_path, every
+``etcd`` binary). Ports from support.ports, data directories under the test's tmp_path, every
 member killed and waited for at the end, even when the test fails. Without ``etcd`` on PATH the
 tests that need it are skipped, saying so.
 
@@ -15,7 +15,6 @@ import base64
 import json
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from .ports import free_ports
+
 START_TIMEOUT = 30.0
 
 
@@ -34,19 +35,6 @@ def etcd_binary() -> str:
     if path is None:
         pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
     return path
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on 127.0.0.1 now (all held until all are chosen: one
-    bound and released at a time may be handed out twice)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass(frozen=True)
@@ -113,7 +101,7 @@ class EtcdCluster:
         self.extra = extra
         self.root = root
         self.names = [f"m{i}" for i in range(size)]
-        ports = _free_ports(2 * size)
+        ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

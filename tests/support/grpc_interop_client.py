@@ -1,6 +1,6 @@
 """Scenarios run by the official RocketMQ 5.x Python client (rocketmq-python-client), in its own
 venv, against rocketstore's gRPC front end. Not a test module: tests/test_grpc_interop.py runs
-``python _grpc_interop_client.py '<json>'`` with the venv's python and reads one JSON object
+``python grpc_interop_client.py '<json>'`` with the venv's python and reads one JSON object
 from the last line of standard output.
 
 The argument names the scenario and its parameters; see each ``scenario_*`` function. It must

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
 from rocketstore.broker._controller import BrokerController
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
+from rocketstore.grpc._pb import definition_pb2 as pb
+from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.namesrv import NameServer
 from rocketstore.server import BrokerServer
 
@@ -137,8 +142,6 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path]:
     import shutil
     import subprocess
 
-    import pytest
-
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     cert, key = directory / "server.crt", directory / "server.key"
@@ -166,3 +169,100 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path]:
         timeout=60,
     )
     return cert, key
+
+
+Code = pb.Code
+MD = [("x-mq-client-id", "test-client")]
+_ids = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{next(_ids)}"
+
+
+def message(
+    topic: str,
+    body: bytes,
+    *,
+    tag: str | None = None,
+    keys: tuple[str, ...] = (),
+    props: dict[str, str] | None = None,
+    message_id: str | None = None,
+    deliver_ms: int | None = None,
+    group: str | None = None,
+) -> pb.Message:
+    m = pb.Message(body=body)
+    m.topic.name = topic
+    sp = m.system_properties
+    sp.message_id = message_id if message_id is not None else unique("MSGID-")
+    sp.body_encoding = pb.IDENTITY
+    sp.message_type = pb.NORMAL
+    if tag is not None:
+        sp.tag = tag
+    sp.keys.extend(keys)
+    if deliver_ms is not None:
+        sp.delivery_timestamp.FromMilliseconds(deliver_ms)
+        sp.message_type = pb.DELAY
+    if group is not None:
+        sp.message_group = group
+        sp.message_type = pb.FIFO
+    for k, v in (props or {}).items():
+        m.user_properties[k] = v
+    return m
+
+
+def send(stub: Any, *messages: pb.Message, metadata: Any = MD) -> spb.SendMessageResponse:
+    return stub.SendMessage(spb.SendMessageRequest(messages=list(messages)), metadata=metadata)
+
+
+def send_ok(stub: Any, topic: str, body: bytes, **kw: Any) -> spb.SendResultEntry:
+    r = send(stub, message(topic, body, **kw))
+    assert r.status.code == Code.OK, r.status
+    return r.entries[0]
+
+
+def receive(
+    stub: Any,
+    group: str,
+    topic: str,
+    *,
+    batch: int = 32,
+    invisible_ms: int | None = 5_000,
+    poll_ms: int | None = 300,
+    expression: str = "*",
+    filter_type: int = pb.TAG,
+    timeout: float = 10.0,
+    metadata: Any = MD,
+    auto_renew: bool = False,
+) -> tuple[pb.Status, list[pb.Message], list[str]]:
+    """(status, messages, the kinds of the responses in order)."""
+    req = spb.ReceiveMessageRequest(batch_size=batch, auto_renew=auto_renew)
+    req.group.name = group
+    req.message_queue.topic.name = topic
+    req.message_queue.id = 0
+    req.filter_expression.type = filter_type  # type: ignore[assignment]
+    req.filter_expression.expression = expression
+    if invisible_ms is not None:
+        req.invisible_duration.FromMilliseconds(invisible_ms)
+    if poll_ms is not None:
+        req.long_polling_timeout.FromMilliseconds(poll_ms)
+    st = pb.Status()
+    got: list[pb.Message] = []
+    kinds: list[str] = []
+    for r in stub.ReceiveMessage(req, metadata=metadata, timeout=timeout):
+        kind = r.WhichOneof("content")
+        kinds.append(kind)
+        if kind == "status":
+            st = r.status
+        elif kind == "message":
+            got.append(r.message)
+    return st, got, kinds
+
+
+def ack(stub: Any, group: str, topic: str, *handles: str) -> spb.AckMessageResponse:
+    req = spb.AckMessageRequest()
+    req.group.name = group
+    req.topic.name = topic
+    for h in handles:
+        req.entries.add(receipt_handle=h, message_id="x")
+    return stub.AckMessage(req, metadata=MD)

@@ -4,7 +4,7 @@ rocketstore servers run as subprocesses.
 - ``rmq4_python()`` makes (once, then reuses) a virtualenv with ``rocketmq==0.4.4`` under
   ``~/.cache/rocketstore-interop/rmq4`` (``ROCKETSTORE_INTEROP_CACHE`` moves it) and returns its
   interpreter; it raises ``InteropUnavailable`` only when pip cannot install the package.
-- ``Rmq4Client`` runs tests/_rmq4_client.py with that interpreter, bounded in time, and returns
+- ``Rmq4Client`` runs tests/support/rmq4_client.py with that interpreter, bounded in time, and returns
   the JSON lines it printed.
 - ``ServerProcess.serve`` starts ``rocketstore serve`` (name server and broker in one process) on
   loopback, ``ServerProcess.namesrv`` / ``ServerProcess.broker`` start them apart; each waits for
@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,9 +27,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from .ports import free_port
+
 RMQ4_REQUIREMENT = "rocketmq==0.4.4"
 INSTALL_TIMEOUT_S = 300.0
-CLIENT_SCRIPT = Path(__file__).with_name("_rmq4_client.py")
+CLIENT_SCRIPT = Path(__file__).with_name("rmq4_client.py")
 _OK_MARKER = ".rocketstore-interop-ok"
 
 
@@ -98,18 +99,12 @@ def rmq4_python() -> Path:
     return python
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class ClientError(AssertionError):
     """A client script failed or ran out of time (its output is in the message)."""
 
 
 class Rmq4Client:
-    """Runs tests/_rmq4_client.py commands with the official client; the C++ library's log files
+    """Runs tests/support/rmq4_client.py commands with the official client; the C++ library's log files
     go under ``home`` (its HOME), and every run is bounded by ``timeout``."""
 
     def __init__(self, python: Path, home: Path) -> None:

@@ -4,7 +4,7 @@ checker that judges the history afterwards, never trusting the system's own acco
 
 - workload: producers send unique keys (the body and KEYS of each message) one after another:
   the project's client in a thread (``PyProducer``) and the official RocketMQ 4.x client in its
-  own virtualenv (``Rmq4Producer``, tests/_rmq4_client.py ``stream``); a pull consumer
+  own virtualenv (``Rmq4Producer``, tests/support/rmq4_client.py ``stream``); a pull consumer
   (``Reader``) reads every queue from the master in order, keeping its own offsets;
 - history: every send as (client, key, start, end, outcome: ok / unknown, the broker that
   answered), every fault as (kind, target, start, healed);
@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _chaos_cluster import BROKERS, ChaosCluster
 from rocketstore.client import Producer
 from rocketstore.client._consumer import FOUND, PullConsumer
 from rocketstore.client._route import MessageQueue
@@ -45,6 +44,8 @@ from rocketstore.store.log._record import (
     decode_message,
     decode_msg_id,
 )
+
+from .chaos_cluster import BROKERS, ChaosCluster
 
 TOPIC = "ChaosTopic"
 FAULT_KINDS = (
@@ -140,7 +141,7 @@ class Rmq4Producer:
     """The official RocketMQ 4.x client (the ``rocketmq`` C++ package), ``stream`` command."""
 
     def __init__(self, history: History, python: Path, home: Path, namesrv: str) -> None:
-        from _interop import Rmq4Client
+        from .interop import Rmq4Client
 
         self.history = history
         client = Rmq4Client(python, home)
@@ -685,7 +686,7 @@ def run_chaos(
         producer.start()
         reader.start()
         if official_client:
-            from _interop import InteropUnavailable, rmq4_python
+            from .interop import InteropUnavailable, rmq4_python
 
             try:
                 python = rmq4_python()

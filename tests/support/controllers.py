@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from _etcd import EtcdCluster
 from rocketstore.controller import (
     ControllerConfig,
     EtcdBackend,
@@ -39,6 +38,8 @@ from rocketstore.remoting import (
     ResponseCode,
 )
 from rocketstore.server import ControllerServer
+
+from .etcd import EtcdCluster
 
 CLUSTER = "DefaultCluster"
 _prefixes = itertools.count(1)

@@ -1,7 +1,7 @@
 """Child process of test_disk_full: a store on a small file system, run in its own process so
 that a SIGBUS shows as the child's exit status (-7) and fails the test.
 
-``python _disk_full_child.py fill|check|resume ROOT REPORT`` writes a JSON report to REPORT
+``python disk_full_child.py fill|check|resume ROOT REPORT`` writes a JSON report to REPORT
 (outside the small file system):
 
 fill    puts with SYNC_FLUSH until the disk refuses them, then ends without a shutdown (a

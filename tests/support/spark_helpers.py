@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _fixtures import FIXTURES as FIXTURES
-from _fixtures import unpack_fixture as unpack_fixture
+from .fixtures import FIXTURES as FIXTURES
+from .fixtures import unpack_fixture as unpack_fixture
 
 
 def expected_queue_messages(fixture_dir: Path) -> dict[tuple[str, int, int], dict[str, Any]]:

@@ -1,5 +1,5 @@
 """Client side of the interop tests: the official ``rocketmq`` 0.4.4 package (RocketMQ's C++
-client), run by tests/_interop.py in a virtualenv of its own, never imported by the test suite.
+client), run by tests/support/interop.py in a virtualenv of its own, never imported by the test suite.
 
 Every command prints JSON lines on standard output (flushed at once), one per message sent or
 received, and ends on its own (a count reached or a time limit):

@@ -1,7 +1,7 @@
 """A broker scenario run in a child process by tests/test_compiled_glue.py, once over the
 mypyc-compiled modules and once over their sources (``ROCKETSTORE_NO_EXTENSIONS=1``).
 
-    python tests/_glue_scenario.py OUT_DIR PORT
+    PYTHONPATH=tests python -m support.glue_scenario OUT_DIR PORT
 
 A broker over ``OUT_DIR/store`` with a standing clock gets, through one server connection:
 plain sends (V1 and V2 headers, tags, keys, unicode, empty and binary bodies), sends the
@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _remoting import RecordingTransport
 from rocketstore import ManualClock, StoreConfig
 from rocketstore._speedups import compiled_glue
 from rocketstore.broker._config import BrokerConfig
@@ -27,6 +26,8 @@ from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.client._producer import encode_batch
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.server import BrokerServer
+
+from .remoting import RecordingTransport
 
 TOPIC = "GlueTopic"
 

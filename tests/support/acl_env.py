@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _grpc_broker import BrokerThread
 from rocketstore.acl import AclFile, RequestSigner
 from rocketstore.acl._remoting import EXCEPTION_PREFIX
 from rocketstore.namesrv import NameServer
 from rocketstore.namesrv._bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.store.log._record import decode_msg_id, properties_to_string
+
+from .grpc_broker import BrokerThread
 
 RC = ResponseCode
 

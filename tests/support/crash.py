@@ -17,7 +17,7 @@ from typing import Any
 
 from rocketstore import MessageStore, StoreConfig
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 FILE_SIZE = 64 * 1024
 
 # The child: opens (recovers) the store, reports how it loaded, then puts messages with

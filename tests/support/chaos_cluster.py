@@ -1,7 +1,7 @@
 """The group the fault harness runs: a name server, RocketMQ 5's controller (one over the file
 backend, or three over a 3-member etcd cluster on loopback), and three rocketstore brokers of one
 group in controller mode (``allAckInSyncStateSet=true``, ``minInSyncReplicas=2``), each in its
-network namespace where the machine allows (see ``_chaos_net``). Every process is a subprocess
+network namespace where the machine allows (see ``support.chaos_net``). Every process is a subprocess
 with its own log file; each keeps its ports and store across restarts, so clients and the
 controller find it again. ``stop`` ends them all (SIGTERM, then SIGKILL) and removes the
 namespaces, whatever happened before.
@@ -11,26 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _chaos_net import LoopbackTopology, NetnsTopology, make_topology
 from rocketstore.client._controller import ControllerAdmin
+
+from .chaos_net import LoopbackTopology, NetnsTopology, make_topology
+from .ports import free_port
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"
 BROKERS = 3
 CLI = [sys.executable, "-c", "from rocketstore.cli import main; main()"]
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class Node:
@@ -147,7 +142,7 @@ class ChaosCluster:
         self.namesrv.start()
         endpoints: list[str] = []
         if self.backend == "etcd":
-            from _etcd import EtcdCluster
+            from .etcd import EtcdCluster
 
             (self.work / "etcd").mkdir(parents=True, exist_ok=True)
             self.etcd = EtcdCluster(self.work / "etcd").start()

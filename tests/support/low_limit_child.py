@@ -1,12 +1,12 @@
 """A store in a child process with a low open-file limit (RLIMIT_NOFILE), for
 test_queue_mappings.py. Prints one JSON line with what it saw.
 
-    _low_limit_child.py e2e ROOT LIMIT QUEUES ROUND BOUND [crash]
+    low_limit_child.py e2e ROOT LIMIT QUEUES ROUND BOUND [crash]
         put one message to every queue (the ROUND-th of each), read every queue back from
         offset 0 (ROUND + 1 messages each), shut down (with ``crash``: the process ends
         without a shutdown, the abort file left, as a kill does); BOUND 0: the default
         mapping bound
-    _low_limit_child.py emfile ROOT LIMIT
+    low_limit_child.py emfile ROOT LIMIT
         every descriptor taken while a put needs a new consume-queue file: the refusal's
         words and the log lines naming the cause; descriptors given back: writes again
 """
