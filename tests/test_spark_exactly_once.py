@@ -27,11 +27,11 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from _eos_cluster import BROKERS, Cluster
 from rocketstore import StoreConfig
 from rocketstore.client._admin import AdminClient
 from rocketstore.spark._eos import DECISION_TOPIC, PROP_BATCH, PROP_PARTITION, PROP_QUERY
 from rocketstore.spark._eos_checks import ExactlyOnceChecks
+from support.eos_cluster import BROKERS, Cluster
 
 # each run is a JVM of its own: minutes on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]

@@ -17,7 +17,6 @@ pytest.importorskip("pyarrow")
 
 import pyarrow as pa
 
-from _eos_cluster import BROKERS, WAIT_S, Cluster
 from rocketstore.client._admin import AdminClient
 from rocketstore.spark import _eos
 from rocketstore.spark._broker_send import send_settings
@@ -32,6 +31,7 @@ from rocketstore.spark._eos import (
 )
 from rocketstore.spark._eos_checks import ExactlyOnceChecks
 from rocketstore.spark._eos_send import HalfReport, write_halves
+from support.eos_cluster import BROKERS, WAIT_S, Cluster
 
 
 @pytest.fixture(scope="module")
