@@ -12,6 +12,9 @@ rocketstore itself) never needs it.
 ``read_topic`` reads a topic from its tiered store (Parquet) and the store as one DataFrame;
 ``tier_snapshot`` (``tier_files``, ``tiered_boundary``) gives the tier's files and a stream's
 starting offsets past them (docs/spark.md, "Reading a tiered topic").
+
+``ExactlyOnceChecks`` answers the brokers' checks of exactly-once writes' half messages from
+their decision records (docs/spark.md, "Exactly-once through brokers").
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._eos_checks import ExactlyOnceChecks as ExactlyOnceChecks
     from ._source import RocketStoreDataSource as RocketStoreDataSource
     from ._tiered import TierSnapshot as TierSnapshot
     from ._tiered import read_topic as read_topic
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     from ._tiered import tiered_boundary as tiered_boundary
 
 __all__ = [
+    "ExactlyOnceChecks",
     "RocketStoreDataSource",
     "TierSnapshot",
     "read_topic",
@@ -44,6 +49,10 @@ def __getattr__(name: str) -> Any:
         from ._source import RocketStoreDataSource
 
         return RocketStoreDataSource
+    if name == "ExactlyOnceChecks":
+        from ._eos_checks import ExactlyOnceChecks
+
+        return ExactlyOnceChecks
     if name in _TIERED:
         from . import _tiered
 

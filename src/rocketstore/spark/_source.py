@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from ..columns._arrow import select_schema
 from ..columns._schema import SCHEMA_DDL, schema_ddl
-from ._options import SourceOptionError, SourceOptions, is_remote
+from ._options import SourceOptionError, SourceOptions, _bool, is_remote
 from ._path_reader import BatchReader, PushdownBatchReader, StreamReader
 
 NAME = "rocketstore"
@@ -84,7 +84,12 @@ class RocketStoreDataSource(DataSource):
         from ._broker_writer import RemoteBatchWriter
 
         if is_remote(self.options):
-            return RemoteBatchWriter(dict(self.options), schema, overwrite)
+            return _exactly_once_writer(dict(self.options), schema, overwrite, False) or (
+                RemoteBatchWriter(dict(self.options), schema, overwrite)
+            )
+        once = _store_once_writer(dict(self.options), schema, False, overwrite)
+        if once is not None:
+            return once
         from ._path_writer import BatchWriter
 
         return BatchWriter(dict(self.options), schema, overwrite)
@@ -93,10 +98,52 @@ class RocketStoreDataSource(DataSource):
         from ._broker_writer import RemoteStreamWriter
 
         if is_remote(self.options):
-            return RemoteStreamWriter(dict(self.options), schema, overwrite)
+            return _exactly_once_writer(dict(self.options), schema, overwrite, True) or (
+                RemoteStreamWriter(dict(self.options), schema, overwrite)
+            )
+        once = _store_once_writer(dict(self.options), schema, True, overwrite)
+        if once is not None:
+            return once
         from ._path_writer import StreamWriter
 
         return StreamWriter(dict(self.options), schema, overwrite)
+
+
+def _exactly_once_writer(
+    options: dict[str, str], schema: StructType, overwrite: bool, streaming: bool
+) -> Any:
+    """The exactly-once writer through brokers when option exactlyOnce is true, else None
+    (the at-least-once writers, untouched)."""
+    if not _bool(options, "exactlyOnce", False):
+        return None
+    from ._broker_writer import remote_write_settings
+    from ._eos_writer import ExactlyOnceBatchWriter, ExactlyOnceStreamWriter
+
+    if overwrite:
+        raise SourceOptionError("rocketstore topics are append-only: use mode('append')")
+    settings = remote_write_settings(options, schema)
+    if streaming:
+        return ExactlyOnceStreamWriter(options, settings)
+    return ExactlyOnceBatchWriter(options, settings)
+
+
+def _store_once_writer(
+    options: dict[str, str], schema: StructType, streaming: bool, overwrite: bool
+) -> Any:
+    """The exactly-once writer into a store path when option exactlyOnce is true, else None
+    (the at-least-once writers, untouched)."""
+    if not _bool(options, "exactlyOnce", False):
+        return None
+    if overwrite:
+        raise SourceOptionError("rocketstore topics are append-only: use mode('append')")
+    from ._eos_writer import StoreOnceBatchWriter, StoreOnceStreamWriter
+    from ._store_write import store_write_settings
+    from ._write_common import check_schema
+
+    settings = store_write_settings(options, check_schema(schema))
+    if streaming:
+        return StoreOnceStreamWriter(options, settings)
+    return StoreOnceBatchWriter(options, settings)
 
 
 def _pushdown_allowed(setting: str) -> bool:

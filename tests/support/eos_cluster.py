@@ -1,0 +1,115 @@
+"""A name server and broker groups for the exactly-once tests, on a loop thread of the test
+process, with transactions checked often (timeout 1 s, a round every 0.5 s) and never given up
+within a test."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rocketstore import StoreConfig
+from rocketstore.broker._config import BrokerConfig
+from rocketstore.client import MessageQueue, Producer
+from rocketstore.client._admin import AdminClient
+from rocketstore.namesrv import NameServer
+from rocketstore.server import BrokerServer
+
+BROKERS = ("eos-a", "eos-b")
+QUEUES = 2
+WAIT_S = 60.0
+
+
+class Cluster:
+    """A name server and two broker groups on a loop thread; transactions checked often."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.servers: dict[str, BrokerServer] = {}
+        self.namesrv = NameServer(port=0)
+        self.run(self.namesrv.start())
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT_S)
+
+    @property
+    def ns(self) -> str:
+        return self.namesrv.address
+
+    def start(self, name: str) -> None:
+        async def start() -> BrokerServer:
+            store = StoreConfig(
+                store_path_root_dir=str(self.root / name),
+                mapped_file_size_commit_log=16 << 20,
+                mapped_file_size_consume_queue=20 * 4000,
+                ha_listen_port=0,
+            )
+            config = BrokerConfig(
+                listen_port=0,
+                namesrv_addr=self.ns,
+                broker_name=name,
+                transaction_timeout=1_000,
+                transaction_check_interval=500,
+                transaction_check_max=10_000,
+            )
+            server = BrokerServer(store, config)
+            await server.start()
+            return server
+
+        self.servers[name] = self.run(start())
+
+    def stop(self) -> None:
+        try:
+            for name in list(self.servers):
+                self.run(self.servers.pop(name).shutdown())
+            self.run(self.namesrv.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+    def create_topic(self, topic: str) -> None:
+        with AdminClient(self.ns) as admin:
+            for server in self.servers.values():
+                admin.create_topic(
+                    server.address, topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES
+                )
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                route = admin.route(topic)
+                if route is not None and set(route.brokers) >= set(self.servers):
+                    return
+                assert time.monotonic() < deadline, f"no route for {topic}"
+                time.sleep(0.05)
+
+    def fill(self, topic: str, rows: int) -> set[bytes]:
+        """``rows`` messages, each body a unique id, spread over every queue."""
+        self.create_topic(topic)
+        bodies = [f"{topic}-row-{i:06d}".encode() for i in range(rows)]
+        queues = [MessageQueue(topic, b, q) for b in BROKERS for q in range(QUEUES)]
+        with Producer(self.ns) as p:
+            for i, lo in enumerate(range(0, rows, 16)):
+                p.send_batch(topic, bodies[lo : lo + 16], queue=queues[i % len(queues)])
+        return set(bodies)
+
+    def read(self, topic: str) -> list[Any]:
+        """Every message of ``topic`` a consumer sees (pulled from every queue)."""
+        out: list[Any] = []
+        with AdminClient(self.ns) as admin:
+            route = admin.route(topic)
+            assert route is not None
+            for mq in route.queues(write=False):
+                addr = route.master(mq.broker_name)
+                assert addr is not None
+                offset = 0
+                while True:
+                    msgs, nxt = admin.pull_messages(addr, mq, offset, 64)
+                    if not msgs:
+                        break
+                    out.extend(msgs)
+                    offset = nxt
+        return out
