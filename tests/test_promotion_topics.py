@@ -177,7 +177,10 @@ def test_a_master_that_ignores_the_version_is_copied_every_round_only() -> None:
         master = RemotingServer({int(RequestCode.GET_ALL_TOPIC_CONFIG): answer}, "127.0.0.1", 0)
         await master.start()
         broker = SimpleNamespace(
-            inner_signer=None, topics=_Topics(), offsets=SimpleNamespace(dirty=False)
+            inner_signer=None,
+            topics=_Topics(),
+            offsets=SimpleNamespace(dirty=False),
+            groups=SimpleNamespace(get=lambda name: None, put_all=lambda configs, key: None),
         )
         sync = SlaveSynchronizer(broker)  # type: ignore[arg-type]
         sync.master_addr = master.address
