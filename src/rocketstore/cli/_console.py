@@ -1,11 +1,13 @@
 """``rocketstore console``: the web console (rocketstore.console) on a local address, until
-interrupted. Startup problems (a port in use, a bad address) end it with one line on standard
+SIGTERM or SIGINT (Ctrl-C), then closed cleanly with status 0. Startup problems (a port in use, a bad address) end it with one line on standard
 error and exit status 1."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import signal
 from typing import Any
 
 import click
@@ -30,7 +32,12 @@ async def _run(namesrv: str, listen: str, login: bool, https: Any) -> None:
             raise CommandError(f"cannot listen on {listen}: {exc.strerror or exc}{hint}") from None
         scheme = "https" if https is not None else "http"
         click.echo(f"rocketstore console on {scheme}://{console.address}/ (name server {namesrv})")
-        await asyncio.Event().wait()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # also where the parent ignored SIGINT
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
     finally:
         await console.close()
         admin.close()
