@@ -192,6 +192,21 @@ class _Parts:
                 self.lines = None
         (self.directory / "_SUCCESS").write_bytes(b"")
 
+    def write_all(
+        self, batches: Iterator[pa.RecordBatch], planned: int, progress: Progress | None
+    ) -> None:
+        """Write every batch and close (``progress`` told after each); on any failure the
+        open part is abandoned and the failure raised."""
+        try:
+            for batch in batches:
+                self.write(batch)
+                if progress is not None:
+                    progress(self.rows, planned)
+            self.close()
+        except BaseException:
+            self.abandon()
+            raise
+
     def abandon(self) -> None:
         for f in (self.parquet, self.lines):
             if f is not None:
@@ -221,15 +236,7 @@ def export_local(
     with StagedOutput(target, overwrite) as staged:
         staged.path.mkdir()
         parts = _Parts(staged.path, fmt)
-        try:
-            for batch in batches:
-                parts.write(batch)
-                if progress is not None:
-                    progress(parts.rows, planned)
-            parts.close()
-        except BaseException:
-            parts.abandon()
-            raise
+        parts.write_all(batches, planned, progress)
         staged.commit(
             {
                 "format": fmt,
@@ -277,15 +284,7 @@ def export_local_file(
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-", dir=target.parent))
     try:
         parts = _Parts(staging, fmt, part_bytes=1 << 62)  # one part: the file
-        try:
-            for batch in batches:
-                parts.write(batch)
-                if progress is not None:
-                    progress(parts.rows, planned)
-            parts.close()
-        except BaseException:
-            parts.abandon()
-            raise
+        parts.write_all(batches, planned, progress)
         (part,) = staging.glob("part-*")
         with open(part, "rb+") as f:
             os.fsync(f.fileno())
