@@ -98,7 +98,6 @@ class RemotingServer:
         # sockets whose first byte has not come yet (socket → loop time accepted)
         self._listener: socket.socket | None = None
         self._sniffing: dict[socket.socket, float] = {}
-        self.tls_connections = 0  # connections served over TLS (permissive: counted apart)
 
     @property
     def address(self) -> str:
@@ -117,7 +116,7 @@ class RemotingServer:
             sock = await self._listen_permissive(loop, backlog, context)
         else:
             self._server = await loop.create_server(
-                self._new_tls_connection if context is not None else self._new_connection,
+                self._new_connection,
                 self.host,
                 self.port,
                 reuse_address=True,
@@ -187,10 +186,9 @@ class RemotingServer:
             conn.close()
             return
         tls = speaks_tls(first[0])
-        factory = self._new_tls_connection if tls else self._new_connection
         task = loop.create_task(
             loop.connect_accepted_socket(  # type: ignore[arg-type]
-                factory,
+                self._new_connection,
                 conn,
                 ssl=context if tls else None,
                 ssl_handshake_timeout=self.limits.handshake_timeout if tls else None,
@@ -213,10 +211,6 @@ class RemotingServer:
                     loop.remove_reader(conn.fileno())
                 conn.close()
                 self.closed_unestablished += 1
-
-    def _new_tls_connection(self) -> asyncio.BaseProtocol:
-        self.tls_connections += 1
-        return self._new_connection()
 
     def _new_connection(self) -> asyncio.BaseProtocol:
         loop = asyncio.get_running_loop()
