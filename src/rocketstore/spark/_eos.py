@@ -21,8 +21,10 @@ every half has its own. The driver's commit then:
    once stored (and, with SYNC_MASTER or controller mode's in-sync replicas, replicated), so a
    failover keeps it. It is found again by QUERY_MESSAGE on the key (the key index) on every
    broker group of the topic;
-2. ends every half of the decision with END_TRANSACTION (commit), each queue's halves in
-   order, the queues at the same time, so a consumer sees a queue's rows in their order.
+2. ends every half of the decision with END_TRANSACTION (commit): each queue's halves in row
+   order on its master's one connection, many in flight (the broker applies a connection's
+   requests in the order they arrive), the queues at the same time, so a consumer sees a
+   queue's rows in their order.
 
 A decision that exists is the answer to every later question: a replayed batch sends
 nothing and the commit ends the decision's halves again (a second end is a no-op on the
@@ -63,6 +65,16 @@ END_ROLLBACK = 0xC
 # a decision's body part stays well below the broker's 4 MiB message size
 _PART_BYTES = 3 << 20
 _END_RETRIES = 6
+# END_TRANSACTION requests of one queue in flight at once
+END_IN_FLIGHT = 256
+# answers to an end that say it was not applied and may be sent again
+_END_AGAIN = frozenset(
+    (
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+    )
+)
 _ROUTE_WAIT_S = 60.0
 
 
@@ -278,6 +290,7 @@ async def _end_all(
     masters: dict[str, str] = {}
     total = sum(len(v) for v in per_queue.values())
     done = [0]
+    what = "commit" if commit else "rollback"
 
     async def master(broker: str, refresh: bool) -> str:
         if refresh or broker not in masters:
@@ -287,50 +300,67 @@ async def _end_all(
                 raise ExactlyOnceError(f"broker group {broker} has no master")
         return masters[broker]
 
-    async def one_queue(q: str, halves: list[tuple[Half, str]]) -> None:
-        broker = q.split("/")[1]
-        for h, uniq in halves:
-            header = {
-                "producerGroup": PRODUCER_GROUP,
-                "tranStateTableOffset": str(h.queue_offset),
-                "commitLogOffset": str(h.commit_log_offset),
-                "commitOrRollback": str(END_COMMIT if commit else END_ROLLBACK),
-                "fromTransactionCheck": "false",
-                "msgId": uniq,
-                "transactionId": uniq,
-            }
-            failures: list[str] = []
-            for attempt in range(_END_RETRIES):
-                try:
-                    addr = await master(broker, attempt > 0)
-                    r = await client.invoke(
-                        addr,
-                        RemotingCommand.request(RequestCode.END_TRANSACTION, header),
-                        timeout_s,
-                    )
-                except (RemotingError, ExactlyOnceError) as exc:
-                    failures.append(str(exc))
-                else:
-                    if r.code == ResponseCode.SUCCESS:
-                        break
-                    if r.code not in (
-                        ResponseCode.SYSTEM_BUSY,
-                        ResponseCode.SLAVE_NOT_AVAILABLE,
-                        ResponseCode.SERVICE_NOT_AVAILABLE,
-                    ):
-                        raise ExactlyOnceError(
-                            f"{'commit' if commit else 'rollback'} of {uniq} ({q}) refused: "
-                            f"code {r.code} {r.remark or ''}"
-                        )
-                    failures.append(f"code {r.code} {r.remark or ''}")
-                await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
-            else:
-                raise ExactlyOnceError(
-                    f"ending {uniq} ({q}) failed {len(failures)} times: {failures[-1]}"
+    async def end_one(q: str, broker: str, h: Half, uniq: str) -> None:
+        header = {
+            "producerGroup": PRODUCER_GROUP,
+            "tranStateTableOffset": str(h.queue_offset),
+            "commitLogOffset": str(h.commit_log_offset),
+            "commitOrRollback": str(END_COMMIT if commit else END_ROLLBACK),
+            "fromTransactionCheck": "false",
+            "msgId": uniq,
+            "transactionId": uniq,
+        }
+        failures: list[str] = []
+        for attempt in range(_END_RETRIES):
+            try:
+                addr = await master(broker, attempt > 0)
+                r = await client.invoke(
+                    addr, RemotingCommand.request(RequestCode.END_TRANSACTION, header), timeout_s
                 )
-            done[0] += 1
-            if commit and done[0] * 2 >= total and done[0] * 2 - 2 < total:
-                reach("mid_end", batch)
+            except (RemotingError, ExactlyOnceError) as exc:
+                failures.append(str(exc))
+            else:
+                if r.code == ResponseCode.SUCCESS:
+                    break
+                if r.code not in _END_AGAIN:
+                    raise ExactlyOnceError(
+                        f"{what} of {uniq} ({q}) refused: code {r.code} {r.remark or ''}"
+                    )
+                failures.append(f"code {r.code} {r.remark or ''}")
+            await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
+        else:
+            raise ExactlyOnceError(
+                f"ending {uniq} ({q}) failed {len(failures)} times: {failures[-1]}"
+            )
+        done[0] += 1
+        if commit and done[0] * 2 >= total and done[0] * 2 - 2 < total:
+            reach("mid_end", batch)
+
+    async def one_queue(q: str, halves: list[tuple[Half, str]]) -> None:
+        # the ends of a queue go out in row order on the master's one connection, many in
+        # flight: the broker applies a connection's requests in the order they arrive
+        broker = q.split("/")[1]
+        window = asyncio.Semaphore(END_IN_FLIGHT)
+        running: list[asyncio.Task[None]] = []
+
+        async def windowed(h: Half, uniq: str) -> None:
+            try:
+                await end_one(q, broker, h, uniq)
+            finally:
+                window.release()
+
+        try:
+            for h, uniq in halves:
+                await window.acquire()
+                failed = [t for t in running if t.done() and t.exception() is not None]
+                if failed:
+                    window.release()
+                    break
+                running.append(asyncio.create_task(windowed(h, uniq)))
+            await asyncio.gather(*running)
+        finally:
+            for t in running:
+                t.cancel()
 
     try:
         await asyncio.gather(*(one_queue(q, hs) for q, hs in sorted(per_queue.items())))
