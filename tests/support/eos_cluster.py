@@ -106,11 +106,21 @@ class Cluster:
                 assert time.monotonic() < deadline, f"no route for {topic}"
                 time.sleep(0.05)
 
-    def fill(self, topic: str, rows: int, *, width: int = 0, per_send: int = 16) -> set[bytes]:
-        """``rows`` messages, each body a unique id (padded to ``width`` bytes), spread over
-        every queue ``per_send`` at a time."""
+    def fill(
+        self,
+        topic: str,
+        rows: int,
+        *,
+        width: int = 0,
+        per_send: int = 16,
+        prefix: str | None = None,
+    ) -> set[bytes]:
+        """``rows`` messages, each body a unique id (``prefix``, default the topic, and the
+        row's number; padded to ``width`` bytes), spread over every queue ``per_send`` at a
+        time."""
         self.create_topic(topic)
-        bodies = [f"{topic}-row-{i:06d}".encode().ljust(width, b".") for i in range(rows)]
+        head = prefix or topic
+        bodies = [f"{head}-row-{i:06d}".encode().ljust(width, b".") for i in range(rows)]
         queues = [MessageQueue(topic, b, q) for b in self.servers for q in range(QUEUES)]
         with Producer(self.ns) as p:
             for i, lo in enumerate(range(0, rows, per_send)):

@@ -126,6 +126,7 @@ class Child:
         self.script.write_text(CHILD)
         self.marker = tmp / "crashed"
         self.log = tmp / "child.log"
+        self.returncode: int | None = None  # of the last run (None: killed)
 
     def _env(self, crash: str | None, hold: str | None) -> dict[str, str]:
         env = dict(os.environ)
@@ -153,6 +154,7 @@ class Child:
         Returns the ELAPSED it printed (None when killed or it printed none); a child that
         failed raises ChildFailed unless ``may_fail`` (then None)."""
         self.marker.unlink(missing_ok=True)
+        self.returncode = None
         out = self.tmp / "child.out"
         with self.log.open("a") as log, out.open("w") as stdout:
             proc = subprocess.Popen(
@@ -180,6 +182,7 @@ class Child:
                     raise AssertionError(f"child {args[0]} did not finish (crash {crash})")
             finally:
                 kill_session(proc)  # a JVM or Python worker left behind
+        self.returncode = proc.returncode
         assert not expect_crash, f"the child finished without reaching {crash}"
         if hold:
             assert held, f"the child finished without reaching {hold}"
@@ -191,3 +194,11 @@ class Child:
             if line.startswith("ELAPSED"):
                 return float(line.split()[1])
         return None
+
+
+def next_batch(checkpoint: Path) -> int:
+    """The id of the first micro-batch a streaming query's checkpoint has not committed."""
+    commits = checkpoint / "commits"
+    if not commits.exists():
+        return 0
+    return 1 + max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1)

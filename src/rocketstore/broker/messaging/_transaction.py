@@ -93,6 +93,7 @@ _READ_BATCH = 32
 _DISPATCH_WAIT_S = 2.0
 # how long an end of an older half waits for the key index to take in the commit log
 _INDEX_WAIT_S = 5.0
+_NOT_STARTED = 2**63 - 1
 # the longest check immunity a message may ask for (RocketMQ 5's maxTransactionRecoverySecond)
 MAX_IMMUNITY_S = 3600
 # keys of ended transactions kept in memory (beyond the op messages past the progress)
@@ -168,9 +169,10 @@ class TransactionService:
         self._busy: dict[str, asyncio.Future[None]] = {}
         self._op_next = -1  # the next op queue offset to read
         self._loaded = False
-        # the commit log's end when this broker last became master: the ends of halves below
-        # it look for a committed message a master before stored without its op
-        self._incarnation = 0
+        # the commit log's end when this broker last became master (start): the ends of
+        # halves below it look for a committed message a master before stored without its
+        # op; every half is below it while not started as master
+        self._incarnation = _NOT_STARTED
         self._task: asyncio.Task[None] | None = None
         self._check_lock = asyncio.Lock()
         self.checks_sent = 0
@@ -344,7 +346,8 @@ class TransactionService:
         store = self.broker.store
         loop = asyncio.get_running_loop()
         give_up = loop.time() + _INDEX_WAIT_S
-        while store.max_phy_offset - store.dispatch_behind_bytes() < self._incarnation:
+        upto = min(self._incarnation, store.max_phy_offset)
+        while store.max_phy_offset - store.dispatch_behind_bytes() < upto:
             if loop.time() > give_up:
                 raise TransactionError(
                     "the index is still taking in the commit log: end the transaction again",
@@ -499,6 +502,8 @@ class TransactionService:
             self._task = asyncio.create_task(self._check_periodically())
 
     async def close(self) -> None:
+        """Stop the checks (a master that is no longer one). Loop thread."""
+        self._incarnation = _NOT_STARTED
         if self._task is not None:
             self._task.cancel()
             try:
