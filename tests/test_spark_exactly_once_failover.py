@@ -143,21 +143,24 @@ def _stream_failovers(
     expected: set[bytes] = set()
     history = []
     began = time.monotonic()
+    figures: dict[str, Any] = {}
     for r in range(rounds):
         expected |= _fill(c, src, f"{name}-{r}", PER_TRIGGER * 2)
         point = POINTS[r % len(POINTS)] if r < len(POINTS) else rng.choice(POINTS)
         history.append(_round(c, child, args, f"{point}:{next_batch(ckpt)}"))
-    got = _count(c, dst, expected)
-    _assert_once(got, expected)
-    return {
-        "failovers": collections.Counter(h["hold"].split(":")[0] for h in history),
-        "first runs finished": sum(h["first run"] == "finished" for h in history),
-        "ids": len(expected),
-        "lost": len(expected - set(got)),
-        "duplicated": sum(n - 1 for n in got.values() if n > 1),
-        "seconds": round(time.monotonic() - began),
-        "load": os.getloadavg(),
-    }
+        got = _count(c, dst, expected)
+        figures = {
+            "failovers": dict(collections.Counter(h["hold"].split(":")[0] for h in history)),
+            "first runs finished": sum(h["first run"] == "finished" for h in history),
+            "ids": len(expected),
+            "lost": len(expected - set(got)),
+            "duplicated": sum(n - 1 for n in got.values() if n > 1),
+            "seconds": round(time.monotonic() - began),
+            "load": os.getloadavg(),
+        }
+        print(f"{name} round {r + 1} of {rounds}: {figures}", flush=True)
+        _assert_once(got, expected)
+    return figures
 
 
 def test_stream_across_failovers_reads_once(group: ChaosCluster, tmp_path: Path) -> None:
