@@ -50,6 +50,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ._tls import HATls
+
 log = logging.getLogger(__name__)
 
 MAGIC = 0x52534841  # "RSHA"
@@ -95,13 +97,15 @@ class HAGuard:
     turns authentication off (RocketMQ's HA, trusting the peer's word) unless ``closed``: then
     authentication is on and no peer can prove itself (a master with ACL on and no inner
     account). ``group`` and ``broker_id``: this broker's name and (4.x) id, which its slave
-    side proves. ``audit``: told of every refused peer. Any thread."""
+    side proves. ``audit``: told of every refused peer. ``tls``: the HA port's TLS (None:
+    plain TCP, see ``_tls``). Any thread."""
 
     credentials: tuple[str, str] | None = field(default=None, repr=False)
     group: str = ""
     broker_id: int = -1
     audit: Audit = _log_refusal
     closed: bool = False
+    tls: HATls | None = None
 
     @property
     def enabled(self) -> bool:
