@@ -28,6 +28,7 @@ from rocketstore.store.ha._tls import HATls
 from rocketstore.store.ha._wire import REPORT
 from support.certs import make_certs
 from support.chaos import read_commit_log
+from support.replicas import Group
 from support.waits import wait_dispatched, wait_until
 
 S = PutMessageStatus
@@ -387,3 +388,46 @@ def test_slave_killed_mid_transfer_over_tls_loses_no_acknowledged_message(
         assert g.messages[0].body == body
     assert audit.lines == []
     same_log(tmp_path / "m", slave_root)
+
+
+# ---- controller mode's AutoSwitch HA over TLS ---------------------------------------------------
+
+
+def test_controller_mode_replicates_over_tls(certs: Path, tmp_path: Path) -> None:
+    """Two brokers in controller mode (every write held by both: allAckInSyncStateSet,
+    minInSyncReplicas=2) with haTlsMode=enforcing, client certificates required and the
+    proof on: the slave replicates over TLS, the logs are byte-identical."""
+    tls = TlsServerConfig(
+        "disabled",  # the remoting port stays plain; the HA port takes the files
+        str(certs / "server.pem"),
+        str(certs / "server.key"),
+        "require",
+        str(certs / "ca.pem"),
+    )
+    inner = json.dumps({"accessKey": INNER[0], "secretKey": INNER[1]})
+    settings = {
+        "ha_tls_mode": "enforcing",
+        "tls": tls,
+        "ha_auth_enabled": True,
+        "inner_client_credentials": inner,
+    }
+    g = Group(tmp_path, broker=settings)
+    try:
+        for name in ("b1", "b2"):
+            g.start_broker(name)
+        assert wait_until(g.whole, 60, poll=0.1), g.sync_state()
+        m = g.master()
+        assert m is not None
+        master = g.brokers[m].store
+        slave = next(b.store for n, b in g.brokers.items() if n != m)
+        for i in range(1500):
+            body = (f"c-{i}|" * (1 + i % 90)).encode()
+            assert master.put_message(Message("T", body, i % 4)).status is S.PUT_OK
+        assert master.max_phy_offset > FILE  # across files
+        assert wait_until(lambda: slave.max_phy_offset == master.max_phy_offset)
+        links = list(master.ha.connections)  # type: ignore[attr-defined]
+        assert [c.tls_version.startswith("TLSv1.") for c in links] == [True]
+        assert master.ha.statistics().refused_peers == 0
+        same_log(Path(master.config.store_path_root_dir), Path(slave.config.store_path_root_dir))
+    finally:
+        g.close()
