@@ -222,11 +222,6 @@ class BrokerConfig:
             raise StoreConfigError(
                 f"haTlsMode {self.ha_tls_mode!r} is not one of {', '.join(HA_TLS_MODES)}"
             )
-        if self.ha_tls_mode != "disabled" and not (self.tls.cert_path and self.tls.key_path):
-            raise StoreConfigError(
-                f"haTlsMode={self.ha_tls_mode} needs the broker's certificate and key "
-                "(tls.server.certPath / tls.server.keyPath, --tls-cert / --tls-key)"
-            )
         if self.inner_client_credentials:
             parse_credentials(self.inner_client_credentials)
         for name, default in AUTH_IMPLEMENTATIONS.items():

@@ -97,6 +97,11 @@ def ha_tls(config: BrokerConfig, env: Mapping[str, str] | None = None) -> HATls 
     if mode == "disabled":
         return None
     tls = config.tls
+    if not (tls.cert_path and tls.key_path):
+        raise StoreConfigError(
+            f"haTlsMode={mode} needs the broker's certificate and key "
+            "(tls.server.certPath / tls.server.keyPath, --tls-cert / --tls-key)"
+        )
     ca = tls.trust_cert_path or (os.environ if env is None else env).get(ENV_CA, "")
     try:
         server = dataclasses.replace(tls, mode=mode).context()
