@@ -265,22 +265,36 @@ def test_a_slave_checks_its_masters_certificate(
     assert slave.max_phy_offset == 0
 
 
+@pytest.mark.parametrize("proof", [False, True], ids=["no-proof", "proof"])
 def test_permissive_serves_tls_and_plain_slaves(
-    certs: Path, stores: Callable[..., MessageStore], tmp_path: Path
+    certs: Path, stores: Callable[..., MessageStore], tmp_path: Path, proof: bool
 ) -> None:
-    """Permissive: one TLS slave and one plain slave (a RocketMQ-like peer, no proof) on one
-    port, told apart by their first byte; both get the log."""
+    """Permissive: one TLS slave and one plain slave on one port, both get the log. Without the
+    proof the plain slave speaks first (a RocketMQ slave's report: told apart from a TLS
+    handshake by its first byte); with it, the plain slave waits for the challenge and is
+    taken for plain when it sends nothing first."""
     audit = Audit()
     tls = ha_tls(certs, "permissive", client_auth="none")
+    inner = INNER if proof else None
     master = stores(
-        "m", HAGuard(None, GROUP, 0, audit, tls=tls), broker_role="ASYNC_MASTER", ha_enable=True
+        "m", HAGuard(inner, GROUP, 0, audit, tls=tls), broker_role="ASYNC_MASTER", ha_enable=True
     )
     address = f"127.0.0.1:{master.ha.listen_port}"
     secure = stores(
-        "tls", HAGuard(None, GROUP, 1, audit, tls=tls), broker_role="SLAVE",
+        "tls", HAGuard(inner, GROUP, 1, audit, tls=tls), broker_role="SLAVE",
         ha_master_address=address,
     )  # fmt: skip
-    plain = stores("plain", HAGuard(None, GROUP, 1), broker_role="SLAVE", ha_master_address=address)
+    plain = stores(
+        "plain", HAGuard(inner, GROUP, 2, audit), broker_role="SLAVE", ha_master_address=address
+    )
+
+    # both asked where to start before the log grows past its first file (a new slave asks
+    # for the master's last file)
+    def asked() -> bool:
+        links = master.ha.connections
+        return len(links) == 2 and all(c.request_offset >= 0 for c in links)
+
+    assert wait_until(asked)
     put_many(master, 1500, "p")
     for slave in (secure, plain):
         assert wait_until(lambda s=slave: s.max_phy_offset == master.max_phy_offset)  # type: ignore[misc]
@@ -289,6 +303,31 @@ def test_permissive_serves_tls_and_plain_slaves(
     assert audit.lines == []
     same_log(tmp_path / "m", tmp_path / "tls")
     same_log(tmp_path / "m", tmp_path / "plain")
+
+
+def test_broker_settings_make_the_ha_tls(certs: Path) -> None:
+    """haTlsMode is checked; with it on, the broker's certificate is required, and the HA
+    port's TLS takes the remoting port's files."""
+    from rocketstore.broker._config import BrokerConfig
+    from rocketstore.server._broker import ha_tls as broker_ha_tls
+    from rocketstore.store._errors import StoreConfigError
+
+    with pytest.raises(StoreConfigError, match="haTlsMode 'strict' is not one of"):
+        BrokerConfig(ha_tls_mode="strict")
+    assert broker_ha_tls(BrokerConfig()) is None
+    with pytest.raises(StoreConfigError, match="needs the broker's certificate"):
+        broker_ha_tls(BrokerConfig(ha_tls_mode="enforcing"))
+    files = TlsServerConfig(
+        "disabled", str(certs / "server.pem"), str(certs / "server.key"), "require",
+        str(certs / "ca.pem"),
+    )  # fmt: skip
+    made = broker_ha_tls(BrokerConfig(ha_tls_mode="permissive", tls=files), env={})
+    assert made is not None and made.mode == "permissive"
+    assert made.server is not None and made.server.verify_mode == ssl.CERT_REQUIRED
+    assert made.client is not None and made.client.check_hostname  # the trust checks the master
+    missing = dataclasses.replace(files, cert_path=str(certs / "nothing.pem"))
+    with pytest.raises(StoreConfigError, match="haTlsMode: tls"):
+        broker_ha_tls(BrokerConfig(ha_tls_mode="enforcing", tls=missing), env={})
 
 
 # ---- a slave killed mid-transfer over TLS ------------------------------------------------------

@@ -36,8 +36,9 @@ What the master accepts, after the MAC: the access key of its inner account, its
 protocol it serves, an id it knows (4.x: any slave id, 1 and up; controller mode: an id in the
 controller's replica table or SyncStateSet), and no other connection under that id. Every refusal
 goes to ``HAGuard.audit`` (the broker writes it to the audit log) and is answered with its reason
-before the connection closes. TCP itself is not protected: whoever can take over the connection
-after the handshake can inject frames (docs/security.md).
+before the connection closes. The proof covers the handshake: without TLS on the HA port
+(``_tls``, ``HAGuard.tls``) whoever can take over the connection after it can inject frames
+(docs/security.md).
 """
 
 from __future__ import annotations
