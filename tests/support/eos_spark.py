@@ -81,7 +81,7 @@ CHILD = textwrap.dedent(
     """
 )
 
-RUN_S = 300.0
+RUN_S = 900.0  # a run of the child on a loaded machine: minutes
 KILL_WAIT_S = 60.0
 
 
