@@ -76,6 +76,8 @@ _END_AGAIN = frozenset(
     )
 )
 _ROUTE_WAIT_S = 60.0
+# ends that fail within this long of a look-up of the masters share it
+_LOOKUP_AGAIN_S = 0.5
 
 
 class ExactlyOnceError(SourceOptionError):
@@ -292,12 +294,23 @@ async def _end_all(
     done = [0]
     what = "commit" if commit else "rollback"
 
+    looked_up = [-1e9]
+    looking = asyncio.Lock()
+
     async def master(broker: str, refresh: bool) -> str:
+        """The group's master; looked up again (once for every end that asks within
+        _LOOKUP_AGAIN_S) when ``refresh``: an end to it failed."""
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
         if refresh or broker not in masters:
-            found = await asyncio.to_thread(admin.masters)
-            masters.update(found)
-            if broker not in found:
-                raise ExactlyOnceError(f"broker group {broker} has no master")
+            async with looking:
+                if broker not in masters or looked_up[0] < asked - _LOOKUP_AGAIN_S:
+                    found = await asyncio.to_thread(admin.masters)
+                    looked_up[0] = loop.time()
+                    masters.clear()
+                    masters.update(found)
+        if broker not in masters:
+            raise ExactlyOnceError(f"broker group {broker} has no master")
         return masters[broker]
 
     async def end_one(q: str, broker: str, h: Half, uniq: str) -> None:
@@ -342,17 +355,20 @@ async def _end_all(
         broker = q.split("/")[1]
         window = asyncio.Semaphore(END_IN_FLIGHT)
         running: list[asyncio.Task[None]] = []
+        failed: list[BaseException] = []
 
         async def windowed(h: Half, uniq: str) -> None:
             try:
                 await end_one(q, broker, h, uniq)
+            except BaseException as exc:
+                failed.append(exc)
+                raise
             finally:
                 window.release()
 
         try:
             for h, uniq in halves:
                 await window.acquire()
-                failed = [t for t in running if t.done() and t.exception() is not None]
                 if failed:
                     window.release()
                     break
