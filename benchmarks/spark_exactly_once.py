@@ -10,7 +10,7 @@ at RocketMQ's defaults: a half is checked once 6 s old, a round a minute) in thi
 the tests do (tests/support/eos_cluster.py), and fills a source topic with N rows of 100
 bytes, each body a unique id. The queries run in a child process (tests/support/eos_spark.py).
 
-Throughput (default): K alternated pairs of a streaming query (local[2], availableNow,
+Throughput (default): K alternated pairs of a streaming query (local[2,4], availableNow,
 maxOffsetsPerTrigger M) reading the source through the brokers and writing every row into a
 new topic, once at-least-once and once with ``exactlyOnce=true`` (the order alternates in
 every pair); prints rows a second of each run with the load average before it, the medians

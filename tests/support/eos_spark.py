@@ -3,7 +3,8 @@ query (its own Spark in local mode and JVM), started in a session of its own and
 (kill -9: the driver, its JVM and Spark's Python workers, which run in process groups of their
 own in the same session).
 
-The child's arguments: ``mode ns src dst where per_trigger [exactly_once [arrow_rows]]``:
+Spark runs local[2,4]: two task slots, and a task that fails (a send timed out on a loaded
+machine) is run again, as on a cluster. The child's arguments: ``mode ns src dst where per_trigger [exactly_once [arrow_rows]]``:
 
     stream     a streaming query reading topic src through the brokers, maxOffsetsPerTrigger
                per_trigger, writing every row into dst (checkpoint ``where``,
@@ -36,7 +37,8 @@ CHILD = textwrap.dedent(
     mode, ns, src, dst, where, per_trigger = sys.argv[1:7]
     eos = sys.argv[7] if len(sys.argv) > 7 else "true"
     arrow_rows = sys.argv[8] if len(sys.argv) > 8 else "16"
-    b = SparkSession.builder.master("local[2]").appName("eos-child")
+    # two task slots, a failed task run again up to 3 times (as another writer)
+    b = SparkSession.builder.master("local[2,4]").appName("eos-child")
     for k, v in {
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -183,13 +185,13 @@ class Child:
             finally:
                 kill_session(proc)  # a JVM or Python worker left behind
         self.returncode = proc.returncode
+        if proc.returncode != 0 and not may_fail:
+            raise ChildFailed(self.log.read_text()[-4000:])
         assert not expect_crash, f"the child finished without reaching {crash}"
         if hold:
             assert held, f"the child finished without reaching {hold}"
         if proc.returncode != 0:
-            if may_fail:
-                return None
-            raise ChildFailed(self.log.read_text()[-4000:])
+            return None
         for line in out.read_text().splitlines():
             if line.startswith("ELAPSED"):
                 return float(line.split()[1])
