@@ -173,9 +173,10 @@ class Child:
                     if crash and self.marker.exists():
                         kill_session(proc)
                         return None
-                    if hold and not held and self.marker.exists():
-                        held = True
-                        at_hold()
+                    if hold and self.marker.exists():
+                        if not held:  # once: a task run again holds there again
+                            held = True
+                            at_hold()
                         self.marker.unlink()
                     if proc.poll() is not None:
                         break
