@@ -21,10 +21,9 @@ every half has its own. The driver's commit then:
    once stored (and, with SYNC_MASTER or controller mode's in-sync replicas, replicated), so a
    failover keeps it. It is found again by QUERY_MESSAGE on the key (the key index) on every
    broker group of the topic;
-2. ends every half of the decision with END_TRANSACTION (commit): each queue's halves in row
-   order on its master's one connection, many in flight (the broker applies a connection's
-   requests in the order they arrive), the queues at the same time, so a consumer sees a
-   queue's rows in their order.
+2. ends every half of the decision with END_TRANSACTION (commit): a writer's halves of a
+   queue one after the other in row order, every writer and queue at the same time, so a
+   consumer sees a writer's rows of a queue in their order.
 
 A decision that exists is the answer to every later question: a replayed batch sends
 nothing and the commit ends the decision's halves again (a second end is a no-op on the
@@ -65,8 +64,6 @@ END_ROLLBACK = 0xC
 # a decision's body part stays well below the broker's 4 MiB message size
 _PART_BYTES = 3 << 20
 _END_RETRIES = 6
-# END_TRANSACTION requests of one queue in flight at once
-END_IN_FLIGHT = 256
 # answers to an end that say it was not applied and may be sent again
 _END_AGAIN = frozenset(
     (
@@ -263,17 +260,18 @@ def end_halves(
     *,
     batch: int = -1,
 ) -> int:
-    """END_TRANSACTION (commit or rollback) for every half of ``writers``: each queue's
-    halves one after the other in their order, the queues at the same time. A half ended
-    before with the same resolution is fine (the broker answers SUCCESS); one the broker does
-    not have or ended the other way is an ExactlyOnceError. Returns how many were ended."""
-    per_queue: dict[str, list[tuple[Half, str]]] = {}
+    """END_TRANSACTION (commit or rollback) for every half of ``writers``: a writer's halves
+    in a queue one after the other in their order (an end is sent once the one before it is
+    answered), every writer and queue at the same time. A half ended before with the same
+    resolution is fine (the broker answers SUCCESS); one the broker does not have or ended
+    the other way is an ExactlyOnceError. Returns how many were ended."""
+    chains: dict[str, list[tuple[Half, str]]] = {}
     for w in writers:
         for q, halves in w.queues.items():
-            per_queue.setdefault(q, []).extend((h, w.uniq(h.seq)) for h in halves)
-    if not per_queue:
+            chains[f"{q}/{w.writer}"] = [(h, w.uniq(h.seq)) for h in halves]
+    if not chains:
         return 0
-    return asyncio.run(_end_all(admin, per_queue, commit, timeout_s, batch))
+    return asyncio.run(_end_all(admin, chains, commit, timeout_s, batch))
 
 
 def _signer_of(admin: AdminClient) -> Any:
@@ -283,14 +281,14 @@ def _signer_of(admin: AdminClient) -> Any:
 
 async def _end_all(
     admin: AdminClient,
-    per_queue: dict[str, list[tuple[Half, str]]],
+    chains: dict[str, list[tuple[Half, str]]],
     commit: bool,
     timeout_s: float,
     batch: int,
 ) -> int:
     client = AsyncRemotingClient(signer=_signer_of(admin))
     masters: dict[str, str] = {}
-    total = sum(len(v) for v in per_queue.values())
+    total = sum(len(v) for v in chains.values())
     done = [0]
     what = "commit" if commit else "rollback"
 
@@ -349,37 +347,17 @@ async def _end_all(
         if commit and done[0] * 2 >= total and done[0] * 2 - 2 < total:
             reach("mid_end", batch)
 
-    async def one_queue(q: str, halves: list[tuple[Half, str]]) -> None:
-        # the ends of a queue go out in row order on the master's one connection, many in
-        # flight: the broker applies a connection's requests in the order they arrive
+    async def one_chain(chain: str, halves: list[tuple[Half, str]]) -> None:
+        # one writer's halves of one queue, in row order: an end waits for the one before
+        # it, since the broker may apply two ends of one connection in either order (one
+        # waits for its half to be dispatched, or for a check of it to finish)
+        q = chain.rsplit("/", 1)[0]
         broker = q.split("/")[1]
-        window = asyncio.Semaphore(END_IN_FLIGHT)
-        running: list[asyncio.Task[None]] = []
-        failed: list[BaseException] = []
-
-        async def windowed(h: Half, uniq: str) -> None:
-            try:
-                await end_one(q, broker, h, uniq)
-            except BaseException as exc:
-                failed.append(exc)
-                raise
-            finally:
-                window.release()
-
-        try:
-            for h, uniq in halves:
-                await window.acquire()
-                if failed:
-                    window.release()
-                    break
-                running.append(asyncio.create_task(windowed(h, uniq)))
-            await asyncio.gather(*running)
-        finally:
-            for t in running:
-                t.cancel()
+        for h, uniq in halves:
+            await end_one(q, broker, h, uniq)
 
     try:
-        await asyncio.gather(*(one_queue(q, hs) for q, hs in sorted(per_queue.items())))
+        await asyncio.gather(*(one_chain(c, hs) for c, hs in sorted(chains.items())))
     finally:
         client.close()
     return done[0]
