@@ -121,6 +121,7 @@ def test_stream_killed_at_every_point_reads_once(cluster: Cluster, tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(8 * 3600)
 @pytest.mark.skipif(
     not os.environ.get("ROCKETSTORE_LONG_TESTS"),
     reason="80 driver kills (a JVM each) take hours on a loaded machine: set ROCKETSTORE_LONG_TESTS=1",
