@@ -408,3 +408,33 @@ def read_every_queue_once(store: MessageStore) -> None:
     for q in range(QUEUES):
         got = store.get_message("g", f"Lru{q % 6}", q // 6, 0, 32)
         assert got.messages
+
+
+# ---- read-only views ------------------------------------------------------------------------
+
+
+def test_a_read_only_view_over_more_queue_files_than_its_bound_reads_everything(
+    small_lru_config: StoreConfig,
+) -> None:
+    from rocketstore.store.read._reader import StoreReader
+
+    cfg = dataclasses.replace(
+        small_lru_config, max_hash_slot_num=20, max_index_num=80, max_mapped_queue_files=4096
+    )
+    with MessageStore(cfg) as store:
+        keyed_fill(store, 300)  # five messages in each of the 60 queues, several index files
+        index_files = len(store.index.files)
+    assert index_files >= 5
+    want = {q: [b"k%d" % i for i in range(q, 300, QUEUES)] for q in range(QUEUES)}
+    with StoreReader(cfg.store_path_root_dir, max_mapped_files=BOUND) as reader:
+        for _round in range(2):  # the second round maps again what the first unmapped
+            for q in range(QUEUES):
+                got = [m.body for m in reader.read(f"Lru{q % 6}", q // 6)]
+                assert got == want[q], q
+                assert reader.max_offset(f"Lru{q % 6}", q // 6) == 5
+                assert reader.mappings.statistics().mapped <= BOUND
+        assert reader.mappings.evictions > 0
+        for i in range(0, 300, 13):  # every index file read through the same bound
+            found = reader.lookup_key(f"Lru{i % QUEUES % 6}", f"only{i}")
+            assert found == [((i % QUEUES) // 6, i // QUEUES)], i
+        assert reader.mappings.statistics().mapped <= BOUND

@@ -143,7 +143,9 @@ class MappingLRU:
     def _evict_locked(self, want: int) -> None:
         files = self._files
         done = 0
-        for _ in range(len(files)):
+        # two turns at most: every file used since the last pass gets its second chance in
+        # the first, and is a candidate in the second
+        for _ in range(2 * len(files)):
             if done >= want:
                 break
             key, mf = files.popitem(last=False)
