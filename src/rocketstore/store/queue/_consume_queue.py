@@ -44,10 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import deque
 import os
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
