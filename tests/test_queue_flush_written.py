@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.store.queue._consume_queue import UNIT_SIZE, ConsumeQueue, ConsumeQueueTable
+from rocketstore.store.log._mapped_file_queue import MappedFileQueue
+from rocketstore.store.queue._consume_queue import UNIT_SIZE, ConsumeQueueTable
 from support.waits import wait_dispatched
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -35,15 +36,17 @@ def table(tmp_path: Path) -> Iterator[ConsumeQueueTable]:
 
 @pytest.fixture
 def flushed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """The (topic, queue id) of every ConsumeQueue.flush call, in order."""
+    """The (topic, queue id) of every queue flushed, in order (seen where a queue's files are
+    flushed, a plain Python class also under the compiled core)."""
     calls: list[tuple[str, int]] = []
-    real = ConsumeQueue.flush
+    real = MappedFileQueue.flush_all
 
-    def spy(self: ConsumeQueue, least_pages: int) -> int:
-        calls.append((self.topic, self.queue_id))
+    def spy(self: MappedFileQueue, least_pages: int = 0) -> int:
+        path = Path(self.store_path)
+        calls.append((path.parent.name, int(path.name)))
         return real(self, least_pages)
 
-    monkeypatch.setattr(ConsumeQueue, "flush", spy)
+    monkeypatch.setattr(MappedFileQueue, "flush_all", spy)
     return calls
 
 
@@ -102,16 +105,17 @@ def test_a_write_after_the_mark_was_taken_marks_the_queue_again(
     table: ConsumeQueueTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write(table, "T", 0)
-    real = ConsumeQueue.flush
+    real = MappedFileQueue.flush_all
 
-    def write_during_flush(self: ConsumeQueue, least_pages: int) -> int:
-        monkeypatch.setattr(ConsumeQueue, "flush", real)
+    def write_during_flush(self: MappedFileQueue, least_pages: int = 0) -> int:
+        monkeypatch.setattr(MappedFileQueue, "flush_all", real)
         write(table, "T", 0)  # the dispatcher, between the flag going down and the flush
         return real(self, least_pages)
 
-    monkeypatch.setattr(ConsumeQueue, "flush", write_during_flush)
+    monkeypatch.setattr(MappedFileQueue, "flush_all", write_during_flush)
     assert table.flush(0) == 1
     assert on_disk(table, "T", 0) == 2 * UNIT_SIZE
+    assert [(cq.topic, cq.queue_id) for cq in table.written] == [("T", 0)]  # marked again
     write(table, "T", 0)
     assert table.flush(0) == 1
     assert on_disk(table, "T", 0) == 3 * UNIT_SIZE
