@@ -261,7 +261,11 @@ async def send_each_queue(
 
     async def worker() -> None:
         for topic in pending:
-            route = await producer.route(topic)
+            try:
+                route = await producer.route(topic)
+            except Exception as exc:  # a route query timed out: the topic's sends are lost
+                errors.extend(f"{topic}/{qid}: {exc}" for qid in range(queues))
+                continue
             if route is None:
                 errors.append(f"{topic}: no route")
                 continue
