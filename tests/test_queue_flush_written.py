@@ -240,3 +240,41 @@ def read_all(store: MessageStore, topic: str, qid: int) -> dict[int, bytes]:
         for m in messages:
             got[m.queue_offset] = m.body
         offset = messages[-1].queue_offset + 1
+
+
+def test_an_idle_store_writes_its_queue_checkpoint_once(
+    open_store: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rocketstore.store.queue import _queue_checkpoint as qcp
+
+    written: list[qcp.QueueCheckpoint] = []
+    real = qcp.write
+
+    def counting(root: Path, cp: qcp.QueueCheckpoint) -> None:
+        written.append(cp)
+        real(root, cp)
+
+    monkeypatch.setattr(qcp, "write", counting)
+    store = open_store(flush_interval_consume_queue=3_600_000)  # the rounds are the test's
+    service = store.flush_consume_queue
+    assert service.checkpoint is not None
+    for q in range(4):
+        assert store.put_message(Message("C", b"m", q)).ok
+    wait_dispatched(store)
+    # a thorough round flushes, then writes the per-queue checkpoint; the one after it
+    # records the logics time that flush set; from then on an idle store writes nothing
+    service.step(0)
+    service.step(0)
+    settled = len(written)
+    assert 1 <= settled <= 2
+    for _ in range(3):
+        service.step(0)
+    assert len(written) == settled
+    assert sorted(s.max_offset for s in written[-1].queues if s.topic == "C") == [1, 1, 1, 1]
+    assert qcp.read(store.root) == written[-1]  # the file holds what the skipped rounds took
+    assert store.put_message(Message("C", b"m", 2)).ok
+    wait_dispatched(store)
+    service.step(0)
+    service.step(0)
+    assert len(written) > settled
+    assert [s.max_offset for s in written[-1].queues if s.topic == "C"] == [1, 1, 2, 1]
