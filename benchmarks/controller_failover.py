@@ -43,10 +43,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocketstore.controller import (
+from rocketstore.controller import ControllerConfig
+from rocketstore.protocol._controller_client import (
     BrokerHeartbeatRequest,
     ControllerClient,
-    ControllerConfig,
     SyncStateSet,
 )
 from rocketstore.remoting import (

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from rocketstore import ManualClock
-from rocketstore.broker._errors import InvalidHeartbeatError, InvalidSubscriptionError
 from rocketstore.broker.state._consumer_manager import (
     ConsumerManager,
     ProducerManager,
     parse_heartbeat,
 )
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.protocol._errors import InvalidHeartbeatError, InvalidSubscriptionError
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

@@ -8,14 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from rocketstore.controller import (
+from rocketstore.controller import Controller, ControllerConfig, ControllerProcessor, FileBackend
+from rocketstore.protocol._controller_client import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
-    Controller,
-    ControllerConfig,
-    ControllerProcessor,
-    FileBackend,
     RegisterBrokerRequest,
     SyncStateSet,
 )

@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.controller import (
-    AlterSyncStateSetRequest,
-    ApplyBrokerIdRequest,
-    BrokerHeartbeatRequest,
-    CleanBrokerDataRequest,
-    ElectMasterResponseBody,
-    GetNextBrokerIdRequest,
-    GroupRecord,
-    RegisterBrokerRequest,
-    StateCorruptError,
-    SyncStateSet,
-)
+from rocketstore.controller import GroupRecord, StateCorruptError
 from rocketstore.controller import _replicas as replicas
 from rocketstore.controller._elect import elect
 from rocketstore.controller._heartbeat import BrokerLiveTable
+from rocketstore.protocol._controller_client import (
+    AlterSyncStateSetRequest,
+    ApplyBrokerIdRequest,
+    BrokerHeartbeatRequest,
+    ElectMasterResponseBody,
+    GetNextBrokerIdRequest,
+    RegisterBrokerRequest,
+    SyncStateSet,
+)
+from rocketstore.protocol._controller_headers import CleanBrokerDataRequest
 from rocketstore.remoting import RequestError, ResponseCode
 from rocketstore.store._clock import ManualClock
 

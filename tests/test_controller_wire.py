@@ -6,23 +6,25 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.controller import (
-    AlterSyncStateSetRequest,
+from rocketstore.protocol._controller_bodies import (
     BodyError,
-    BrokerHeartbeatRequest,
     BrokerMemberGroup,
+    ReplicaIdentity,
+    ReplicasInfo,
+    decode_broker_names,
+)
+from rocketstore.protocol._controller_client import (
+    AlterSyncStateSetRequest,
+    BrokerHeartbeatRequest,
     BrokerReplicasInfo,
-    CleanBrokerDataRequest,
     ElectMasterRequest,
     ElectMasterResponseBody,
     GetMetaDataResponse,
     RegisterBrokerResponse,
-    ReplicaIdentity,
-    ReplicasInfo,
     SyncStateSet,
-    decode_broker_names,
     encode_broker_names,
 )
+from rocketstore.protocol._controller_headers import CleanBrokerDataRequest
 from rocketstore.remoting import RequestCode, RequestError, ResponseCode
 
 

@@ -13,15 +13,9 @@ from typing import Any
 
 import pytest
 
-from rocketstore.controller import (
-    ControllerConfig,
-    EtcdBackend,
-    FileBackend,
-    Header,
-    StateBackend,
-    SyncStateSet,
-)
-from rocketstore.controller._headers import (
+from rocketstore.controller import ControllerConfig, EtcdBackend, FileBackend, StateBackend
+from rocketstore.protocol._controller_client import Header, SyncStateSet
+from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,

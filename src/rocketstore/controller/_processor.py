@@ -42,20 +42,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..namesrv._properties import PropertiesError, format_properties, parse_properties
-from ..remoting import (
-    Connection,
-    Handler,
-    RemotingCommand,
-    RequestCode,
-    RequestError,
-    ResponseCode,
-)
-from ._bodies import SyncStateSet, decode_broker_names
-from ._config import RUNTIME_KEYS, ControllerConfig
-from ._controller import Controller
-from ._errors import BackendError, ControllerConfigError
-from ._headers import (
+from ..protocol._controller_bodies import SyncStateSet, decode_broker_names
+from ..protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
@@ -65,6 +53,18 @@ from ._headers import (
     GetReplicaInfoRequest,
     RegisterBrokerRequest,
 )
+from ..protocol._properties import PropertiesError, format_properties, parse_properties
+from ..remoting import (
+    Connection,
+    Handler,
+    RemotingCommand,
+    RequestCode,
+    RequestError,
+    ResponseCode,
+)
+from ._config import RUNTIME_KEYS, ControllerConfig
+from ._controller import Controller
+from ._errors import BackendError, ControllerConfigError
 from ._replicas import Outcome
 
 log = logging.getLogger(__name__)

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from ...protocol._heartbeat import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
+from ...protocol._heartbeat import HeartbeatData as HeartbeatData
+from ...protocol._heartbeat import parse_heartbeat as parse_heartbeat
 from ...store._clock import SYSTEM_CLOCK, Clock
-from ._heartbeat import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
-from ._heartbeat import HeartbeatData as HeartbeatData
-from ._heartbeat import parse_heartbeat as parse_heartbeat
 
 log = logging.getLogger(__name__)
 
