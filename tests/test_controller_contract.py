@@ -15,7 +15,7 @@ import asyncio
 import json
 
 from rocketstore.controller import GroupRecord, LeadershipLostError, Member
-from rocketstore.protocol._controller_client import (
+from rocketstore.protocol._controller_bodies import (
     BrokerReplicasInfo,
     ElectMasterResponseBody,
     SyncStateSet,

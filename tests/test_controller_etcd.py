@@ -23,7 +23,7 @@ from rocketstore.controller import (
     LeadershipLostError,
     Member,
 )
-from rocketstore.protocol._controller_client import SyncStateSet
+from rocketstore.protocol._controller_bodies import SyncStateSet
 from rocketstore.protocol._controller_headers import GetReplicaInfoRequest
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import ControllerServer

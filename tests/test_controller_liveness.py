@@ -9,12 +9,12 @@ import asyncio
 from pathlib import Path
 
 from rocketstore.controller import Controller, ControllerConfig, ControllerProcessor, FileBackend
-from rocketstore.protocol._controller_client import (
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
     RegisterBrokerRequest,
-    SyncStateSet,
 )
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.store._clock import ManualClock

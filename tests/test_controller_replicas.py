@@ -11,16 +11,15 @@ from rocketstore.controller import GroupRecord, StateCorruptError
 from rocketstore.controller import _replicas as replicas
 from rocketstore.controller._elect import elect
 from rocketstore.controller._heartbeat import BrokerLiveTable
-from rocketstore.protocol._controller_client import (
+from rocketstore.protocol._controller_bodies import ElectMasterResponseBody, SyncStateSet
+from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
-    ElectMasterResponseBody,
+    CleanBrokerDataRequest,
     GetNextBrokerIdRequest,
     RegisterBrokerRequest,
-    SyncStateSet,
 )
-from rocketstore.protocol._controller_headers import CleanBrokerDataRequest
 from rocketstore.remoting import RequestError, ResponseCode
 from rocketstore.store._clock import ManualClock
 

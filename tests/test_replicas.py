@@ -23,7 +23,7 @@ import pytest
 from rocketstore.client import Producer
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._controller import ControllerAdmin
-from rocketstore.protocol._controller_client import SyncStateSet
+from rocketstore.protocol._controller_bodies import SyncStateSet
 from rocketstore.protocol._controller_headers import NotifyBrokerRoleChangedRequest
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import BrokerServer

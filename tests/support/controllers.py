@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from rocketstore.controller import ControllerConfig, EtcdBackend, FileBackend, StateBackend
-from rocketstore.protocol._controller_client import Header, SyncStateSet
+from rocketstore.protocol._controller_bodies import SyncStateSet
 from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
     ElectMasterRequest,
     GetNextBrokerIdRequest,
+    Header,
     RegisterBrokerRequest,
 )
 from rocketstore.remoting import (
