@@ -1,6 +1,6 @@
 """The controller's request handlers (RocketMQ 5.1.4's ControllerRequestProcessor): each decodes
-its header and body (``_headers``, ``_bodies``), asks the ``Controller``, and answers with the
-outcome's code, remark, header and body.
+its header and body (``protocol._controller_headers``, ``_controller_bodies``), asks the
+``Controller``, and answers with the outcome's code, remark, header and body.
 
 =====  ================================  ==========================================================
 code   request                           answer

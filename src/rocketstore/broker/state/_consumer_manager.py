@@ -1,6 +1,6 @@
 """Client membership learnt from heartbeats: consumer groups (RocketMQ's ConsumerManager and
 ConsumerGroupInfo) and producer groups (its ProducerManager). The heartbeat body's parser,
-``parse_heartbeat``, lives in ``_heartbeat`` and is re-exported here.
+``parse_heartbeat``, lives in the protocol room (``protocol._heartbeat``) and is re-exported here.
 
 A group has the channels (client connections) of its online consumers and one subscription table
 (topic → SubscriptionData) that every heartbeat of the group replaces. A channel is any hashable
