@@ -158,7 +158,7 @@ def test_a_trailing_comment_is_named_in_the_refusal(tmp_path: Path, line: str, k
 
 def test_comments_on_their_own_lines_are_accepted(tmp_path: Path) -> None:
     from rocketstore.controller._config import ControllerConfig, ControllerConfigError
-    from rocketstore.namesrv._properties import java_bool, parse_properties
+    from rocketstore.protocol._properties import java_bool, parse_properties
 
     assert java_bool("true") is True
     with pytest.raises(ValueError, match="comments on their own line"):
