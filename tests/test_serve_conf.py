@@ -22,6 +22,7 @@ from rocketstore.store.ha import _transfer
 from rocketstore.store.ha._transfer import GroupTransferService
 from rocketstore.store.log._message import PutMessageResult, PutMessageStatus
 from support.interop import ServerProcess
+from support.waits import wait_until
 
 NOT_AVAILABLE_LINE = re.compile(r"(\d+) put\(s\) since the last warning were stored and answered")
 
@@ -68,7 +69,10 @@ def test_sync_master_without_a_slave(tmp_path: Path, monkeypatch: pytest.MonkeyP
     server = serve(tmp_path / "serve.log", conf)
     try:
         assert server.namesrv is not None and server.broker is not None
-        assert "is a SYNC_MASTER: until a slave connects" in server.output()
+        # the warning may be written after the ready lines: poll for it
+        assert wait_until(
+            lambda: "is a SYNC_MASTER: until a slave connects" in server.output(), poll=0.05
+        )
         with Producer(server.namesrv) as producer:
             results = [producer.send("SyncTopic", f"m{i}".encode()) for i in range(3)]
         assert [r.status for r in results] == ["SLAVE_NOT_AVAILABLE"] * 3
