@@ -72,7 +72,11 @@ import tempfile
 import time
 from typing import Any
 
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.client import MessageQueue
+from rocketstore.client._admin import AdminClient
+from rocketstore.client._async_producer import AsyncProducer
+from rocketstore.client._consumer import decode_records
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -82,10 +86,6 @@ from rocketstore.broker.state._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.client import MessageQueue
-from rocketstore.client._admin import AdminClient
-from rocketstore.client._async_producer import AsyncProducer
-from rocketstore.client._consumer import decode_records
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RequestCode
 
 HEARTBEAT_INTERVAL_S = 30.0
