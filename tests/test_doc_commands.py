@@ -132,7 +132,11 @@ def test_the_checker_finds_what_is_not_there() -> None:
 
 def test_every_benchmark_command_in_the_docs_exists() -> None:
     wrong = []
-    commands = list(_commands("python benchmarks/")) + list(_commands("python3 benchmarks/"))
+    commands = [
+        found
+        for python in ("python", "python3", ".venv/bin/python")
+        for found in _commands(f"{python} benchmarks/")
+    ]
     assert commands
     for where, line in commands:
         script = ROOT / line.split()[1]
@@ -154,7 +158,7 @@ KNOWN_KEYS = (
 
 
 def test_every_key_the_docs_name_is_in_the_configuration_table() -> None:
-    """The keys of each page's key tables (a table whose first heading is ``key``) and of its
+    """The keys of each page's key tables (a table whose first heading names the key) and of its
     configuration examples (``key=value`` lines of a code block)."""
     wrong = []
     for page in PAGES:
@@ -171,8 +175,8 @@ def test_every_key_the_docs_name_is_in_the_configuration_table() -> None:
             if not line.startswith("|"):
                 key_table = False
                 continue
-            if line.startswith("| key"):
-                key_table = True
+            if not key_table and re.fullmatch(r"[\w. ]*\bkey\b.*", line.split("|")[1].strip()):
+                key_table = True  # a table whose first heading is its key: "key (broker.conf)"
                 continue
             if key_table:
                 first = line.split("|")[1]
@@ -221,3 +225,21 @@ def test_each_configuration_example_loads(where: str, text: str, tmp_path: Path)
     conf = tmp_path / "broker.conf"
     conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="utf-8")
     BrokerConfig.from_store_config(StoreConfig.from_broker_conf(conf))
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """Links, and paths of the repository's files (``tests/...py``, ``benchmarks/...``)."""
+    wrong = []
+    for page in PAGES:
+        for n, line, _inside in _lines(page):
+            names = [m.group(1) for m in re.finditer(r"\]\(([^)#:]+)(?:#[^)]*)?\)", line)]
+            found = [(page.parent / name).resolve().relative_to(ROOT).as_posix() for name in names]
+            found += re.findall(
+                r"(?<![\w/.<])((?:tests|benchmarks|scripts|docs)/[\w./-]+\.(?:py|md|png))", line
+            )
+            wrong += [
+                f"{page.relative_to(ROOT)}:{n}: {name}"
+                for name in found
+                if not (ROOT / name).exists()
+            ]
+    assert not wrong, "\n".join(wrong)
