@@ -17,7 +17,7 @@ from rocketstore.broker._config import BrokerConfig
 from rocketstore.cli import main
 from rocketstore.cli._config_reference import NAMESRV_KEYS, broker_keys, controller_keys
 from rocketstore.controller._config import ControllerConfig
-from rocketstore.namesrv._properties import parse_properties
+from rocketstore.protocol._properties import parse_properties
 from rocketstore.store._config import StoreConfig
 
 ROOT = Path(__file__).resolve().parent.parent
