@@ -119,7 +119,6 @@ def test_the_admin_requests_for_a_super_user(broker: BrokerThread) -> None:
                         {
                             "resource": "Topic:X",
                             "actions": ["Pub"],
-                            "sourceIps": [],
                             "decision": "Deny",
                         },
                         {

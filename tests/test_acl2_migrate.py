@@ -94,19 +94,16 @@ accounts:
                     {
                         "resource": "Topic:A",
                         "actions": ["Pub", "Sub"],
-                        "sourceIps": [],
                         "decision": "Allow",
                     },
                     {
                         "resource": "Topic:B",
                         "actions": ["All"],
-                        "sourceIps": [],
                         "decision": "Deny",
                     },
                     {
                         "resource": "Group:G",
                         "actions": ["Sub"],
-                        "sourceIps": [],
                         "decision": "Allow",
                     },
                     {
@@ -123,13 +120,11 @@ accounts:
                     {
                         "resource": "Topic:*",
                         "actions": ["Sub"],
-                        "sourceIps": [],
                         "decision": "Allow",
                     },
                     {
                         "resource": "Group:*",
                         "actions": ["All"],
-                        "sourceIps": [],
                         "decision": "Deny",
                     },
                 ],
