@@ -1,6 +1,6 @@
 """ACL 2.0 through a real broker (authenticationEnabled and authorizationEnabled on, a Super user
-from initAuthenticationUser): every user and ACL admin request answered for the Super user and
-refused for a normal user and for an unsigned one; a normal user's sends and pulls decided by
+from initAuthenticationUser): every user and ACL admin request answered for the Super user, decided
+on the cluster for a normal user (as RocketMQ 5.3 does) and refused for an unsigned one; a normal user's sends and pulls decided by
 its ACL; the users and ACLs kept in config/auth.json across a restart; the gRPC front end's
 checker deciding with the same users."""
 
@@ -73,18 +73,49 @@ def admin_of(signer: Any) -> AuthAdmin:
     return AuthAdmin(AdminClient(signer=signer))
 
 
-def test_every_auth_code_is_a_super_users(broker: BrokerThread) -> None:
+def test_the_auth_codes_are_decided_on_the_cluster_as_rocketmq_does(broker: BrokerThread) -> None:
+    """As RocketMQ 5.3's headers declare them: Cluster Update for a change, Get for a read;
+    a Super user is made, changed or removed by a Super user only."""
     addr = broker.broker.address
-    assert all(BROKER[c].super_only for c in AUTH_CODES)
+    assert all(BROKER[c].auth_admin for c in AUTH_CODES)
     for code in AUTH_CODES:
         ext, body = BROKER_SAMPLES[code](None, "X", "GA")  # type: ignore[arg-type]
         for signer in (ALICE, None):
             r = call(addr, code, ext, signer, body)
             assert acl_refused(r), (code, signer, r.code, r.remark)
     refused = call(addr, 3005, {}, ALICE)
-    assert "not a super user" in (refused.remark or "")
+    assert "User:alice01 has no permission to access Cluster:DefaultCluster" in (
+        refused.remark or ""
+    )
     unsigned = call(addr, 3005, {}, None)
     assert "username cannot be null" in (unsigned.remark or "")
+
+    clara = RequestSigner("clara01", "claraPass1")
+    with AdminClient(signer=ROOT) as admin:
+        auth = AuthAdmin(admin)
+        auth.create_user(addr, "clara01", "claraPass1")
+        auth.create_acl(addr, acl_info("User:clara01", ["Cluster:DefaultCluster"], ["Get"]))
+    try:
+        with AdminClient(signer=clara) as admin:
+            reader = AuthAdmin(admin)
+            assert "rootUser" in [u["username"] for u in reader.list_users(addr)]
+            with pytest.raises(ClientError, match="no permission to access Cluster"):
+                reader.create_user(addr, "dora01", "doraPass1")
+        with AdminClient(signer=ROOT) as admin:
+            AuthAdmin(admin).update_acl(
+                addr, acl_info("User:clara01", ["Cluster:DefaultCluster"], ["Get", "Update"])
+            )
+        with AdminClient(signer=clara) as admin:
+            writer = AuthAdmin(admin)
+            writer.create_user(addr, "dora01", "doraPass1")
+            with pytest.raises(ClientError, match="super user can only be create by super user"):
+                writer.create_user(addr, "eve0001", "evePass1", "Super")
+            with pytest.raises(ClientError, match="super user can only be update by super user"):
+                writer.delete_user(addr, "rootUser")
+            writer.delete_user(addr, "dora01")
+    finally:
+        with AdminClient(signer=ROOT) as admin:
+            AuthAdmin(admin).delete_user(addr, "clara01")
 
 
 def test_the_admin_requests_for_a_super_user(broker: BrokerThread) -> None:

@@ -29,10 +29,14 @@ AUTH_CONF = {
     "initAuthenticationUser": json.dumps({"username": SUPER[0], "password": SUPER[1]}),
 }
 
-# the commands, one a line, with A and B for the two brokers' addresses
-SEQUENCE = [
-    line.split()
-    for line in """
+
+def commands(text: str) -> list[list[str]]:
+    """One command a line, with A and B for the two brokers' addresses."""
+    return [line.split() for line in text.strip().splitlines()]
+
+
+SEQUENCE = commands(
+    """
 createUser -b A -u alice -p alicePass1
 createUser -b A -u alice -p alicePass1
 createUser -b A -u bob -p bobPass1 -t Super
@@ -68,28 +72,66 @@ getAcl -b A -s User:alice
 deleteUser -b A -u bob
 deleteUser -b A -u nobody
 listUser -b A
-""".strip().splitlines()
-]
+"""
+)
 
-_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)")
+# a Normal user's commands, and a wrong password's and an unknown user's
+DAVES = commands(
+    """
+createUser -b A -u dave -p davePass1
+createAcl -b A -s User:dave -r Topic:dave-* -a Pub -d Allow
+"""
+)
+AS_DAVE = commands(
+    """
+listUser -b A
+getUser -b A -u dave
+createUser -b A -u eve -p evePass1
+updateUser -b A -u dave -t Super
+getAcl -b A -s User:dave
+deleteUser -b A -u rootUser
+"""
+)
+AS_STRANGER = commands("listUser -b A")
+
+# stack frames, and the logging library's word about its bindings as a JVM starts
+_NOISE = re.compile(r"^(\s+(at |\.\.\. \d+ more)|SLF4J: )")
 
 
 def normalised(done: Output, a: str, b: str) -> str:
-    """A command's output with the addresses named A and B and the stack frames dropped."""
+    """A command's output with the addresses named A and B, without the noise."""
     text = (done.out + done.err).replace(a, "A").replace(b, "B")
-    return "\n".join(line.rstrip() for line in text.splitlines() if not _FRAME.match(line))
+    return "\n".join(line.rstrip() for line in text.splitlines() if not _NOISE.match(line))
 
 
-def run_sequence(runner_root: Path, a: str, b: str) -> list[str]:
-    runner = r5.admin_runner53(runner_root, *SUPER)
+def run_sequence(
+    runner_root: Path,
+    brokers: tuple[str, str],
+    sequence: list[list[str]],
+    signer: tuple[str, str] = SUPER,
+) -> list[str]:
+    """What each command printed, signed by ``signer`` (name, password)."""
+    a, b = brokers
+    runner = r5.admin_runner53(runner_root, *signer)
     try:
         results = []
-        for command in SEQUENCE:
+        for command in sequence:
             args = [{"A": a, "B": b}.get(word, word) for word in command]
             results.append(normalised(runner.admin(*args), a, b))
         return results
     finally:
         runner.close()
+
+
+def differences(sequence: list[list[str]], ours: list[str], theirs: list[str]) -> str:
+    report = []
+    for command, mine, reference in zip(sequence, ours, theirs, strict=True):
+        if mine != reference:
+            diff = difflib.unified_diff(
+                reference.splitlines(), mine.splitlines(), "rocketmq", "rocketstore", lineterm=""
+            )
+            report.append(" ".join(command) + "\n" + "\n".join(diff))
+    return "\n\n".join(report)
 
 
 @pytest.fixture(scope="module")
@@ -130,13 +172,25 @@ def test_user_and_acl_commands_match_rocketmq(
     rocketmq_brokers: tuple[str, str],
     tmp_path: Path,
 ) -> None:
-    ours = run_sequence(tmp_path / "runner-rocketstore", *rocketstore_brokers)
-    theirs = run_sequence(tmp_path / "runner-rocketmq", *rocketmq_brokers)
-    report = []
-    for command, mine, reference in zip(SEQUENCE, ours, theirs, strict=True):
-        if mine != reference:
-            diff = difflib.unified_diff(
-                reference.splitlines(), mine.splitlines(), "rocketmq", "rocketstore", lineterm=""
-            )
-            report.append(" ".join(command) + "\n" + "\n".join(diff))
-    assert not report, "\n\n".join(report)
+    ours = run_sequence(tmp_path / "runner-rocketstore", rocketstore_brokers, SEQUENCE)
+    theirs = run_sequence(tmp_path / "runner-rocketmq", rocketmq_brokers, SEQUENCE)
+    report = differences(SEQUENCE, ours, theirs)
+    assert not report, report
+
+
+def test_refusals_to_other_signers_match_rocketmq(
+    rocketstore_brokers: tuple[str, str],
+    rocketmq_brokers: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    runs = [
+        (DAVES, SUPER),
+        (AS_DAVE, ("dave", "davePass1")),
+        (AS_STRANGER, ("dave", "wrongPass1")),
+        (AS_STRANGER, ("nobody", "nobodyPass1")),
+    ]
+    for i, (sequence, signer) in enumerate(runs):
+        ours = run_sequence(tmp_path / f"ours-{i}", rocketstore_brokers, sequence, signer)
+        theirs = run_sequence(tmp_path / f"theirs-{i}", rocketmq_brokers, sequence, signer)
+        report = differences(sequence, ours, theirs)
+        assert not report, f"signed by {signer[0]}:\n{report}"

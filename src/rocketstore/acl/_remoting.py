@@ -149,12 +149,9 @@ def acl_settings(principal: Principal) -> AuthSettings:
 
 def check_v2(principal: Principal, r: Rule, cmd: RemotingCommand) -> None:
     """ACL 2.0's decision on a request by its rule: an admin rule's actions on its target
-    (the cluster, or the topic or group a field names), a scoped rule's needs with its
-    actions; the user and ACL admin requests a Super user's only."""
+    (the cluster, or the topic or group a field names; the user and ACL requests too, as
+    RocketMQ 5.3 decides them), a scoped rule's needs with its actions."""
     if r.access is Access.ADMIN:
-        if r.super_only:
-            principal.require_super(f"make request {r.name}")
-            return
         kind, field = r.target
         if field:
             name = _get(cmd.ext_fields, field) or ""
@@ -245,7 +242,7 @@ class RemotingAcl:
                     resource=_audit.resource_text(cmd.ext_fields),
                 )
                 principal = grant.account
-                if isinstance(principal, Principal) and grant.rule.super_only:
+                if isinstance(principal, Principal) and grant.rule.auth_admin:
                     _audit.authorization(
                         subject=principal.subject,
                         decision="Allow",
