@@ -22,7 +22,7 @@ from rocketstore.client._route import ClientError
 from rocketstore.remoting import ResponseCode
 from support.acl_env import (
     BROKER_SAMPLES,
-    acl_refused,
+    acl2_refused,
     call,
     create_topic_ext,
     group_body,
@@ -82,7 +82,7 @@ def test_the_auth_codes_are_decided_on_the_cluster_as_rocketmq_does(broker: Brok
         ext, body = BROKER_SAMPLES[code](None, "X", "GA")  # type: ignore[arg-type]
         for signer in (ALICE, None):
             r = call(addr, code, ext, signer, body)
-            assert acl_refused(r), (code, signer, r.code, r.remark)
+            assert acl2_refused(r), (code, signer, r.code, r.remark)
     refused = call(addr, 3005, {}, ALICE)
     assert "User:alice01 has no permission to access Cluster:DefaultCluster" in (
         refused.remark or ""
@@ -187,17 +187,17 @@ def test_a_normal_users_sends_and_pulls_follow_its_acl(broker: BrokerThread) -> 
     ok = call(addr, 310, send_v2_ext("X"), ALICE, b"to X")
     assert ok.code == RC.SUCCESS, ok.remark
     refused = call(addr, 310, send_v2_ext("Y"), ALICE, b"to Y")
-    assert acl_refused(refused)
+    assert acl2_refused(refused)
     assert "User:alice01 has no permission to access Topic:Y" in (refused.remark or "")
-    assert not acl_refused(call(addr, 11, pull_ext("X", "GA"), ALICE))
-    assert acl_refused(call(addr, 11, pull_ext("X", "GB"), ALICE))  # not its group
-    assert acl_refused(call(addr, 11, pull_ext("Y", "GA"), ALICE))  # not its topic
+    assert not acl2_refused(call(addr, 11, pull_ext("X", "GA"), ALICE))
+    assert acl2_refused(call(addr, 11, pull_ext("X", "GB"), ALICE))  # not its group
+    assert acl2_refused(call(addr, 11, pull_ext("Y", "GA"), ALICE))  # not its topic
     wrong = RequestSigner("alice01", "not-the-password")
     r = call(addr, 310, send_v2_ext("X"), wrong, b"x")
-    assert acl_refused(r) and "check signature failed" in (r.remark or "")
+    assert acl2_refused(r) and "check signature failed" in (r.remark or "")
     # a Super user sends anywhere; cluster-wide admin requests need Cluster rights
     assert call(addr, 310, send_v2_ext("Y"), ROOT, b"to Y").code == RC.SUCCESS
-    assert acl_refused(call(addr, 17, create_topic_ext("Z"), ALICE))
+    assert acl2_refused(call(addr, 17, create_topic_ext("Z"), ALICE))
 
 
 def test_a_disabled_user_is_refused(broker: BrokerThread) -> None:
@@ -212,7 +212,7 @@ def test_a_disabled_user_is_refused(broker: BrokerThread) -> None:
         )
         auth.update_user(addr, "carol01", user_status="disable")
     r = call(addr, 310, send_v2_ext("X"), RequestSigner("carol01", "carolPass1"), b"c")
-    assert acl_refused(r) and "User:carol01 is disabled." in (r.remark or "")
+    assert acl2_refused(r) and "User:carol01 is disabled." in (r.remark or "")
 
 
 def test_grpc_decides_with_the_same_users(broker: BrokerThread) -> None:
@@ -387,8 +387,8 @@ def test_copy_users_and_acls_to_another_broker(
             copied = auth.copy_users(src, dst)  # every user, in Python
             assert "rootUser" in copied and len(auth.list_users(dst)) >= len(auth.list_users(src))
         ok = call(dst, 310, send_v2_ext("X"), ALICE, b"on the copy")
-        assert not acl_refused(ok), ok.remark
-        assert acl_refused(call(dst, 310, send_v2_ext("Y"), ALICE, b"x"))
+        assert not acl2_refused(ok), ok.remark
+        assert acl2_refused(call(dst, 310, send_v2_ext("Y"), ALICE, b"x"))
     finally:
         other.close()
 

@@ -11,7 +11,9 @@ benchmarks/java_producer_compare.py) and their dependencies. Without it, or with
 - ``AdminRunner`` keeps one JVM running ``MQAdminStartup.main0`` for command after command (a
   JVM per command would cost seconds each); each command's standard output and error come back
   as text. The same JVM can hold a consumer and a producer open (``consume``, ``produce``), so
-  the brokers see a live client for the connection and status commands.
+  the brokers see a live client for the connection and status commands. With another
+  ``classpath`` and ``clients=False`` the same runner serves RocketMQ 5.3's mqadmin
+  (tests/support/rocketmq5.py), and ``opts`` adds JVM options (``-Dtls.enable=true``).
 """
 
 from __future__ import annotations

@@ -162,8 +162,12 @@ def check_v2(principal: Principal, r: Rule, cmd: RemotingCommand) -> None:
         principal.require(r.needs(cmd), r.actions)
 
 
-def refusal(exc: AccessDeniedError) -> RemotingCommand:
-    """The answer to a refused request (the connection sends none to a one-way request)."""
+def refusal(exc: AccessDeniedError, acl2: bool = False) -> RemotingCommand:
+    """The answer to a refused request (the connection sends none to a one-way request): the
+    plain ACL's as RocketMQ 4.x's (SYSTEM_ERROR, an AclException), ACL 2.0's (``acl2``) as
+    RocketMQ 5.3's (NO_PERMISSION, the reason alone)."""
+    if acl2:
+        return RemotingCommand.response(ResponseCode.NO_PERMISSION, str(exc))
     return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, EXCEPTION_PREFIX + str(exc))
 
 
@@ -191,7 +195,7 @@ def check_then(cmd: RemotingCommand, value: Any) -> RemotingCommand | None:
         grant.require(grant.rule.then(value))
     except PermissionDeniedError as exc:
         _audit_refusal(cmd, grant.access_key, grant.source, grant.request, exc)
-        return refusal(exc)
+        return refusal(exc, isinstance(grant.account, Principal))
     return None
 
 
@@ -222,8 +226,9 @@ class RemotingAcl:
         table = self.table
 
         def guarded(cmd: RemotingCommand, conn: Connection) -> Any:
+            acl = self.source.current()
             try:
-                grant = check_request(self.source.current(), cmd, peer_host(conn), table)
+                grant = check_request(acl, cmd, peer_host(conn), table)
             except AccessDeniedError as exc:
                 if isinstance(exc, PermissionDeniedError):
                     conn.establish()  # a known account that signed: refused, but a client
@@ -231,7 +236,7 @@ class RemotingAcl:
                 r = rule(table, cmd.code)
                 key = _get(cmd.ext_fields, ACCESS_KEY)
                 _audit_refusal(cmd, key, conn.peer, f"{cmd.code} {r.name}", exc)
-                return refusal(exc)
+                return refusal(exc, isinstance(acl, AuthRules))
             conn.establish()
             cmd.grant = grant
             if grant.rule.changes:
