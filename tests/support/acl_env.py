@@ -27,7 +27,7 @@ from typing import Any
 from rocketstore.acl import AclFile, RequestSigner
 from rocketstore.acl._remoting import EXCEPTION_PREFIX
 from rocketstore.namesrv import NameServer
-from rocketstore.namesrv._bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
+from rocketstore.protocol._namesrv_bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.store.log._record import decode_msg_id, properties_to_string
 
@@ -80,8 +80,13 @@ def call(
 
 
 def acl_refused(r: RemotingCommand) -> bool:
-    """Whether ``r`` is the ACL's refusal (RocketMQ's AclException answer)."""
+    """Whether ``r`` is the plain ACL's refusal (RocketMQ 4.x's AclException answer)."""
     return r.code == RC.SYSTEM_ERROR and (r.remark or "").startswith(EXCEPTION_PREFIX)
+
+
+def acl2_refused(r: RemotingCommand) -> bool:
+    """Whether ``r`` is ACL 2.0's refusal (RocketMQ 5.3's: NO_PERMISSION, the reason alone)."""
+    return r.code == RC.NO_PERMISSION and not (r.remark or "").startswith(EXCEPTION_PREFIX)
 
 
 def create_topic_ext(topic: str, perm: int = 6) -> dict[str, str]:
