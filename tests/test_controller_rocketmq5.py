@@ -25,8 +25,9 @@ from rocketstore.namesrv import NameServer
 from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
 from support.controllers import CLUSTER, FakeBroker, until
+from support.java import OPENS, kill_process
+from support.ports import free_broker_port
 from support.remoting import LoopThread
-from support.rocketmq_java import OPENS, free_broker_port, kill_process
 
 CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
 JAVA = shutil.which("java")
