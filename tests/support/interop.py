@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import processes
 from .ports import free_port
 
 RMQ4_REQUIREMENT = "rocketmq==0.4.4"
@@ -189,21 +189,14 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 
 
 def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> int:
-    """SIGTERM, then SIGKILL when it has not ended after ``grace`` seconds; its exit status."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10)
+    """SIGTERM, then SIGKILL when it has not ended after ``grace`` seconds, and its pipes
+    closed; its exit status."""
+    status = processes.stop_process(proc, grace)
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             with contextlib.suppress(Exception):
                 stream.close()
-    return int(proc.returncode)
+    return status
 
 
 _NAMESRV_LINE = re.compile(r"^name server listening on (\S+)$", re.M)

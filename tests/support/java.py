@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .processes import stop_process
+
 JAVA = shutil.which("java")
 
 # RocketMQ reaches into the JDK's buffers (unmapping, the direct buffer cleaner)
@@ -48,19 +50,6 @@ def command(
     return [JAVA, *opts, f"-Duser.home={user_home}", "-cp", classpath, main, *args]
 
 
-def kill_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL when the process is still there after ``grace`` seconds."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10)
-
-
 class JavaProcess:
     """``argv`` started with its standard output and error appended to ``log``."""
 
@@ -90,7 +79,7 @@ class JavaProcess:
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds."""
-        kill_process(self.proc, grace)
+        stop_process(self.proc, grace)
 
     def kill(self) -> None:
         """kill -9."""

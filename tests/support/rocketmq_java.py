@@ -30,8 +30,8 @@ from pathlib import Path
 from .java import JAVA as JAVA  # the callers' names for the launch helpers of support.java
 from .java import OPENS as OPENS
 from .java import JavaProcess, command, small_options
-from .java import kill_process as kill_process
 from .ports import free_broker_port, free_port
+from .processes import stop_process as kill_process
 
 CLASSPATH = os.environ.get("ROCKETMQ_CLASSPATH", "")
 JAVA_OPTS = small_options()  # for tests: small heaps, quick to start
