@@ -212,6 +212,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield c
 
 
+@pytest.fixture(scope="session")
+def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The official RocketMQ 4.x client (support.interop's Rmq4Client, the ``rocketmq`` 0.4.4
+    package in a cached virtualenv of its own); the tests using it skip where it cannot be
+    installed."""
+    from support.interop import rmq4_client
+
+    return rmq4_client(tmp_path_factory.mktemp("rmq4-home"))
+
+
 @pytest.fixture
 def admin(cluster: Any) -> Iterator[Any]:
     """An AdminClient of ``cluster``'s name server."""

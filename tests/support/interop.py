@@ -306,6 +306,11 @@ class ServerProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
+    def audit(self) -> str:
+        """The server's audit log (logs/store/ beside its log): a line per refusal."""
+        path = self.log.parent / "logs" / "store" / "audit.log"
+        return path.read_text("utf-8") if path.exists() else ""
+
     def stop(self, grace: float = 15.0) -> int:
         """SIGTERM (a clean shutdown), SIGKILL after ``grace`` seconds; the exit status."""
         try:
@@ -320,6 +325,24 @@ class ServerProcess:
                 self.proc.kill()
         self.proc.wait(10)
         self._out.close()
+
+
+def namesrv_of(server: ServerProcess) -> str:
+    """The address of the name server ``server`` runs."""
+    assert server.namesrv is not None
+    return server.namesrv
+
+
+def rmq4_client(home: Path) -> Rmq4Client:
+    """The official 4.x client with its C++ library's files under ``home``; the test skips
+    when the client cannot be installed."""
+    import pytest
+
+    try:
+        python = rmq4_python()
+    except InteropUnavailable as exc:
+        pytest.skip(str(exc))
+    return Rmq4Client(python, home)
 
 
 @contextlib.contextmanager
