@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,13 @@ from rocketstore import ManualClock, MessageStore, StoreConfig
 from rocketstore.store.log._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
+
+# Every JVM the tests start (Spark's drivers, executors and standalone daemons, RocketMQ's
+# programs) compiles with the client compiler only and collects with the serial collector:
+# short runs on small data, started by the dozen, for which the server compiler's and the
+# parallel collector's threads cost about a third of the CPU a Spark start takes. The JVMs
+# print a line naming these options on their standard error.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # no per-example deadline: a test asserts no duration, and a loaded machine takes its time
 settings.register_profile("rocketstore", deadline=None)
