@@ -1,4 +1,4 @@
-"""Reading what a server process prints while it runs, and ending it."""
+"""Reading what a server process prints while it runs, the ports it listens on, and ending it."""
 
 from __future__ import annotations
 
