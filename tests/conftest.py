@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,6 +53,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("sources_only") is not None:
             item.add_marker(skip)
+
+
+def _local_spark_files() -> set[str]:
+    """The test files whose tests take the local SparkSession (the ``spark`` fixture), as
+    pytest-xdist names them (relative to the repository)."""
+    here = Path(__file__).resolve().parent
+    takes = re.compile(r"\bspark: Any\b")
+    return {
+        f"{here.name}/{path.name}"
+        for path in here.glob("test_*.py")
+        if takes.search(path.read_text(encoding="utf-8"))
+    }
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the files that take the local SparkSession as one unit: they
+    run on one worker, one after another, in one JVM (a JVM a worker otherwise, each started
+    and warmed up anew). Other modes are pytest-xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    spark_files = _local_spark_files()
+
+    class SparkTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "local SparkSession" if path in spark_files else path
+
+    return SparkTogether(config, log)
 
 
 @pytest.fixture(autouse=True)
