@@ -712,6 +712,38 @@ class MessageStore:
             self.stats.put_failed += 1
         return r
 
+    def put_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: bytes,
+        tags_code: int,
+        keys: str | None,
+        uniq: str | None,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str | None,
+        reconsume_times: int,
+        wait: bool,
+        deferred: list[Future[PutMessageResult]] | None = None,
+    ) -> PutMessageResult:
+        """Store one message given as its record's fields (``CommitLog.put_fields`` says what
+        the caller guarantees): a broker's plain send, without a ``Message``. Without
+        ``deferred`` as ``put_message``; with it as ``put_message_async``, the future of the
+        put's waits put into ``deferred`` (nothing when the put is complete) and the append's
+        result returned. Any thread."""
+        begin = self._monotonic()
+        r = self.commit_log.put_fields(
+            topic, queue_id, body, properties, tags_code, keys, uniq, flag, sys_flag,
+            born_timestamp, born_host, reconsume_times, wait, deferred,
+        )  # fmt: skip
+        if deferred:
+            self._noted_async(deferred[0], begin)
+            return r
+        return self._noted_batch(r, begin)
+
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
         """Store a batch (one topic and queue) in one append."""
         begin = self._monotonic()

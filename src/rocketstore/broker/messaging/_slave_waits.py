@@ -56,6 +56,7 @@ class SlaveWait:
         self.deadline = deadline  # loop time
         self.result = result
         self.queue_id = queue_id
+        self.error: Exception | None = None  # the put raised (a put's future, not a slave's)
         self.conn: Any = None
         self.opaque = 0
         self.serialize_type = 0
