@@ -44,7 +44,7 @@ from .ha._auth import OPEN, HAGuard
 from .ha._auto_service import AutoSwitchHAService
 from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
-from .log._commit_log import CommitLog, InvalidTopicError, validate_topic
+from .log._commit_log import CommitLog, InvalidTopicError, deferred_put, validate_topic
 from .log._mapped_file import mapped_counters
 from .log._mapped_file_queue import MappedFileQueue
 from .log._mapping import descriptors_kept
@@ -766,13 +766,13 @@ class MessageStore:
         often); they must not block.
         """
         begin = self._monotonic()
-        return self._noted_async(self.commit_log.put_message_async(msg), begin)
+        return self._noted_async(deferred_put(self.commit_log.put_message, msg), begin)
 
     def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
         """``put_messages`` as ``put_message_async``: the batch is appended at once (one
         append), the future completes when the batch is durable (SYNC_FLUSH)."""
         begin = self._monotonic()
-        return self._noted_async(self.commit_log.put_messages_async(msgs), begin, len(msgs))
+        return self._noted_async(deferred_put(self.commit_log.put_messages, msgs), begin, len(msgs))
 
     def _noted_async(
         self, fut: Future[PutMessageResult], begin: float, count: int = 1

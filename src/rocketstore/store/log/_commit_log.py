@@ -5,12 +5,16 @@ lock, then hands what dispatch needs (a DispatchRequest) to ``dispatch_handoff``
 dispatcher does not parse the record again. Queue offsets come from the topic-queue table,
 which recovery rebuilds.
 
-Every put path ends in the same tail: the result of the append, then either the waits (the
-flush under SYNC_FLUSH and the put stages, see ``_put_stages``) in the calling thread, or, for
-``put_message_async`` / ``put_messages_async``, a future that the services complete.
+The puts, each for what it takes: ``put_message`` (a ``Message``: delays, transactions, any
+properties), ``put_fields`` (a record's fields, its properties as stored: a broker's plain
+send), ``put_messages`` (a batch of Messages) and ``put_encoded_batch`` (records of one queue
+encoded column-wise ahead of the lock). Every put ends in the same tail: the result of the
+append, then either the waits (the flush under SYNC_FLUSH and the put stages, see
+``_put_stages``) in the calling thread, or, given a ``deferred`` list (``deferred_put``, the
+store's non-blocking puts), a future that the services complete.
 
-Threads: ``put_message`` / ``put_messages`` and their async forms from any thread (serialised
-by the put lock); the flush service threads; readers from anywhere.
+Threads: the puts from any thread (serialised by the put lock); the flush service threads;
+readers from anywhere.
 """
 
 from __future__ import annotations
@@ -165,6 +169,22 @@ def _failed_future(
     except InvalidStateError:
         log.exception("a put failed after its result was settled")
     return fut
+
+
+def deferred_put(
+    put: Callable[[Any, list[Future[PutMessageResult]]], PutMessageResult], arg: Any
+) -> Future[PutMessageResult]:
+    """A put of ``arg`` (``CommitLog.put_message`` and its kin, given a ``deferred`` list)
+    without its waits: a future of its result, which the group-commit service (SYNC_FLUSH)
+    and the put stages complete; done on return when there is nothing to wait for (ASYNC_FLUSH
+    without stages, WAIT=false, a refused put). A put that raised: the error in the future.
+    Any thread, an event loop's included: it never waits for a flush."""
+    pending: list[Future[PutMessageResult]] = []
+    try:
+        r = put(arg, pending)
+    except Exception as exc:
+        return _failed_future(pending, exc)
+    return pending[0] if pending else DoneFuture(r)  # complete: no Future's Condition
 
 
 _BUSY_LIMIT_MS = 10_000_000  # RocketMQ's bound: a begin time further back is not a put's
@@ -636,7 +656,7 @@ class CommitLog:
         """Append one message; waits for the flush under SYNC_FLUSH and for the put stages
         (unless WAIT=false).
 
-        With ``deferred`` (``put_message_async``) it waits for nothing: once the record is
+        With ``deferred`` (``deferred_put``) it waits for nothing: once the record is
         appended, a future goes to the flush service and the stages, which complete it, and
         into ``deferred``, and the append's result (PUT_OK) returns. A put with nothing to wait
         for, or refused before the append, returns its result and leaves ``deferred`` empty.
@@ -847,21 +867,6 @@ class CommitLog:
             return self._wait_stored(result)
         return result
 
-    def put_message_async(self, msg: Message) -> Future[PutMessageResult]:
-        """Append one message at once in the calling thread and return a future of its
-        result, which the group-commit service (SYNC_FLUSH) and the put stages complete; done
-        on return under ASYNC_FLUSH without stages, with WAIT=false, and for a refused put.
-
-        Any thread, an event loop's included: it takes the put lock for the append and never
-        waits for a flush. Bridge to asyncio with ``asyncio.wrap_future``.
-        """
-        pending: list[Future[PutMessageResult]] = []
-        try:
-            r = self.put_message(msg, pending)
-        except Exception as exc:
-            return _failed_future(pending, exc)
-        return pending[0] if pending else DoneFuture(r)  # complete: no Future's Condition
-
     def _defer(
         self, pending: list[Future[PutMessageResult]], result: PutMessageResult, wait: bool
     ) -> None:
@@ -1031,16 +1036,6 @@ class CommitLog:
         return self._batch_result(
             base + first_pos, total, first_qoff, now, tuple(offsets), wait, deferred
         )
-
-    def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
-        """``put_messages`` without the waits: a future of the batch's result, completed as
-        ``put_message_async``'s. Any thread, an event loop's included."""
-        pending: list[Future[PutMessageResult]] = []
-        try:
-            r = self.put_messages(msgs, pending)
-        except Exception as exc:
-            return _failed_future(pending, exc)
-        return pending[0] if pending else DoneFuture(r)
 
     def _publish_batch(
         self,
