@@ -43,12 +43,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocketstore.controller import (
-    BrokerHeartbeatRequest,
-    ControllerClient,
-    ControllerConfig,
-    SyncStateSet,
-)
+from rocketstore.controller import ControllerConfig
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_client import ControllerClient
+from rocketstore.protocol._controller_headers import BrokerHeartbeatRequest
 from rocketstore.remoting import (
     AsyncRemotingClient,
     RemotingCommand,

@@ -49,7 +49,10 @@ import tempfile
 import time
 from typing import Any
 
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.client import MessageQueue
+from rocketstore.client._admin import AdminClient
+from rocketstore.client._async_producer import AsyncProducer
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -59,9 +62,6 @@ from rocketstore.broker.state._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.client import MessageQueue
-from rocketstore.client._admin import AdminClient
-from rocketstore.client._async_producer import AsyncProducer
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RequestCode
 
 HEARTBEAT_INTERVAL_S = 30.0

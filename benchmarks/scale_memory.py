@@ -30,15 +30,15 @@ from typing import Any
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.broker.state._consumer_manager import ConsumerManager, ProducerManager
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.broker.state._topic_config import TopicConfig, TopicConfigManager
+from rocketstore.namesrv._route_table import RouteInfoManager
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumeType,
     MessageModel,
     build_subscription,
 )
-from rocketstore.broker.state._topic_config import TopicConfig, TopicConfigManager
-from rocketstore.namesrv import DataVersion, TopicConfigWrapper
-from rocketstore.namesrv._route_table import RouteInfoManager
+from rocketstore.protocol._namesrv_bodies import DataVersion, TopicConfigWrapper
 
 
 def heap() -> int:

@@ -35,7 +35,7 @@ import time
 import zlib
 
 from rocketstore.namesrv import NameServer
-from rocketstore.namesrv._bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
+from rocketstore.protocol._namesrv_bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
 from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.remoting._command import decode_frame
 

@@ -11,7 +11,10 @@ import time
 
 import pytest
 
-from rocketstore.broker.admin._bodies import (
+from rocketstore.broker.state._stats import RollingCounter
+from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
+from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._admin_bodies import (
     BodyFormatError,
     BrokerStatsData,
     BrokerStatsItem,
@@ -23,7 +26,7 @@ from rocketstore.broker.admin._bodies import (
     decode_producer_connection,
     encode_producer_connection,
 )
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -33,9 +36,6 @@ from rocketstore.broker.state._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.broker.state._stats import RollingCounter
-from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from support.cluster import CLUSTER, Cluster, create_everywhere, invoke, raw_call
 from support.waits import wait_until

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.client import MessageQueue, PullConsumer
+from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -17,8 +19,6 @@ from rocketstore.broker.state._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.client import MessageQueue, PullConsumer
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, ResponseCode
 from support.cluster import Cluster, create_everywhere, invoke, raw_call
 

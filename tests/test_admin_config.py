@@ -10,7 +10,7 @@ import pytest
 
 from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
-from rocketstore.namesrv._properties import PropertiesError, format_properties, parse_properties
+from rocketstore.protocol._properties import PropertiesError, format_properties, parse_properties
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from support.cluster import Cluster, invoke
 

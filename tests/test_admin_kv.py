@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rocketstore.client._admin import AdminClient
-from rocketstore.namesrv import KVConfigError, KVConfigManager, NameServer, decode_kv_table
+from rocketstore.namesrv import KVConfigError, KVConfigManager, NameServer
+from rocketstore.protocol._namesrv_bodies import decode_kv_table
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from support.cluster import Cluster, create_everywhere, invoke
 

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from rocketstore.broker.admin._bodies import (
+from rocketstore.client import MessageQueue, Producer
+from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._admin_bodies import (
     BodyFormatError,
     ConsumeQueueUnit,
     QueryConsumeQueueBody,
 )
-from rocketstore.client import MessageQueue, Producer
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import ResponseCode
 from rocketstore.store._java_hash import java_string_hash
 from rocketstore.store._store import MessageStore

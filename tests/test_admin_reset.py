@@ -11,13 +11,15 @@ import time
 
 import pytest
 
-from rocketstore.broker.admin._bodies import (
+from rocketstore.client import Producer, PullConsumer
+from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._admin_bodies import (
     BodyFormatError,
     MessageQueue,
     decode_reset_offset,
     encode_reset_offset,
 )
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -26,8 +28,6 @@ from rocketstore.broker.state._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.client import Producer, PullConsumer
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
 from support.cluster import Cluster, create_everywhere, invoke, raw_call
 from support.waits import wait_until

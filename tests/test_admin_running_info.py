@@ -14,15 +14,17 @@ from typing import Any
 import pytest
 
 from rocketstore.broker.admin import _consumers as _admin_consumers
-from rocketstore.broker.admin._bodies import BodyFormatError, MessageQueue
-from rocketstore.broker.admin._consumer_bodies import (
+from rocketstore.client import ClientError, Producer, PullConsumer
+from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._admin_bodies import BodyFormatError, MessageQueue
+from rocketstore.protocol._consumer_bodies import (
     PROP_CONSUME_TYPE,
     ConsumerRunningInfo,
     ConsumerStatusBody,
     ConsumeStatus,
     ProcessQueueInfo,
 )
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -31,8 +33,6 @@ from rocketstore.broker.state._heartbeat import (
     build_subscription,
     encode_heartbeat,
 )
-from rocketstore.client import ClientError, Producer, PullConsumer
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
 from support.cluster import Cluster, create_everywhere, invoke, raw_call
 from support.waits import wait_until

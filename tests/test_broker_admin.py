@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from rocketstore.broker.admin._bodies import (
+from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer, decode_records
+from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._admin_bodies import (
     BodyFormatError,
     ConsumeStats,
     OffsetWrapper,
@@ -23,8 +25,6 @@ from rocketstore.broker.admin._bodies import (
     encode_topic_stats,
     loads,
 )
-from rocketstore.client import ClientError, MessageQueue, Producer, PullConsumer, decode_records
-from rocketstore.client._admin import AdminClient
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from support.cluster import CLUSTER, Cluster, create_everywhere, invoke, raw_call
 from support.waits import wait_until

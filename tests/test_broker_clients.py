@@ -8,13 +8,9 @@ import json
 import pytest
 
 from rocketstore import ManualClock
-from rocketstore.broker._errors import InvalidHeartbeatError, InvalidSubscriptionError
-from rocketstore.broker.state._consumer_manager import (
-    ConsumerManager,
-    ProducerManager,
-    parse_heartbeat,
-)
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.broker.state._consumer_manager import ConsumerManager, ProducerManager
+from rocketstore.protocol._errors import InvalidHeartbeatError, InvalidSubscriptionError
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -24,6 +20,7 @@ from rocketstore.broker.state._heartbeat import (
     SubscriptionData,
     build_subscription,
     encode_heartbeat,
+    parse_heartbeat,
 )
 from rocketstore.store._java_hash import java_string_hash
 from support.fixtures import TRANSCRIPTS

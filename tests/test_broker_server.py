@@ -501,7 +501,7 @@ def test_a_send_is_stored_without_wait_in_java_order(
 ) -> None:
     """Stored as RocketMQ 4.9's broker stores a send: its HashMap's order, CLUSTER added,
     WAIT left out."""
-    from rocketstore.namesrv._java_order import java_order
+    from rocketstore.protocol._java_order import java_order
 
     text = "\x02".join(
         f"{k}\x01{v}"

@@ -15,7 +15,6 @@ from rocketstore.broker.state._consumer_offset import CONSUMER_OFFSET_FILE, Cons
 from rocketstore.broker.state._json_file import ConfigFile
 from rocketstore.broker.state._subscription_group import (
     SUBSCRIPTION_GROUP_FILE,
-    SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
 from rocketstore.broker.state._topic_config import (
@@ -34,6 +33,7 @@ from rocketstore.broker.state._topic_config import (
     retry_topic,
     validate_topic,
 )
+from rocketstore.protocol._subscription_group import SubscriptionGroupConfig
 from rocketstore.remoting._fastjson import dumps, loads_lenient
 
 # ---------------------------------------------------------------------------------------------

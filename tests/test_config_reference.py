@@ -12,7 +12,7 @@ from rocketstore.broker._config import broker_conf_keys
 from rocketstore.cli import main
 from rocketstore.cli._config_reference import WHAT, broker_keys, controller_keys
 from rocketstore.controller._config import ControllerConfig
-from rocketstore.namesrv._properties import parse_properties
+from rocketstore.protocol._properties import parse_properties
 from rocketstore.store._config import StoreConfig
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

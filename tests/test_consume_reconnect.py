@@ -76,7 +76,7 @@ def test_consume_goes_on_after_a_broker_restart(tmp_path: Path) -> None:
         try:
             before = [f"before-{i}" for i in range(20)]
             produce(ns, before)
-            wait_for(lambda: len(lines) >= len(before), 30, "the first messages")
+            wait_for(lambda: len(lines) >= len(before), 60, "the first messages")
 
             first.stop()
             second = ServerProcess.serve(
@@ -85,7 +85,7 @@ def test_consume_goes_on_after_a_broker_restart(tmp_path: Path) -> None:
             started.append(second)
             after = [f"after-{i}" for i in range(20)]
             produce(ns, after)
-            wait_for(lambda: len(lines) >= len(before) + len(after), 60, "the later messages")
+            wait_for(lambda: len(lines) >= len(before) + len(after), 120, "the later messages")
             # then nothing for the idle timeout: the consumer ends by itself
             status = consumer.wait(IDLE_TIMEOUT_S + 30)
             errors = consumer.stderr.read() if consumer.stderr else ""

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.controller import (
-    BrokerHeartbeatRequest,
-    ControllerClient,
-    ControllerRefusedError,
-    NoActiveControllerError,
-    SyncStateSet,
-    split_controller_addresses,
-)
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_client import ControllerClient, split_controller_addresses
+from rocketstore.protocol._controller_headers import BrokerHeartbeatRequest
+from rocketstore.protocol._errors import ControllerRefusedError, NoActiveControllerError
 from rocketstore.remoting import ResponseCode
 from support.controllers import CLUSTER, Backends, backends, etcd_cluster, run, until
 from support.ports import free_port

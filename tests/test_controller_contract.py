@@ -14,15 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rocketstore.controller import (
+from rocketstore.controller import GroupRecord, LeadershipLostError, Member
+from rocketstore.protocol._controller_bodies import (
     BrokerReplicasInfo,
     ElectMasterResponseBody,
-    GroupRecord,
-    LeadershipLostError,
-    Member,
     SyncStateSet,
 )
-from rocketstore.controller._headers import CleanBrokerDataRequest, GetReplicaInfoRequest
+from rocketstore.protocol._controller_headers import CleanBrokerDataRequest, GetReplicaInfoRequest
 from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, RequestCode, ResponseCode
 from support.controllers import CLUSTER, Backends, FakeBroker, backends, etcd_cluster, run, until
 

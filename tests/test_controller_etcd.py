@@ -22,9 +22,9 @@ from rocketstore.controller import (
     GroupRecord,
     LeadershipLostError,
     Member,
-    SyncStateSet,
 )
-from rocketstore.controller._headers import GetReplicaInfoRequest
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_headers import GetReplicaInfoRequest
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import ControllerServer
 from support.controllers import CLUSTER, FakeBroker, run, until

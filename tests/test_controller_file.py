@@ -22,7 +22,7 @@ from rocketstore.controller import (
     Member,
     StateCorruptError,
 )
-from rocketstore.controller._headers import GetReplicaInfoRequest
+from rocketstore.protocol._controller_headers import GetReplicaInfoRequest
 from rocketstore.remoting import RequestCode, ResponseCode
 from rocketstore.server import ControllerServer
 from support.controllers import CLUSTER, FakeBroker, run

@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from rocketstore.controller import (
+from rocketstore.controller import Controller, ControllerConfig, ControllerProcessor, FileBackend
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
-    Controller,
-    ControllerConfig,
-    ControllerProcessor,
-    FileBackend,
     RegisterBrokerRequest,
-    SyncStateSet,
 )
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketstore.store._clock import ManualClock

@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.controller import (
+from rocketstore.controller import GroupRecord, StateCorruptError
+from rocketstore.controller import _replicas as replicas
+from rocketstore.controller._elect import elect
+from rocketstore.controller._heartbeat import BrokerLiveTable
+from rocketstore.protocol._controller_bodies import ElectMasterResponseBody, SyncStateSet
+from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
     CleanBrokerDataRequest,
-    ElectMasterResponseBody,
     GetNextBrokerIdRequest,
-    GroupRecord,
     RegisterBrokerRequest,
-    StateCorruptError,
-    SyncStateSet,
 )
-from rocketstore.controller import _replicas as replicas
-from rocketstore.controller._elect import elect
-from rocketstore.controller._heartbeat import BrokerLiveTable
 from rocketstore.remoting import RequestError, ResponseCode
 from rocketstore.store._clock import ManualClock
 

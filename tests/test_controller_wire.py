@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.controller import (
-    AlterSyncStateSetRequest,
+from rocketstore.protocol import _controller_headers as headers
+from rocketstore.protocol._controller_bodies import (
     BodyError,
-    BrokerHeartbeatRequest,
     BrokerMemberGroup,
     BrokerReplicasInfo,
-    CleanBrokerDataRequest,
-    ElectMasterRequest,
     ElectMasterResponseBody,
-    GetMetaDataResponse,
-    RegisterBrokerResponse,
     ReplicaIdentity,
     ReplicasInfo,
     SyncStateSet,
     decode_broker_names,
     encode_broker_names,
+)
+from rocketstore.protocol._controller_headers import (
+    AlterSyncStateSetRequest,
+    BrokerHeartbeatRequest,
+    CleanBrokerDataRequest,
+    ElectMasterRequest,
+    GetMetaDataResponse,
+    RegisterBrokerResponse,
 )
 from rocketstore.remoting import RequestCode, RequestError, ResponseCode
 
@@ -60,6 +63,76 @@ def test_a_header_goes_out_as_java_field_names_and_text() -> None:
         "isLeader": "true",
         "peers": "n0:127.0.0.1:9878;",
     }
+
+
+# RocketMQ 5.1.4's header classes as Java declares them: field, type ("!": @CFNotNull)
+JAVA_HEADERS = {
+    "GetNextBrokerIdRequest": "clusterName String, brokerName String",
+    "GetNextBrokerIdResponse": "clusterName String, brokerName String, nextBrokerId Long",
+    "ApplyBrokerIdRequest": (
+        "clusterName String, brokerName String, appliedBrokerId Long, registerCheckCode String"
+    ),
+    "ApplyBrokerIdResponse": "clusterName String, brokerName String",
+    "RegisterBrokerRequest": (
+        "clusterName String, brokerName String, brokerId Long, brokerAddress String"
+    ),
+    "RegisterBrokerResponse": (
+        "clusterName String, brokerName String, masterBrokerId Long, masterAddress String, "
+        "masterEpoch Integer, syncStateSetEpoch Integer"
+    ),
+    "ElectMasterRequest": (
+        "clusterName String!, brokerName String!, brokerId Long!, designateElect Boolean!"
+    ),
+    "ElectMasterResponse": (
+        "masterBrokerId Long, masterAddress String, masterEpoch Integer, syncStateSetEpoch Integer"
+    ),
+    "AlterSyncStateSetRequest": "brokerName String, masterBrokerId Long, masterEpoch Integer",
+    "AlterSyncStateSetResponse": "newSyncStateSetEpoch Integer",
+    "GetReplicaInfoRequest": "brokerName String",
+    "GetReplicaInfoResponse": "masterBrokerId Long, masterAddress String, masterEpoch Integer",
+    "GetMetaDataResponse": (
+        "group String, controllerLeaderId String, controllerLeaderAddress String, "
+        "isLeader Boolean, peers String"
+    ),
+    "BrokerHeartbeatRequest": (
+        "clusterName String!, brokerAddr String!, brokerName String!, brokerId Long, "
+        "epoch Integer, maxOffset Long, confirmOffset Long, heartbeatTimeoutMills Long, "
+        "electionPriority Integer"
+    ),
+    "NotifyBrokerRoleChangedRequest": (
+        "masterAddress String, masterEpoch Integer, syncStateSetEpoch Integer, masterBrokerId Long"
+    ),
+    "CleanBrokerDataRequest": (
+        "clusterName String, brokerName String!, brokerControllerIdsToClean String, "
+        "isCleanLivingBroker Boolean"
+    ),
+}
+
+
+def test_each_header_declared_once_derives_java_s_fields() -> None:
+    """A header's wire table (extFields key, Java type, @CFNotNull) comes from its one
+    declaration: the attribute in camelCase, the annotation's type, no default."""
+    declared = {
+        name: cls
+        for name, cls in vars(headers).items()
+        if isinstance(cls, type) and issubclass(cls, headers.Header) and cls is not headers.Header
+    }
+    assert sorted(declared) == sorted(JAVA_HEADERS)
+    for name, cls in declared.items():
+        java = {}
+        for item in JAVA_HEADERS[name].split(", "):
+            key, kind = item.split(" ")
+            java[key] = (kind.rstrip("!"), kind.endswith("!"))
+        derived = {key: (kind, required) for _attr, key, kind, required in cls.WIRE}
+        assert derived == java, name
+
+
+def test_a_header_field_without_a_java_type_is_refused_at_declaration() -> None:
+    with pytest.raises(TypeError, match="no Java type"):
+
+        @headers.header
+        class Odd(headers.Header):
+            when: float | None = None
 
 
 def test_a_header_reads_numbers_sent_as_text_or_json_numbers() -> None:

@@ -18,13 +18,11 @@ from click.testing import CliRunner
 from rocketstore.broker._controller import BrokerController
 from rocketstore.broker.admin._admin import AdminProcessor
 from rocketstore.broker.state._change_log import ChangeLog
-from rocketstore.broker.state._subscription_group import (
-    SUBSCRIPTION_GROUP_FILE,
-    SubscriptionGroupConfig,
-)
+from rocketstore.broker.state._subscription_group import SUBSCRIPTION_GROUP_FILE
 from rocketstore.cli import main as cli_main
 from rocketstore.client import ClientError
 from rocketstore.client._admin import AdminClient
+from rocketstore.protocol._subscription_group import SubscriptionGroupConfig
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from support.cluster import CLUSTER, Cluster, raw_call, started_cluster
 

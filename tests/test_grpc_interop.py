@@ -419,7 +419,7 @@ def test_transactions_with_the_official_producer(client_python: Path, tmp_path: 
 def test_fifo_group_consumes_each_message_group_in_order(
     client_python: Path, broker: BrokerThread, tmp_path: Path
 ) -> None:
-    from rocketstore.broker.state._subscription_group import SubscriptionGroupConfig
+    from rocketstore.protocol._subscription_group import SubscriptionGroupConfig
 
     topic, group = "InteropFifo", "InteropFifoG"
     broker.run(

@@ -17,12 +17,12 @@ from typing import Any
 import grpc
 import pytest
 
-from rocketstore.broker.state._subscription_group import SubscriptionGroupConfig
 from rocketstore.grpc import GrpcConfig, GrpcFrontEnd
 from rocketstore.grpc._acl import authorization_header, date_time_now, parse_credentials
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.grpc._pb import service_pb2 as spb
 from rocketstore.grpc._pb import service_pb2_grpc
+from rocketstore.protocol._subscription_group import SubscriptionGroupConfig
 from rocketstore.store.services._schedule import timer_level
 from support.grpc_broker import (
     MD,

@@ -6,6 +6,9 @@ offending import as file:line."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +24,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_inflate", "_speedups", "_extras"),  # zlib with a size limit; whether the compiled twins
     # are used; what to install for an optional part
     ("store", "remoting"),  # "rocketstore" itself (the package's exports) counts as store
+    ("protocol",),  # the wire types clients, brokers, the name server and the controller exchange
     ("columns",),  # messages as Arrow columns: the Spark source's and the tiered store's rows
     ("tier",),  # sealed messages as Parquet with manifests; below the broker, which reads it
     ("acl",),
-    ("namesrv",),
-    ("controller",),  # RocketMQ 5's controller; its wire codecs are the broker's too
-    ("broker",),
-    ("client",),  # decodes the name server's and the broker's wire bodies with their codecs
+    # the servers and the client meet only in protocol: a client loads no server, a broker not
+    # the controller's server nor the name server
+    ("namesrv", "controller", "broker", "client"),
     ("grpc",),
     ("_logs",),  # log files and the stats line, set up by the servers' commands
     ("metrics", "console"),  # Prometheus text and health endpoints; the web console (admin
@@ -400,27 +403,84 @@ def test_only_the_composition_root_builds_the_store_and_the_remoting_server() ->
     assert "MessageStore(...)" in built and "RemotingServer(...)" in built, built
 
 
-CONTROLLER_WIRE = (
-    "rocketstore.controller._headers",
-    "rocketstore.controller._bodies",
-    "rocketstore.controller._client",
-    "rocketstore.controller._errors",
+PROTOCOL_MAY_IMPORT = frozenset(
+    {"_inflate", "_speedups", "_extras", "store", "remoting", "protocol"}
 )
 
 
-def test_controller_wire_codecs_import_only_remoting() -> None:
-    """A broker in controller mode codes its requests with the controller's header and body
-    codecs and sends them with its client: they import nothing of the controller's server side
-    (nor anything but remoting)."""
+def test_protocol_room_imports_nothing_above_it() -> None:
+    """The wire types import the store's and remoting's modules only: no server, no client."""
     wrong = [
         str(i)
         for i in IMPORTS
-        if i.source in CONTROLLER_WIRE
-        and i.target not in CONTROLLER_WIRE
-        and package_of(i.target) != "remoting"
+        if package_of(i.source) == "protocol" and package_of(i.target) not in PROTOCOL_MAY_IMPORT
     ]
     assert not wrong, "\n".join(wrong)
-    assert all(m in MODULES for m in CONTROLLER_WIRE)
+    assert "rocketstore.protocol._controller_headers" in MODULES
+
+
+def _loaded_by(statement: str) -> list[str]:
+    """The rocketstore modules a fresh interpreter has loaded after ``statement``."""
+    code = (
+        f"{statement}\n"
+        "import sys\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] == 'rocketstore')))"
+    )
+    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert loaded, done.stdout
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import rocketstore.protocol._controller_headers",
+        "import rocketstore.protocol._controller_client",
+        "from rocketstore.protocol import "
+        + ", ".join(
+            sorted(m.rsplit(".", 1)[1] for m in MODULES if m.startswith("rocketstore.protocol."))
+        ),
+    ],
+)
+def test_the_protocol_room_loads_no_server(statement: str) -> None:
+    """Importing the controller's header codecs (or its client, or every wire type) loads the
+    protocol room and what it stands on, nothing of a server or a client."""
+    loaded = _loaded_by(statement)
+    assert "rocketstore.protocol" in loaded
+    above = [m for m in loaded if package_of(m) not in PROTOCOL_MAY_IMPORT]
+    assert not above, above
+
+
+def test_a_client_loads_no_server() -> None:
+    """The client decodes what the servers answer with the protocol room's types: importing it
+    (every module of it: producer, consumer, the admin clients of brokers and controllers)
+    loads no broker, name server or controller module."""
+    modules = sorted(m for m in MODULES if package_of(m) == "client")
+    loaded = _loaded_by("import " + ", ".join(modules))
+    assert "rocketstore.client._controller" in loaded
+    assert "rocketstore.protocol._admin_bodies" in loaded  # what the admin client decodes with
+    servers = [m for m in loaded if package_of(m) in {"broker", "namesrv", "controller", "grpc"}]
+    assert not servers, servers
+
+
+def test_a_broker_loads_no_controller_server() -> None:
+    """A broker in controller mode speaks to the controllers with the protocol room's client:
+    importing the broker (its replication room included) loads no controller or name server
+    module."""
+    loaded = _loaded_by("import rocketstore.broker, rocketstore.broker.replication._replicas")
+    assert "rocketstore.protocol._controller_client" in loaded
+    wrong = [m for m in loaded if package_of(m) in {"controller", "namesrv", "client"}]
+    assert not wrong, wrong
 
 
 def test_services_import_no_processor() -> None:

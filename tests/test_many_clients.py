@@ -10,7 +10,7 @@ from typing import Any
 
 from rocketstore import ManualClock
 from rocketstore.broker.state._consumer_manager import ConsumerManager, ProducerManager
-from rocketstore.broker.state._heartbeat import (
+from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

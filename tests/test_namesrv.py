@@ -15,19 +15,18 @@ from typing import Any
 import pytest
 
 from rocketstore.broker.replication._outer_api import NamesrvRegistrar
-from rocketstore.namesrv import (
+from rocketstore.namesrv import NameServer, RouteInfoManager
+from rocketstore.protocol._java_order import java_order
+from rocketstore.protocol._namesrv_bodies import (
     ClusterInfo,
     DataVersion,
-    NameServer,
     RegisterBrokerBody,
     RegisterBrokerResult,
-    RouteInfoManager,
     TopicConfigWrapper,
     TopicRouteData,
     body_crc32,
     decode_topic_list,
 )
-from rocketstore.namesrv._java_order import java_order
 from rocketstore.remoting import (
     AsyncRemotingClient,
     RemotingClient,

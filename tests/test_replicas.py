@@ -23,8 +23,8 @@ import pytest
 from rocketstore.client import Producer
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._controller import ControllerAdmin
-from rocketstore.controller import SyncStateSet
-from rocketstore.controller._headers import NotifyBrokerRoleChangedRequest
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_headers import NotifyBrokerRoleChangedRequest
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from rocketstore.server import BrokerServer
 from rocketstore.store.ha._auto_service import AutoSwitchHAService

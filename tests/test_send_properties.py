@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 
 from rocketstore.broker.messaging._send import stored_properties
-from rocketstore.namesrv._java_order import java_order
+from rocketstore.protocol._java_order import java_order
 from rocketstore.remoting import RemotingClient, ResponseCode
 from support.broker import RunningBroker, send_request
 

@@ -22,6 +22,7 @@ from rocketstore.store.ha import _transfer
 from rocketstore.store.ha._transfer import GroupTransferService
 from rocketstore.store.log._message import PutMessageResult, PutMessageStatus
 from support.interop import ServerProcess
+from support.waits import wait_until
 
 NOT_AVAILABLE_LINE = re.compile(r"(\d+) put\(s\) since the last warning were stored and answered")
 
@@ -68,7 +69,10 @@ def test_sync_master_without_a_slave(tmp_path: Path, monkeypatch: pytest.MonkeyP
     server = serve(tmp_path / "serve.log", conf)
     try:
         assert server.namesrv is not None and server.broker is not None
-        assert "is a SYNC_MASTER: until a slave connects" in server.output()
+        # the warning may be written after the ready lines: poll for it
+        assert wait_until(
+            lambda: "is a SYNC_MASTER: until a slave connects" in server.output(), poll=0.05
+        )
         with Producer(server.namesrv) as producer:
             results = [producer.send("SyncTopic", f"m{i}".encode()) for i in range(3)]
         assert [r.status for r in results] == ["SLAVE_NOT_AVAILABLE"] * 3
@@ -158,7 +162,7 @@ def test_a_trailing_comment_is_named_in_the_refusal(tmp_path: Path, line: str, k
 
 def test_comments_on_their_own_lines_are_accepted(tmp_path: Path) -> None:
     from rocketstore.controller._config import ControllerConfig, ControllerConfigError
-    from rocketstore.namesrv._properties import java_bool, parse_properties
+    from rocketstore.protocol._properties import java_bool, parse_properties
 
     assert java_bool("true") is True
     with pytest.raises(ValueError, match="comments on their own line"):

@@ -32,13 +32,13 @@ from rocketstore.client._consumer import plain_body
 from rocketstore.grpc._convert import GrpcError, decoded_body
 from rocketstore.grpc._pb import definition_pb2 as pb
 from rocketstore.namesrv import NameServer
-from rocketstore.namesrv._bodies import (
+from rocketstore.protocol._namesrv_bodies import (
     MAX_REGISTER_BODY,
     DataVersion,
     RegisterBrokerBody,
     TopicConfigWrapper,
+    body_crc32,
 )
-from rocketstore.namesrv._processor import body_crc32
 from rocketstore.remoting import (
     Connection,
     RemotingClient,

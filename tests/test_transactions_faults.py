@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import pytest
 
 from rocketstore import MessageStore, StoreConfig
-from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.client._producer import encode_batch
+from rocketstore.protocol._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC

@@ -4,7 +4,7 @@ path of every test module, and the benchmarks that drive test harnesses put it t
 Ports, processes and waits
 - ``ports``: ports a test names before its server starts, distinct across pytest-xdist workers.
 - ``waits``: polling with generous deadlines, never a fixed sleep.
-- ``processes``: reading what a server process prints.
+- ``processes``: reading what a server process prints; the ports a process listens on.
 
 Files RocketMQ wrote
 - ``fixtures``: RocketMQ 4.9.8's stores and the official client's transcripts in

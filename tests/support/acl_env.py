@@ -27,7 +27,7 @@ from typing import Any
 from rocketstore.acl import AclFile, RequestSigner
 from rocketstore.acl._remoting import EXCEPTION_PREFIX
 from rocketstore.namesrv import NameServer
-from rocketstore.namesrv._bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
+from rocketstore.protocol._namesrv_bodies import DataVersion, RegisterBrokerBody, TopicConfigWrapper
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.store.log._record import decode_msg_id, properties_to_string
 

@@ -1,5 +1,6 @@
 """Certificates for the TLS tests, made with the openssl command: a CA, a server certificate
-for 127.0.0.1 and localhost, a client certificate, and a second CA that signed neither."""
+for 127.0.0.1 and localhost, a client certificate, and a second CA that signed neither (but
+signed an intruder's certificate for 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ def _signed(cwd: Path, name: str, ca: str, *, subject: str, san: str) -> None:
 
 def make_certs(d: Path) -> Path:
     """ca.pem / ca.key, server.pem / server.key (127.0.0.1, localhost), client.pem /
-    client.key (signed by ca), other-ca.pem (signed nothing here) in ``d``; ``d``."""
+    client.key (signed by ca), other-ca.pem and intruder.pem / intruder.key (127.0.0.1,
+    signed by other-ca) in ``d``; ``d``."""
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
                  "-subj", f"/CN=rocketstore test {ca}", "-days", "2", "-out", f"{ca}.pem",
                  cwd=d)  # fmt: skip
     _signed(d, "server", "ca", subject="/CN=127.0.0.1", san="IP:127.0.0.1,DNS:localhost")
     _signed(d, "client", "ca", subject="/CN=client", san="DNS:client")
+    _signed(d, "intruder", "other-ca", subject="/CN=127.0.0.1", san="IP:127.0.0.1")
     return d

@@ -13,20 +13,15 @@ from typing import Any
 
 import pytest
 
-from rocketstore.controller import (
-    ControllerConfig,
-    EtcdBackend,
-    FileBackend,
-    Header,
-    StateBackend,
-    SyncStateSet,
-)
-from rocketstore.controller._headers import (
+from rocketstore.controller import ControllerConfig, EtcdBackend, FileBackend, StateBackend
+from rocketstore.protocol._controller_bodies import SyncStateSet
+from rocketstore.protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
     ElectMasterRequest,
     GetNextBrokerIdRequest,
+    Header,
     RegisterBrokerRequest,
 )
 from rocketstore.remoting import (

@@ -19,11 +19,15 @@ GROUP = "broker-a"
 
 
 class Group:
-    """A controller, a name server and brokers of one group, on a loop thread."""
+    """A controller, a name server and brokers of one group, on a loop thread; ``broker``:
+    settings of every broker (BrokerConfig's fields) beyond the group's own."""
 
-    def __init__(self, root: Path, *, lease_ms: int = 0) -> None:
+    def __init__(
+        self, root: Path, *, lease_ms: int = 0, broker: dict[str, Any] | None = None
+    ) -> None:
         self.root = root
         self.lease_ms = lease_ms
+        self.broker_settings = dict(broker or {})
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -80,6 +84,7 @@ class Group:
             controller_lease_mills=self.lease_ms,
             sync_broker_metadata_period=500,
             check_sync_state_set_period=500,
+            **self.broker_settings,
         )
         server = BrokerServer(store, config)
         self.run(server.start())

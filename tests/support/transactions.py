@@ -7,7 +7,7 @@ import itertools
 import time
 from typing import Any
 
-from rocketstore.broker.state._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
+from rocketstore.protocol._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC

@@ -15,6 +15,7 @@ from typing import Any
 from ..remoting import ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
 from ..remoting._signing import inner_credentials, parse_session_credentials
+from ..remoting._tls import MODES as HA_TLS_MODES
 from ..remoting._tls import TlsServerConfig
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
@@ -61,6 +62,7 @@ _CONF_KEYS = {
     "controllerLeaseMills": "controller_lease_mills",
     "innerClientAuthenticationCredentials": "inner_client_credentials",
     "haAuthEnabled": "ha_auth_enabled",
+    "haTlsMode": "ha_tls_mode",
     "authenticationEnabled": "authentication_enabled",
     "authorizationEnabled": "authorization_enabled",
     "authenticationProvider": "authentication_provider",
@@ -156,6 +158,11 @@ class BrokerConfig:
     # protocols; see store/ha/_auth.py and docs/security.md); None: on with acl_enable. Off
     # (false) for a group with RocketMQ brokers in it, which cannot prove it
     ha_auth_enabled: bool | None = None
+    # not a RocketMQ setting: TLS on the HA port (disabled, permissive, enforcing; see
+    # store/ha/_tls.py), with the remoting port's certificate, key, client-certificate rule
+    # and trust; a slave speaks TLS to its master unless disabled. Disabled for a group with
+    # RocketMQ brokers in it, which speak plain HA
+    ha_tls_mode: str = "disabled"
     # ACL 2.0 (RocketMQ 5.3): users and ACLs in config/auth.json; authentication (requests
     # signed by a user) and authorisation (the user's ACL) switched separately; with either
     # on, plain ACL's file is read only to migrate it (migrate_auth_from_v1_enabled)
@@ -210,6 +217,10 @@ class BrokerConfig:
         if self.max_connections < 1 or self.max_buffered_bytes < 1024 * 1024:
             raise StoreConfigError(
                 "max_connections must be positive and max_buffered_bytes at least 1 MiB"
+            )
+        if self.ha_tls_mode not in HA_TLS_MODES:
+            raise StoreConfigError(
+                f"haTlsMode {self.ha_tls_mode!r} is not one of {', '.join(HA_TLS_MODES)}"
             )
         if self.inner_client_credentials:
             parse_credentials(self.inner_client_credentials)

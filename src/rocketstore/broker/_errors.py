@@ -3,13 +3,12 @@
     StoreError                        (rocketstore.StoreError)
     └── BrokerError                   a broker request or broker state refused something
         ├── InvalidTopicError         a topic name breaks RocketMQ's rules (SYSTEM_ERROR on the wire)
-        ├── InvalidSubscriptionError  a subscription expression cannot be parsed
-        │                             (SUBSCRIPTION_PARSE_FAILED on the wire)
-        ├── InvalidHeartbeatError     a heartbeat body is not what a client sends
         └── ConfigFileError           a config file and its ``.bak`` are both unusable
                                       (also a CorruptFileError)
 
-The invalid-input errors are also ``ValueError``s. Request processors translate them into
+A body a client sends that is not what the protocol says is a ``ProtocolError``
+(rocketstore.protocol._errors: a bad subscription expression or heartbeat body). The
+invalid-input errors are also ``ValueError``s. Request processors translate them into
 response codes at one place; state modules never return sentinels for refused input.
 """
 
@@ -25,14 +24,6 @@ class BrokerError(StoreError):
 class InvalidTopicError(BrokerError, ValueError):
     """A topic name is blank, too long, has characters outside ``[%|a-zA-Z0-9_-]`` or may not be
     created this way."""
-
-
-class InvalidSubscriptionError(BrokerError, ValueError):
-    """A subscription expression (``"TagA || TagB"``) cannot be parsed."""
-
-
-class InvalidHeartbeatError(BrokerError, ValueError):
-    """A HEART_BEAT body that is not JSON of the expected shape."""
 
 
 class ConfigFileError(BrokerError, CorruptFileError):

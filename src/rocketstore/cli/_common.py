@@ -140,7 +140,7 @@ def tls_server_config(
     """The TlsServerConfig the TLS options stand for; BadParameter when they do not fit."""
     from pathlib import Path
 
-    from ..namesrv._properties import PropertiesError, parse_properties
+    from ..protocol._properties import PropertiesError, parse_properties
     from ..remoting._tls import TlsConfigError, TlsServerConfig
 
     values: dict[str, str] = {}

@@ -142,6 +142,9 @@ WHAT: dict[str, str] = {
     '`{"accessKey": ..., "secretKey": ...}`',
     "haAuthEnabled": "slaves prove the inner account on the HA port (unset: on with ACL; "
     "false for a group with RocketMQ brokers, which cannot)",
+    "haTlsMode": "TLS on the HA port: disabled, permissive (TLS and plain slaves) or enforcing, "
+    "with the remoting port's certificate, key and trust; a slave speaks TLS to its master "
+    "unless disabled (disabled for a group with RocketMQ brokers, which speak plain HA)",
     # -- ACL 2.0 (RocketMQ 5.3)
     "authenticationEnabled": "requests must be signed by an ACL 2.0 user (config/auth.json)",
     "authorizationEnabled": "requests are decided by the user's ACL 2.0 policies",

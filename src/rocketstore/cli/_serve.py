@@ -75,8 +75,8 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
     """Run servers until they stop; a start-up failure (a port in use, a store owned by
     another process, a controller state file that does not decode) is one line on standard
     error and exit status 1, not a traceback."""
-    from ..controller import ControllerError
     from ..metrics._auth import MetricsAuthError
+    from ..protocol._errors import ControllerError
     from ..store._errors import StoreError
 
     try:
@@ -282,7 +282,7 @@ def controller_config(conf: str | None, overrides: dict[str, str]) -> Any:
     """The ControllerConfig of a properties file (controller.conf or namesrv.conf) with the
     command line's settings (RocketMQ's property names) over it; a bad one is a usage error."""
     from ..controller import ControllerConfig, ControllerConfigError
-    from ..namesrv._properties import PropertiesError, parse_properties
+    from ..protocol._properties import PropertiesError, parse_properties
 
     values: dict[str, str] = {}
     if conf:
@@ -397,7 +397,7 @@ def namesrv_cmd(
     beside it when the conf has enableControllerInNamesrv=true or --controller-listen is
     given."""
     from ..controller import enabled_in_namesrv
-    from ..namesrv._properties import PropertiesError, parse_properties
+    from ..protocol._properties import PropertiesError, parse_properties
     from ..server import ControllerServer, run_servers
 
     values: dict[str, str] = {}

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..broker.admin._bodies import (
+from ..protocol._admin_bodies import (
     BrokerStatsData,
     ClientConnection,
     ConsumerConnection,
@@ -27,11 +27,11 @@ from ..broker.admin._bodies import (
     decode_reset_offset,
     decode_topic_stats,
 )
-from ..broker.admin._bodies import loads as loads_body
-from ..broker.admin._consumer_bodies import ConsumerRunningInfo, ConsumerStatusBody
-from ..broker.state._subscription_group import SubscriptionGroupConfig
-from ..namesrv import MASTER_ID, ClusterInfo, decode_topic_list
-from ..namesrv._properties import format_properties, parse_properties
+from ..protocol._admin_bodies import loads as loads_body
+from ..protocol._consumer_bodies import ConsumerRunningInfo, ConsumerStatusBody
+from ..protocol._namesrv_bodies import MASTER_ID, ClusterInfo, decode_topic_list
+from ..protocol._properties import format_properties, parse_properties
+from ..protocol._subscription_group import SubscriptionGroupConfig
 from ..remoting import (
     RemotingClient,
     RemotingCommand,

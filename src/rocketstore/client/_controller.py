@@ -12,16 +12,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..controller import (
+from ..protocol._controller_bodies import (
     BrokerReplicasInfo,
+    ElectMasterResponseBody,
+    encode_broker_names,
+)
+from ..protocol._controller_headers import (
     CleanBrokerDataRequest,
     ElectMasterRequest,
     ElectMasterResponse,
-    ElectMasterResponseBody,
     GetMetaDataResponse,
-    encode_broker_names,
 )
-from ..namesrv._properties import format_properties, parse_properties
+from ..protocol._properties import format_properties, parse_properties
 from ..remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from ._route import ClientError
 

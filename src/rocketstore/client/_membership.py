@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..broker.admin._bodies import MessageQueue
-from ..broker.admin._consumer_bodies import (
+from ..protocol._admin_bodies import MessageQueue
+from ..protocol._consumer_bodies import (
     PROP_CLIENT_VERSION,
     PROP_CONSUME_ORDERLY,
     PROP_CONSUME_TYPE,
@@ -47,7 +47,7 @@ from ..broker.admin._consumer_bodies import (
     ConsumeStatus,
     ProcessQueueInfo,
 )
-from ..broker.state._heartbeat import (
+from ..protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,

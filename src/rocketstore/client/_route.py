@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..broker.admin._bodies import MessageQueue as MessageQueue
+from ..protocol._admin_bodies import MessageQueue as MessageQueue
 from ..remoting import (
     RemotingClient,
     RemotingCommand,

@@ -32,6 +32,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from ..protocol._controller_headers import BrokerHeartbeatRequest, GetMetaDataResponse
 from ..remoting import RequestError
 from ..remoting._limits import LogLimiter
 from ..store._clock import SYSTEM_CLOCK, Clock
@@ -39,10 +40,6 @@ from . import _replicas as replicas
 from ._backend import Member, StateBackend
 from ._config import ControllerConfig
 from ._errors import BackendError
-from ._headers import (
-    BrokerHeartbeatRequest,
-    GetMetaDataResponse,
-)
 from ._heartbeat import BrokerLive, BrokerLiveTable
 from ._notify import RoleNotifier
 from ._requests import GroupRequests

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..protocol._controller_headers import BrokerHeartbeatRequest
 from ..store._clock import Clock
-from ._headers import BrokerHeartbeatRequest
 
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000  # RocketMQ's DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
 MAX_HEARTBEAT_TIMEOUT_MS = 600_000  # a heartbeat asking to live longer lives this long

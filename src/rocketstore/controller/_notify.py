@@ -18,10 +18,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from ..protocol._controller_bodies import SyncStateSet
+from ..protocol._controller_headers import NotifyBrokerRoleChangedRequest
 from ..remoting import AsyncRemotingClient, RemotingCommand, RemotingError, RequestCode
 from ..remoting._client import FROM_ENV, Signer
-from ._bodies import SyncStateSet
-from ._headers import NotifyBrokerRoleChangedRequest
 from ._replicas import Election
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The controller's request handlers (RocketMQ 5.1.4's ControllerRequestProcessor): each decodes
-its header and body (``_headers``, ``_bodies``), asks the ``Controller``, and answers with the
-outcome's code, remark, header and body.
+its header and body (``protocol._controller_headers``, ``_controller_bodies``), asks the
+``Controller``, and answers with the outcome's code, remark, header and body.
 
 =====  ================================  ==========================================================
 code   request                           answer
@@ -42,20 +42,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..namesrv._properties import PropertiesError, format_properties, parse_properties
-from ..remoting import (
-    Connection,
-    Handler,
-    RemotingCommand,
-    RequestCode,
-    RequestError,
-    ResponseCode,
-)
-from ._bodies import SyncStateSet, decode_broker_names
-from ._config import RUNTIME_KEYS, ControllerConfig
-from ._controller import Controller
-from ._errors import BackendError, ControllerConfigError
-from ._headers import (
+from ..protocol._controller_bodies import SyncStateSet, decode_broker_names
+from ..protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     BrokerHeartbeatRequest,
@@ -65,6 +53,18 @@ from ._headers import (
     GetReplicaInfoRequest,
     RegisterBrokerRequest,
 )
+from ..protocol._properties import PropertiesError, format_properties, parse_properties
+from ..remoting import (
+    Connection,
+    Handler,
+    RemotingCommand,
+    RequestCode,
+    RequestError,
+    ResponseCode,
+)
+from ._config import RUNTIME_KEYS, ControllerConfig
+from ._controller import Controller
+from ._errors import BackendError, ControllerConfigError
 from ._replicas import Outcome
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..remoting import ResponseCode
-from ._bodies import (
+from ..protocol._controller_bodies import (
     BrokerMemberGroup,
     BrokerReplicasInfo,
     ElectMasterResponseBody,
@@ -42,8 +41,7 @@ from ._bodies import (
     ReplicasInfo,
     SyncStateSet,
 )
-from ._elect import elect
-from ._headers import (
+from ..protocol._controller_headers import (
     AlterSyncStateSetRequest,
     AlterSyncStateSetResponse,
     ApplyBrokerIdRequest,
@@ -58,6 +56,8 @@ from ._headers import (
     RegisterBrokerResponse,
     require,
 )
+from ..remoting import ResponseCode
+from ._elect import elect
 from ._heartbeat import BrokerLive
 from ._record import FIRST_BROKER_ID, GroupRecord
 

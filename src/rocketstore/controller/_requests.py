@@ -19,13 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from ..remoting import RequestError, ResponseCode
-from . import _replicas as replicas
-from ._backend import StateBackend, Versioned
-from ._bodies import SyncStateSet
-from ._config import ControllerConfig
-from ._errors import LeadershipLostError
-from ._headers import (
+from ..protocol._controller_bodies import SyncStateSet
+from ..protocol._controller_headers import (
     AlterSyncStateSetRequest,
     ApplyBrokerIdRequest,
     CleanBrokerDataRequest,
@@ -35,6 +30,11 @@ from ._headers import (
     RegisterBrokerRequest,
     require,
 )
+from ..remoting import RequestError, ResponseCode
+from . import _replicas as replicas
+from ._backend import StateBackend, Versioned
+from ._config import ControllerConfig
+from ._errors import LeadershipLostError
 from ._heartbeat import BrokerLive, BrokerLiveTable
 from ._notify import RoleNotifier
 from ._record import GroupRecord

@@ -69,7 +69,7 @@ from ._pb import definition_pb2 as pb
 from ._pb import service_pb2 as spb
 
 if TYPE_CHECKING:
-    from ..broker.state._subscription_group import SubscriptionGroupConfig
+    from ..protocol._subscription_group import SubscriptionGroupConfig
 
 log = logging.getLogger(__name__)
 

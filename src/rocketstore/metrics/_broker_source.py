@@ -45,7 +45,6 @@ from ..broker._services import (
     HasTopics,
 )
 from ..broker.state._consume_progress import consume_progress
-from ..broker.state._heartbeat import ConsumeType
 from ..broker.state._stats import code_name
 from ..broker.state._subscription_group import is_system_group
 from ..broker.state._topic_config import (
@@ -54,6 +53,7 @@ from ..broker.state._topic_config import (
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
 )
+from ..protocol._heartbeat import ConsumeType
 from ..remoting import RequestCode, ResponseCode
 from ._source import (
     ConsumerConnections,

@@ -24,9 +24,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..protocol._java_order import java_order
 from ..remoting import _fastjson
 from ..store._durable import fsync_dir, replace_synced
-from ._java_order import java_order
 
 log = logging.getLogger(__name__)
 

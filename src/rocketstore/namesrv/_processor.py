@@ -51,10 +51,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import zlib
 from collections.abc import Callable
 from typing import Any
 
+from ..protocol._namesrv_bodies import (
+    MAX_REGISTER_BODY,
+    DataVersion,
+    RegisterBrokerBody,
+    TopicConfigWrapper,
+    body_crc32,
+    encode_topic_list,
+)
+from ..protocol._properties import (
+    BLACK_LIST_REMARK,
+    NAMESRV_BLACK_LIST,
+    PropertiesError,
+    format_properties,
+    java_bool,
+    java_int,
+    parse_properties,
+)
 from ..remoting import (
     Connection,
     Handler,
@@ -66,23 +82,7 @@ from ..remoting import (
     ext_int,
     ext_str,
 )
-from ._bodies import (
-    MAX_REGISTER_BODY,
-    DataVersion,
-    RegisterBrokerBody,
-    TopicConfigWrapper,
-    encode_topic_list,
-)
 from ._kv import ORDER_TOPIC_CONFIG, KVConfigManager
-from ._properties import (
-    BLACK_LIST_REMARK,
-    NAMESRV_BLACK_LIST,
-    PropertiesError,
-    format_properties,
-    java_bool,
-    java_int,
-    parse_properties,
-)
 from ._route_table import RouteInfoManager
 
 log = logging.getLogger(__name__)
@@ -96,11 +96,6 @@ APPLY_TOPIC_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further detail
 
 class HeaderFieldError(RequestError):
     """A request header field that is required and missing, or not a number."""
-
-
-def body_crc32(body: bytes | bytearray | memoryview) -> int:
-    """RocketMQ's body checksum: CRC-32 with the sign bit cleared."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 def _required_str(cmd: RemotingCommand, name: str) -> str:

@@ -44,8 +44,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..store._clock import SYSTEM_CLOCK, Clock
-from ._bodies import (
+from ..protocol._java_order import java_order
+from ..protocol._namesrv_bodies import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,
@@ -55,7 +55,7 @@ from ._bodies import (
     TopicConfigWrapper,
     TopicRouteData,
 )
-from ._java_order import java_order
+from ..store._clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ import os
 
 from ..acl._remoting import AclSource, RemotingAcl
 from ..acl._table import NAMESRV
+from ..protocol._namesrv_bodies import MAX_REGISTER_BODY
 from ..remoting import DEFAULT_MAX_FRAME, Connection, RemotingServer, ServerLimits
 from ..remoting._limits import DEFAULT_LIMITS
 from ..remoting._tls import TlsServerConfig
 from ..store._clock import SYSTEM_CLOCK, Clock
-from ._bodies import MAX_REGISTER_BODY
 from ._kv import KVConfigManager
 from ._processor import NamesrvProcessor
 from ._route_table import BROKER_CHANNEL_EXPIRED_SECONDS, RouteInfoManager

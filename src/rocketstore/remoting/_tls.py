@@ -131,10 +131,17 @@ def client_context(env: Mapping[str, str] | None = None) -> ssl.SSLContext | Non
     env = os.environ if env is None else env
     if not client_enabled(env):
         return None
-    key = (env.get(ENV_CA, ""), env.get(ENV_CERT, ""), env.get(ENV_KEY, ""))
-    ctx = _client_contexts.get(key)
+    return client_context_for(env.get(ENV_CA, ""), env.get(ENV_CERT, ""), env.get(ENV_KEY, ""))
+
+
+def client_context_for(ca: str, cert: str, key: str) -> ssl.SSLContext:
+    """A client's context: the server checked against ``ca`` (its chain and name; "": not
+    checked), ``cert`` / ``key`` offered to a server that asks ("": none). Made once per
+    set of files. TlsConfigError for files that cannot be read."""
+    files = (ca, cert, key)
+    ctx = _client_contexts.get(files)
     if ctx is None:
-        ctx = _client_contexts[key] = _make_client_context(*key)
+        ctx = _client_contexts[files] = _make_client_context(*files)
     return ctx
 
 
@@ -160,6 +167,7 @@ __all__ = [
     "TlsMode",
     "TlsServerConfig",
     "client_context",
+    "client_context_for",
     "client_enabled",
     "speaks_tls",
 ]

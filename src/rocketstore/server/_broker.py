@@ -6,9 +6,10 @@ import asyncio
 import dataclasses
 import difflib
 import logging
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .._extras import install_hint
 from ..acl import Account, RequestSigner, StaticAcl, WithAccounts, _audit, admin_accounts
@@ -18,11 +19,13 @@ from ..broker._controller import BrokerController, load_acl, load_auth
 from ..grpc import GrpcConfig, GrpcFrontEnd
 from ..remoting import RemotingServer
 from ..remoting._client import FROM_ENV
+from ..remoting._tls import ENV_CA, TlsConfigError, TlsMode, client_context_for
 from ..store._clock import SYSTEM_CLOCK, Clock
 from ..store._config import StoreConfig
 from ..store._errors import StoreConfigError
 from ..store._store import MessageStore
 from ..store.ha import HAGuard
+from ..store.ha._tls import HATls
 from ._addresses import resolve_addresses
 
 if TYPE_CHECKING:
@@ -83,6 +86,31 @@ def ignored_keys_warning(keys: list[str]) -> str:
     return "; ".join(parts)
 
 
+def ha_tls(config: BrokerConfig, env: Mapping[str, str] | None = None) -> HATls | None:
+    """The HA port's TLS (``haTlsMode``), with the remoting port's files: the master serves
+    with the broker's certificate and key and asks slaves for theirs as the remoting port asks
+    clients (``tls.server.need.client.auth``, against ``tls.server.trustCertPath``); a slave
+    offers the same certificate and checks its master's against that trust, else against
+    ROCKETSTORE_TLS_CA, else not at all (the remoting client's default). None: plain.
+    StoreConfigError for files that cannot be read."""
+    mode = cast(TlsMode, config.ha_tls_mode)  # one of MODES: BrokerConfig checks it
+    if mode == "disabled":
+        return None
+    tls = config.tls
+    if not (tls.cert_path and tls.key_path):
+        raise StoreConfigError(
+            f"haTlsMode={mode} needs the broker's certificate and key "
+            "(tls.server.certPath / tls.server.keyPath, --tls-cert / --tls-key)"
+        )
+    ca = tls.trust_cert_path or (os.environ if env is None else env).get(ENV_CA, "")
+    try:
+        server = dataclasses.replace(tls, mode=mode).context()
+        client = client_context_for(ca, tls.cert_path, tls.key_path)
+    except TlsConfigError as exc:
+        raise StoreConfigError(f"haTlsMode: {exc}") from None
+    return HATls(mode, server, client)
+
+
 def ha_guard(
     store_config: StoreConfig, config: BrokerConfig, credentials: tuple[str, str] | None
 ) -> HAGuard:
@@ -104,15 +132,16 @@ def ha_guard(
         )
 
     needs = store_config.enable_controller_mode or store_config.broker_role != "ASYNC_MASTER"
+    tls = ha_tls(config)
     if not config.ha_auth:
-        return HAGuard(None, name, config.broker_id, audit)
+        return HAGuard(None, name, config.broker_id, audit, tls=tls)
     if credentials is None and not needs:
         log.warning(
             "broker %s: ACL is on and no inner account is configured: the HA port takes no "
             "slave (set innerClientAuthenticationCredentials to replicate, or haAuthEnabled=false)",
             name,
         )
-        return HAGuard(None, name, config.broker_id, audit, closed=True)
+        return HAGuard(None, name, config.broker_id, audit, closed=True, tls=tls)
     if credentials is None:
         raise StoreConfigError(
             "haAuthEnabled (on with ACL) needs the inner account the group's brokers "
@@ -120,7 +149,7 @@ def ha_guard(
             "and ROCKETSTORE_INNER_CLIENT_SECRET_KEY (haAuthEnabled=false replicates "
             "without proof, as RocketMQ)"
         )
-    return HAGuard(credentials, name, config.broker_id, audit)
+    return HAGuard(credentials, name, config.broker_id, audit, tls=tls)
 
 
 class BrokerServer:

@@ -46,6 +46,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ...acl._table import request_names
+from ...protocol._admin_bodies import (
+    ConsumeStats,
+    MessageQueue,
+    OffsetWrapper,
+    TopicOffset,
+    encode_group_list,
+    encode_kv_table,
+    encode_topic_stats,
+    loads,
+)
+from ...protocol._subscription_group import SubscriptionGroupConfig
 from ...remoting import (
     Connection,
     RemotingCommand,
@@ -74,18 +85,7 @@ from .._services import (
 from ..state._config_table import IF_DATA_VERSION_NOT
 from ..state._consume_progress import consume_progress
 from ..state._stats import GROUP_GET_NUMS
-from ..state._subscription_group import SubscriptionGroupConfig
 from ..state._topic_config import TOPIC_FILTER_TYPES, TopicConfig, validate_topic
-from ._bodies import (
-    ConsumeStats,
-    MessageQueue,
-    OffsetWrapper,
-    TopicOffset,
-    encode_group_list,
-    encode_kv_table,
-    encode_topic_stats,
-    loads,
-)
 
 log = logging.getLogger(__name__)
 _refusals_log = LogLimiter(log)  # a few lines a minute, however many requests are refused

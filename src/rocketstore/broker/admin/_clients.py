@@ -42,6 +42,17 @@ import logging
 from typing import Protocol
 
 from ...acl._table import request_names
+from ...protocol._admin_bodies import (
+    BrokerStatsData,
+    BrokerStatsItem,
+    ClientConnection,
+    ConsumerConnection,
+    ConsumeStats,
+    ConsumeStatsList,
+    MessageQueue,
+    encode_producer_connection,
+    encode_reset_offset,
+)
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_bool, ext_str
 from .._services import HasProducers
 from ..state._consumer_manager import ClientChannelInfo, ConsumerGroupInfo
@@ -63,17 +74,6 @@ from ._admin import (
     _required_int,
     _required_name,
     _required_str,
-)
-from ._bodies import (
-    BrokerStatsData,
-    BrokerStatsItem,
-    ClientConnection,
-    ConsumerConnection,
-    ConsumeStats,
-    ConsumeStatsList,
-    MessageQueue,
-    encode_producer_connection,
-    encode_reset_offset,
 )
 
 log = logging.getLogger(__name__)

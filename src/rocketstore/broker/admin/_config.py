@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...namesrv._properties import (
+from ...protocol._properties import (
     BLACK_LIST_REMARK,
     BROKER_BLACK_LIST,
     PropertiesError,

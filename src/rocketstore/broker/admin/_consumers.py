@@ -46,6 +46,8 @@ import asyncio
 import logging
 
 from ...acl._table import request_names
+from ...protocol._admin_bodies import BodyFormatError, MessageQueue
+from ...protocol._consumer_bodies import ConsumerStatusBody
 from ...remoting import Connection, RemotingCommand, RemotingError, ResponseCode, ext_bool, ext_str
 from ._admin import (
     AdminContext,
@@ -56,8 +58,6 @@ from ._admin import (
     _required_name,
     _required_str,
 )
-from ._bodies import BodyFormatError, MessageQueue
-from ._consumer_bodies import ConsumerStatusBody
 
 log = logging.getLogger(__name__)
 RC = ResponseCode

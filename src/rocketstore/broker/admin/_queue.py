@@ -30,6 +30,7 @@ import logging
 from typing import Protocol
 
 from ...acl._table import request_names
+from ...protocol._admin_bodies import ConsumeQueueUnit, QueryConsumeQueueBody
 from ...remoting import Connection, RemotingCommand, ResponseCode
 from ...store.log._record import SCHEDULE_TOPIC
 from ...store.queue._consume_queue import UNIT, UNIT_SIZE
@@ -43,7 +44,6 @@ from ._admin import (
     _required_int,
     _required_name,
 )
-from ._bodies import ConsumeQueueUnit, QueryConsumeQueueBody
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 from ...acl._remoting import PRODUCER_GRANTS, check_then
 from ...acl._table import request_names
+from ...protocol._errors import InvalidHeartbeatError
+from ...protocol._heartbeat import HeartbeatData, parse_heartbeat
 from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 from ...remoting._command import str_value
-from .._errors import InvalidHeartbeatError
 from .._services import HasConsumers, HasGroups, HasProducers, HasTopics, TopicCreation
-from ..state._consumer_manager import HeartbeatData, parse_heartbeat
 from ..state._subscription_group import is_system_group
 from ..state._topic_config import PERM_READ, PERM_WRITE, retry_topic
 

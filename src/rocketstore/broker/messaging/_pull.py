@@ -22,12 +22,13 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...acl._table import request_names
+from ...protocol._errors import InvalidSubscriptionError
+from ...protocol._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
 from ...store._errors import CorruptRecordError
 from ...store.log._message import GetMessageStatus
 from ...store.read._raw_read import RawGetResult, get_raw
 from ...tier._manifest import TierError
-from .._errors import InvalidSubscriptionError
 from .._services import (
     HasConfig,
     HasConsumers,
@@ -40,7 +41,6 @@ from .._services import (
     HasTier,
     HasTopics,
 )
-from ..state._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ..state._topic_config import PERM_READ
 
 RC = ResponseCode

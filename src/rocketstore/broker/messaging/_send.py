@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from ...namesrv._java_order import java_order
+from ...protocol._java_order import java_order
 from ...remoting import Connection, RemotingCommand, ResponseCode
 from ...remoting._command import int32_value, int_value, str_value
 from ...remoting._send_header import SendHeader, send_header

@@ -27,8 +27,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...controller._client import ControllerClient
-from ...controller._errors import ControllerRefusedError
+from ...protocol._controller_client import ControllerClient
+from ...protocol._errors import ControllerRefusedError
 from ...store._durable import fsync_dir, replace_synced
 from ...store._errors import StoreConfigError, translate_os_errors
 

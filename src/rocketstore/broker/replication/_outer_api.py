@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...namesrv import (
+from ...protocol._namesrv_bodies import (
     BodyError,
     DataVersion,
     RegisterBrokerBody,

@@ -42,14 +42,10 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ...controller._bodies import SyncStateSet
-from ...controller._client import ControllerClient, split_controller_addresses
-from ...controller._errors import (
-    ControllerError,
-    ControllerRefusedError,
-    NoActiveControllerError,
-)
-from ...controller._headers import BrokerHeartbeatRequest, RegisterBrokerResponse
+from ...protocol._controller_bodies import SyncStateSet
+from ...protocol._controller_client import ControllerClient, split_controller_addresses
+from ...protocol._controller_headers import BrokerHeartbeatRequest, RegisterBrokerResponse
+from ...protocol._errors import ControllerError, ControllerRefusedError, NoActiveControllerError
 from ...remoting import RemotingError, ResponseCode
 from ...remoting._client import FROM_ENV, Signer
 from ...store._clock import SYSTEM_CLOCK, Clock

@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from ...controller._bodies import SyncStateSet
-from ...controller._headers import NotifyBrokerRoleChangedRequest
+from ...protocol._controller_bodies import SyncStateSet
+from ...protocol._controller_headers import NotifyBrokerRoleChangedRequest
 from ...remoting import Connection, RemotingCommand, RequestCode, RequestError
 from ...remoting import ResponseCode as RC
 from ...remoting import _fastjson as fastjson

@@ -23,6 +23,7 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
+from ...protocol._subscription_group import SubscriptionGroupConfig
 from ...remoting import (
     AsyncRemotingClient,
     Connection,
@@ -33,7 +34,6 @@ from ...remoting import (
 from ...remoting._fastjson import loads_lenient
 from .._services import HasGroups, HasInnerClient, HasOffsets, HasTopics
 from ..state._config_table import IF_DATA_VERSION_NOT
-from ..state._subscription_group import SubscriptionGroupConfig
 from ..state._topic_config import TopicConfig
 
 log = logging.getLogger(__name__)

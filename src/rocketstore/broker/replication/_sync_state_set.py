@@ -20,9 +20,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ...controller._bodies import SyncStateSet
-from ...controller._client import ControllerClient
-from ...controller._errors import ControllerError, ControllerRefusedError
+from ...protocol._controller_bodies import SyncStateSet
+from ...protocol._controller_client import ControllerClient
+from ...protocol._errors import ControllerError, ControllerRefusedError
 from ...remoting import RemotingError, ResponseCode
 from ...store.ha._in_sync import InSyncReplicas
 

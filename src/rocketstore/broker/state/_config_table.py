@@ -22,10 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from ...protocol._json_values import as_int
 from ...remoting import _fastjson
 from ...store._clock import Clock
 from ._change_log import ChangeLog
-from ._json_file import ConfigFile, as_int
+from ._json_file import ConfigFile
 
 COMPACT_MIN_CHANGES = 256  # the fewest logged changes that start a compaction
 # GET_ALL_TOPIC_CONFIG's field in which rocketstore's slaves name the master's topic data version

@@ -1,6 +1,6 @@
-"""Client membership learnt from heartbeats: consumer groups (RocketMQ's ConsumerManager and
-ConsumerGroupInfo) and producer groups (its ProducerManager). The heartbeat body's parser,
-``parse_heartbeat``, lives in ``_heartbeat`` and is re-exported here.
+"""Client membership learnt from heartbeats (decoded by the protocol room's ``parse_heartbeat``,
+``protocol._heartbeat``): consumer groups (RocketMQ's ConsumerManager and ConsumerGroupInfo) and
+producer groups (its ProducerManager).
 
 A group has the channels (client connections) of its online consumers and one subscription table
 (topic → SubscriptionData) that every heartbeat of the group replaces. A channel is any hashable
@@ -39,10 +39,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from ...protocol._heartbeat import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
 from ...store._clock import SYSTEM_CLOCK, Clock
-from ._heartbeat import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
-from ._heartbeat import HeartbeatData as HeartbeatData
-from ._heartbeat import parse_heartbeat as parse_heartbeat
 
 log = logging.getLogger(__name__)
 

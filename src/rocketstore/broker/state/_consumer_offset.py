@@ -34,9 +34,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ...protocol._json_values import as_int
 from ...remoting import _fastjson
 from ...remoting._limits import LogLimiter
-from ._json_file import ConfigFile, as_int
+from ._json_file import ConfigFile
 
 log = logging.getLogger(__name__)
 _moved_back_log = LogLimiter(log)  # each commit a client sends may move back: a few a minute

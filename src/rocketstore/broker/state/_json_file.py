@@ -33,27 +33,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def as_int(value: Any, name: str) -> int:
-    """A JSON integer (or a string holding one, as some clients send); ValueError otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise ValueError(f"{name} is not an integer: {value!r}")
-
-
-def as_bool(value: Any, name: str) -> bool:
-    """A JSON boolean (or the string "true" / "false"); ValueError otherwise."""
-    if isinstance(value, bool):
-        return value
-    if value in ("true", "false"):
-        return bool(value == "true")
-    raise ValueError(f"{name} is not a boolean: {value!r}")
-
-
 class ConfigFile:
     """One config file (``path``) with its ``path.bak`` and ``path.tmp``."""
 

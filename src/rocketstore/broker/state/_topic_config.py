@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...protocol._json_values import as_bool, as_int
 from ...store._clock import SYSTEM_CLOCK, Clock
 from .._errors import InvalidTopicError
 from ._config_table import VersionedConfigTable
-from ._json_file import as_bool, as_int
 
 log = logging.getLogger(__name__)
 

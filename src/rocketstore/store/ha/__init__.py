@@ -7,6 +7,7 @@ under two handshakes.
     _link        Link: a master's side of one slave (reader, writer, batching, idle waits)
     _follower    Follower: a slave's side (connect, prove, report, append)
     _auth        HAGuard and the proof of membership before either protocol (inner account)
+    _tls         HATls and TlsStream: TLS on the HA port (contexts given by the broker)
     _wire        4.x frames          _connection HAConnection   _client HAClient
                                      _service    HAService      _transfer GroupTransferService
     _auto_wire   AutoSwitch frames   _auto_connection AutoConnection   _auto_client AutoClient

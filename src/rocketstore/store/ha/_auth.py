@@ -36,8 +36,9 @@ What the master accepts, after the MAC: the access key of its inner account, its
 protocol it serves, an id it knows (4.x: any slave id, 1 and up; controller mode: an id in the
 controller's replica table or SyncStateSet), and no other connection under that id. Every refusal
 goes to ``HAGuard.audit`` (the broker writes it to the audit log) and is answered with its reason
-before the connection closes. TCP itself is not protected: whoever can take over the connection
-after the handshake can inject frames (docs/security.md).
+before the connection closes. The proof covers the handshake: without TLS on the HA port
+(``_tls``, ``HAGuard.tls``) whoever can take over the connection after it can inject frames
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ import secrets
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from ._tls import HATls
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +98,15 @@ class HAGuard:
     turns authentication off (RocketMQ's HA, trusting the peer's word) unless ``closed``: then
     authentication is on and no peer can prove itself (a master with ACL on and no inner
     account). ``group`` and ``broker_id``: this broker's name and (4.x) id, which its slave
-    side proves. ``audit``: told of every refused peer. Any thread."""
+    side proves. ``audit``: told of every refused peer. ``tls``: the HA port's TLS (None:
+    plain TCP, see ``_tls``). Any thread."""
 
     credentials: tuple[str, str] | None = field(default=None, repr=False)
     group: str = ""
     broker_id: int = -1
     audit: Audit = _log_refusal
     closed: bool = False
+    tls: HATls | None = None
 
     @property
     def enabled(self) -> bool:

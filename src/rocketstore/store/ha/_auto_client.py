@@ -21,7 +21,6 @@ connection.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -42,7 +41,7 @@ from ._auto_wire import (
 )
 from ._epoch import EpochEntry, EpochFile, consistent_point
 from ._follower import HANDSHAKE_WAIT_S, ClientState, Follower, ProtocolError
-from ._wire import send_all
+from ._tls import Stream
 
 if TYPE_CHECKING:
     from ..log._commit_log import CommitLog
@@ -92,12 +91,10 @@ class AutoClient(Follower):
     def _report_frame(self, offset: int) -> bytes:
         return SLAVE_TRANSFER.pack(TRANSFER, offset)
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: Stream) -> None:
         self._phase = ClientState.HANDSHAKE
         flags = 1 if self.sync_from_last_file else 0
-        send_all(
-            sock, (SLAVE_HANDSHAKE.pack(HANDSHAKE, flags, 0, self.broker_id),), self._keep_trying
-        )
+        self._send(SLAVE_HANDSHAKE.pack(HANDSHAKE, flags, 0, self.broker_id))
         deadline = self.clock.monotonic() + max(HANDSHAKE_WAIT_S, self.housekeeping_s)
         head = self._recv_exactly(sock, MASTER_HANDSHAKE_SIZE, deadline)
         state, size, master_max, _last_epoch = MASTER_HANDSHAKE.unpack(head)

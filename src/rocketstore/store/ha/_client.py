@@ -8,12 +8,12 @@ after a protocol error, every ``reconnect_s`` (5 s, as RocketMQ).
 
 from __future__ import annotations
 
-import socket
 from typing import TYPE_CHECKING
 
 from .._clock import Clock
 from ._auth import OPEN, PROTOCOL_4X, HAGuard
 from ._follower import ClientState, Follower, ProtocolError, split_address
+from ._tls import Stream
 from ._wire import HEADER, HEADER_SIZE, REPORT
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class HAClient(Follower):
             master_address=master_address,
         )
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: Stream) -> None:
         self._phase = ClientState.TRANSFER
         self._report(sock, self.commit_log.max_offset)
         self._receive(sock)

@@ -5,7 +5,9 @@ frame and their transfer frame's header). One thread.
 For each connection to the master's HA address (from the configuration, the name server or the
 controller, ``update_master_address``):
 
-1. with authentication on (``_auth``) it proves itself to the master, and the master to it;
+1. with TLS on (``_tls``: the guard's client context) it shakes hands, checking the master's
+   certificate as the context says; with authentication on (``_auth``) it proves itself to
+   the master, and the master to it;
 2. the protocol's handshake (``_serve``; 4.x has none, it reports at once);
 3. it reads transfer frames and appends each exactly at the end of its log, reporting its max
    offset after what one read brought in was appended, and every ``heartbeat_s``.
@@ -25,12 +27,14 @@ import enum
 import logging
 import socket
 import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from .._clock import Clock
 from .._service import ServiceThread
+from ..log._record import Buffer
 from ._auth import HAGuard, HandshakeRefused, prove
-from ._wire import send_all
+from ._tls import Send, Stream, TlsStream, sender
 
 if TYPE_CHECKING:
     from ..log._commit_log import CommitLog
@@ -60,6 +64,10 @@ def split_address(addr: str) -> tuple[str, int]:
     if not sep or not host:
         raise ValueError(f"not a host:port address: {addr!r}")
     return host.strip("[]"), int(port)
+
+
+def _not_connected(parts: Sequence[Buffer], keep_trying: Callable[[], bool]) -> int:
+    raise OSError("not connected to a master")
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -106,6 +114,8 @@ class Follower(ServiceThread):
         self.last_error = ""
         self.last_master_offset = -1  # the offset of the newest frame header
         self._last_write = 0.0
+        self._send_parts: Send = _not_connected
+        self.tls_version = ""  # the TLS spoken to the master ("": plain)
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -150,12 +160,14 @@ class Follower(ServiceThread):
             if not addr:
                 self.wait_for_running(self.reconnect_s)
                 continue
-            sock = self._connect(addr)
-            if sock is None:
+            raw = self._connect(addr)
+            if raw is None:
                 self.wait_for_running(self.reconnect_s)
                 continue
+            sock: Stream = raw
             pause = True  # unless the connection got as far as replicating
             try:
+                sock = self._open_tls(raw, addr)
                 if self.guard.enabled:
                     self._prove(sock)
                 self._serve(sock)
@@ -173,7 +185,7 @@ class Follower(ServiceThread):
                     self._sock = None
                     self.connected_to = ""
                 self._phase = ClientState.READY
-                sock.close()
+                raw.close()
             if pause:
                 self.wait_for_running(self.reconnect_s)
 
@@ -197,10 +209,31 @@ class Follower(ServiceThread):
         log.info("HA client (broker %d) connected to master %s", self.broker_id, addr)
         return sock
 
+    def _open_tls(self, raw: socket.socket, addr: str) -> Stream:
+        """The connection to speak on: TLS over ``raw`` when the guard says so (shaken hands;
+        ssl.SSLError when the master's certificate is refused or it speaks no TLS), else
+        ``raw``."""
+        tls = self.guard.tls
+        sock: Stream = raw
+        self.tls_version = ""
+        if tls is not None and tls.client is not None:
+            self._phase = ClientState.HANDSHAKE
+            stream = TlsStream(raw, tls.client, server_hostname=split_address(addr)[0])
+            deadline = self.clock.monotonic() + max(HANDSHAKE_WAIT_S, self.housekeeping_s)
+            stream.handshake(lambda: not self.stopped and self.clock.monotonic() < deadline)
+            self.tls_version = stream.version or "TLS"
+            sock = stream
+        self._send_parts = sender(sock)
+        return sock
+
     def _keep_trying(self) -> bool:
         return not self.stopped
 
-    def _recv_exactly(self, sock: socket.socket, n: int, deadline: float) -> bytes:
+    def _send(self, frame: bytes) -> None:
+        """Send one frame on the current connection."""
+        self._send_parts((frame,), self._keep_trying)
+
+    def _recv_exactly(self, sock: Stream, n: int, deadline: float) -> bytes:
         out = bytearray()
         while len(out) < n:
             if self.stopped:
@@ -216,7 +249,7 @@ class Follower(ServiceThread):
             out += chunk
         return bytes(out)
 
-    def _prove(self, sock: socket.socket) -> None:
+    def _prove(self, sock: Stream) -> None:
         """Prove this replica to the master, and the master to it (``_auth``)."""
         self._phase = ClientState.HANDSHAKE
         deadline = self.clock.monotonic() + max(HANDSHAKE_WAIT_S, self.housekeeping_s)
@@ -224,19 +257,16 @@ class Follower(ServiceThread):
         def recv(n: int) -> bytes:
             return self._recv_exactly(sock, n, deadline)
 
-        def send(frame: bytes) -> None:
-            send_all(sock, (frame,), self._keep_trying)
+        prove(self.guard, self.protocol, self.broker_id, recv, self._send)
 
-        prove(self.guard, self.protocol, self.broker_id, recv, send)
-
-    def _report(self, sock: socket.socket, offset: int) -> None:
-        send_all(sock, (self._report_frame(offset),), self._keep_trying)
+    def _report(self, sock: Stream, offset: int) -> None:
+        self._send(self._report_frame(offset))
         self.reported_offset = offset
         self._last_write = self.clock.monotonic()
 
     # ---- the protocol's parts ---------------------------------------------------------------
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: Stream) -> None:
         """Serve one connection until it ends (returns, or raises OSError / ProtocolError)."""
         raise NotImplementedError
 
@@ -259,7 +289,7 @@ class Follower(ServiceThread):
 
     # ---- transfer ---------------------------------------------------------------------------
 
-    def _receive(self, sock: socket.socket) -> None:
+    def _receive(self, sock: Stream) -> None:
         """Take transfer frames until the connection ends."""
         self._phase = ClientState.TRANSFER
         cl = self.commit_log

@@ -4,7 +4,9 @@ their handshake, their report frame and their transfer frame's header).
 
 Two threads share the socket (blocking, with a one-second timeout so each can look up):
 
-- the reader: with authentication on (``_auth``) it sends the CHALLENGE first and takes the
+- the reader: with TLS on (``_tls``) it shakes hands first (in permissive mode only with a
+  peer whose first byte opens a TLS handshake; a failed handshake is a refused peer); with
+  authentication on (``_auth``) it sends the CHALLENGE first and takes the
   slave's ANSWER before anything else, refusing a peer without the proof, of another group, or
   under an id another connection holds; then it takes the protocol's frames (``_frames``): the
   slave's reports, the first saying where to send from, each later one acknowledging what the
@@ -27,6 +29,7 @@ from __future__ import annotations
 import enum
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +47,7 @@ from ._auth import (
     read_answer,
     refused,
 )
-from ._wire import send_all
+from ._tls import PEEK_WAIT_S, Stream, TlsStream, sender, speaks_tls
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,8 @@ class Link:
     def __init__(self, sock: socket.socket, settings: LinkSettings) -> None:
         commit_log, clock, guard = settings.commit_log, settings.clock, settings.guard
         batch_size = settings.batch_size
-        self.sock = sock
+        self.sock: Stream = sock
+        self._send_parts = sender(sock)
         try:
             host, port = sock.getpeername()[:2]
             self.client_addr = f"{host}:{port}"
@@ -123,6 +127,7 @@ class Link:
         self.slave_id = -1  # the id this connection holds (-1: none)
         self.holds_id = False
         self.proven = not guard.enabled  # authenticated (or authentication off)
+        self.tls_version = ""  # the TLS the slave speaks ("": plain)
         self.refused = ""  # why the peer was refused ("" when it was not)
         self.request_offset = -1  # the slave's first report
         self.ack_offset = -1  # its newest report
@@ -242,7 +247,7 @@ class Link:
         self.guard.refuse(self.client_addr, account, claimed, reason)
         if self._challenge and not self.proven and not self._closed:  # the RESULT frame
             try:
-                send_all(self.sock, (refused(reason),), lambda: False)
+                self._send_parts((refused(reason),), lambda: False)
             except OSError:
                 pass
         self.close(f"refused: {reason}")
@@ -278,10 +283,36 @@ class Link:
             return None
         if not self.hold(answer.broker_id, answer.claimed, answer.access_key):
             return None
-        send_all(self.sock, (accepted(self.guard, self._challenge, answer),), self._keep_trying)
+        self._send_parts((accepted(self.guard, self._challenge, answer),), self._keep_trying)
         self.proven = True
         log.info("HA: %s proved it is %s", self.client_addr, answer.claimed)
         return buf[used:]
+
+    def _open_tls(self) -> bool:
+        """Shake hands when the port speaks TLS (and, permissive, the peer does); False when
+        the peer was refused. Reader, before anything is read or written."""
+        tls = self.guard.tls
+        if tls is None or tls.server is None or tls.mode == "disabled":
+            return True
+        raw = self.sock
+        assert isinstance(raw, socket.socket)
+        if tls.mode == "permissive" and not speaks_tls(raw, PEEK_WAIT_S):
+            return True
+        stream = TlsStream(raw, tls.server)
+        deadline = self.opened + AUTH_WAIT_S
+        try:
+            stream.handshake(lambda: not self._closed and self.clock.monotonic() < deadline)
+        except TimeoutError:
+            if not self._closed:
+                self.refuse("", "unproven", f"no TLS handshake within {AUTH_WAIT_S:g} s")
+            return False
+        except ssl.SSLError as exc:
+            self.refuse("", "unproven", f"TLS handshake failed: {exc.reason or exc}")
+            return False
+        self.sock = stream
+        self._send_parts = stream.send_all
+        self.tls_version = stream.version or "TLS"
+        return True
 
     # ---- reader -----------------------------------------------------------------------------
 
@@ -289,9 +320,11 @@ class Link:
         buf = b""
         clock = self.clock
         try:
+            if not self._open_tls():
+                return
             if not self.proven:
                 self._challenge, frame = new_challenge()
-                send_all(self.sock, (frame,), self._keep_trying)
+                self._send_parts((frame,), self._keep_trying)
             while not self._closed:
                 try:
                     data = self.sock.recv(4096)
@@ -360,7 +393,7 @@ class Link:
         return True
 
     def _send(self, parts: Sequence[bytes | memoryview]) -> None:
-        send_all(self.sock, parts, self._keep_trying)
+        self._send_parts(parts, self._keep_trying)
         self.last_write = self.clock.monotonic()
 
     def _before_request(self) -> bool:

@@ -2,8 +2,11 @@
 ``remoting.protocol.header.controller`` of RocketMQ 5.1.4), encoded to and decoded from a
 command's extFields.
 
-Each header is a frozen dataclass whose ``WIRE`` table names, per attribute, the Java field (the
-extFields key), its Java type and whether the Java side marks it ``@CFNotNull``::
+Each header is declared once, as a frozen dataclass made by ``@header``; its wire table
+(``WIRE``) is derived from the declaration: an attribute's extFields key is its name in
+camelCase (``cluster_name`` → ``clusterName``), its Java type follows the annotation (``str``
+String, ``int`` Long, ``Int32`` Integer, ``bool`` Boolean), and a field without a default is
+one the Java side marks ``@CFNotNull``::
 
     request code                       header (extFields)                       → response header
     1012 CONTROLLER_GET_NEXT_BROKER_ID GetNextBrokerIdRequestHeader: clusterName, brokerName
@@ -46,24 +49,50 @@ controller's server side, so a broker in controller mode codes its requests with
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, dataclass_transform
 
-from ..remoting import RequestError, ext_bool, ext_int, ext_int32, ext_str
+from ..remoting import RequestError
+from ..remoting._command import int32_value, int_value, str_value
 
 STR = "String"
 LONG = "Long"
 INT = "Integer"
 BOOL = "Boolean"
 
-# attribute, Java field (the extFields key), Java type, @CFNotNull
-Wire = tuple[tuple[str, str, str, bool], ...]
+Int32 = Annotated[int, INT]
+"""A field the Java side declares ``Integer`` / ``int`` (a plain ``int`` is a Java long)."""
+
 H = TypeVar("H", bound="Header")
 
 
+# attribute, Java field (the extFields key), Java type, @CFNotNull
+Wire = tuple[tuple[str, str, str, bool], ...]
+_KIND_OF: dict[Any, str] = {str: STR, int: LONG, bool: BOOL}
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def _kind(annotation: Any, attr: str) -> str:
+    """The Java type of an annotation: ``X``, ``X | None``, ``Int32`` or ``Int32 | None``."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is not Annotated and len(args) == 1:
+        annotation = args[0]  # X | None
+    if typing.get_origin(annotation) is Annotated:
+        return str(annotation.__metadata__[0])
+    kind = _KIND_OF.get(annotation)
+    if kind is None:
+        raise TypeError(f"header field {attr}: no Java type for {annotation!r}")
+    return kind
+
+
 class Header:
-    """A header: a frozen dataclass with a ``WIRE`` table."""
+    """A header: a frozen dataclass made by ``@header``, with the wire table it derives."""
 
     WIRE: ClassVar[Wire] = ()
 
@@ -85,22 +114,40 @@ class Header:
         """The header carried by ``ext``; RequestError for a missing required field or a
         number that is not one (or does not fit its Java type)."""
         values: dict[str, Any] = {}
-        fields = dict(ext)
         for attr, key, kind, required in cls.WIRE:
-            if kind == STR:
-                value: Any = ext_str(fields, key)
-            elif kind == LONG:
-                value = ext_int(fields, key)
-            elif kind == INT:
-                value = ext_int32(fields, key)
-            else:
-                value = ext_bool(fields, key) if ext.get(key) is not None else None
+            value: Any = ext.get(key)
+            if value is not None:
+                if kind == STR:
+                    value = str_value(value)
+                elif kind == LONG:
+                    value = int_value(value, key)
+                elif kind == INT:
+                    value = int32_value(value, key)
+                elif not isinstance(value, bool):  # Boolean.parseBoolean
+                    value = str(value).lower() == "true"
             if value is None:
                 if required:
                     raise RequestError(f"the custom field <{key}> is null")
                 continue  # the field's default: None, or a Java primitive's
             values[attr] = value
         return cls(**values)
+
+
+@dataclass_transform(frozen_default=True)
+def header(cls: type[H]) -> type[H]:
+    """Make ``cls`` a frozen, slotted dataclass and derive its ``WIRE`` table from its fields."""
+    made = dataclasses.dataclass(frozen=True, slots=True)(cls)
+    hints = typing.get_type_hints(made, include_extras=True)
+    made.WIRE = tuple(
+        (
+            field.name,
+            _camel(field.name),
+            _kind(hints[field.name], field.name),
+            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING,
+        )
+        for field in dataclasses.fields(typing.cast(Any, made))
+    )
+    return made
 
 
 def require(value: Any, key: str) -> Any:
@@ -114,88 +161,55 @@ def require(value: Any, key: str) -> Any:
 # ---- broker registration ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class GetNextBrokerIdRequest(Header):
     cluster_name: str | None = None
     broker_name: str | None = None
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, False),
-    )
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class GetNextBrokerIdResponse(Header):
     cluster_name: str | None = None
     broker_name: str | None = None
     next_broker_id: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, False),
-        ("next_broker_id", "nextBrokerId", LONG, False),
-    )
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class ApplyBrokerIdRequest(Header):
     cluster_name: str | None = None
     broker_name: str | None = None
     applied_broker_id: int | None = None
     register_check_code: str | None = None  # "brokerAddr;timestampMillis"
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, False),
-        ("applied_broker_id", "appliedBrokerId", LONG, False),
-        ("register_check_code", "registerCheckCode", STR, False),
-    )
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class ApplyBrokerIdResponse(Header):
     cluster_name: str | None = None
     broker_name: str | None = None
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, False),
-    )
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class RegisterBrokerRequest(Header):
     cluster_name: str | None = None
     broker_name: str | None = None
     broker_id: int | None = None
     broker_address: str | None = None
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, False),
-        ("broker_id", "brokerId", LONG, False),
-        ("broker_address", "brokerAddress", STR, False),
-    )
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class RegisterBrokerResponse(Header):
     cluster_name: str | None = None
     broker_name: str | None = None
     master_broker_id: int | None = None
     master_address: str | None = None
-    master_epoch: int | None = None
-    sync_state_set_epoch: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, False),
-        ("master_broker_id", "masterBrokerId", LONG, False),
-        ("master_address", "masterAddress", STR, False),
-        ("master_epoch", "masterEpoch", INT, False),
-        ("sync_state_set_epoch", "syncStateSetEpoch", INT, False),
-    )
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
 
 
 # ---- elections and the SyncStateSet ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class ElectMasterRequest(Header):
     """``designate_elect`` false: a broker asks (its id is elected when the group never had a
     master); true: an administrator designates ``broker_id``."""
@@ -203,69 +217,45 @@ class ElectMasterRequest(Header):
     cluster_name: str
     broker_name: str
     broker_id: int
-    designate_elect: bool = False
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, True),
-        ("broker_name", "brokerName", STR, True),
-        ("broker_id", "brokerId", LONG, True),
-        ("designate_elect", "designateElect", BOOL, True),
-    )
+    designate_elect: bool
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class ElectMasterResponse(Header):
     master_broker_id: int | None = None
     master_address: str | None = None
-    master_epoch: int | None = None
-    sync_state_set_epoch: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("master_broker_id", "masterBrokerId", LONG, False),
-        ("master_address", "masterAddress", STR, False),
-        ("master_epoch", "masterEpoch", INT, False),
-        ("sync_state_set_epoch", "syncStateSetEpoch", INT, False),
-    )
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class AlterSyncStateSetRequest(Header):
     broker_name: str | None = None
     master_broker_id: int | None = None
-    master_epoch: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("broker_name", "brokerName", STR, False),
-        ("master_broker_id", "masterBrokerId", LONG, False),
-        ("master_epoch", "masterEpoch", INT, False),
-    )
+    master_epoch: Int32 | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class AlterSyncStateSetResponse(Header):
-    new_sync_state_set_epoch: int = 0  # a Java int: always written
-    WIRE: ClassVar[Wire] = (("new_sync_state_set_epoch", "newSyncStateSetEpoch", INT, False),)
+    new_sync_state_set_epoch: Int32 = 0  # a Java int: always written
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class GetReplicaInfoRequest(Header):
     broker_name: str | None = None
-    WIRE: ClassVar[Wire] = (("broker_name", "brokerName", STR, False),)
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class GetReplicaInfoResponse(Header):
     master_broker_id: int | None = None
     master_address: str | None = None
-    master_epoch: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("master_broker_id", "masterBrokerId", LONG, False),
-        ("master_address", "masterAddress", STR, False),
-        ("master_epoch", "masterEpoch", INT, False),
-    )
+    master_epoch: Int32 | None = None
 
 
 # ---- the controllers, brokers' liveness, administration --------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class GetMetaDataResponse(Header):
     """``peers``: ``id:address;`` for each controller; ``is_leader``: whether the controller
     that answers is the active one."""
@@ -275,13 +265,6 @@ class GetMetaDataResponse(Header):
     controller_leader_address: str | None = None
     is_leader: bool = False  # a Java boolean: always written
     peers: str | None = None
-    WIRE: ClassVar[Wire] = (
-        ("group", "group", STR, False),
-        ("controller_leader_id", "controllerLeaderId", STR, False),
-        ("controller_leader_address", "controllerLeaderAddress", STR, False),
-        ("is_leader", "isLeader", BOOL, False),
-        ("peers", "peers", STR, False),
-    )
 
     def peer_list(self) -> list[tuple[str, str]]:
         """(id, address) of each peer in ``peers``."""
@@ -293,45 +276,28 @@ class GetMetaDataResponse(Header):
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class BrokerHeartbeatRequest(Header):
     cluster_name: str
     broker_addr: str
     broker_name: str
     broker_id: int | None = None
-    epoch: int | None = None
+    epoch: Int32 | None = None
     max_offset: int | None = None
     confirm_offset: int | None = None
     heartbeat_timeout_mills: int | None = None
-    election_priority: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, True),
-        ("broker_addr", "brokerAddr", STR, True),
-        ("broker_name", "brokerName", STR, True),
-        ("broker_id", "brokerId", LONG, False),
-        ("epoch", "epoch", INT, False),
-        ("max_offset", "maxOffset", LONG, False),
-        ("confirm_offset", "confirmOffset", LONG, False),
-        ("heartbeat_timeout_mills", "heartbeatTimeoutMills", LONG, False),
-        ("election_priority", "electionPriority", INT, False),
-    )
+    election_priority: Int32 | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class NotifyBrokerRoleChangedRequest(Header):
     master_address: str | None = None
-    master_epoch: int | None = None
-    sync_state_set_epoch: int | None = None
+    master_epoch: Int32 | None = None
+    sync_state_set_epoch: Int32 | None = None
     master_broker_id: int | None = None
-    WIRE: ClassVar[Wire] = (
-        ("master_address", "masterAddress", STR, False),
-        ("master_epoch", "masterEpoch", INT, False),
-        ("sync_state_set_epoch", "syncStateSetEpoch", INT, False),
-        ("master_broker_id", "masterBrokerId", LONG, False),
-    )
 
 
-@dataclass(frozen=True, slots=True)
+@header
 class CleanBrokerDataRequest(Header):
     """``broker_controller_ids_to_clean``: ``1;2;3`` (None: the whole group)."""
 
@@ -339,9 +305,3 @@ class CleanBrokerDataRequest(Header):
     cluster_name: str | None = None
     broker_controller_ids_to_clean: str | None = None
     is_clean_living_broker: bool = False  # a Java boolean: always written
-    WIRE: ClassVar[Wire] = (
-        ("cluster_name", "clusterName", STR, False),
-        ("broker_name", "brokerName", STR, True),
-        ("broker_controller_ids_to_clean", "brokerControllerIdsToClean", STR, False),
-        ("is_clean_living_broker", "isCleanLivingBroker", BOOL, False),
-    )

@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...remoting._fastjson import dumps, loads_lenient
-from ...store._java_hash import java_string_hash
-from .._errors import InvalidHeartbeatError, InvalidSubscriptionError
-from ._json_file import as_bool, as_int
+from ..remoting._fastjson import dumps, loads_lenient
+from ..store._java_hash import java_string_hash
+from ._errors import InvalidHeartbeatError, InvalidSubscriptionError
+from ._json_values import as_bool, as_int
 
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"

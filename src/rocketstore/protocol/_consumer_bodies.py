@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._bodies import (
+from ._admin_bodies import (
     BodyFormatError,
     MessageQueue,
     _object,

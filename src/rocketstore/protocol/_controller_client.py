@@ -28,14 +28,13 @@ from ..remoting import (
     ResponseCode,
 )
 from ..remoting._client import FROM_ENV, Signer
-from ._bodies import (
+from ._controller_bodies import (
     BrokerReplicasInfo,
     ElectMasterResponseBody,
     SyncStateSet,
     encode_broker_names,
 )
-from ._errors import ControllerRefusedError, NoActiveControllerError
-from ._headers import (
+from ._controller_headers import (
     AlterSyncStateSetRequest,
     AlterSyncStateSetResponse,
     ApplyBrokerIdRequest,
@@ -51,6 +50,7 @@ from ._headers import (
     RegisterBrokerRequest,
     RegisterBrokerResponse,
 )
+from ._errors import ControllerRefusedError, NoActiveControllerError
 
 ELECTION_OUTCOMES = frozenset(
     {

@@ -30,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...remoting import _fastjson
-from ...store.services._stats import java_double
+from ..remoting import _fastjson
+from ..store.services._stats import java_double
+from ._java_order import java_order
 
 _MQ_TEXT = re.compile(
     r"MessageQueue \[topic=(?P<topic>.*), brokerName=(?P<broker>.*), queueId=(?P<qid>-?\d+)\]"
@@ -304,8 +305,6 @@ class ConsumerConnection:
     subscriptions: Mapping[str, Mapping[str, Any]]
 
     def encode(self) -> bytes:
-        from ...namesrv._java_order import java_order
-
         table = {t: dict(self.subscriptions[t]) for t in java_order(self.subscriptions)}
         return dumps(
             {

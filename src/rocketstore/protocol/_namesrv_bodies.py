@@ -241,6 +241,12 @@ class TopicConfigWrapper:
         return cls.from_json(_object(data, "TopicConfigSerializeWrapper"))
 
 
+def body_crc32(body: bytes | bytearray | memoryview) -> int:
+    """RocketMQ's body checksum (REGISTER_BROKER's ``bodyCrc32``): CRC-32 with the sign bit
+    cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerBody:
     """REGISTER_BROKER's body: the broker's topic configs and its filter servers."""
