@@ -303,7 +303,13 @@ def test_the_answer_template_writes_what_the_connection_writes() -> None:
 
 
 def run_frames(
-    root: Path, frames: list[bytes], *, frame_path: bool, port: int, acl: bool = False
+    root: Path,
+    frames: list[bytes],
+    *,
+    frame_path: bool,
+    port: int,
+    acl: bool = False,
+    flush: str = "ASYNC_FLUSH",
 ) -> tuple[list[bytes], int, dict[Any, list[int]], dict[Any, list[int]]]:
     """Feed ``frames`` (one read each) into a broker's server connection, made with the send
     frame path or without it, with the request statistics on; the answers written, how many
@@ -311,7 +317,10 @@ def run_frames(
 
     async def go() -> tuple[list[bytes], int, dict[Any, list[int]], dict[Any, list[int]]]:
         store_config = StoreConfig(
-            store_path_root_dir=str(root), mapped_file_size_commit_log=1024 * 1024, ha_listen_port=0
+            store_path_root_dir=str(root),
+            mapped_file_size_commit_log=1024 * 1024,
+            ha_listen_port=0,
+            flush_disk_type=flush,
         )
         config = BrokerConfig.from_store_config(store_config, listen_port=port)
         server = BrokerServer(store_config, config, clock=ManualClock(1_795_532_962_000))
@@ -394,6 +403,24 @@ def test_the_same_frames_store_answer_and_count_the_same_with_and_without_the_pa
     assert without[1] == 0
     assert with_path[1] >= 2 * (plain + 20)  # the plain, Java-style and recorded plain sends
     assert with_path[1] < len(frames) - 20  # the unusual ones went the general way
+
+
+def test_sends_that_wait_for_the_group_commit_store_answer_and_count_the_same(
+    tmp_path: Path,
+) -> None:
+    """SYNC_FLUSH: the frame path answers its sends when their group commit ends, with the
+    bytes, the stores and the statistics (a pending answer's latency) of the general path."""
+    frames = [cmd.encode() for cmd in requests()]
+    port = free_port()
+    runs = [
+        run_frames(tmp_path / way, frames, frame_path=way == "path", port=port, flush="SYNC_FLUSH")
+        for way in ("path", "decoded")
+    ]
+    assert frames_by_opaque(runs[0][0]) == frames_by_opaque(runs[1][0])
+    assert len(frames_by_opaque(runs[0][0])) == len(frames)
+    assert commit_log_bytes(tmp_path / "path") == commit_log_bytes(tmp_path / "decoded")
+    assert runs[0][2] == runs[1][2] and runs[0][3] == runs[1][3]
+    assert runs[0][1] > 0 and runs[1][1] == 0
 
 
 def test_the_path_stands_aside_while_the_acl_is_on(tmp_path: Path) -> None:

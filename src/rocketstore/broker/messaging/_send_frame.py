@@ -227,6 +227,7 @@ class SendFramePath:
                     w: SlaveWait = r  # type: ignore[assignment]
                 else:  # a future: answered when the put's waits end (SYNC_FLUSH)
                     w = SlaveWait(0, 0.0, _NO_RESULT, queue_id)
+                    w.held = True
                     put_waits = self._loop_waits()
                     assert put_waits is not None  # a loop runs: serve checked it
                     put_waits.watch(r, w)  # type: ignore[arg-type]
@@ -326,7 +327,9 @@ class SendFramePath:
                 data = _encoded(answer, w.opaque, w.serialize_type)
                 response_code = answer.code
             if timing:
-                stats.note_sent(w.code, response_code, w.topic, w.properties, w.size, w.began)
+                stats.note_sent(
+                    w.code, response_code, w.topic, w.properties, w.size, w.began, w.held
+                )
             parts = out.get(conn)
             if parts is None:
                 out[conn] = [data]
