@@ -13,10 +13,6 @@ from __future__ import annotations
 import collections
 import os
 import random
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,62 +28,13 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.spark._eos import DECISION_TOPIC, PROP_BATCH, PROP_PARTITION, PROP_QUERY
 from rocketstore.spark._eos_checks import ExactlyOnceChecks
 from support.eos_cluster import BROKERS, Cluster
+from support.eos_spark import Child, next_batch
 
 # each run is a JVM of its own: minutes on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
 ROWS = 240
 WAIT_S = 60.0
-RUN_S = 300.0
-
-CHILD = textwrap.dedent(
-    """
-    import sys
-    from pyspark.sql import SparkSession
-
-    mode, ns, src, dst, where, per_trigger = sys.argv[1:7]
-    b = SparkSession.builder.master("local[2]").appName("eos-child")
-    for k, v in {
-        "spark.ui.enabled": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "16",
-    }.items():
-        b = b.config(k, v)
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    if mode == "stream":
-        rows = (
-            spark.readStream.format("rocketstore").option("namesrv", ns).option("topics", src)
-            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", per_trigger)
-            .load().selectExpr(f"'{dst}' AS topic", "body")
-        )
-        q = (
-            rows.writeStream.format("rocketstore").option("namesrv", ns)
-            .option("exactlyOnce", "true").option("checkpointLocation", where)
-            .trigger(availableNow=True).start()
-        )
-        q.awaitTermination()
-    elif mode == "pathbatch":
-        rows = spark.range(0, int(per_trigger), 1, 3).selectExpr(
-            f"'{dst}' AS topic", "concat('row-', cast(id AS string)) AS body"
-        )
-        # writeBuffers=0: puts go straight into the mapped file, so a killed task's rows
-        # outlive it and the run after it has a partial partition to complete
-        (rows.write.format("rocketstore").option("path", src).option("exactlyOnce", "true")
-            .option("writeBuffers", "0").option("exactlyOnceId", where).mode("append").save())
-    else:
-        rows = (
-            spark.read.format("rocketstore").option("namesrv", ns).option("topics", src).load()
-            .selectExpr(f"'{dst}' AS topic", "body").repartition(3)
-        )
-        (rows.write.format("rocketstore").option("namesrv", ns).option("exactlyOnce", "true")
-            .option("exactlyOnceId", where).mode("append").save())
-    spark.stop()
-    """
-)
 
 
 @pytest.fixture(scope="module")
@@ -101,75 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-def _run_child(
-    tmp: Path, args: list[str], crash: str | None, *, expect_crash: bool
-) -> subprocess.CompletedProcess[str] | None:
-    """Run the child; with ``crash`` set, wait for it to reach the point and kill its process
-    group with SIGKILL."""
-    script = tmp / "child.py"
-    script.write_text(CHILD)
-    marker = tmp / "crashed"
-    marker.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.pop("ROCKETSTORE_SPARK_CRASH", None)
-    if crash:
-        env["ROCKETSTORE_SPARK_CRASH"] = crash
-        env["ROCKETSTORE_SPARK_CRASH_FILE"] = str(marker)
-    log = (tmp / "child.log").open("a")
-    proc = subprocess.Popen(
-        [sys.executable, str(script), *args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + RUN_S
-        while time.monotonic() < deadline:
-            if crash and marker.exists():
-                # the query's process group, and the Python worker that reached the point
-                # (Spark's workers may run in a process group of their own)
-                _kill_session(proc)
-                return None
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"child {args[0]} did not finish (crash point {crash})")
-        assert not expect_crash, f"the child finished without reaching {crash}"
-        assert proc.returncode == 0, (tmp / "child.log").read_text()[-4000:]
-        return None
-    finally:
-        _kill_session(proc)  # a JVM or Python worker left behind
-        log.close()
-
-
-def _session_of(pid: str) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else int(fields[3])
-
-
-def _kill_session(proc: subprocess.Popen[Any]) -> None:
-    """SIGKILL the child and every process of its session (its JVM, and Spark's Python
-    workers, which run in process groups of their own), and wait until none is left."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        left = [int(p) for p in os.listdir("/proc") if p.isdigit() and _session_of(p) == proc.pid]
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if proc.poll() is None:
-            proc.kill()
-        if not left and proc.poll() is not None:
-            return
-        assert time.monotonic() < deadline, f"processes {left} outlived SIGKILL"
-        time.sleep(0.05)
+def _run_child(tmp: Path, args: list[str], crash: str | None, *, expect_crash: bool) -> None:
+    Child(tmp).run(args, crash, expect_crash=expect_crash)
 
 
 def _exactly_once(c: Cluster, topic: str, expected: set[bytes]) -> list[Any]:
@@ -184,29 +64,70 @@ def _exactly_once(c: Cluster, topic: str, expected: set[bytes]) -> list[Any]:
     return msgs
 
 
-def test_stream_killed_at_every_point_reads_once(cluster: Cluster, tmp_path: Path) -> None:
-    expected = cluster.fill("EOS_SRC", ROWS)
-    cluster.create_topic("EOS_DST")
-    expected = {b.replace(b"EOS_SRC", b"EOS_SRC") for b in expected}
-    ckpt = tmp_path / "ckpt"
-    args = ["stream", cluster.ns, "EOS_SRC", "EOS_DST", str(ckpt), "40"]
-    # the batches that reach each point, seeded: every point once, in an order of batches a
-    # restart from the checkpoint reaches (each crash leaves its batch to be replayed)
-    rng = random.Random(37)
-    points = ["task", "precommit", "mid_end", "postcommit"]
-    rng.shuffle(points)
-    for batch, point in enumerate(points):
-        _run_child(tmp_path, args, f"{point}:{batch}", expect_crash=True)
-    _run_child(tmp_path, args, None, expect_crash=False)
-    msgs = _exactly_once(cluster, "EOS_DST", expected)
+POINTS = ("task", "precommit", "mid_end", "postcommit")
+PER_TRIGGER = 40
+
+
+def _kill_loop(cluster: Cluster, tmp: Path, rounds: int, seed: int, name: str) -> dict[str, Any]:
+    """``rounds`` rounds of one query: new source rows, then a kill -9 of the driver at each
+    point in a seeded order, one micro-batch after another (each crash leaves its batch to be
+    replayed by the next run, which goes on to the next batch and point), then a run to the
+    end and the count of every id so far (printed: a long run's figures so far)."""
+    src, dst = f"{name}_SRC", f"{name}_DST"
+    cluster.create_topic(src)
+    cluster.create_topic(dst)
+    ckpt = tmp / "ckpt"
+    args = ["stream", cluster.ns, src, dst, str(ckpt), str(PER_TRIGGER)]
+    rng = random.Random(seed)
+    child = Child(tmp)
+    expected: set[bytes] = set()
+    kills: collections.Counter[str] = collections.Counter()
+    began = time.monotonic()
+    figures: dict[str, Any] = {}
+    for r in range(rounds):
+        expected |= cluster.fill(src, PER_TRIGGER * (len(POINTS) + 1), prefix=f"{name}-{r}")
+        points = list(POINTS)
+        rng.shuffle(points)
+        first = next_batch(ckpt)
+        for batch, point in enumerate(points, first):
+            child.run(args, f"{point}:{batch}", expect_crash=True)
+            kills[point] += 1
+        child.run(args)
+        counts = cluster.bodies(dst)
+        figures = {
+            "kills": dict(kills),
+            "ids": len(expected),
+            "lost": len(expected - set(counts)),
+            "duplicated": sum(n - 1 for n in counts.values() if n > 1),
+            "unknown": len(set(counts) - expected),
+            "seconds": round(time.monotonic() - began),
+            "load": os.getloadavg(),
+        }
+        print(f"{name} round {r + 1} of {rounds}: {figures}", flush=True)
+        msgs = _exactly_once(cluster, dst, expected)
     # audit: every message names its query, batch and partition; a queue's rows of one
     # writer come in their order
     assert all({PROP_QUERY, PROP_BATCH, PROP_PARTITION} <= set(m.properties) for m in msgs)
     assert len({m.properties[PROP_QUERY] for m in msgs}) == 1
     batches = {int(m.properties[PROP_BATCH]) for m in msgs}
-    assert batches >= set(range(len(points)))
+    assert batches >= set(range(rounds * len(POINTS)))
     for (topic_q, writer), seqs in _writer_sequences(msgs).items():
         assert seqs == sorted(seqs), f"{topic_q} {writer} out of order"
+    return figures
+
+
+def test_stream_killed_at_every_point_reads_once(cluster: Cluster, tmp_path: Path) -> None:
+    _kill_loop(cluster, tmp_path, 1, 37, "EOS")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(8 * 3600)
+@pytest.mark.skipif(
+    not os.environ.get("ROCKETSTORE_LONG_TESTS"),
+    reason="80 driver kills (a JVM each) take hours on a loaded machine: set ROCKETSTORE_LONG_TESTS=1",
+)
+def test_stream_killed_20_times_at_every_point_reads_once(cluster: Cluster, tmp_path: Path) -> None:
+    print("driver kills:", _kill_loop(cluster, tmp_path, 20, 3720, "EOS20"))
 
 
 def _writer_sequences(msgs: list[Any]) -> dict[tuple[int, str], list[int]]:

@@ -625,6 +625,49 @@ def test_an_end_repeated_after_a_restart_stores_nothing_more(tmp_path: Path) -> 
         b2.close()
 
 
+@pytest.mark.parametrize("how", ["end", "check"])
+def test_a_commit_stored_without_its_op_is_not_stored_again_after_a_restart(
+    tmp_path: Path, how: str
+) -> None:
+    """The broker stored the committed message and died before the op message (a kill -9, or
+    a master that failed over, between the two puts): the restarted broker finds the commit
+    by its key and neither the producer's repeated end nor a check's answer stores it again."""
+    overrides = {"transaction_timeout": 0, "transaction_check_interval": 3_600_000}
+    topic = "TxNoOpTopic"
+    b = BrokerThread(tmp_path, broker_overrides=overrides)
+    b.start()
+    p = Producer(b.broker.address)
+    try:
+        sent, uniq = p.send_half(topic, b"once", queue_id=0)
+        service = b.broker.transactions
+
+        async def died_before_the_op(half_offset: int, commit: bool | None) -> None:
+            raise RuntimeError("the broker died before the op message")
+
+        service._write_op = died_before_the_op  # type: ignore[method-assign]
+        assert p.end(sent, uniq, COMMIT).code == RC.SYSTEM_ERROR
+        assert len(queue_messages(b, topic, 0)) == 1
+    finally:
+        p.close()
+        b.close()
+    b2 = BrokerThread(tmp_path, broker_overrides=overrides)
+    b2.start()
+    p2 = Producer(b2.broker.address, decide=lambda u: COMMIT)
+    try:
+        if how == "end":
+            assert p2.end(sent, uniq, COMMIT).code == RC.SUCCESS  # never saw the answer
+            assert p2.end(sent, uniq, ROLLBACK).code == RC.SYSTEM_ERROR  # it was committed
+        else:
+            p2.heartbeat()
+            assert check(b2) == 1  # the open half is asked about; the answer is a commit
+            assert wait_for(lambda: p2.checked() == [uniq])
+            assert wait_for(lambda: check(b2) == 0)  # ended: not asked again
+        assert len(queue_messages(b2, topic, 0)) == 1
+    finally:
+        p2.close()
+        b2.close()
+
+
 @pytest.mark.parametrize("kind", ["immunity", "born-in-the-future"])
 def test_a_half_that_is_not_due_does_not_hold_back_later_halves(
     broker: BrokerThread, producer: Producer, kind: str

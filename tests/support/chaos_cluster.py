@@ -1,10 +1,10 @@
 """The group the fault harness runs: a name server, RocketMQ 5's controller (one over the file
-backend, or three over a 3-member etcd cluster on loopback), and three rocketstore brokers of one
-group in controller mode (``allAckInSyncStateSet=true``, ``minInSyncReplicas=2``), each in its
-network namespace where the machine allows (see ``support.chaos_net``). Every process is a subprocess
-with its own log file; each keeps its ports and store across restarts, so clients and the
-controller find it again. ``stop`` ends them all (SIGTERM, then SIGKILL) and removes the
-namespaces, whatever happened before.
+backend, or three over a 3-member etcd cluster on loopback), and three rocketstore brokers (or
+``brokers``) of one group in controller mode (``allAckInSyncStateSet=true``,
+``minInSyncReplicas=2``), each in its network namespace where the machine allows (see
+``support.chaos_net``). Every process is a subprocess with its own log file; each keeps its
+ports and store across restarts, so clients and the controller find it again. ``stop`` ends
+them all (SIGTERM, then SIGKILL) and removes the namespaces, whatever happened before.
 """
 
 from __future__ import annotations
@@ -102,12 +102,14 @@ class ChaosCluster:
         backend: str = "file",
         netns: bool = True,
         broker_conf: dict[str, str] | None = None,
+        brokers: int = BROKERS,
     ) -> None:
         self.work = work
         self.backend = backend
+        self.count = brokers
         controllers = 3 if backend == "etcd" else 1
         self.topology: LoopbackTopology | NetnsTopology = make_topology(
-            BROKERS, controllers, netns=netns
+            brokers, controllers, netns=netns
         )
         self.etcd: Any = None
         self.namesrv: Node | None = None
@@ -237,8 +239,8 @@ class ChaosCluster:
         master, in_sync, alive, _epoch = self.state()
         return (
             master is not None
-            and in_sync == frozenset(range(BROKERS))
-            and all(alive.get(i, False) for i in range(BROKERS))
+            and in_sync == frozenset(range(self.count))
+            and all(alive.get(i, False) for i in range(self.count))
             and all(n.running and not n.paused for n in self.brokers)
         )
 

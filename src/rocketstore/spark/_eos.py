@@ -21,8 +21,9 @@ every half has its own. The driver's commit then:
    once stored (and, with SYNC_MASTER or controller mode's in-sync replicas, replicated), so a
    failover keeps it. It is found again by QUERY_MESSAGE on the key (the key index) on every
    broker group of the topic;
-2. ends every half of the decision with END_TRANSACTION (commit), each queue's halves in
-   order, the queues at the same time, so a consumer sees a queue's rows in their order.
+2. ends every half of the decision with END_TRANSACTION (commit): a writer's halves of a
+   queue one after the other in row order, every writer and queue at the same time, so a
+   consumer sees a writer's rows of a queue in their order.
 
 A decision that exists is the answer to every later question: a replayed batch sends
 nothing and the commit ends the decision's halves again (a second end is a no-op on the
@@ -63,7 +64,17 @@ END_ROLLBACK = 0xC
 # a decision's body part stays well below the broker's 4 MiB message size
 _PART_BYTES = 3 << 20
 _END_RETRIES = 6
+# answers to an end that say it was not applied and may be sent again
+_END_AGAIN = frozenset(
+    (
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+    )
+)
 _ROUTE_WAIT_S = 60.0
+# ends that fail within this long of a look-up of the masters share it
+_LOOKUP_AGAIN_S = 0.5
 
 
 class ExactlyOnceError(SourceOptionError):
@@ -249,17 +260,18 @@ def end_halves(
     *,
     batch: int = -1,
 ) -> int:
-    """END_TRANSACTION (commit or rollback) for every half of ``writers``: each queue's
-    halves one after the other in their order, the queues at the same time. A half ended
-    before with the same resolution is fine (the broker answers SUCCESS); one the broker does
-    not have or ended the other way is an ExactlyOnceError. Returns how many were ended."""
-    per_queue: dict[str, list[tuple[Half, str]]] = {}
+    """END_TRANSACTION (commit or rollback) for every half of ``writers``: a writer's halves
+    in a queue one after the other in their order (an end is sent once the one before it is
+    answered), every writer and queue at the same time. A half ended before with the same
+    resolution is fine (the broker answers SUCCESS); one the broker does not have or ended
+    the other way is an ExactlyOnceError. Returns how many were ended."""
+    chains: dict[str, list[tuple[Half, str]]] = {}
     for w in writers:
         for q, halves in w.queues.items():
-            per_queue.setdefault(q, []).extend((h, w.uniq(h.seq)) for h in halves)
-    if not per_queue:
+            chains[f"{q}/{w.writer}"] = [(h, w.uniq(h.seq)) for h in halves]
+    if not chains:
         return 0
-    return asyncio.run(_end_all(admin, per_queue, commit, timeout_s, batch))
+    return asyncio.run(_end_all(admin, chains, commit, timeout_s, batch))
 
 
 def _signer_of(admin: AdminClient) -> Any:
@@ -269,71 +281,83 @@ def _signer_of(admin: AdminClient) -> Any:
 
 async def _end_all(
     admin: AdminClient,
-    per_queue: dict[str, list[tuple[Half, str]]],
+    chains: dict[str, list[tuple[Half, str]]],
     commit: bool,
     timeout_s: float,
     batch: int,
 ) -> int:
     client = AsyncRemotingClient(signer=_signer_of(admin))
     masters: dict[str, str] = {}
-    total = sum(len(v) for v in per_queue.values())
+    total = sum(len(v) for v in chains.values())
     done = [0]
+    what = "commit" if commit else "rollback"
+
+    looked_up = [-1e9]
+    looking = asyncio.Lock()
 
     async def master(broker: str, refresh: bool) -> str:
+        """The group's master; looked up again (once for every end that asks within
+        _LOOKUP_AGAIN_S) when ``refresh``: an end to it failed."""
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
         if refresh or broker not in masters:
-            found = await asyncio.to_thread(admin.masters)
-            masters.update(found)
-            if broker not in found:
-                raise ExactlyOnceError(f"broker group {broker} has no master")
+            async with looking:
+                if broker not in masters or looked_up[0] < asked - _LOOKUP_AGAIN_S:
+                    found = await asyncio.to_thread(admin.masters)
+                    looked_up[0] = loop.time()
+                    masters.clear()
+                    masters.update(found)
+        if broker not in masters:
+            raise ExactlyOnceError(f"broker group {broker} has no master")
         return masters[broker]
 
-    async def one_queue(q: str, halves: list[tuple[Half, str]]) -> None:
+    async def end_one(q: str, broker: str, h: Half, uniq: str) -> None:
+        header = {
+            "producerGroup": PRODUCER_GROUP,
+            "tranStateTableOffset": str(h.queue_offset),
+            "commitLogOffset": str(h.commit_log_offset),
+            "commitOrRollback": str(END_COMMIT if commit else END_ROLLBACK),
+            "fromTransactionCheck": "false",
+            "msgId": uniq,
+            "transactionId": uniq,
+        }
+        failures: list[str] = []
+        for attempt in range(_END_RETRIES):
+            try:
+                addr = await master(broker, attempt > 0)
+                r = await client.invoke(
+                    addr, RemotingCommand.request(RequestCode.END_TRANSACTION, header), timeout_s
+                )
+            except (RemotingError, ExactlyOnceError) as exc:
+                failures.append(str(exc))
+            else:
+                if r.code == ResponseCode.SUCCESS:
+                    break
+                if r.code not in _END_AGAIN:
+                    raise ExactlyOnceError(
+                        f"{what} of {uniq} ({q}) refused: code {r.code} {r.remark or ''}"
+                    )
+                failures.append(f"code {r.code} {r.remark or ''}")
+            await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
+        else:
+            raise ExactlyOnceError(
+                f"ending {uniq} ({q}) failed {len(failures)} times: {failures[-1]}"
+            )
+        done[0] += 1
+        if commit and done[0] * 2 >= total and done[0] * 2 - 2 < total:
+            reach("mid_end", batch)
+
+    async def one_chain(chain: str, halves: list[tuple[Half, str]]) -> None:
+        # one writer's halves of one queue, in row order: an end waits for the one before
+        # it, since the broker may apply two ends of one connection in either order (one
+        # waits for its half to be dispatched, or for a check of it to finish)
+        q = chain.rsplit("/", 1)[0]
         broker = q.split("/")[1]
         for h, uniq in halves:
-            header = {
-                "producerGroup": PRODUCER_GROUP,
-                "tranStateTableOffset": str(h.queue_offset),
-                "commitLogOffset": str(h.commit_log_offset),
-                "commitOrRollback": str(END_COMMIT if commit else END_ROLLBACK),
-                "fromTransactionCheck": "false",
-                "msgId": uniq,
-                "transactionId": uniq,
-            }
-            failures: list[str] = []
-            for attempt in range(_END_RETRIES):
-                try:
-                    addr = await master(broker, attempt > 0)
-                    r = await client.invoke(
-                        addr,
-                        RemotingCommand.request(RequestCode.END_TRANSACTION, header),
-                        timeout_s,
-                    )
-                except (RemotingError, ExactlyOnceError) as exc:
-                    failures.append(str(exc))
-                else:
-                    if r.code == ResponseCode.SUCCESS:
-                        break
-                    if r.code not in (
-                        ResponseCode.SYSTEM_BUSY,
-                        ResponseCode.SLAVE_NOT_AVAILABLE,
-                        ResponseCode.SERVICE_NOT_AVAILABLE,
-                    ):
-                        raise ExactlyOnceError(
-                            f"{'commit' if commit else 'rollback'} of {uniq} ({q}) refused: "
-                            f"code {r.code} {r.remark or ''}"
-                        )
-                    failures.append(f"code {r.code} {r.remark or ''}")
-                await asyncio.sleep(min(0.2 * (2**attempt), 2.0))
-            else:
-                raise ExactlyOnceError(
-                    f"ending {uniq} ({q}) failed {len(failures)} times: {failures[-1]}"
-                )
-            done[0] += 1
-            if commit and done[0] * 2 >= total and done[0] * 2 - 2 < total:
-                reach("mid_end", batch)
+            await end_one(q, broker, h, uniq)
 
     try:
-        await asyncio.gather(*(one_queue(q, hs) for q, hs in sorted(per_queue.items())))
+        await asyncio.gather(*(one_chain(c, hs) for c, hs in sorted(chains.items())))
     finally:
         client.close()
     return done[0]

@@ -2,7 +2,9 @@
 
 ``ROCKETSTORE_SPARK_CRASH=<point>:<batch>`` and ``ROCKETSTORE_SPARK_CRASH_FILE=<path>``: when
 the write of micro-batch ``<batch>`` reaches ``<point>``, the process writes its pid into the
-file and waits to be killed (kill -9 by the test). The points:
+file and waits to be killed (kill -9 by the test). ``ROCKETSTORE_SPARK_HOLD=<point>:<batch>``
+(same file) holds there instead until the test removes the file, then goes on: the test does
+something to the cluster meanwhile (kills a broker). The points:
 
     task         partition 0's task sent the halves of its first Arrow batch
     precommit    every task is done, the decision is not written
@@ -19,13 +21,16 @@ import os
 import time
 
 _ENV = "ROCKETSTORE_SPARK_CRASH"
+_HOLD_ENV = "ROCKETSTORE_SPARK_HOLD"
 _FILE_ENV = "ROCKETSTORE_SPARK_CRASH_FILE"
 
 
 def reach(point: str, batch: int) -> None:
-    """Stop here for good when the crash point ``point`` of ``batch`` is set."""
-    wanted = os.environ.get(_ENV)
-    if not wanted or wanted != f"{point}:{batch}":
+    """Stop here for good when the crash point ``point`` of ``batch`` is set; hold here until
+    the file is removed when it is the hold point."""
+    here = f"{point}:{batch}"
+    crash = os.environ.get(_ENV) == here
+    if not crash and os.environ.get(_HOLD_ENV) != here:
         return
     path = os.environ.get(_FILE_ENV)
     if not path:
@@ -34,5 +39,5 @@ def reach(point: str, batch: int) -> None:
     with open(tmp, "w") as f:
         f.write(f"{os.getpid()} {point} {batch}\n")
     os.replace(tmp, path)
-    while True:  # the test kills the process group
-        time.sleep(1.0)
+    while crash or os.path.exists(path):  # killed by the test, or let go
+        time.sleep(0.2)

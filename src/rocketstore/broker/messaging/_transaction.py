@@ -36,7 +36,11 @@ is refused. Ending a transaction writes an op for every copy of it known past th
 an end and a check of one transaction never run at the same time, so a late commit and a
 check's answer never store a message twice, across restarts too: at start the broker reads the
 op messages and the open halves past the progress, and a resolution known only from an op is
-recalled from the real topic (a committed message with the key).
+recalled from the real topic (a committed message with the key). A master that died between
+storing a commit and its op (kill -9, or a failover in controller mode) leaves a committed
+message and no op: the end of a half older than the broker's last start as master looks in
+the real topic for a committed message with the half's key first (once the key index has
+taken in the commit log up to that start; SYSTEM_BUSY before) and stores none again.
 
 Threads: every method runs on the broker's event loop.
 """
@@ -87,6 +91,9 @@ _YIELD_EVERY = 64
 _READ_BATCH = 32
 # how long an end waits for its half to reach the half queue (dispatch after a flush)
 _DISPATCH_WAIT_S = 2.0
+# how long an end of an older half waits for the key index to take in the commit log
+_INDEX_WAIT_S = 5.0
+_NOT_STARTED = 2**63 - 1
 # the longest check immunity a message may ask for (RocketMQ 5's maxTransactionRecoverySecond)
 MAX_IMMUNITY_S = 3600
 # keys of ended transactions kept in memory (beyond the op messages past the progress)
@@ -101,7 +108,7 @@ class TransactionError(BrokerError):
     """An end of transaction the broker refuses; ``code`` is the remoting response code,
     ``kind`` why: "unknown" (no such half message), "mismatch" (another group, message id or
     queue offset than the half's), "conflict" (the other resolution was taken), "store" (a
-    put failed)."""
+    put failed), "busy" (ask again soon)."""
 
     def __init__(self, message: str, kind: str, code: int = RC.SYSTEM_ERROR) -> None:
         super().__init__(message)
@@ -162,6 +169,10 @@ class TransactionService:
         self._busy: dict[str, asyncio.Future[None]] = {}
         self._op_next = -1  # the next op queue offset to read
         self._loaded = False
+        # the commit log's end when this broker last became master (start): the ends of
+        # halves below it look for a committed message a master before stored without its
+        # op; every half is below it while not started as master
+        self._incarnation = _NOT_STARTED
         self._task: asyncio.Task[None] | None = None
         self._check_lock = asyncio.Lock()
         self.checks_sent = 0
@@ -260,6 +271,11 @@ class TransactionService:
             known = self._resolution(half.queue_offset, uniq)
             if known is None:
                 known = self._recall_resolution(half, uniq)
+            stored = False
+            if known is _UNKNOWN and uniq and self._may_be_committed(half):
+                stored = await self._committed_copy_exists(half, uniq)
+                if stored:
+                    known = _UNKNOWN if commit else True
             if known is not _UNKNOWN:
                 if known is not None and known != commit:
                     raise TransactionError(
@@ -269,7 +285,7 @@ class TransactionService:
                     )
                 return None
             result: PutMessageResult | None = None
-            if commit:
+            if commit and not stored:
                 result = await self._put(self._committed(half))
                 if not result.ok:
                     raise TransactionError(
@@ -316,6 +332,41 @@ class TransactionService:
         if half.queue_offset in self._resolved:
             self._resolved[half.queue_offset] = committed
         return committed
+
+    def _may_be_committed(self, half: MessageExt) -> bool:
+        """Whether a master before this one (this broker before a kill -9, or the one it took
+        over from) may have stored the commit of ``half`` and died before its op: the half, or
+        the half a check copied it from, is older than this broker's start as master."""
+        return half.commitlog_offset < self._incarnation or PROPERTY_CHECK_TIMES in half.properties
+
+    async def _committed_copy_exists(self, half: MessageExt, uniq: str) -> bool:
+        """Whether the real topic holds a committed message of ``half`` (its UNIQ_KEY, through
+        the key index), once the index has taken in what this broker had when it became
+        master. TransactionError (SYSTEM_BUSY: ask again) while the index is behind that."""
+        store = self.broker.store
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _INDEX_WAIT_S
+        upto = min(self._incarnation, store.max_phy_offset)
+        while store.max_phy_offset - store.dispatch_behind_bytes() < upto:
+            if loop.time() > give_up:
+                raise TransactionError(
+                    "the index is still taking in the commit log: end the transaction again",
+                    "busy",
+                    RC.SYSTEM_BUSY,
+                )
+            await asyncio.sleep(0.01)
+        real_topic = half.properties.get(PROPERTY_REAL_TOPIC)
+        if not real_topic:
+            return False
+        try:
+            found = store.query_message(real_topic, uniq, 32).messages
+        except (StoreError, ValueError):
+            return False
+        return any(
+            m.sys_flag & SYSFLAG_TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE
+            and m.properties.get(PROPERTY_UNIQ_KEY) == uniq
+            for m in found
+        )
 
     async def _acquire(self, key: str) -> None:
         while (busy := self._busy.get(key)) is not None:
@@ -445,11 +496,14 @@ class TransactionService:
     def start(self) -> None:
         """Learn the state from the files and run the checks every ``check_interval_ms`` (a
         master's). Loop thread."""
+        self._incarnation = self.broker.store.max_phy_offset
         self.load()
         if self._task is None:
             self._task = asyncio.create_task(self._check_periodically())
 
     async def close(self) -> None:
+        """Stop the checks (a master that is no longer one). Loop thread."""
+        self._incarnation = _NOT_STARTED
         if self._task is not None:
             self._task.cancel()
             try:
