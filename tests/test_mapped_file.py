@@ -301,6 +301,14 @@ def test_destroy_forced_after_interval(tmp_path: Path) -> None:
     assert not mf.path.exists()
 
 
+def test_destroy_of_a_file_already_deleted(tmp_path: Path) -> None:
+    # e.g. a pre-allocated commit-log file removed before the allocator's stop deletes it
+    mf = new_file(tmp_path)
+    mf.path.unlink()
+    assert mf.destroy() is True
+    assert not mf.path.exists()
+
+
 def test_warm_touches_pages_and_keeps_positions(tmp_path: Path) -> None:
     mf = new_file(tmp_path)
     try:

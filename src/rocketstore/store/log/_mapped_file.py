@@ -628,7 +628,8 @@ class MappedFile:
         self.shutdown(interval_forcibly_ms)
         if not self._cleanup_over:
             return False
-        with contextlib.suppress(FileNotFoundError), translate_os_errors(f"delete {self.path}"):
+        # a file already gone is deleted; any other failure is the store's I/O error
+        with translate_os_errors(f"delete {self.path}"), contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         return True
 
