@@ -1,5 +1,6 @@
 """A pull's answer written from its template (``answer_frame``) is byte for byte the frame the
-connection writes for the command answer (``answer``, the reference), for the same store:
+connection writes for the command answer (``answer``, the reference), for the same store, and
+its body is the records as the commit-log files hold them:
 messages of several sizes, a pull spanning two commit-log files, pulls stopped by the count
 and the size limits, empty pulls; the same over a socket; a long-polled pull answered on
 arrival; a connection cut while a large answer is on its way leaves the broker serving."""
@@ -82,6 +83,15 @@ def records(body: bytes) -> list[tuple[int, int]]:
     return out
 
 
+def stored(broker: RunningBroker, phys: int, size: int) -> bytes:
+    """The record at commit-log offset ``phys`` as its file holds it."""
+    start = phys - phys % FILE
+    path = Path(broker.store_config.store_path_root_dir) / "commitlog" / f"{start:020d}"
+    with open(path, "rb") as f:
+        f.seek(phys - start)
+        return f.read(size)
+
+
 def test_frames_equal_the_reference_across_sizes_files_and_limits(broker: RunningBroker) -> None:
     sizes = list(SIZES) * 6  # some 1.6 MB: two commit-log files
     fill(broker, sizes)
@@ -97,6 +107,7 @@ def test_frames_equal_the_reference_across_sizes_files_and_limits(broker: Runnin
                 continue
             got = records(bytes(answer.body))
             assert got
+            assert answer.body == b"".join(stored(broker, *record) for record in got)
             if got[0][0] // FILE != got[-1][0] // FILE:
                 spans_files += 1
             left = len(sizes) - offset
