@@ -75,17 +75,7 @@ _BELOW_STORE = frozenset(
 _PREFIX = struct.Struct(">ii")  # frame length, serialize type << 24 | header length
 # the JSON header of a pull's answer as the connection encodes ``answer``'s command: the fixed
 # fields, the remark, extFields in ``answer``'s order, the field the Java side adds
-_HEAD = (
-    '{{"code":{code:d},"language":"PYTHON","version":'
-    + str(SERVER_VERSION)
-    + ',"opaque":{opaque:d},"flag":1'
-)
-_FIELDS = (
-    ',"remark":"{remark}","extFields":{{"suggestWhichBrokerId":"{suggest:d}",'
-    '"nextBeginOffset":"{next:d}","minOffset":"{min:d}","maxOffset":"{max:d}"}},'
-    '"serializeTypeCurrentRPC":"JSON"}}'
-)
-_TEMPLATE = _HEAD + _FIELDS
+_VERSION = f',"language":"PYTHON","version":{SERVER_VERSION:d},"opaque":'
 
 
 def answer(code: int, r: RawGetResult, suggest: int) -> RemotingCommand:
@@ -106,14 +96,11 @@ def answer(code: int, r: RawGetResult, suggest: int) -> RemotingCommand:
 def answer_frame(code: int, r: RawGetResult, suggest: int, opaque: int) -> bytes:
     """``answer``'s frame for the request ``opaque`` (JSON), length prefix included: the header
     from the template, the records behind it (copied once, into the frame)."""
-    header = _TEMPLATE.format(
-        code=code,
-        opaque=opaque,
-        remark=r.status.name,
-        suggest=suggest,
-        next=r.next_begin_offset,
-        min=r.min_offset,
-        max=r.max_offset,
+    header = (
+        f'{{"code":{code:d}{_VERSION}{opaque:d},"flag":1,"remark":"{r.status.name}",'
+        f'"extFields":{{"suggestWhichBrokerId":"{suggest:d}",'
+        f'"nextBeginOffset":"{r.next_begin_offset:d}","minOffset":"{r.min_offset:d}",'
+        f'"maxOffset":"{r.max_offset:d}"}},"serializeTypeCurrentRPC":"JSON"}}'
     ).encode()
     data = r.data
     prefix = _PREFIX.pack(4 + len(header) + len(data), len(header))  # SERIALIZE_JSON << 24: 0
