@@ -18,7 +18,7 @@ from rocketstore.acl._auth_model import ip_in
 from rocketstore.acl._errors import AccessDeniedError
 from rocketstore.acl._plain import PUB, SUB, Account
 from rocketstore.remoting import ResponseCode
-from support.acl_env import ACL_YML, acl_refused, call, create_topic_ext, send_v2_ext
+from support.acl_env import ACL_YML, acl2_refused, call, create_topic_ext, send_v2_ext
 from support.grpc_broker import BrokerThread
 
 ON = AuthSettings(authentication_enabled=True, authorization_enabled=True)
@@ -94,19 +94,16 @@ accounts:
                     {
                         "resource": "Topic:A",
                         "actions": ["Pub", "Sub"],
-                        "sourceIps": [],
                         "decision": "Allow",
                     },
                     {
                         "resource": "Topic:B",
                         "actions": ["All"],
-                        "sourceIps": [],
                         "decision": "Deny",
                     },
                     {
                         "resource": "Group:G",
                         "actions": ["Sub"],
-                        "sourceIps": [],
                         "decision": "Allow",
                     },
                     {
@@ -123,13 +120,11 @@ accounts:
                     {
                         "resource": "Topic:*",
                         "actions": ["Sub"],
-                        "sourceIps": [],
                         "decision": "Allow",
                     },
                     {
                         "resource": "Group:*",
                         "actions": ["All"],
-                        "sourceIps": [],
                         "decision": "Deny",
                     },
                 ],
@@ -189,7 +184,7 @@ def test_a_broker_migrates_its_plain_acl_once(tmp_path: Path) -> None:
             assert r.code == ResponseCode.SUCCESS, r.remark
         assert call(addr, 310, send_v2_ext("Shared"), USER, b"x").code == ResponseCode.SUCCESS
         refused = call(addr, 310, send_v2_ext("Secret"), USER, b"x")
-        assert acl_refused(refused) and "User:userAK001" in (refused.remark or "")
+        assert acl2_refused(refused) and "User:userAK001" in (refused.remark or "")
         stored = json.loads((tmp_path / "store" / "config" / "auth.json").read_text())
         assert {u["username"] for u in stored["users"]} == {
             "adminAK01",
@@ -204,7 +199,7 @@ def test_a_broker_migrates_its_plain_acl_once(tmp_path: Path) -> None:
     b = start(tmp_path)  # migrates again: the changed user stays as it is now
     try:
         addr = b.broker.address
-        assert acl_refused(call(addr, 310, send_v2_ext("Shared"), USER, b"x"))
+        assert acl2_refused(call(addr, 310, send_v2_ext("Shared"), USER, b"x"))
         changed = RequestSigner("userAK001", "changedSK1")
         assert call(addr, 310, send_v2_ext("Shared"), changed, b"x").code == ResponseCode.SUCCESS
     finally:

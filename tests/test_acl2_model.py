@@ -130,9 +130,18 @@ def test_an_entry_needs_actions_and_a_decision() -> None:
     assert spelled.to_json()["policies"][0]["entries"][0] == {
         "resource": "Topic:t",
         "actions": ["Pub", "Sub"],
-        "sourceIps": [],
         "decision": "Allow",
     }
+
+
+def test_an_entrys_addresses_are_sent_only_when_it_has_some() -> None:
+    limited = acl(entry("Topic:t", "Pub"))
+    doc = limited.to_json()
+    assert "sourceIps" not in doc["policies"][0]["entries"][0]  # RocketMQ 5.3 sends none
+    doc["policies"][0]["entries"][0]["sourceIps"] = ["10.0.0.0/8"]
+    read = Acl.from_json(doc)
+    assert read.to_json()["policies"][0]["entries"][0]["sourceIps"] == ["10.0.0.0/8"]
+    assert Acl.from_json(limited.to_json()) == limited
 
 
 # ---- users: authentication and the principal's decisions ---------------------------------------

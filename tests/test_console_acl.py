@@ -11,6 +11,9 @@ import pytest
 
 from rocketstore.acl import RequestSigner
 from rocketstore.client import Producer, SendResult
+from rocketstore.client._route import ClientError
+from rocketstore.console._server import _acl_refused
+from rocketstore.remoting import ResponseCode
 from support.console_env import ConsoleEnv, http
 from support.waits import wait_until
 
@@ -107,3 +110,12 @@ def test_find_by_offset_id_answers_alike_where_a_message_is_and_where_none_is(
         http(env, "GET", f"/api/messages/id?id={secret.offset_msg_id}", cookie=admin).status == 200
     )
     assert http(env, "GET", f"/api/messages/id?id={empty}", cookie=admin).status == 404
+
+
+def test_either_acls_refusal_is_taken_for_one() -> None:
+    """A broker's plain ACL refuses with 4.x's AclException, its ACL 2.0 with 5.3's
+    NO_PERMISSION and the reason alone: the console's sign-in check knows both."""
+    v1 = "org.apache.rocketmq.acl.common.AclException: check signature failed."
+    assert _acl_refused(ClientError(ResponseCode.SYSTEM_ERROR, v1))
+    assert _acl_refused(ClientError(ResponseCode.NO_PERMISSION, "check signature failed."))
+    assert not _acl_refused(ClientError(ResponseCode.TOPIC_NOT_EXIST, "topic not exist"))

@@ -354,7 +354,10 @@ def remoting_probe(port: int, insider: ssl.SSLContext, seen: set[str]) -> list[s
             reply = read_command(sock)
         if reply is not None and reply.code == ResponseCode.SUCCESS:
             answered.append(f"request {cmd.code} answered SUCCESS")
-        elif reply is not None and "AclException" in (reply.remark or ""):
+        elif reply is not None and (
+            # the plain ACL's refusal (4.x's AclException), or ACL 2.0's (5.3's NO_PERMISSION)
+            "AclException" in (reply.remark or "") or reply.code == ResponseCode.NO_PERMISSION
+        ):
             seen.add(f"remoting refusal {cmd.code}")
     return answered
 

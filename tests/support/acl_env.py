@@ -80,8 +80,13 @@ def call(
 
 
 def acl_refused(r: RemotingCommand) -> bool:
-    """Whether ``r`` is the ACL's refusal (RocketMQ's AclException answer)."""
+    """Whether ``r`` is the plain ACL's refusal (RocketMQ 4.x's AclException answer)."""
     return r.code == RC.SYSTEM_ERROR and (r.remark or "").startswith(EXCEPTION_PREFIX)
+
+
+def acl2_refused(r: RemotingCommand) -> bool:
+    """Whether ``r`` is ACL 2.0's refusal (RocketMQ 5.3's: NO_PERMISSION, the reason alone)."""
+    return r.code == RC.NO_PERMISSION and not (r.remark or "").startswith(EXCEPTION_PREFIX)
 
 
 def create_topic_ext(topic: str, perm: int = 6) -> dict[str, str]:

@@ -33,3 +33,11 @@ def make_certs(d: Path) -> Path:
     _signed(d, "client", "ca", subject="/CN=client", san="DNS:client")
     _signed(d, "intruder", "other-ca", subject="/CN=127.0.0.1", san="IP:127.0.0.1")
     return d
+
+
+def tls_flags(certs: Path, mode: str) -> list[str]:
+    """``serve`` / ``broker`` / ``namesrv`` flags for TLS ``mode`` with ``certs``' server pair."""
+    flags = ["--tls-mode", mode]
+    if mode != "disabled":
+        flags += ["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key")]
+    return flags

@@ -242,8 +242,10 @@ class ServerProcess:
         namesrv_port: int = 0,
         broker_port: int = 0,
         timeout: float = 30.0,
+        extra: Sequence[str] = (),
     ) -> ServerProcess:
-        """``rocketstore serve`` on 127.0.0.1 (port 0: chosen by the server)."""
+        """``rocketstore serve`` on 127.0.0.1 (port 0: chosen by the server); ``extra``: more
+        of its flags."""
         args = [*cls._command(), "serve", "--store", str(store)]
         args += ["--namesrv-listen", f"127.0.0.1:{namesrv_port}"]
         args += ["--listen", f"127.0.0.1:{broker_port}", "--grpc-listen", ""]
@@ -254,6 +256,7 @@ class ServerProcess:
             args += ["-c", str(conf)]
         if flush is not None:
             args += ["--flush", flush]
+        args += list(extra)
         server = cls(args, log, want_namesrv=True, want_broker=True)
         return server._wait_started(timeout)
 

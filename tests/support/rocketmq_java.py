@@ -11,7 +11,9 @@ benchmarks/java_producer_compare.py) and their dependencies. Without it, or with
 - ``AdminRunner`` keeps one JVM running ``MQAdminStartup.main0`` for command after command (a
   JVM per command would cost seconds each); each command's standard output and error come back
   as text. The same JVM can hold a consumer and a producer open (``consume``, ``produce``), so
-  the brokers see a live client for the connection and status commands.
+  the brokers see a live client for the connection and status commands. With another
+  ``classpath`` and ``clients=False`` the same runner serves RocketMQ 5.3's mqadmin
+  (tests/support/rocketmq5.py), and ``opts`` adds JVM options (``-Dtls.enable=true``).
 """
 
 from __future__ import annotations
@@ -96,14 +98,17 @@ def java_env(root: Path) -> dict[str, str]:
 BENCH_JAVA_OPTS = ["-Xms1g", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", *OPENS]
 
 
-def java_command(root: Path, main: str, *args: str, opts: list[str] | None = None) -> list[str]:
+def java_command(
+    root: Path, main: str, *args: str, opts: list[str] | None = None, classpath: str = ""
+) -> list[str]:
+    """``classpath``: RocketMQ's classes (default ``ROCKETMQ_CLASSPATH``, 4.9.8's)."""
     assert JAVA is not None
     return [
         JAVA,
         *(JAVA_OPTS if opts is None else opts),
         f"-Duser.home={root / 'user-home'}",
         "-cp",
-        CLASSPATH,
+        classpath or CLASSPATH,
         main,
         *args,
     ]
@@ -211,15 +216,24 @@ class RocketMQServers:
 #       how far the offsets got when the broker does not hold them all within 20 s
 #   produce <namesrv> <group> <topic> -> a producer (kept open) that sends one message
 #   close -> shuts the consumers and producers down
-ADMIN_RUNNER = r"""
+# The admin part runs against RocketMQ 4.9.8's and 5.3's tools alike; the client commands
+# (consume, produce, close) are 4.9.8's API and are compiled in only when asked for: the main
+# loop finds them by name.
+_RUNNER_IMPORTS = r"""
 import java.io.BufferedReader;
 import java.io.ByteArrayOutputStream;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
+import org.apache.rocketmq.tools.command.MQAdminStartup;
+"""
+
+_CLIENT_IMPORTS = r"""
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -234,16 +248,11 @@ import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.command.MQAdminStartup;
+"""
 
-
-public class AdminRunner {
+_CLIENT_METHODS = r"""
     static List<DefaultMQPushConsumer> consumers = new ArrayList<>();
     static List<DefaultMQProducer> producers = new ArrayList<>();
-
-    static String b64(ByteArrayOutputStream b) {
-        return Base64.getEncoder().encodeToString(b.toByteArray());
-    }
 
     static long storedOffset(DefaultMQPushConsumerImpl impl, String group, MessageQueue mq) {
         try {
@@ -329,6 +338,39 @@ public class AdminRunner {
         return "sent";
     }
 
+    static String close(String[] a) {
+        for (DefaultMQPushConsumer c : consumers) {
+            c.shutdown();
+        }
+        for (DefaultMQProducer p : producers) {
+            p.shutdown();
+        }
+        consumers.clear();
+        producers.clear();
+        return "";
+    }
+"""
+
+_RUNNER_MAIN = r"""
+    static String b64(ByteArrayOutputStream b) {
+        return Base64.getEncoder().encodeToString(b.toByteArray());
+    }
+
+    // main0 appends new command objects to a static list (4.9.8: subCommandList, 5.3:
+    // SUB_COMMANDS) and runs the first one of a name: empty it so that each run gets fresh ones
+    static void clearCommands() throws Exception {
+        for (String name : new String[] {"subCommandList", "SUB_COMMANDS"}) {
+            try {
+                java.lang.reflect.Field list = MQAdminStartup.class.getDeclaredField(name);
+                list.setAccessible(true);
+                ((List<?>) list.get(null)).clear();
+                return;
+            } catch (NoSuchFieldException e) {
+                // the other version's name
+            }
+        }
+    }
+
     public static void main(String[] argv) throws Exception {
         PrintStream out = System.out;
         PrintStream err = System.err;
@@ -348,25 +390,24 @@ public class AdminRunner {
                 if (a[0].equals("admin")) {
                     String[] rest = new String[a.length - 1];
                     System.arraycopy(a, 1, rest, 0, rest.length);
-                    // main0 appends new command objects to a static list and runs the first
-                    // one of a name: empty it so that each run gets fresh ones
-                    java.lang.reflect.Field list = MQAdminStartup.class.getDeclaredField("subCommandList");
-                    list.setAccessible(true);
-                    ((List<?>) list.get(null)).clear();
+                    clearCommands();
                     MQAdminStartup.main0(rest, null);
-                } else if (a[0].equals("consume")) {
-                    po.print(consume(a));
-                } else if (a[0].equals("produce")) {
-                    po.print(produce(a));
-                } else if (a[0].equals("close")) {
-                    for (DefaultMQPushConsumer c : consumers) {
-                        c.shutdown();
+                } else {
+                    Method m = null;
+                    try {
+                        m = AdminRunner.class.getDeclaredMethod(a[0], String[].class);
+                    } catch (NoSuchMethodException missing) {
+                        if (!a[0].equals("close")) {
+                            pe.print("no command " + a[0] + " in this runner");
+                        }
                     }
-                    for (DefaultMQProducer p : producers) {
-                        p.shutdown();
+                    if (m != null) {
+                        try {
+                            po.print(m.invoke(null, (Object) a));
+                        } catch (InvocationTargetException failed) {
+                            throw failed.getCause();
+                        }
                     }
-                    consumers.clear();
-                    producers.clear();
                 }
             } catch (Throwable t) {
                 t.printStackTrace(pe);
@@ -380,8 +421,15 @@ public class AdminRunner {
             out.flush();
         }
     }
-}
 """
+
+
+def runner_source(*, clients: bool) -> str:
+    """The runner's Java source; ``clients``: with consume, produce and close (4.9.8's client)."""
+    imports = _RUNNER_IMPORTS + (_CLIENT_IMPORTS if clients else "")
+    body = (_CLIENT_METHODS if clients else "") + _RUNNER_MAIN
+    return f"{imports}\n\npublic class AdminRunner {{\n{body}}}\n"
+
 
 _DONE = re.compile(r"^DONE (\S*) (\S*)$")
 
@@ -399,20 +447,32 @@ class RunnerError(RuntimeError):
 class AdminRunner:
     """One JVM running mqadmin commands (and a consumer and a producer) one after another."""
 
-    def __init__(self, root: Path, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        timeout: float = 60.0,
+        classpath: str = "",
+        opts: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        clients: bool = True,
+    ) -> None:
+        """``classpath``, ``opts``: as ``java_command``'s; ``env``: the JVM's environment
+        (default ``java_env(root)``); ``clients``: with 4.9.8's consumer and producer commands
+        (an admin-only runner also runs 5.3's mqadmin)."""
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         source = root / "AdminRunner.java"
-        source.write_text(ADMIN_RUNNER)
+        source.write_text(runner_source(clients=clients))
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr = open(root / "runner.err", "wb")  # noqa: SIM115  (closed in close)
         self.proc = subprocess.Popen(
-            java_command(root, str(source)),
+            java_command(root, str(source), opts=opts, classpath=classpath),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
-            env=java_env(root),
+            env=java_env(root) if env is None else env,
             cwd=root,
         )
         threading.Thread(target=self._read, daemon=True).start()

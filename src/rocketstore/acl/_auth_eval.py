@@ -258,16 +258,3 @@ class Principal(Account):
     def cluster(self) -> Resource:
         name = self.rules.settings.cluster_name if self.rules is not None else ""
         return Resource(CLUSTER, name)
-
-    def require_super(self, what: str) -> None:
-        """PermissionDeniedError unless a Super user sent the request (when authorisation
-        is on)."""
-        rules = self.rules
-        if rules is None or not rules.settings.authorization_enabled:
-            return
-        if self.user is None or not self.user.is_super or not self.user.enabled:
-            raise PermissionDeniedError(
-                f"{self.subject} is not a super user: only a super user may {what}",
-                resource=self.cluster().key,
-                needed="Super",
-            )

@@ -289,12 +289,13 @@ class PolicyEntry:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "resource": self.resource.key,
-            "actions": list(self.actions),
-            "sourceIps": list(self.source_ips),
-            "decision": self.decision,
-        }
+        """RocketMQ's PolicyEntryInfo; no ``sourceIps`` for an entry without addresses (5.3
+        sends none, and mqadmin prints that as null)."""
+        doc: dict[str, Any] = {"resource": self.resource.key, "actions": list(self.actions)}
+        if self.source_ips:
+            doc["sourceIps"] = list(self.source_ips)
+        doc["decision"] = self.decision
+        return doc
 
     def matches_actions(self, wanted: Iterable[str]) -> bool:
         wanted = tuple(wanted)

@@ -158,7 +158,9 @@ class AuthStore:
         return self._users.get(username)
 
     def list_users(self, name_filter: str | None = None) -> list[User]:
-        users = list(self._users.values())
+        """The users whose name holds ``name_filter``, by name (UTF-8 bytes, as RocketMQ 5.3's
+        store iterates its keys)."""
+        users = sorted(self._users.values(), key=lambda u: u.username.encode())
         return [u for u in users if not name_filter or name_filter in u.username]
 
     def is_super(self, username: str) -> bool:
@@ -214,8 +216,10 @@ class AuthStore:
     def list_acls(
         self, subject_filter: str | None = None, resource_filter: str | None = None
     ) -> list[Acl]:
+        """The ACLs by subject (UTF-8 bytes, as ``list_users``), with ``resource_filter`` the
+        entries naming it (all of them where the subject itself holds it)."""
         out = []
-        for subject, acl in self._acls.items():
+        for subject, acl in sorted(self._acls.items(), key=lambda item: item[0].encode()):
             if subject_filter and subject_filter not in subject:
                 continue
             if resource_filter and resource_filter not in subject:

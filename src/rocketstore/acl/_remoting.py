@@ -149,12 +149,9 @@ def acl_settings(principal: Principal) -> AuthSettings:
 
 def check_v2(principal: Principal, r: Rule, cmd: RemotingCommand) -> None:
     """ACL 2.0's decision on a request by its rule: an admin rule's actions on its target
-    (the cluster, or the topic or group a field names), a scoped rule's needs with its
-    actions; the user and ACL admin requests a Super user's only."""
+    (the cluster, or the topic or group a field names; the user and ACL requests too, as
+    RocketMQ 5.3 decides them), a scoped rule's needs with its actions."""
     if r.access is Access.ADMIN:
-        if r.super_only:
-            principal.require_super(f"make request {r.name}")
-            return
         kind, field = r.target
         if field:
             name = _get(cmd.ext_fields, field) or ""
@@ -165,8 +162,12 @@ def check_v2(principal: Principal, r: Rule, cmd: RemotingCommand) -> None:
         principal.require(r.needs(cmd), r.actions)
 
 
-def refusal(exc: AccessDeniedError) -> RemotingCommand:
-    """The answer to a refused request (the connection sends none to a one-way request)."""
+def refusal(exc: AccessDeniedError, acl2: bool = False) -> RemotingCommand:
+    """The answer to a refused request (the connection sends none to a one-way request): the
+    plain ACL's as RocketMQ 4.x's (SYSTEM_ERROR, an AclException), ACL 2.0's (``acl2``) as
+    RocketMQ 5.3's (NO_PERMISSION, the reason alone)."""
+    if acl2:
+        return RemotingCommand.response(ResponseCode.NO_PERMISSION, str(exc))
     return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, EXCEPTION_PREFIX + str(exc))
 
 
@@ -194,7 +195,7 @@ def check_then(cmd: RemotingCommand, value: Any) -> RemotingCommand | None:
         grant.require(grant.rule.then(value))
     except PermissionDeniedError as exc:
         _audit_refusal(cmd, grant.access_key, grant.source, grant.request, exc)
-        return refusal(exc)
+        return refusal(exc, isinstance(grant.account, Principal))
     return None
 
 
@@ -225,8 +226,9 @@ class RemotingAcl:
         table = self.table
 
         def guarded(cmd: RemotingCommand, conn: Connection) -> Any:
+            acl = self.source.current()
             try:
-                grant = check_request(self.source.current(), cmd, peer_host(conn), table)
+                grant = check_request(acl, cmd, peer_host(conn), table)
             except AccessDeniedError as exc:
                 if isinstance(exc, PermissionDeniedError):
                     conn.establish()  # a known account that signed: refused, but a client
@@ -234,7 +236,7 @@ class RemotingAcl:
                 r = rule(table, cmd.code)
                 key = _get(cmd.ext_fields, ACCESS_KEY)
                 _audit_refusal(cmd, key, conn.peer, f"{cmd.code} {r.name}", exc)
-                return refusal(exc)
+                return refusal(exc, isinstance(acl, AuthRules))
             conn.establish()
             cmd.grant = grant
             if grant.rule.changes:
@@ -245,7 +247,7 @@ class RemotingAcl:
                     resource=_audit.resource_text(cmd.ext_fields),
                 )
                 principal = grant.account
-                if isinstance(principal, Principal) and grant.rule.super_only:
+                if isinstance(principal, Principal) and grant.rule.auth_admin:
                     _audit.authorization(
                         subject=principal.subject,
                         decision="Allow",

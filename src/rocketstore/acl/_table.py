@@ -20,9 +20,10 @@ ACL 2.0 (``_auth_eval``) reads the same rules: a topic's PUB is ``Topic:<t>`` Pu
 ``Topic:<t>`` Sub, a group ``Group:<g>`` Sub, unless the rule names its ``actions`` (any one
 of them suffices, as RocketMQ 5.3's request headers declare them); an admin rule needs its
 ``actions`` on its ``target`` (``Cluster:<cluster>`` Update when it changes something, Get
-when it reads; a topic or group a field names for topic and group creation and deletion); a
-``super_only`` rule (the user and ACL requests) a Super user; a SIGNED rule nothing more than
-the user. The actions differing from the permission's::
+when it reads; a topic or group a field names for topic and group creation and deletion; the
+user and ACL requests, ``auth_admin``, the same as RocketMQ 5.3's headers declare them, a
+Super user's own protection left to their handlers); a SIGNED rule nothing more than the
+user. The actions differing from the permission's::
 
     12 QUERY_MESSAGE, 14 QUERY_CONSUMER_OFFSET, 38 GET_CONSUMER_LIST_BY_GROUP   Sub or Get
     15 UPDATE_CONSUMER_OFFSET                                                  Sub or Update
@@ -78,9 +79,9 @@ Broker (remoting port)::
     1008  NOTIFY_BROKER_ROLE_CHANGED         admin (audited; a controller's notice unsigned is
                                              refused and the broker learns its role by asking)
     3001  AUTH_CREATE_USER ... 3003 AUTH_DELETE_USER, 3006 AUTH_CREATE_ACL ... 3008
-          AUTH_DELETE_ACL                    admin; ACL 2.0: a Super user (audited)
+          AUTH_DELETE_ACL                    admin; ACL 2.0: Cluster Update (audited)
     3004  AUTH_GET_USER, 3005 AUTH_LIST_USER, 3009 AUTH_GET_ACL, 3010 AUTH_LIST_ACL
-                                             admin; ACL 2.0: a Super user
+                                             admin; ACL 2.0: Cluster Get
     43    GET_ALL_CONSUMER_OFFSET            admin (every group's offsets)
     204   GET_PRODUCER_CONNECTION_LIST       admin
     315   VIEW_BROKER_STATS_DATA             admin
@@ -179,8 +180,9 @@ class Rule:
     actions: tuple[str, ...] = ()
     # ACL 2.0, admin rules: the resource type and the ext field naming it ("": the cluster)
     target: tuple[str, str] = (CLUSTER, "")
-    # ACL 2.0's user and ACL admin requests: a Super user only (plain ACL: an admin account)
-    super_only: bool = False
+    # ACL 2.0's user and ACL admin requests (plain ACL: an admin account); their decision is
+    # written to the audit log as RocketMQ 5.3's authorisation line
+    auth_admin: bool = False
 
 
 def signed(name: str) -> Rule:
@@ -193,7 +195,7 @@ def admin(
     changes: bool = True,
     actions: tuple[str, ...] = (),
     target: tuple[str, str] = (CLUSTER, ""),
-    super_only: bool = False,
+    auth_admin: bool = False,
 ) -> Rule:
     """An admin account's (ACL 2.0: ``actions`` on ``target``, by default Update on the
     cluster when the request changes something, else Get)."""
@@ -203,7 +205,7 @@ def admin(
         changes=changes,
         actions=actions or ((UPDATE,) if changes else (GET,)),
         target=target,
-        super_only=super_only,
+        auth_admin=auth_admin,
     )
 
 
@@ -378,16 +380,16 @@ BROKER: Mapping[int, Rule] = _table(
         (201, signed("GET_ALL_SUBSCRIPTIONGROUP_CONFIG")),
         (1008, admin("NOTIFY_BROKER_ROLE_CHANGED")),
         (1007, signed("GET_BROKER_EPOCH_CACHE")),
-        (3001, admin("AUTH_CREATE_USER", super_only=True)),
-        (3002, admin("AUTH_UPDATE_USER", super_only=True)),
-        (3003, admin("AUTH_DELETE_USER", super_only=True)),
-        (3004, admin("AUTH_GET_USER", changes=False, super_only=True)),
-        (3005, admin("AUTH_LIST_USER", changes=False, super_only=True)),
-        (3006, admin("AUTH_CREATE_ACL", super_only=True)),
-        (3007, admin("AUTH_UPDATE_ACL", super_only=True)),
-        (3008, admin("AUTH_DELETE_ACL", super_only=True)),
-        (3009, admin("AUTH_GET_ACL", changes=False, super_only=True)),
-        (3010, admin("AUTH_LIST_ACL", changes=False, super_only=True)),
+        (3001, admin("AUTH_CREATE_USER", auth_admin=True)),
+        (3002, admin("AUTH_UPDATE_USER", auth_admin=True)),
+        (3003, admin("AUTH_DELETE_USER", auth_admin=True)),
+        (3004, admin("AUTH_GET_USER", changes=False, auth_admin=True)),
+        (3005, admin("AUTH_LIST_USER", changes=False, auth_admin=True)),
+        (3006, admin("AUTH_CREATE_ACL", auth_admin=True)),
+        (3007, admin("AUTH_UPDATE_ACL", auth_admin=True)),
+        (3008, admin("AUTH_DELETE_ACL", auth_admin=True)),
+        (3009, admin("AUTH_GET_ACL", changes=False, auth_admin=True)),
+        (3010, admin("AUTH_LIST_ACL", changes=False, auth_admin=True)),
     ]
 )
 

@@ -2,7 +2,8 @@
 copy`` and ``acl create|update|delete|get|list|copy``, on one broker (``--broker``) or on a
 cluster (``--cluster``, every cluster when neither is given): a change on each of its brokers,
 masters and slaves (each keeps its own users and ACLs), a read on each master, as mqadmin does. The requests are
-signed with ``--access-key`` / ``--secret-key`` (a Super user's, with ACL 2.0 on).
+signed with ``--access-key`` / ``--secret-key`` (with ACL 2.0 on, a Super user's or one whose
+ACL allows the cluster's Update, or Get for a read).
 
 A user or ACL the broker would refuse (a blank password, an unknown action, a bad address) is
 refused before anything is sent; a refused request ends the command with status 1.

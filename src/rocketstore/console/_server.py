@@ -273,6 +273,12 @@ class ConsoleServer:
         return response
 
 
+def _acl_refused(exc: ClientError) -> bool:
+    """Whether a broker's ACL refused: the plain ACL's AclException, or ACL 2.0's
+    NO_PERMISSION."""
+    return exc.code == ResponseCode.NO_PERMISSION or ACL_REFUSAL in (exc.remark or "")
+
+
 def _refusal(admin: AdminClient) -> str | None:
     """What the first broker that answers says to the account's signed GET_BROKER_RUNTIME_INFO
     when its ACL refuses it (a wrong key or secret, an address not allowed); the name server's
@@ -281,7 +287,7 @@ def _refusal(admin: AdminClient) -> str | None:
     try:
         brokers = admin.brokers()
     except ClientError as exc:
-        if ACL_REFUSAL in (exc.remark or ""):
+        if _acl_refused(exc):
             return exc.remark or str(exc)
         return None
     except (RemotingError, ValueError):
@@ -290,7 +296,7 @@ def _refusal(admin: AdminClient) -> str | None:
         try:
             admin.runtime_info(b.address)
         except ClientError as exc:
-            if ACL_REFUSAL in (exc.remark or ""):
+            if _acl_refused(exc):
                 return exc.remark or str(exc)
             return None
         except (RemotingError, ValueError):

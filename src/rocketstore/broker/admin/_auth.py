@@ -21,7 +21,8 @@ A blank username is INVALID_PARAMETER; a user or ACL that cannot be stored or ch
 (``AuthMetadataError``: an existing user, a missing subject, a bad resource, action,
 decision or source address) NO_PERMISSION with RocketMQ's wording; a Super user made,
 changed or removed by a request not signed by a Super user SYSTEM_ERROR / NO_PERMISSION as
-RocketMQ answers. With ACL on these requests are a Super user's only (``acl._table``). The
+RocketMQ answers. With ACL 2.0 on these requests need Cluster Update (a change) or Get (a
+read), as RocketMQ 5.3's (``acl._table``); with the plain ACL an admin account. The
 users and ACLs are the broker's ``AuthStore`` (``config/auth.json``); the handlers run in a
 worker thread (a change fsyncs the file; the store serialises changes).
 """
