@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tarfile
 import zlib
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from rocketstore.store.log._record import (
     tags_code,
     unpack_host,
 )
-from support.fixtures import tarball
+from support.fixtures import tarball, unpack_fixture
 
 CLEAN_TARBALL = tarball("clean")
 
@@ -397,11 +396,7 @@ def test_tags_code() -> None:
 
 @pytest.fixture(scope="module")
 def clean_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("rmq-clean")
-    with tarfile.open(CLEAN_TARBALL) as tar:
-        tar.extractall(dest, filter="data")
-    (root,) = dest.iterdir()
-    return root
+    return unpack_fixture("clean", tmp_path_factory.mktemp("rmq-clean"))
 
 
 def load_jsonl(path: Path, kind: str) -> list[dict[str, object]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ from rocketstore.store.services._delay_offset import (
     decode_delay_offsets,
     encode_delay_offsets,
 )
-from support.fixtures import tarball
+from support.fixtures import unpack_fixture
 
 LEVELS = "1s 3s"
 
@@ -284,10 +283,7 @@ def test_offsets_are_clamped_into_the_queue(open_store: Any, make_config: Any) -
 
 
 def _unpack(tmp_path: Path) -> Path:
-    clean = tarball("clean")
-    with tarfile.open(clean) as tf:
-        tf.extractall(tmp_path, filter="data")
-    return tmp_path / "rocketmq-4.9.8-clean"
+    return unpack_fixture("clean", tmp_path)
 
 
 def test_rocketmq_store_resumes_delivery(tmp_path: Path) -> None:

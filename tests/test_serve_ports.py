@@ -205,3 +205,31 @@ def test_a_port_another_process_holds_ends_the_start_in_one_line_naming_it(
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == errors  # nothing else (gRPC's C core included)
     assert not (tmp_path / "store" / "abort").exists()  # opened (or not) and closed cleanly
+
+
+def test_serve_names_the_acl_in_force(tmp_path: Path) -> None:
+    """Under ACL 2.0 the start-up line names it and the file of its users and ACLs."""
+    ns, broker = free_port(), free_port(also=(1,))
+    store = tmp_path / "store"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"storePathRootDir={store}\nauthenticationEnabled=true\nauthorizationEnabled=true\n"
+        'initAuthenticationUser={"username":"admin","password":"adminPass1"}\n'
+    )
+    args = ["serve", "-c", str(conf), "--namesrv-listen", f"127.0.0.1:{ns}"]
+    args += ["--listen", f"127.0.0.1:{broker}", "--grpc-listen", "", "--metrics-listen", ""]
+    args += ["--console-listen", ""]
+    with (tmp_path / "serve.err").open("w") as err:
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            lines = read_until(proc, r"on every port of broker-a")
+            acl = [line for line in lines if "on every port of broker-a" in line]
+            assert acl == [f"ACL 2.0 on every port of broker-a: {store / 'config' / 'auth.json'}"]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+            assert proc.stdout is not None
+            proc.stdout.close()

@@ -25,7 +25,14 @@ def unpack_fixture(name: str, dest: Path) -> Path:
     """Unpack ``rocketmq-4.9.8-<name>.tar.gz`` under ``dest``; returns the unpacked directory
     (with store/, manifest.jsonl, reader-output.jsonl). The tarball is only read."""
     with tarfile.open(tarball(name)) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # Python 3.11 before 3.11.4 (Debian 12's 3.11.2) has no extraction filters
+            for member in tar.getmembers():
+                inside = (dest / member.name).resolve().is_relative_to(dest.resolve())
+                if not inside or not (member.isfile() or member.isdir()):
+                    raise ValueError(f"{tarball(name)}: unexpected member {member.name!r}")
+            tar.extractall(dest)
     return dest / f"rocketmq-4.9.8-{name}"
 
 

@@ -245,7 +245,10 @@ async def run_servers(
                 announce(text)
             if server.grpc is not None:
                 announce(f"gRPC front end listening on {server.grpc.address}")
-            if broker.acl is not None:
+            if broker.config.auth_enabled:  # ACL 2.0: the users and ACLs of auth.json
+                users = broker.config_dir / "auth.json"
+                announce(f"ACL 2.0 on every port of {broker.config.broker_name}: {users}")
+            elif broker.acl is not None:
                 where = broker.config.acl_path or "the gRPC front end's keys"
                 announce(f"ACL on every port of {broker.config.broker_name}: {where}")
             if broker.store_config.broker_role == "SYNC_MASTER":
