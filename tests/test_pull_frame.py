@@ -7,6 +7,7 @@ arrival; a connection cut while a large answer is on its way leaves the broker s
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import socket
 import struct
@@ -19,7 +20,7 @@ import pytest
 
 from rocketstore.broker.messaging._pull import PullProcessor
 from rocketstore.broker.state._stats import RESULT_SUCCESS, BrokerStats, frame_code
-from rocketstore.remoting import RemotingClient, RemotingCommand
+from rocketstore.remoting import Connection, RemotingClient, RemotingCommand
 from rocketstore.remoting._command import RESPONSE_FLAG, decode_frame
 from support.broker import RunningBroker, pull_request, send_request
 
@@ -219,3 +220,46 @@ def test_the_statistics_count_a_framed_answer_by_its_code(broker: RunningBroker)
     cmd = pull_request(TOPIC, 0, 0)
     stats.note_rpc(cmd, framed, False, stats.now())
     assert list(stats.rpc_latency) == [(11, 0, False, RESULT_SUCCESS)]
+
+
+class Writes(asyncio.Transport):
+    """A transport that records each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def test_frames_written_outside_a_read_go_out_once_a_loop_turn() -> None:
+    async def main() -> None:
+        conn = Connection({})
+        transport = Writes()
+        conn.connection_made(transport)
+        frames = [pull_request(TOPIC, 0, i).encode() for i in range(3)]
+        for frame in frames:  # answers completed by futures in one turn, say
+            assert conn.write_frames(frame)
+        assert transport.writes == []  # held until the turn ends
+        await asyncio.sleep(0)
+        assert transport.writes == [b"".join(frames)]
+        assert conn.write_frames(frames[0])
+        conn.close()  # what is held goes out before the close
+        assert transport.writes[1:] == [frames[0]]
+        await asyncio.sleep(0)
+        assert len(transport.writes) == 2
+
+    asyncio.run(main())
