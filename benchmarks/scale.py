@@ -5,6 +5,9 @@ costs.
         [--idle-seconds 60] [--store DIR] [--json]
     python benchmarks/scale.py --topics 1000 --namesrv HOST:PORT --broker HOST:PORT
         --broker-pid PID [--namesrv-pid PID]        (a broker already running: RocketMQ's)
+        [--restart-cmd CMD --kill-cmd CMD --pid-cmd CMD]
+    python benchmarks/scale.py --topics 12500 --clients 5000 --idle-store-seconds 60
+        --read-back --restart                       (the whole scenario against ``serve``)
 
 Without ``--broker`` it starts ``rocketstore serve`` on its defaults (free ports, gRPC,
 metrics and console off) in a scratch store, and stops it at the end: the name server runs
@@ -28,7 +31,27 @@ Steps, each timed:
    broker's CPU over ``--idle-seconds`` (utime + stime from ``/proc/PID/stat``) and
    GET_CONSUMER_LIST_BY_GROUP for the largest group.
 
+5. ``--idle-store-seconds S``: the broker's CPU over S seconds with no client connected
+   (the store's own idle cost: flushes, checkpoints, statistics), after the sends.
+6. ``--read-back``: every queue sent to read back from offset 0 (PULL_MESSAGE, ``--window``
+   topics at a time), the messages counted per queue; queues that do not hold exactly their
+   one message are counted (and the first few named).
+7. ``--restart``: a clean restart (SIGTERM, wait for the exit, exec again on the same store
+   and ports), then a kill -9 restart: the seconds from the exec to the first route query the
+   name server answers for the last topic, and to the first send acknowledged after it; the
+   recovery line ``serve`` logged (the store's "... recovery in N s: ..."); the process
+   figures after each; then ``--read-back`` again when asked.
+
 After each step: the broker's resident memory, open files and mappings.
+
+Against a broker that is not ``serve`` (RocketMQ 4.9.8: ``--namesrv``, ``--broker``,
+``--broker-pid``), the restart step runs the shell commands given: ``--restart-cmd`` after a
+clean stop it performs itself (``--stop-cmd``, e.g. ``sh mqshutdown broker``), or ``--kill-cmd``
+(e.g. ``kill -9 $(cat broker.pid)``) then ``--restart-cmd`` (e.g. ``nohup sh mqbroker -n
+127.0.0.1:9876 -c broker.conf &``); ``--pid-cmd`` prints the new broker's pid (e.g. ``pgrep
+-f BrokerStartup``). Without ``--restart-cmd`` the restart step is skipped for such a broker
+and its restart is measured separately. RocketMQ's broker logs its recovery in
+``~/logs/rocketmqlogs/store.log``, not read here.
 """
 
 from __future__ import annotations
@@ -52,6 +75,7 @@ from typing import Any
 from rocketstore.client import MessageQueue
 from rocketstore.client._admin import AdminClient
 from rocketstore.client._async_producer import AsyncProducer
+from rocketstore.client._consumer import decode_records
 from rocketstore.protocol._heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
@@ -114,7 +138,19 @@ class Serve:
         self.namesrv = f"127.0.0.1:{free_port()}"
         port = free_port()
         self.broker = f"127.0.0.1:{port}"
-        self.log = open(os.path.join(store, "serve.out"), "wb")  # noqa: SIM115
+        self.ha = f"127.0.0.1:{free_port()}"
+        self.store = store
+        self.runs = 0
+        self.start()
+
+    def start(self) -> None:
+        """Exec ``serve`` (again) on the same store and ports; its output in
+        ``serve.out`` (the first run), ``serve-<n>.out`` (the later ones)."""
+        name = "serve.out" if not self.runs else f"serve-{self.runs}.out"
+        self.runs += 1
+        self.log_path = os.path.join(self.store, name)
+        self.log = open(self.log_path, "wb")  # noqa: SIM115
+        self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -122,13 +158,15 @@ class Serve:
                 "rocketstore.cli",
                 "serve",
                 "--store",
-                os.path.join(store, "store"),
+                os.path.join(self.store, "store"),
                 "--namesrv-listen",
                 self.namesrv,
                 "--listen",
                 self.broker,
                 "--ha-listen",
-                f"127.0.0.1:{free_port()}",
+                self.ha,
+                "--log-dir",
+                os.path.join(self.store, "logs"),
                 "--grpc-listen",
                 "",
                 "--metrics-listen",
@@ -154,14 +192,29 @@ class Serve:
             time.sleep(0.2)
         raise TimeoutError("the broker did not register with its name server")
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig: int = signal.SIGTERM) -> float:
+        """Stop it with ``sig``; the seconds until it exited."""
+        t0 = time.perf_counter()
+        self.proc.send_signal(sig)
         try:
-            self.proc.wait(120)
+            self.proc.wait(300)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        took = time.perf_counter() - t0
         self.log.close()
+        return took
+
+    def recovery_line(self) -> str | None:
+        """The last recovery line of the log files (the store logs it at INFO)."""
+        found = None
+        logs = os.path.join(self.store, "logs")
+        for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+            with open(os.path.join(logs, name), "rb") as f:
+                for line in f.read().decode("utf-8", "replace").splitlines():
+                    if "recovery in" in line:
+                        found = line.strip()[-400:]
+        return found
 
 
 def create_topics(
@@ -208,7 +261,11 @@ async def send_each_queue(
 
     async def worker() -> None:
         for topic in pending:
-            route = await producer.route(topic)
+            try:
+                route = await producer.route(topic)
+            except Exception as exc:  # a route query timed out: the topic's sends are lost
+                errors.extend(f"{topic}/{qid}: {exc}" for qid in range(queues))
+                continue
             if route is None:
                 errors.append(f"{topic}: no route")
                 continue
@@ -378,6 +435,135 @@ async def idle_clients(
     }
 
 
+async def read_back(
+    broker: str, names: list[str], queues: int, window: int, expect: int = 1
+) -> dict[str, Any]:
+    """Every queue of ``names`` pulled from offset 0; the messages counted per queue."""
+    client = AsyncRemotingClient(signer=None)
+    pending = iter(names)
+    counts: dict[int, int] = {}
+    wrong: list[str] = []
+
+    async def worker() -> None:
+        for topic in pending:
+            for qid in range(queues):
+                ext = {
+                    "consumerGroup": "scale-bench-reader",
+                    "topic": topic,
+                    "queueId": str(qid),
+                    "queueOffset": "0",
+                    "maxMsgNums": "32",
+                    "sysFlag": "4",  # the subscription given below
+                    "commitOffset": "0",
+                    "suspendTimeoutMillis": "0",
+                    "subscription": "*",
+                    "subVersion": "0",
+                }
+                cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+                try:
+                    r = await client.invoke(broker, cmd, 30.0)
+                    n = len(decode_records(r.body)) if r.code == 0 and r.body else 0
+                except Exception as exc:
+                    n = -1
+                    wrong.append(f"{topic}/{qid}: {exc}")
+                counts[n] = counts.get(n, 0) + 1
+                if n != expect and len(wrong) < 3:
+                    wrong.append(f"{topic}/{qid}: {n} messages")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(window)))
+    took = time.perf_counter() - started
+    client.close()
+    return {
+        "read_s": round(took, 2),
+        "read_queues": len(names) * queues,
+        "read_wrong_queues": sum(c for n, c in counts.items() if n != expect),
+        "read_first_wrong": wrong[:3],
+    }
+
+
+async def first_answers(
+    namesrv: str, broker: str, topic: str, started: float, timeout_s: float = 900.0
+) -> dict[str, Any]:
+    """Seconds from ``started`` (perf_counter at the exec) to the first route of ``topic`` the
+    name server answers with the broker in it, then to the first send acknowledged."""
+    deadline = time.monotonic() + timeout_s
+    routed = sent = None
+    while routed is None and time.monotonic() < deadline:
+        client = AsyncRemotingClient(signer=None)
+        try:
+            cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            r = await client.invoke(namesrv, cmd, 5.0)
+            if r.code == 0 and r.body:
+                routed = time.perf_counter() - started
+        except Exception:
+            pass
+        finally:
+            client.close()
+        if routed is None:
+            await asyncio.sleep(0.05)
+    while routed is not None and sent is None and time.monotonic() < deadline:
+        producer = AsyncProducer(namesrv, "scale-bench-restart", timeout=5.0, retries=0)
+        try:
+            route = await producer.route(topic, refresh=True)
+            if route is not None:
+                name = str(route.queue_data[0]["brokerName"])
+                await producer.send(topic, b"y" * 100, queue=MessageQueue(topic, name, 0))
+                sent = time.perf_counter() - started
+        except Exception:
+            await asyncio.sleep(0.05)
+        finally:
+            producer.close()
+    return {
+        "first_route_s": None if routed is None else round(routed, 2),
+        "first_send_s": None if sent is None else round(sent, 2),
+    }
+
+
+def restart_serve(serve: Serve, kill: bool, topic: str) -> dict[str, Any]:
+    """Stop ``serve`` (SIGTERM, or SIGKILL), exec it again, time its first answers."""
+    stop_s = serve.stop(signal.SIGKILL if kill else signal.SIGTERM)
+    serve.start()
+    out = asyncio.run(first_answers(serve.namesrv, serve.broker, topic, serve.started))
+    out["stop_s"] = round(stop_s, 2)
+    out["recovery_line"] = serve.recovery_line()
+    out["after"] = proc_figures(serve.pid)
+    return out
+
+
+def restart_other(
+    namesrv: str, broker: str, topic: str, kill: bool, args: argparse.Namespace
+) -> tuple[dict[str, Any], int]:
+    """A broker that is not ``serve``: ``--stop-cmd`` or ``--kill-cmd``, then
+    ``--restart-cmd``; timed from the restart command to its first answers; the new pid from
+    ``--pid-cmd``."""
+    how = args.kill_cmd if kill else args.stop_cmd
+    if how:
+        subprocess.run(how, shell=True, check=False)
+    started = time.perf_counter()
+    subprocess.Popen(args.restart_cmd, shell=True, start_new_session=True)
+    out = asyncio.run(first_answers(namesrv, broker, topic, started))
+    pid = args.broker_pid
+    if args.pid_cmd:
+        found = subprocess.run(args.pid_cmd, shell=True, capture_output=True, text=True)
+        pid = int(found.stdout.split()[0]) if found.stdout.split() else pid
+    out["after"] = proc_figures(pid)
+    return out, pid
+
+
+def idle_store_cpu(pid: int, idle_s: float) -> dict[str, Any]:
+    """The broker's CPU over ``idle_s`` with no client connected (% of one core)."""
+    time.sleep(2.0)
+    c0, t0 = cpu_seconds(pid), time.monotonic()
+    time.sleep(idle_s)
+    c1, t1 = cpu_seconds(pid), time.monotonic()
+    return {
+        "idle_store_cpu_percent_of_core": round(100 * (c1 - c0) / (t1 - t0), 2),
+        "idle_store_window_s": round(t1 - t0, 1),
+        "idle_store_load": load(),
+    }
+
+
 def raise_nofile() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
@@ -402,6 +588,18 @@ def main() -> None:
         default=None,
         help="send to the queues of the first K topics only (default: every topic)",
     )
+    ap.add_argument(
+        "--idle-store-seconds",
+        type=float,
+        default=0.0,
+        help="the broker's CPU with no client, after the sends (0: not measured)",
+    )
+    ap.add_argument("--read-back", action="store_true", help="pull every queue sent to")
+    ap.add_argument("--restart", action="store_true", help="clean and kill -9 restarts")
+    ap.add_argument("--stop-cmd", default=None, help="another broker: how to stop it cleanly")
+    ap.add_argument("--kill-cmd", default=None, help="another broker: how to kill -9 it")
+    ap.add_argument("--restart-cmd", default=None, help="another broker: how to start it again")
+    ap.add_argument("--pid-cmd", default=None, help="another broker: prints its pid")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     raise_nofile()
@@ -433,6 +631,22 @@ def main() -> None:
             out.update(asyncio.run(send_each_queue(namesrv, send_to, args.queues, args.window)))
             out["after_sends"] = proc_figures(pid)
         out.update(asyncio.run(route_queries(namesrv, names)))
+        if args.idle_store_seconds > 0:
+            out.update(idle_store_cpu(pid, args.idle_store_seconds))
+        if args.read_back and send_to:
+            out.update(asyncio.run(read_back(broker, send_to, args.queues, args.window)))
+        if args.restart and (serve is not None or args.restart_cmd):
+            for kill in (False, True):
+                step = "kill9_restart" if kill else "clean_restart"
+                if serve is not None:
+                    out[step] = restart_serve(serve, kill, names[-1])
+                    pid = serve.pid
+                else:
+                    out[step], pid = restart_other(namesrv, broker, names[-1], kill, args)
+                if args.read_back and send_to:
+                    # each restart's probe added one message to queue 0 of the last topic
+                    back = asyncio.run(read_back(broker, send_to[:-1], args.queues, args.window))
+                    out[step].update(back)
         if clients:
             out.update(asyncio.run(idle_clients(broker, pid, clients, names, args.idle_seconds)))
             out["after_clients"] = proc_figures(pid)

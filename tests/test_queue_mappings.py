@@ -352,3 +352,89 @@ def test_too_many_open_files_is_refused_in_its_own_words(tmp_path: Path) -> None
     # the descriptors given back: dispatch goes on, nothing stored was lost
     assert out["writable"] and out["dispatched"], out
     assert out["after"] == ["a0", "a1"], out
+
+
+# ---- index files in the LRU -----------------------------------------------------------------
+
+
+def keyed_fill(store: MessageStore, records: int) -> None:
+    for i in range(records):
+        q = i % QUEUES
+        msg = Message(f"Lru{q % 6}", b"k%d" % i, q // 6, keys=[f"key{i % 40}", f"only{i}"])
+        assert store.put_message(msg).ok
+    wait_dispatched(store)
+
+
+def answers(store: MessageStore) -> dict[str, list[tuple[int, int, bytes]]]:
+    out = {}
+    for key in [f"key{k}" for k in range(40)] + [f"only{i}" for i in range(0, 300, 7)]:
+        found = []
+        for q in range(6):
+            r = store.query_message(f"Lru{q}", key, 64)
+            found += [(m.queue_id, m.queue_offset, m.body) for m in r.messages]
+        out[key] = sorted(found)
+    return out
+
+
+def test_an_unmapped_index_file_answers_queries_identically(
+    small_lru_config: StoreConfig,
+) -> None:
+    # index files of 80 entries: 300 records with two keys each fill several files
+    cfg = dataclasses.replace(small_lru_config, max_hash_slot_num=20, max_index_num=80)
+    with MessageStore(cfg) as store:
+        keyed_fill(store, 300)
+        files = store.index.files
+        assert len(files) >= 5
+        before = answers(store)
+        assert all(before[f"key{k}"] for k in range(40))
+        assert [body for _q, _o, body in before["only7"]] == [b"k7"]
+        read_every_queue_once(store)  # pressure: the queue files push the index files out
+        idle = [f for f in files[:-1] if not f.mf.mapped]
+        assert idle, [f.mf.mapped for f in files]
+        assert files[-1].mf.mapped and files[-1].pinned  # the writer's file stays mapped
+        assert answers(store) == before  # mapped again to answer, the same entries
+        read_every_queue_once(store)
+        keyed_fill(store, 20)  # the writer goes on in its pinned file (or a new one)
+        after = answers(store)
+        assert store.index.files[-1].pinned
+        assert sum(not f.pinned for f in store.index.files[:-1]) == len(store.index.files) - 1
+    with MessageStore(cfg) as store:  # loaded files are mapped on demand
+        assert not any(f.mf.mapped for f in store.index.files[:-1])
+        assert answers(store) == after
+        assert store.queue_mappings.statistics().mapped <= BOUND
+
+
+def read_every_queue_once(store: MessageStore) -> None:
+    for q in range(QUEUES):
+        got = store.get_message("g", f"Lru{q % 6}", q // 6, 0, 32)
+        assert got.messages
+
+
+# ---- read-only views ------------------------------------------------------------------------
+
+
+def test_a_read_only_view_over_more_queue_files_than_its_bound_reads_everything(
+    small_lru_config: StoreConfig,
+) -> None:
+    from rocketstore.store.read._reader import StoreReader
+
+    cfg = dataclasses.replace(
+        small_lru_config, max_hash_slot_num=20, max_index_num=80, max_mapped_queue_files=4096
+    )
+    with MessageStore(cfg) as store:
+        keyed_fill(store, 300)  # five messages in each of the 60 queues, several index files
+        index_files = len(store.index.files)
+    assert index_files >= 5
+    want = {q: [b"k%d" % i for i in range(q, 300, QUEUES)] for q in range(QUEUES)}
+    with StoreReader(cfg.store_path_root_dir, max_mapped_files=BOUND) as reader:
+        for _round in range(2):  # the second round maps again what the first unmapped
+            for q in range(QUEUES):
+                got = [m.body for m in reader.read(f"Lru{q % 6}", q // 6)]
+                assert got == want[q], q
+                assert reader.max_offset(f"Lru{q % 6}", q // 6) == 5
+                assert reader.mappings.statistics().mapped <= BOUND
+        assert reader.mappings.evictions > 0
+        for i in range(0, 300, 13):  # every index file read through the same bound
+            found = reader.lookup_key(f"Lru{i % QUEUES % 6}", f"only{i}")
+            assert found == [((i % QUEUES) // 6, i // QUEUES)], i
+        assert reader.mappings.statistics().mapped <= BOUND

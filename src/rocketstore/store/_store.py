@@ -146,7 +146,7 @@ class MessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.load_result: LoadResult | None = None
         # dispatch and the read side (consume queues, index, reput, reads)
-        # consume-queue files are mapped on demand, at most this many at once
+        # consume-queue and index files are mapped on demand, at most this many at once
         self.queue_mappings = MappingLRU(self.config.max_mapped_queue_files or default_bound())
         self.consume_queues = ConsumeQueueTable(
             self.root / "consumequeue",
@@ -161,6 +161,7 @@ class MessageStore:
             enabled=self.config.message_index_enable,
             clock=clock,
             on_flushed=self._on_index_flushed,
+            lru=self.queue_mappings,
         )
         sync_flush = self.config.flush_disk_type == "SYNC_FLUSH"
         self.reput = ReputMessageService(

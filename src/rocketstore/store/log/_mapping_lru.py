@@ -1,4 +1,5 @@
-"""MappingLRU: a bound on how many files that map on demand (consume-queue files) are mapped.
+"""MappingLRU: a bound on how many files that map on demand (consume-queue and index files) are
+mapped.
 
 A store with many queues has many consume-queue files, and a mapped file costs one of the
 kernel's mappings of the process (``vm.max_map_count``, 65,530 by default), and one open
@@ -143,7 +144,9 @@ class MappingLRU:
     def _evict_locked(self, want: int) -> None:
         files = self._files
         done = 0
-        for _ in range(len(files)):
+        # two turns at most: every file used since the last pass gets its second chance in
+        # the first, and is a candidate in the second
+        for _ in range(2 * len(files)):
             if done >= want:
                 break
             key, mf = files.popitem(last=False)
@@ -211,7 +214,7 @@ class FileStatistics:
     """A store's files against the process's limits (``MessageStore.file_statistics()``)."""
 
     queue_files: int  # consume-queue files of the store
-    mapped_queue_files: int  # of them mapped now
+    mapped_queue_files: int  # files of the LRU mapped now (consume-queue and index files)
     mapped_queue_files_bound: int  # the LRU's bound (0: no LRU)
     queue_file_evictions: int  # unmapped for the bound since start
     mapped_files: int  # store files mapped by this process (commit log, queues, index)

@@ -490,6 +490,8 @@ cdef class PutCore:
                 return self._general(topic, queue_id, phys, size, now, qoff)
             mf.wrote_position = wrote + UNIT_SIZE
             cq.max_physic_offset = end
+            if not cq.flush_pending:  # the queue's next flush round takes it (mark_written)
+                cq.mark_written()
         table.last_store_timestamp = now
         reput.reput_from_offset = end
         dispatched = reput.dispatched

@@ -25,6 +25,15 @@ file is full or deleted.
 Threads: units are written by the dispatcher only (ReputMessageService); flushes by
 FlushConsumeQueueService; readers from any thread (files are held while read).
 
+Flushing visits only the queues written since the last flush, so an idle store's flush costs
+nothing however many queues it has. After writing units the dispatcher marks the queue
+(``mark_written``: a flag tested, and the queue appended to the table's ``written`` deque
+when the flag was down); the flush service takes the queues off the deque, lowers each one's
+flag, then flushes it (a unit written after the flag went down marks the queue again, one
+written before is covered by the flush), and marks again a queue it left with units to flush
+(fewer dirty pages than a round asks for). The deque's append and popleft are atomic, so
+neither side takes a lock.
+
 A queue may be loaded from the per-queue checkpoint (``_queue_checkpoint``) instead of its
 files: made with a ``state``, it takes its offsets from there and opens no file. The first use
 of ``queue``, from any thread (the others wait for it), opens the files and checks them against
@@ -38,6 +47,7 @@ import logging
 import os
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -99,11 +109,13 @@ class ConsumeQueue:
         lru: MappingLRU | None = None,
         state: QueueState | None = None,
         first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
+        written: deque[ConsumeQueue] | None = None,
     ) -> None:
         """``lru``: the files are mapped on demand, within its bound (None: mapped while
         the queue is open). ``state``: adopted from the per-queue checkpoint, the files opened
         (with ``first_use(self, state)``; None: ``open_with_state``) when ``queue`` is first
-        used."""
+        used. ``written``: the table's queues written since their last flush, where
+        ``mark_written`` puts this one (None: a deque of its own)."""
         if file_size % UNIT_SIZE:
             raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
         self.topic = topic
@@ -116,6 +128,14 @@ class ConsumeQueue:
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
         self.last_store_timestamp = 0
+        # in ``_written`` waiting for a flush (see the module's text)
+        self.flush_pending = False
+        self._written: deque[ConsumeQueue] = written if written is not None else deque()
+        # moved whenever units are taken away (truncation, destruction): a cached state keyed
+        # on the offsets alone could otherwise survive a cut and a rewrite to the same end
+        self._cuts = 0
+        self._state_key: tuple[int, int, int, int] | None = None
+        self._state: QueueState | None = None
         # taken from the per-queue checkpoint, files not opened yet (no object made for them:
         # a restart adopts every queue of the store)
         self.pending = state
@@ -237,13 +257,20 @@ class ConsumeQueue:
         if pending is not None:
             return pending
         max_phys = self.max_physic_offset
-        end = self._files.get_max_offset() // UNIT_SIZE
+        end_bytes = self._files.get_max_offset()
+        key = (end_bytes, self.min_logic_offset, max_phys, self._cuts)
+        cached = self._state
+        if cached is not None and key == self._state_key:
+            return cached  # unchanged since the last call: its last file is not mapped again
+        end = end_bytes // UNIT_SIZE
         min_offset = self.min_logic_offset // UNIT_SIZE
         unit = self.get_unit(end - 1) if end > 0 else None
         last = unit if unit is not None else (-1, 0, 0)
-        return QueueState(
+        state = QueueState(
             self.topic, self.queue_id, min_offset, end, last[0], last[1], last[2], max_phys
         )
+        self._state, self._state_key = state, key
+        return state
 
     def load(self) -> None:
         """Map the files. A last file that is short (empty, a partial unit, or shorter than
@@ -302,6 +329,7 @@ class ConsumeQueue:
     def _cut_at(self, end: int) -> None:
         """Set the write position to ``end`` and delete the files past it (no zeroing: the unit
         at ``end`` is already invalid, and later writes go in order)."""
+        self._cuts += 1
         while (last := self.queue.last_file()) is not None and last.from_offset > end:
             log.warning(
                 "%s: removing consume-queue file %s past the end", self.path, last.file_name
@@ -317,6 +345,7 @@ class ConsumeQueue:
 
         Returns how many units were removed. Called before dispatch starts.
         """
+        self._cuts += 1
         removed = 0
         while True:
             mf = self.queue.last_file()
@@ -356,6 +385,7 @@ class ConsumeQueue:
         end = self.queue.get_max_offset()
         if where >= end or offset < 0:
             return 0
+        self._cuts += 1
         removed = (end - where) // UNIT_SIZE
         while (last := self.queue.last_file()) is not None and last.from_offset > where:
             self._delete_last_file()
@@ -461,11 +491,20 @@ class ConsumeQueue:
                 pack_units(mf.mm, pos, phys_offsets, sizes, tags_codes)
                 mf.wrote_position = end
                 self.max_physic_offset = phys_offsets[-1] + sizes[-1]
+                if not self.flush_pending:
+                    self.mark_written()
                 return True
         for i in range(n):
             if not self.put_unit(phys_offsets[i], sizes[i], tags_codes[i], first_offset + i):
                 return False
         return True
+
+    def mark_written(self) -> None:
+        """Units were written: flush the queue at the next round (see the module's text).
+        The dispatcher, after writing (a caller that wrote through ``put_next_unit`` itself
+        calls it when ``flush_pending`` is down)."""
+        self.flush_pending = True
+        self._written.append(self)
 
     def put_unit(self, phys_offset: int, size: int, tags_code: int, offset: int) -> bool:
         """Write the unit of logical ``offset``; a record already in the queue is skipped.
@@ -473,7 +512,10 @@ class ConsumeQueue:
         Dispatcher thread only. False when no file could be created.
         """
         if put_next_unit(self, phys_offset, size, tags_code, offset):
-            return True  # the usual case, or a record dispatched before (after a restart)
+            # the usual case, or a record dispatched before (after a restart)
+            if not self.flush_pending:
+                self.mark_written()
+            return True
         expect = offset * UNIT_SIZE
         files = self.queue.files
         mf = files[-1] if files else None
@@ -489,6 +531,8 @@ class ConsumeQueue:
         current = mf.from_offset + mf.wrote_position
         if expect < current:
             log.debug("%s: unit %d is in the queue already", self.path, offset)
+            if not self.flush_pending:
+                self.mark_written()  # blank units may have been written above
             return True
         if expect != current:
             log.error(
@@ -516,6 +560,8 @@ class ConsumeQueue:
         UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
         mf.wrote_position = pos + UNIT_SIZE
         self.max_physic_offset = phys_offset + size
+        if not self.flush_pending:
+            self.mark_written()
         return True
 
     def _fill_blank(self, mf: MappedFile, until: int) -> None:
@@ -532,6 +578,13 @@ class ConsumeQueue:
         if self.pending is not None:
             return self.pending.max_offset * UNIT_SIZE
         return self.queue.flush_all(least_pages)
+
+    def unflushed(self) -> bool:
+        """Units written and not flushed yet (a queue not opened: none)."""
+        if self.pending is not None:
+            return False
+        files = self._files
+        return files.flushed_where < files.get_max_offset()
 
     # ---- reading ----------------------------------------------------------------------------
 
@@ -676,6 +729,7 @@ class ConsumeQueue:
             for mf in self.queue.files:
                 lru.release_writer_hold(mf)
         self.queue.destroy()
+        self._cuts += 1
         self.min_logic_offset = 0
         self.max_physic_offset = -1
 
@@ -724,6 +778,8 @@ class ConsumeQueueTable:
         self.lru = lru
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.last_store_timestamp = 0  # store time of the last dispatched message
+        # queues written since their last flush (``ConsumeQueue.mark_written``)
+        self.written: deque[ConsumeQueue] = deque()
 
     def load(
         self,
@@ -764,6 +820,7 @@ class ConsumeQueueTable:
                             lru=self.lru,
                             state=state,
                             first_use=first_use,
+                            written=self.written,
                         )
                         continue
                     cq = self._new(topic_entry.name, qid)
@@ -802,6 +859,7 @@ class ConsumeQueueTable:
             clock=self.clock,
             read_only=self.read_only,
             lru=self.lru,
+            written=self.written,
         )
 
     def recover(self) -> int:
@@ -863,9 +921,35 @@ class ConsumeQueueTable:
         """Every open queue's expired files (one not open yet: when its files are opened)."""
         return sum(cq.delete_expired_files(min_phys_offset) for cq in self if cq.pending is None)
 
-    def flush(self, least_pages: int) -> None:
+    def flush(self, least_pages: int) -> int:
+        """Flush the queues written since their last flush (``ConsumeQueue.mark_written``;
+        a queue left with fewer dirty pages than ``least_pages`` stays marked for a later
+        round). Returns how many were flushed. The flush service's thread."""
+        written = self.written
+        flushed = 0
+        for _ in range(len(written)):  # not those marked meanwhile: the next round's
+            try:
+                cq = written.popleft()
+            except IndexError:
+                break
+            cq.flush_pending = False
+            try:
+                cq.flush(least_pages)
+            except BaseException:
+                if not cq.flush_pending:
+                    cq.mark_written()
+                raise
+            flushed += 1
+            if least_pages and not cq.flush_pending and cq.unflushed():
+                cq.mark_written()
+        return flushed
+
+    def flush_every(self) -> None:
+        """Flush every open queue, written or not (once, when the flush service starts: a
+        queue the loader left with units to flush). The flush service's thread."""
         for cq in self:
-            cq.flush(least_pages)
+            if cq.pending is None and cq.unflushed():
+                cq.flush(0)
 
     def shutdown(self) -> None:
         """Once dispatch stopped: the writer's holds given up, every file unmapped."""
@@ -890,9 +974,10 @@ class ConsumeQueueTable:
 
 
 class FlushConsumeQueueService(PeriodicPageService):
-    """Flushes every consume queue each ``interval_ms`` when ``least_pages`` are dirty, and
-    all of them every ``thorough_interval_ms``; after a thorough flush ``on_flushed`` gets the
-    store time of the last message dispatched before it (the checkpoint's logics time)."""
+    """Flushes the consume queues written since their last flush each ``interval_ms`` when
+    ``least_pages`` are dirty, and whatever they have every ``thorough_interval_ms``; after
+    a thorough flush ``on_flushed`` gets the store time of the last message dispatched before
+    it (the checkpoint's logics time). Its first round flushes every open queue once."""
 
     final_rounds = 1  # one thorough flush at stop covers every queue
 
@@ -915,6 +1000,7 @@ class FlushConsumeQueueService(PeriodicPageService):
         )
         self.table = table
         self.on_flushed = on_flushed
+        self._swept = False
 
     checkpoint: QueueCheckpointWriter | None = None  # the per-queue checkpoint, if kept
 
@@ -925,6 +1011,9 @@ class FlushConsumeQueueService(PeriodicPageService):
         ts = self.table.last_store_timestamp
         writer = self.checkpoint if least_pages == 0 and not self.stopped else None
         taken = writer.take() if writer is not None else None
+        if not self._swept:
+            self.table.flush_every()
+            self._swept = True
         self.table.flush(least_pages)
         if least_pages == 0 and ts and self.on_flushed is not None:
             self.on_flushed(ts)

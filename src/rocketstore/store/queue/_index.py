@@ -28,23 +28,38 @@ disk raises StoreIOError (ENOSPC) with nothing written instead of a write into a
 
 A record's keys are hashed and written by ``_index_write.put_keys`` (compiled when built).
 
+Mappings: a file keeps no descriptor once mapped, and with a ``MappingLRU`` (the store's, the
+one its consume-queue files share) it is mapped on demand: a loaded file when first read, and
+unmapped again when idle and the LRU is over its bound. The writer *pins* the newest file (a
+hold kept while it is the newest, ``IndexFile.pin``), so the entry writers, which write
+through ``mf.mm`` without a hold, never meet an unmapped file; a query holds each file it
+reads (``select``), and every other access (the header of a file no longer the newest, the
+loader's look at entries) holds it for the call.
+
 Threads: keys are added by the dispatcher only; queries from any thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._durable import fsync_dir, make_dirs_synced
-from .._errors import CorruptFileError, StoreError, StoreIOError, translate_os_errors
+from .._errors import (
+    CorruptFileError,
+    StoreClosedError,
+    StoreError,
+    StoreIOError,
+    translate_os_errors,
+)
 from .._java_hash import (
     index_key_hash,
     java_hash_unsigned,
@@ -71,8 +86,12 @@ from ._index_write import SLOT_SIZE as SLOT_SIZE
 from ._index_write import put_entry, put_keys, time_diff
 
 if TYPE_CHECKING:
+    import mmap
+
     import numpy as np
     from numpy.typing import NDArray
+
+    from ..log._mapping_lru import MappingLRU
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +149,22 @@ class IndexFile:
         read_only: bool = False,
         begin_phy_offset: int = 0,
         begin_timestamp: int = 0,
+        lru: MappingLRU | None = None,
     ) -> None:
+        """``lru``: mapped on demand within its bound (see the module's text)."""
         self.slot_num = slot_num
         self.index_num = index_num
         self.file_size = index_file_size(slot_num, index_num)
+        self.pinned = False  # the writer's hold (the newest file): mapped while it lasts
         # no descriptor kept once mapped (reservations open one for the call)
         self.mf = MappedFile(
-            path, self.file_size, clock=clock, read_only=read_only, create=create, keep_fd=False
+            path,
+            self.file_size,
+            clock=clock,
+            read_only=read_only,
+            create=create,
+            keep_fd=False,
+            lru=lru,
         )
         self.mf.set_positions(self.file_size)
         # disk blocks (the file is sparse): the header page, the slot pages written so far
@@ -176,9 +204,47 @@ class IndexFile:
     def name(self) -> str:
         return self.path.name
 
+    # ---- mapping ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _mapped(self) -> Iterator[mmap.mmap]:
+        """The mapping, held for the block (mapped again when the LRU unmapped it).
+        StoreClosedError once the file is shut down."""
+        if not self.mf.hold():
+            raise StoreClosedError(f"{self.path}: the index file is shut down")
+        try:
+            yield self.mf.mm
+        finally:
+            self.mf.release()
+
+    def pin(self) -> None:
+        """The writer's hold: the file stays mapped until ``unpin`` (it is the newest, the
+        entry writers write it without a hold). Writer's thread. StoreClosedError once the
+        file is shut down."""
+        if not self.pinned:
+            if not self.mf.hold():
+                raise StoreClosedError(f"{self.path}: the index file is shut down")
+            self.pinned = True
+
+    def unpin(self) -> None:
+        """Give up the writer's hold (the file is no longer the newest, or goes away)."""
+        if self.pinned:
+            self.pinned = False
+            self.mf.release()
+
     def load_header(self) -> None:
         if not self._slot_pages[0]:  # no blocks: a file created and never written
             return
+        if self.mf.mapped:
+            with self._mapped() as mm:
+                header = bytes(mm[:HEADER_SIZE])
+        else:  # read, not mapped: a loaded file is mapped when a query first reads it
+            with translate_os_errors(f"read {self.path}"):
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    header = os.pread(fd, HEADER_SIZE, 0)
+                finally:
+                    os.close(fd)
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -186,7 +252,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = HEADER.unpack_from(self.mf.mm, 0)
+        ) = HEADER.unpack_from(header, 0)
         if self.index_count <= 0:
             self.index_count = 1
 
@@ -194,8 +260,15 @@ class IndexFile:
         """Raises StoreIOError when the header's page has no disk blocks and gets none."""
         if not self._slot_pages[0]:
             self.allocate_slot_pages((0,))
+        if self.pinned:  # the writer, every record: no hold needed
+            self._pack_header(self.mf.mm)
+            return
+        with self._mapped() as mm:
+            self._pack_header(mm)
+
+    def _pack_header(self, mm: mmap.mmap) -> None:
         HEADER.pack_into(
-            self.mf.mm,
+            mm,
             0,
             self.begin_timestamp,
             self.end_timestamp,
@@ -310,7 +383,8 @@ class IndexFile:
     def entry(self, number: int) -> tuple[int, int, int, int]:
         """(key hash, commit-log offset, time diff s, previous entry) of entry ``number``."""
         at = HEADER_SIZE + self.slot_num * SLOT_SIZE + number * ENTRY_SIZE
-        return ENTRY.unpack_from(self.mf.mm, at)  # type: ignore[return-value]
+        with self._mapped() as mm:
+            return ENTRY.unpack_from(mm, at)  # type: ignore[return-value]
 
     def truncate_entries(self, keep: int) -> int:
         """Keep entries 1 .. keep-1 only: later entries are unlinked from their slots (newest
@@ -320,7 +394,10 @@ class IndexFile:
         keep = max(1, keep)
         if keep >= count:
             return 0
-        mm = self.mf.mm
+        with self._mapped() as mm:
+            return self._truncate_entries(mm, count, keep)
+
+    def _truncate_entries(self, mm: mmap.mmap, count: int, keep: int) -> int:
         slots = HEADER_SIZE
         for n in range(count - 1, keep - 1, -1):
             key_hash, _phy, _diff, prev = self.entry(n)
@@ -358,9 +435,11 @@ class IndexFile:
         self.mf.flush(0)
 
     def close(self) -> None:
+        self.unpin()
         self.mf.close()
 
     def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        self.unpin()
         return self.mf.destroy(interval_forcibly_ms)
 
     def __repr__(self) -> str:
@@ -549,8 +628,11 @@ class IndexService:
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
         on_flushed: Callable[[int], None] | None = None,
+        lru: MappingLRU | None = None,
     ) -> None:
+        """``lru``: the files are mapped on demand within its bound (see the module's text)."""
         self.dir = Path(index_dir)
+        self.lru = lru
         self.slot_num = slot_num
         self.index_num = index_num
         self.enabled = enabled
@@ -606,6 +688,7 @@ class IndexService:
                 clock=self.clock,
                 create=False,
                 read_only=self.read_only,
+                lru=self.lru,
             )
             if (
                 not last_exit_ok
@@ -625,6 +708,8 @@ class IndexService:
         files = self.files
         last = files[-1] if files else None
         if last is not None and not last.is_full():
+            if not last.pinned:
+                last.pin()  # a loaded file, the first write to it
             return last
         now = self.clock.now_ms()
         name = index_file_name(now)
@@ -639,8 +724,10 @@ class IndexService:
             clock=self.clock,
             begin_phy_offset=last.end_phy_offset if last is not None else 0,
             begin_timestamp=last.end_timestamp if last is not None else 0,
+            lru=self.lru,
         )
         try:
+            new.pin()
             with translate_os_errors(f"sync {self.dir}"):
                 fsync_dir(self.dir)
         except StoreError:
@@ -650,6 +737,7 @@ class IndexService:
             self.files = [*files, new]
         if last is not None:
             last.write_header()
+            last.unpin()
             t = threading.Thread(
                 target=self._flush_file, args=(last,), name="IndexFlush", daemon=True
             )

@@ -269,6 +269,7 @@ class QueueCheckpointWriter:
         self._lock = threading.Lock()
         self._generation = 0  # moved by ``invalidate``: what was taken before is not saved
         self._taken = -1
+        self._saved: QueueCheckpoint | None = None  # what the file holds now (None: unknown)
 
     def boundary(self, phys: int) -> None:
         """Remember that a record starts at ``phys`` (or the log ends there)."""
@@ -322,10 +323,14 @@ class QueueCheckpointWriter:
         )
 
     def save(self, cp: QueueCheckpoint) -> None:
-        """Write what ``take`` returned, unless ``invalidate`` ran since."""
+        """Write what ``take`` returned, unless ``invalidate`` ran since, or the file holds
+        exactly that already (an idle store: nothing dispatched, no queue changed, since the
+        last write)."""
         with self._lock:
-            if self._taken == self._generation:
+            if self._taken == self._generation and cp != self._saved:
+                self._saved = None
                 write(self.root, cp)
+                self._saved = cp
 
     def invalidate(self) -> None:
         """The queues lost units the checkpoint may record (the commit log was cut): delete
@@ -333,4 +338,5 @@ class QueueCheckpointWriter:
         with self._lock:
             self._generation += 1
             self._boundaries.clear()
+            self._saved = None
             remove(self.root)

@@ -234,9 +234,11 @@ class ReputMessageService(ServiceThread):
             )
         except StoreError:
             done = False  # the general path reports it and hands over to the thread
-        if not done:
+        if not done or cq is None:
             self._dispatch_request(topic, queue_id, phys, size, tags_code, store_ts, queue_offset)
             return
+        if not cq.flush_pending:
+            cq.mark_written()
         table.last_store_timestamp = store_ts
         if self.physic_at_dispatch and self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = store_ts

@@ -11,6 +11,10 @@ while the process that owns it keeps writing. What it can see of a live store:
 
 Consume-queue files are read through :class:`QueueView` only (a thin read-only wrapper of
 :class:`~rocketstore.store.queue._consume_queue.ConsumeQueue`); index files through :class:`IndexView`.
+Both map their files on demand within one ``MappingLRU`` of the reader (``max_mapped_files``,
+by default what the process's limits allow, as a store's): a reader of a store with more queue
+files than the bound maps each when it reads it and unmaps idle ones, holding a file only while
+it reads it (or while a view it handed out is alive). Commit-log files stay mapped once read.
 
 Threads: one StoreReader per thread (it caches mappings without locks). Close it when done.
 """
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from .._errors import CorruptFileError, CorruptRecordError, StoreError
 from ..log._mapped_file import MappedFile
+from ..log._mapping_lru import MappingLRU, default_bound
 from ..log._record import KEY_SEPARATOR, MessageExt, decode_message
 from ..queue._consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue, is_valid_unit
 from ..queue._index import MAX_QUERY_NUM, IndexService, index_file_size
@@ -68,11 +73,19 @@ class QueueView:
     valid unit, found by a binary search in the last file (units are written in order).
     """
 
-    def __init__(self, topic: str, queue_id: int, root: Path, file_size: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        root: Path,
+        file_size: int,
+        lru: MappingLRU | None = None,
+    ) -> None:
+        """``lru``: the files mapped on demand within its bound (None: mapped while open)."""
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
-        self.cq = ConsumeQueue(topic, queue_id, root, file_size, read_only=True)
+        self.cq = ConsumeQueue(topic, queue_id, root, file_size, read_only=True, lru=lru)
         for attempt in range(3):
             try:
                 self.cq.load()
@@ -90,7 +103,12 @@ class QueueView:
         self.min_offset = self._find_start()
 
     def _unit(self, mf: MappedFile, index: int) -> tuple[int, int, int]:
-        return UNIT.unpack_from(mf.mm, index * UNIT_SIZE)  # type: ignore[return-value]
+        if not mf.hold():
+            raise CorruptFileError(f"{mf.path}: closed")
+        try:
+            return UNIT.unpack_from(mf.mm, index * UNIT_SIZE)  # type: ignore[return-value]
+        finally:
+            mf.release()
 
     def _find_end(self) -> int:
         for mf in reversed(self.files):
@@ -134,10 +152,15 @@ class QueueView:
                 )
             first = mf.from_offset // UNIT_SIZE
             stop = min(end, first + self.units_per_file)
-            yield (
-                offset,
-                memoryview(mf.mm)[(offset - first) * UNIT_SIZE : (stop - first) * UNIT_SIZE],
-            )
+            if not mf.hold():
+                raise CorruptFileError(f"{mf.path}: closed")
+            try:  # held while the caller reads the view (a view still alive keeps it mapped)
+                yield (
+                    offset,
+                    memoryview(mf.mm)[(offset - first) * UNIT_SIZE : (stop - first) * UNIT_SIZE],
+                )
+            finally:
+                mf.release()
             offset = stop
 
     def units(self, begin: int, end: int) -> Iterator[tuple[int, int, int, int]]:
@@ -200,10 +223,17 @@ class IndexView:
     RocketMQ's ratio of four entries per slot.
     """
 
-    def __init__(self, directory: Path, slots: int | None = None, entries: int | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        slots: int | None = None,
+        entries: int | None = None,
+        lru: MappingLRU | None = None,
+    ):
         self.directory = directory
         self.slots = slots
         self.entries = entries
+        self.lru = lru
         self._service: IndexService | None = None
         self._failed = False
 
@@ -227,7 +257,7 @@ class IndexView:
             self._failed = True
             return None
         service = IndexService(
-            self.directory, slot_num=layout[0], index_num=layout[1], read_only=True
+            self.directory, slot_num=layout[0], index_num=layout[1], read_only=True, lru=self.lru
         )
         try:
             service.load()
@@ -271,7 +301,10 @@ class StoreReader:
         consume_queue_file_size: int | None = None,
         index_slots: int | None = None,
         index_entries: int | None = None,
+        max_mapped_files: int | None = None,
     ) -> None:
+        """``max_mapped_files``: consume-queue and index files mapped at once (None: what the
+        process's limits allow, ``default_bound``)."""
         self.root = Path(root)
         cl_dir = self.root / COMMIT_LOG_DIR
         cq_dir = self.root / CONSUME_QUEUE_DIR
@@ -283,7 +316,8 @@ class StoreReader:
         self.commit_log_file_size = commit_log_file_size or detect_file_size(cl_dir) or 1 << 30
         self.consume_queue_file_size = consume_queue_file_size or self._detect_cq_size()
         self.commit_log = CommitLogView(cl_dir, self.commit_log_file_size)
-        self.index = IndexView(self.root / INDEX_DIR, index_slots, index_entries)
+        self.mappings = MappingLRU(max_mapped_files or default_bound())
+        self.index = IndexView(self.root / INDEX_DIR, index_slots, index_entries, self.mappings)
         self._queues: dict[tuple[str, int], QueueView] = {}
 
     def _detect_cq_size(self) -> int:
@@ -315,7 +349,9 @@ class StoreReader:
     def queue(self, topic: str, queue_id: int) -> QueueView:
         view = self._queues.get((topic, queue_id))
         if view is None:
-            view = QueueView(topic, queue_id, self.cq_dir, self.consume_queue_file_size)
+            view = QueueView(
+                topic, queue_id, self.cq_dir, self.consume_queue_file_size, self.mappings
+            )
             self._queues[(topic, queue_id)] = view
         return view
 
