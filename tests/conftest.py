@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +18,13 @@ from rocketstore import ManualClock, MessageStore, StoreConfig
 from rocketstore.store.log._mapped_file import MappedFile
 
 SMALL_FILE = 64 * 1024
+
+# Every JVM the tests start (Spark's drivers, executors and standalone daemons, RocketMQ's
+# programs) compiles with the client compiler only and collects with the serial collector:
+# short runs on small data, started by the dozen, for which the server compiler's and the
+# parallel collector's threads cost about a third of the CPU a Spark start takes. The JVMs
+# print a line naming these options on their standard error.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # no per-example deadline: a test asserts no duration, and a loaded machine takes its time
 settings.register_profile("rocketstore", deadline=None)
@@ -44,6 +53,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("sources_only") is not None:
             item.add_marker(skip)
+
+
+def _local_spark_files() -> set[str]:
+    """The test files whose tests take the local SparkSession (the ``spark`` fixture), as
+    pytest-xdist names them (relative to the repository)."""
+    here = Path(__file__).resolve().parent
+    takes = re.compile(r"\bspark: Any\b")
+    return {
+        f"{here.name}/{path.name}"
+        for path in here.glob("test_*.py")
+        if takes.search(path.read_text(encoding="utf-8"))
+    }
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the files that take the local SparkSession as one unit: they
+    run on one worker, one after another, in one JVM (a JVM a worker otherwise, each started
+    and warmed up anew). Other modes are pytest-xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    spark_files = _local_spark_files()
+
+    class SparkTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "local SparkSession" if path in spark_files else path
+
+    return SparkTogether(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -210,6 +249,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     with started_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The official RocketMQ 4.x client (support.interop's Rmq4Client, the ``rocketmq`` 0.4.4
+    package in a cached virtualenv of its own); the tests using it skip where it cannot be
+    installed."""
+    from support.interop import rmq4_client
+
+    return rmq4_client(tmp_path_factory.mktemp("rmq4-home"))
 
 
 @pytest.fixture

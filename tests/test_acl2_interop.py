@@ -17,24 +17,14 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.client._auth_admin import AuthAdmin, acl_info
 from support.interop import (
     ClientError,
-    InteropUnavailable,
     Rmq4Client,
     ServerProcess,
-    rmq4_python,
+    namesrv_of,
     servers,
 )
 
 ROOT = RequestSigner("rootUser", "rootPass1")
 CREDS = {"access_key": "rmq4user", "secret_key": "rmq4pass1"}
-
-
-@pytest.fixture(scope="module")
-def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Rmq4Client:
-    try:
-        python = rmq4_python()
-    except InteropUnavailable as exc:
-        pytest.skip(str(exc))
-    return Rmq4Client(python, tmp_path_factory.mktemp("rmq4-acl2-home"))
 
 
 @pytest.fixture(scope="module")
@@ -60,22 +50,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield server
 
 
-def ns(server: ServerProcess) -> str:
-    assert server.namesrv is not None
-    return server.namesrv
-
-
-def audit(server: ServerProcess) -> str:
-    """The server's audit log (logs/store/ beside the store): a line per refusal."""
-    path = server.log.parent / "logs" / "store" / "audit.log"
-    return path.read_text("utf-8") if path.exists() else ""
-
-
 def test_a_users_signed_sends_and_pulls_go_through(server: ServerProcess, rmq4: Rmq4Client) -> None:
     spec = [{"body": f"acl2-{i}", "tags": "A"} for i in range(3)]
-    sent = rmq4.run("send", ns(server), "PG2_acl", "T2_acl", spec=spec, timeout=40, **CREDS)
+    sent = rmq4.run("send", namesrv_of(server), "PG2_acl", "T2_acl", spec=spec, timeout=40, **CREDS)
     assert [s["status"] for s in sent] == ["OK"] * 3, sent
-    pulled = rmq4.run("pull", ns(server), "CG2_acl", "T2_acl", expect=3, timeout=40, **CREDS)
+    pulled = rmq4.run(
+        "pull", namesrv_of(server), "CG2_acl", "T2_acl", expect=3, timeout=40, **CREDS
+    )
     assert sorted(m["body"] for m in pulled if "body" in m) == ["acl2-0", "acl2-1", "acl2-2"]
 
 
@@ -91,11 +72,11 @@ def test_a_users_signed_sends_and_pulls_go_through(server: ServerProcess, rmq4: 
 def test_refused_sends(
     server: ServerProcess, rmq4: Rmq4Client, topic: str, creds: dict[str, str]
 ) -> None:
-    before = audit(server).count("DENY ")
+    before = server.audit().count("DENY ")
     with pytest.raises(ClientError):
         rmq4.run(
             "send",
-            ns(server),
+            namesrv_of(server),
             "PG2_refused",
             topic,
             spec=[{"body": "refused"}],
@@ -103,7 +84,7 @@ def test_refused_sends(
             send_timeout_ms=2000,
             **creds,
         )
-    log = audit(server)
+    log = server.audit()
     assert log.count("DENY ") > before
     if creds:
         assert "account=rmq4user" in log

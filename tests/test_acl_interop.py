@@ -12,10 +12,9 @@ import pytest
 
 from support.interop import (
     ClientError,
-    InteropUnavailable,
     Rmq4Client,
     ServerProcess,
-    rmq4_python,
+    namesrv_of,
     servers,
 )
 
@@ -35,15 +34,6 @@ CREDS = {"access_key": "interopAK", "secret_key": "interopSK"}
 
 
 @pytest.fixture(scope="module")
-def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Rmq4Client:
-    try:
-        python = rmq4_python()
-    except InteropUnavailable as exc:
-        pytest.skip(str(exc))
-    return Rmq4Client(python, tmp_path_factory.mktemp("rmq4-acl-home"))
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("acl-serve")
     home = root / "rocketmq-home"
@@ -57,22 +47,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield started[0]
 
 
-def ns(server: ServerProcess) -> str:
-    assert server.namesrv is not None
-    return server.namesrv
-
-
-def audit(server: ServerProcess) -> str:
-    """The server's audit log (logs/store/ beside the store): a line per refusal."""
-    path = server.log.parent / "logs" / "store" / "audit.log"
-    return path.read_text("utf-8") if path.exists() else ""
-
-
 def test_signed_sends_and_pulls_go_through(server: ServerProcess, rmq4: Rmq4Client) -> None:
     spec = [{"body": f"acl{i}", "tags": "A"} for i in range(3)]
-    sent = rmq4.run("send", ns(server), "PG_acl", "T_acl", spec=spec, timeout=40, **CREDS)
+    sent = rmq4.run("send", namesrv_of(server), "PG_acl", "T_acl", spec=spec, timeout=40, **CREDS)
     assert [s["status"] for s in sent] == ["OK"] * 3, sent
-    pulled = rmq4.run("pull", ns(server), "CG_acl", "T_acl", expect=3, timeout=40, **CREDS)
+    pulled = rmq4.run("pull", namesrv_of(server), "CG_acl", "T_acl", expect=3, timeout=40, **CREDS)
     assert sorted(m["body"] for m in pulled if "body" in m) == ["acl0", "acl1", "acl2"]
 
 
@@ -89,11 +68,11 @@ def test_signed_sends_and_pulls_go_through(server: ServerProcess, rmq4: Rmq4Clie
 def test_refused_sends(
     server: ServerProcess, rmq4: Rmq4Client, topic: str, creds: dict[str, str]
 ) -> None:
-    before = audit(server).count("DENY ")
+    before = server.audit().count("DENY ")
     with pytest.raises(ClientError):
         rmq4.run(
             "send",
-            ns(server),
+            namesrv_of(server),
             "PG_acl_refused",
             topic,
             spec=[{"body": "refused"}],
@@ -101,7 +80,7 @@ def test_refused_sends(
             send_timeout_ms=2000,
             **creds,
         )
-    assert audit(server).count("DENY ") > before
+    assert server.audit().count("DENY ") > before
     assert server.running
 
 
@@ -109,17 +88,17 @@ def test_unsigned_pull_is_refused(server: ServerProcess, rmq4: Rmq4Client) -> No
     # a topic of this test's own: the audit log writes the first refusal of each account,
     # request and resource a minute in full (repeats are counted into a summary line)
     sent = rmq4.run(
-        "send", ns(server), "PG_acl", "T_acl_unsigned", spec=[{"body": "for-pull"}], timeout=40,
+        "send", namesrv_of(server), "PG_acl", "T_acl_unsigned", spec=[{"body": "for-pull"}], timeout=40,
         **CREDS,
     )  # fmt: skip
     assert sent[0]["status"] == "OK"
-    before = audit(server).count("DENY account=- ")
+    before = server.audit().count("DENY account=- ")
     try:
         pulled = rmq4.run(
-            "pull", ns(server), "CG_acl_unsigned", "T_acl_unsigned", expect=1, timeout=8
+            "pull", namesrv_of(server), "CG_acl_unsigned", "T_acl_unsigned", expect=1, timeout=8
         )
     except ClientError:
         pulled = []
     assert not [m for m in pulled if "body" in m]
     # refused where it first asks: the name server's route (or the broker's pull)
-    assert audit(server).count("DENY account=- ") > before
+    assert server.audit().count("DENY account=- ") > before

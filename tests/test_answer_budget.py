@@ -17,19 +17,10 @@ from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.server._run import _settle_allocator
 from rocketstore.store.log._record import decode_message
 from support.broker import RunningBroker, send_request
+from support.memory import MiB, PeakRss, rss, settled_rss
 from support.remoting import WAIT
 
-MiB = 1024 * 1024
 T = TypeVar("T")
-
-
-def rss() -> int:
-    """This process's resident set size, bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 class Peaks:
@@ -39,16 +30,14 @@ class Peaks:
     def __init__(self, broker: RunningBroker) -> None:
         assert broker.controller is not None
         self.server = broker.controller.server
-        self.rss = 0
         self.accounted = 0
+        self._rss = PeakRss(interval=0.002)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample_rss, daemon=True)
-        self._thread.start()
         self._future = asyncio.run_coroutine_threadsafe(self._sample_budget(), broker.loop)
 
-    def _sample_rss(self) -> None:
-        while not self._stop.wait(0.002):
-            self.rss = max(self.rss, rss())
+    @property
+    def rss(self) -> int:
+        return self._rss.peak
 
     async def _sample_budget(self) -> None:
         while not self._stop.is_set():
@@ -57,22 +46,8 @@ class Peaks:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(WAIT)
+        self._rss.stop()
         self._future.result(WAIT)
-
-
-def settled_rss(timeout: float = 60.0) -> int:
-    """The process's RSS once it stopped growing (two samples half a second apart within 1 MiB):
-    what the broker does on its way up (mappings touched, threads started) is in the baseline,
-    however slowly it ran."""
-    deadline = time.monotonic() + timeout
-    before = rss()
-    while True:
-        time.sleep(0.5)
-        now = rss()
-        if abs(now - before) < MiB or time.monotonic() > deadline:
-            return max(now, before)
-        before = now
 
 
 async def _call(fn: Callable[[], T]) -> T:

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketstore import ManualClock, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore import ManualClock, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.log._record import encode_record, tags_code
 from support.waits import wait_until
 
 pa = pytest.importorskip("pyarrow")
 np = pytest.importorskip("numpy")
 
-from rocketstore.store.log._batch_encode import encode_plain_batch, put_encoded, stamp  # noqa: E402
+from rocketstore.store.log._batch_encode import encode_plain_batch, stamp  # noqa: E402
 
 STORE_HOST = b"\x0a\x01\x02\x03\x00\x00\x2a\x9f"
 _props = st.one_of(
@@ -85,9 +85,10 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
-def test_put_encoded_stores_what_put_plain_batch_stores(tmp_path: Path) -> None:
-    """The same rows through put_plain_batch and put_encoded (file roll included): the same
-    commit log and consume queues, byte for byte, and the keys are indexed."""
+def test_put_encoded_stores_what_put_messages_stores(tmp_path: Path) -> None:
+    """The same rows as Messages through put_messages, as lists through put_plain_batch and
+    encoded through put_encoded_batch (file roll included): the same commit log, consume
+    queues and index, byte for byte, and the keys are indexed."""
     rows = [
         (b"body-%d" % i * (i % 7), f"TAGS\x01t{i % 3}\x02KEYS\x01k{i} all".encode())
         for i in range(300)
@@ -95,7 +96,7 @@ def test_put_encoded_stores_what_put_plain_batch_stores(tmp_path: Path) -> None:
     tags = [f"t{i % 3}" for i in range(300)]
     keys = [f"k{i} all" for i in range(300)]
     results = {}
-    for kind in ("plain", "encoded"):
+    for kind in ("messages", "plain", "encoded"):
         clock = ManualClock()
         config = StoreConfig(
             store_path_root_dir=str(tmp_path / kind),
@@ -107,7 +108,16 @@ def test_put_encoded_stores_what_put_plain_batch_stores(tmp_path: Path) -> None:
         with MessageStore(config, clock=clock) as store:
             for lo in range(0, 300, 60):
                 part = rows[lo : lo + 60]
-                if kind == "plain":
+                if kind == "messages":
+                    r = store.put_messages(
+                        [
+                            Message("T", b, 1, properties={"TAGS": t, "KEYS": k})
+                            for (b, _p), t, k in zip(
+                                part, tags[lo : lo + 60], keys[lo : lo + 60], strict=True
+                            )
+                        ]
+                    )
+                elif kind == "plain":
                     r = store.put_plain_batch(
                         "T", 1, [b for b, _ in part], [p for _, p in part], tags[lo : lo + 60],
                         keys[lo : lo + 60],
@@ -122,7 +132,7 @@ def test_put_encoded_stores_what_put_plain_batch_stores(tmp_path: Path) -> None:
                         store.commit_log.store_host,
                         keys=keys[lo : lo + 60],
                     )
-                    r = put_encoded(store.commit_log, batch)
+                    r = store.put_encoded_batch(batch)
                 assert r.ok, r
                 clock.advance(0.001)
             wait_until(lambda: store.get_max_offset_in_queue("T", 1) == 300)
@@ -131,23 +141,23 @@ def test_put_encoded_stores_what_put_plain_batch_stores(tmp_path: Path) -> None:
             got = store.get_message("g", "T", 1, offset=250, max_msg_nums=1).messages[0]
             assert got.body == rows[250][0] and got.keys == ["k250", "all"]
         results[kind] = _files(tmp_path / kind)
-    assert results["plain"] == results["encoded"]
+    assert results["messages"] == results["plain"] == results["encoded"]
     assert len([k for k in results["plain"] if k.startswith("commitlog")]) > 1  # it rolled
 
 
-def test_put_encoded_refuses_what_put_plain_batch_refuses(tmp_path: Path) -> None:
+def test_put_encoded_refuses_what_put_messages_refuses(tmp_path: Path) -> None:
     config = StoreConfig(store_path_root_dir=str(tmp_path / "s"), max_message_size=100)
     with MessageStore(config) as store:
         host = store.commit_log.store_host
         big = encode_plain_batch("T", 0, pa.array([b"x" * 101]), pa.array([b""]), [0], host)
-        r = put_encoded(store.commit_log, big)
+        r = store.commit_log.put_encoded_batch(big)
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "max_message_size" in r.error
         bad = encode_plain_batch("T?", 0, pa.array([b"x"]), pa.array([b""]), [0], host)
-        assert put_encoded(store.commit_log, bad).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.commit_log.put_encoded_batch(bad).status is PutMessageStatus.MESSAGE_ILLEGAL
         other = encode_plain_batch("T", 0, pa.array([b"x"]), pa.array([b""]), [0], bytes(8))
-        assert put_encoded(store.commit_log, other).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.commit_log.put_encoded_batch(other).status is PutMessageStatus.MESSAGE_ILLEGAL
         ok = encode_plain_batch("T", 0, pa.array([b"x"]), pa.array([b""]), [0], host)
-        assert put_encoded(store.commit_log, ok).ok
+        assert store.commit_log.put_encoded_batch(ok).ok
 
 
 def test_the_store_entry_point_counts_a_batch_as_its_messages(tmp_path: Path) -> None:

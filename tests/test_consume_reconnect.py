@@ -24,7 +24,9 @@ from support.interop import ServerProcess, servers, stop_process
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 TOPIC = "ReconnectTopic"
 GROUP = "reconnect-group"
-IDLE_TIMEOUT_S = 8
+# the consumer ends after this long without a message: longer than a restart of `serve` takes
+# on a busy machine, so it is still running when the later messages arrive
+IDLE_TIMEOUT_S = 20
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -25,8 +25,10 @@ from rocketstore.namesrv import NameServer
 from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
 from support.controllers import CLUSTER, FakeBroker, until
+from support.java import OPENS
+from support.ports import free_broker_port
+from support.processes import stop_process
 from support.remoting import LoopThread
-from support.rocketmq_java import OPENS, free_broker_port, kill_process
 
 CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
 JAVA = shutil.which("java")
@@ -215,7 +217,7 @@ def test_a_rocketmq5_broker_registers_with_the_controller(tmp_path: Path) -> Non
 
         loop.run(registered(), timeout=150)
     finally:
-        kill_process(proc)
+        stop_process(proc)
         loop.run(controller.shutdown())
         loop.run(namesrv.close())
         loop.stop()

@@ -25,39 +25,11 @@ from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.server._run import _settle_allocator
 from support.acl_env import ACL_YML
 from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread
+from support.memory import MiB, PeakRss, rss
 from support.waits import wait_until
 
 Code = pb.Code
-MiB = 1024 * 1024
 WAIT = 120.0
-
-
-def rss() -> int:
-    """This process's resident set size, bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-class PeakRss:
-    """The largest RSS of this process, sampled by a thread every few milliseconds."""
-
-    def __init__(self) -> None:
-        self.peak = rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            self.peak = max(self.peak, rss())
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(10)
-        return self.peak
 
 
 def signed(ak: str, sk: str, client_id: str) -> list[tuple[str, str]]:

@@ -28,12 +28,11 @@ from rocketstore.broker.state._consumer_offset import ConsumerOffsetManager
 from rocketstore.client import MessageQueue, PullConsumer
 from rocketstore.client._consumer import FOUND
 from support.interop import (
-    InteropUnavailable,
     Rmq4Client,
     ServerProcess,
     free_port,
+    namesrv_of,
     parse_lines,
-    rmq4_python,
     servers,
     stop_process,
 )
@@ -47,15 +46,6 @@ CONF = (
     "mappedFileSizeCommitLog=16777216\n"
     "mappedFileSizeConsumeQueue=60000\n"
 )
-
-
-@pytest.fixture(scope="session")
-def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Rmq4Client:
-    try:
-        python = rmq4_python()
-    except InteropUnavailable as exc:
-        pytest.skip(str(exc))
-    return Rmq4Client(python, tmp_path_factory.mktemp("rmq4-home"))
 
 
 def write_conf(root: Path) -> Path:
@@ -81,11 +71,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, rmq4: Rmq4Client) -> Iterat
     with servers() as started:
         started.append(ServerProcess.serve(store, root / "serve.log", conf=write_conf(root)))
         yield started[0]
-
-
-def ns(server: ServerProcess) -> str:
-    assert server.namesrv is not None
-    return server.namesrv
 
 
 def messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -114,7 +99,12 @@ def test_sync_oneway_and_delayed_sends_pull_back_whole(
     batch = [{"body": f"batch{i}", "tags": "TagB", "keys": f"bk{i}"} for i in range(3)]
     sent = sent_ok(
         rmq4.run(
-            "send", ns(server), "PG_basic", "T_basic", spec=[*spec, {"batch": batch}], timeout=30
+            "send",
+            namesrv_of(server),
+            "PG_basic",
+            "T_basic",
+            spec=[*spec, {"batch": batch}],
+            timeout=30,
         )
     )
     assert [s.get("body") for s in sent[:-1]] == [m["body"] for m in spec]
@@ -125,7 +115,7 @@ def test_sync_oneway_and_delayed_sends_pull_back_whole(
     pulled = messages(
         rmq4.run(
             "pull",
-            ns(server),
+            namesrv_of(server),
             "CG_basic_pull",
             "T_basic",
             expect=len(spec),
@@ -152,7 +142,7 @@ def test_sync_oneway_and_delayed_sends_pull_back_whole(
 
     # rocketstore's own consumer reads the same messages, the deflated body inflated
     ours = []
-    with PullConsumer(ns(server), "CG_basic_ours") as consumer:
+    with PullConsumer(namesrv_of(server), "CG_basic_ours") as consumer:
         for mq in consumer.queues("T_basic"):
             ours += consumer.pull(mq, 0, 32).messages
     assert sorted(m.body.decode() for m in ours) == sorted(m["body"] for m in spec)
@@ -171,10 +161,10 @@ def test_push_consumer_receives_only_its_tags(server: ServerProcess, rmq4: Rmq4C
         {"body": "c2", "tags": "TagC"},
         {"body": "b2", "tags": "TagB"},
     ]
-    sent_ok(rmq4.run("send", ns(server), "PG_tags", "T_tags", spec=spec, timeout=30))
+    sent_ok(rmq4.run("send", namesrv_of(server), "PG_tags", "T_tags", spec=spec, timeout=30))
     lines = rmq4.run(
         "push",
-        ns(server),
+        namesrv_of(server),
         "CG_tags",
         "T_tags",
         expr="TagA || TagB",
@@ -192,14 +182,19 @@ def test_two_consumers_of_a_group_share_the_queues(server: ServerProcess, rmq4: 
     """The second member's heartbeat makes the broker send NOTIFY_CONSUMER_IDS_CHANGED; both
     rebalance, each takes two of the four queues, and every message is consumed by one of them."""
     group, topic = "CG_share", "T_share"
-    sent_ok(rmq4.run("send", ns(server), "PG_share", topic, spec=[{"body": "warm-up"}], timeout=30))
+    sent_ok(
+        rmq4.run(
+            "send", namesrv_of(server), "PG_share", topic, spec=[{"body": "warm-up"}], timeout=30
+        )
+    )
     members = [
-        rmq4.start("push", ns(server), group, topic, expect=10_000, timeout=9) for _ in range(2)
+        rmq4.start("push", namesrv_of(server), group, topic, expect=10_000, timeout=9)
+        for _ in range(2)
     ]
     try:
         time.sleep(3)  # both started and rebalanced
         spec = [{"body": f"x{i}", "shard": i} for i in range(8)]  # two on each queue
-        sent_ok(rmq4.run("send", ns(server), "PG_share", topic, spec=spec, timeout=30))
+        sent_ok(rmq4.run("send", namesrv_of(server), "PG_share", topic, spec=spec, timeout=30))
         outputs = []
         for member in members:
             out, _ = member.communicate(timeout=30)
@@ -218,9 +213,11 @@ def test_orderly_consumer_gets_each_queue_in_order(server: ServerProcess, rmq4: 
     """send_orderly puts each shard on one queue; an orderly push consumer locks its queues
     (LOCK_BATCH_MQ) before consuming them and sees every shard in sending order."""
     spec = [{"body": f"s{i % 3}-{i // 3}", "shard": i % 3} for i in range(12)]
-    sent_ok(rmq4.run("send", ns(server), "PG_order", "T_order", spec=spec, timeout=30))
+    sent_ok(rmq4.run("send", namesrv_of(server), "PG_order", "T_order", spec=spec, timeout=30))
     got = messages(
-        rmq4.run("push", ns(server), "CG_order", "T_order", orderly=True, expect=12, timeout=25)
+        rmq4.run(
+            "push", namesrv_of(server), "CG_order", "T_order", orderly=True, expect=12, timeout=25
+        )
     )
     assert sorted(m["body"] for m in got) == sorted(m["body"] for m in spec)
     for shard in range(3):
@@ -234,10 +231,10 @@ def test_reconsume_later_comes_back_through_the_retry_topic(
 ) -> None:
     group, topic = "CG_retry", "T_retry"
     spec = [{"body": "r1", "tags": "TagA", "keys": "rk1"}, {"body": "r2", "tags": "TagB"}]
-    sent = sent_ok(rmq4.run("send", ns(server), "PG_retry", topic, spec=spec, timeout=30))
+    sent = sent_ok(rmq4.run("send", namesrv_of(server), "PG_retry", topic, spec=spec, timeout=30))
     lines = rmq4.run(
         "push",
-        ns(server),
+        namesrv_of(server),
         group,
         topic,
         fail_first=True,
@@ -260,7 +257,7 @@ def test_reconsume_later_comes_back_through_the_retry_topic(
         assert second["keys"] == item.get("keys", "")
         assert second["props"]["ORIGIN_MESSAGE_ID"]
         assert second["store_timestamp"] > first["store_timestamp"]
-    with PullConsumer(ns(server), "CG_retry_check") as check:
+    with PullConsumer(namesrv_of(server), "CG_retry_check") as check:
         assert check.max_offset(MessageQueue(f"%RETRY%{group}", BROKER, 0)) == 2
 
 
@@ -270,11 +267,23 @@ def test_messages_reach_the_dlq_after_max_reconsume_times(
     topic = "T_dlq"
     sent_ok(
         rmq4.run(
-            "send", ns(server), "PG_dlq", topic, spec=[{"body": "d1", "tags": "TagX"}], timeout=30
+            "send",
+            namesrv_of(server),
+            "PG_dlq",
+            topic,
+            spec=[{"body": "d1", "tags": "TagX"}],
+            timeout=30,
         )
     )
     lines = rmq4.run(
-        "push", ns(server), DLQ_GROUP, topic, fail_always=True, expect=3, linger=2, timeout=35
+        "push",
+        namesrv_of(server),
+        DLQ_GROUP,
+        topic,
+        fail_always=True,
+        expect=3,
+        linger=2,
+        timeout=35,
     )
     got = messages(lines)
     # the first delivery and DLQ_MAX_TIMES retries, then no more
@@ -282,7 +291,7 @@ def test_messages_reach_the_dlq_after_max_reconsume_times(
     assert {m["body"] for m in got} == {"d1"}
 
     dlq = MessageQueue(f"%DLQ%{DLQ_GROUP}", BROKER, 0)
-    with PullConsumer(ns(server), "CG_dlq_check") as check:
+    with PullConsumer(namesrv_of(server), "CG_dlq_check") as check:
         deadline = time.monotonic() + 60
         while True:
             r = check.pull(dlq, 0, 32)
@@ -312,13 +321,13 @@ def test_consumer_offsets_survive_a_broker_restart(tmp_path: Path, rmq4: Rmq4Cli
         namesrv = ServerProcess.namesrv_only(tmp_path / "namesrv.log")
         started.append(namesrv)
         first = ServerProcess.broker_only(
-            store, ns(namesrv), tmp_path / "first.log", port=port, conf=conf
+            store, namesrv_of(namesrv), tmp_path / "first.log", port=port, conf=conf
         )
         started.append(first)
         spec = [{"body": f"o{i}"} for i in range(4)]
-        sent_ok(rmq4.run("send", ns(namesrv), "PG_restart", topic, spec=spec, timeout=30))
+        sent_ok(rmq4.run("send", namesrv_of(namesrv), "PG_restart", topic, spec=spec, timeout=30))
         got = messages(
-            rmq4.run("push", ns(namesrv), group, topic, expect=4, linger=0.5, timeout=25)
+            rmq4.run("push", namesrv_of(namesrv), group, topic, expect=4, linger=0.5, timeout=25)
         )
         assert sorted(m["body"] for m in got) == ["o0", "o1", "o2", "o3"]
         assert first.stop() == 0  # SIGTERM: a clean shutdown
@@ -328,12 +337,14 @@ def test_consumer_offsets_survive_a_broker_restart(tmp_path: Path, rmq4: Rmq4Cli
         assert sum(offsets.values()) == 4
 
         second = ServerProcess.broker_only(
-            store, ns(namesrv), tmp_path / "second.log", port=port, conf=conf
+            store, namesrv_of(namesrv), tmp_path / "second.log", port=port, conf=conf
         )
         started.append(second)
         more = [{"body": f"o{i}"} for i in range(4, 6)]
-        sent_ok(rmq4.run("send", ns(namesrv), "PG_restart", topic, spec=more, timeout=30))
-        got = messages(rmq4.run("push", ns(namesrv), group, topic, expect=2, linger=2, timeout=25))
+        sent_ok(rmq4.run("send", namesrv_of(namesrv), "PG_restart", topic, spec=more, timeout=30))
+        got = messages(
+            rmq4.run("push", namesrv_of(namesrv), group, topic, expect=2, linger=2, timeout=25)
+        )
         assert sorted(m["body"] for m in got) == ["o4", "o5"]
 
 
@@ -379,7 +390,12 @@ def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
         started.append(broker)
         producers = [
             rmq4.start(
-                "flood", ns(broker), f"PG_crash{n}", topic, count=100_000, send_timeout_ms=1000
+                "flood",
+                namesrv_of(broker),
+                f"PG_crash{n}",
+                topic,
+                count=100_000,
+                send_timeout_ms=1000,
             )
             for n in range(3)
         ]
@@ -455,7 +471,7 @@ def test_malformed_frames_leave_the_broker_serving(server: ServerProcess, rmq4: 
     sent = sent_ok(
         rmq4.run(
             "send",
-            ns(server),
+            namesrv_of(server),
             "PG_after_junk",
             "T_after_junk",
             spec=[{"body": "still here"}],

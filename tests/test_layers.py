@@ -80,7 +80,6 @@ BROKER_TOP_LEVEL = {
 # other's names lazily or under TYPE_CHECKING). New circles fail; these may only go away.
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        frozenset({"rocketstore.store.log._batch_encode", "rocketstore.store.log._commit_log"}),
         frozenset(
             {
                 "rocketstore.remoting._command",

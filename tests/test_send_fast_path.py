@@ -1,9 +1,10 @@
-"""The send processor's fast path against its general path: the same sends, byte for byte.
+"""The plain send path against the general path: the same sends, byte for byte.
 
-Each scenario runs twice over a fresh store with a standing clock, once with the fast path
-(plain sends skip the general path) and once with every send forced through the general path
-(``SendProcessor.fast_path = False``); the commit logs and the answers' frames must be the same
-bytes. The sends: SEND_MESSAGE_V2 as the C++ and Java clients send it (numbers as text and as
+Each scenario runs twice over a fresh store with a standing clock, fed to a connection made as
+the broker's server makes them, once with the plain path (plain sends take the send frame
+path) and once with every send forced through the general path (``SendProcessor.fast_path =
+False``); the commit logs and the answers' frames must be the same bytes, under ASYNC_FLUSH
+and under SYNC_FLUSH (answered when the group commit ends). The sends: SEND_MESSAGE_V2 as the C++ and Java clients send it (numbers as text and as
 JSON numbers), the recorded C++ client's SEND_MESSAGE frames, and the unusual sends the fast
 path leaves to the general one (delays, transactions, retry topics, unknown topics, bad
 numbers, batches, queue ids out of range).
@@ -61,7 +62,9 @@ def run_sends(
             for name, queues in topics.items():
                 broker.broker.topics.update(TopicConfig(name, queues, queues))
             sink = transport or RecordingTransport()
-            conn = Connection(broker.server.handlers, backpressure=True)
+            conn = Connection(
+                broker.server.handlers, backpressure=True, frame_path=broker.server.frame_path
+            )
             conn.connection_made(sink)  # type: ignore[arg-type]
             random.seed(7)  # a send to queue -1 picks a queue at random
             for frame in frames if reads is None else reads:

@@ -9,14 +9,15 @@
   without it store the same commit log and consume queues, write the same answers and count
   the same request statistics; the frame path served the plain sends and left the others.
 - The frame path stands aside while the ACL is on (every send is checked by the handlers).
+- Its properties (``plain_properties``: cut and reordered as text) against the general path's
+  (a dict, CLUSTER added, RocketMQ's stored order) on random properties.
 
 The scanner's tests run wherever the compiled twin is built (ROCKETSTORE_NO_EXTENSIONS or not);
-the brokers' where the path is installed: the compiled scanner built and extensions on.
+the brokers' in both builds (the frame path runs the compiled scanner or its reference).
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import copy
 import json
@@ -30,15 +31,14 @@ from hypothesis import strategies as st
 
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker.messaging import _send, _send_scan
-from rocketstore.broker.messaging._send import split_properties
+from rocketstore.broker.messaging import _send_scan
+from rocketstore.broker.messaging._send import plain_properties, stored_properties
 from rocketstore.broker.messaging._send_frame import answer_frame
 from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.remoting._command import SERIALIZE_ROCKETMQ, _encode_json_header_py
 from rocketstore.server import BrokerServer
-from rocketstore.store.log._message import Message
-from rocketstore.store.log._record import string_to_properties
+from rocketstore.store.log._record import properties_to_string, string_to_properties, tags_code
 from support.ports import free_port
 from support.remoting import RecordingTransport
 from support.send_frames import (
@@ -58,9 +58,6 @@ except ImportError:
     scan_send = None
 scan_send_py = _send_scan.scan_send_py
 compiled = pytest.mark.skipif(scan_send is None, reason="the compiled header scanner is not built")
-installed = pytest.mark.skipif(
-    _send_scan.scan_send is None, reason="no send frame path (no compiled header scanner)"
-)
 
 
 def frame_of(cmd: RemotingCommand) -> bytes:
@@ -112,6 +109,40 @@ def test_the_scanner_reads_the_plain_headers_as_the_reference_does() -> None:
     assert accepted >= 20
 
 
+def test_the_scanner_reads_a_signed_send_as_the_same_send_unsigned() -> None:
+    """A request signature's names (the C++ client sends them, empty, without credentials) are
+    read past, in both spellings and both serialize types: only the ACL reads them, and the
+    frame path serves only while it is off."""
+    for code, ext in ((310, v2()), (10, v1())):
+        signed = {**ext, "AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "PNVfw1/J="}
+        for serialize_type in (0, SERIALIZE_ROCKETMQ):
+            frames = []
+            for fields in (ext, signed):
+                cmd = RemotingCommand(code, 7, 0, None, {k: str(v) for k, v in fields.items()})
+                cmd.body = b"signed"
+                cmd.serialize_type = serialize_type
+                frames.append(memoryview(cmd.encode())[4:])
+            plain, got = (scan_send_py(f) for f in frames)
+            assert plain is not None and got is not None
+            assert got[:12] == plain[:12] and bytes(frames[1][got[12] :]) == b"signed"
+            if scan_send is not None:
+                assert scan_send(frames[1]) == got
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        '{"code":310,"opaque":1,"flag":0,"extFields":{"b":"T","e":"0","i":"","f":"0","h":"0",'
+        '"g":"1","j":"0","Signature":"x","Signature":"y"}}',
+        '{"code":310,"opaque":1,"flag":0,"extFields":{"b":"T","e":"0","i":"","f":"0","h":"0",'
+        '"g":"1","j":"0","Signed":"x"}}',
+    ],
+)
+def test_the_reference_leaves_unusual_names_to_the_general_path(header: str) -> None:
+    raw = header.encode()
+    assert scan_send_py(len(raw).to_bytes(4, "big") + raw + b"body") is None
+
+
 @compiled
 @pytest.mark.parametrize(
     "header",
@@ -125,9 +156,12 @@ def test_the_scanner_reads_the_plain_headers_as_the_reference_does() -> None:
         '"properties":"","sysFlag":"0","flag":"0","bornTimestamp":"1","reconsumeTimes":"0"}}',
         '{"code":310,"code":310,"opaque":1,"flag":0,"extFields":{"b":"T","e":"0","i":"",'
         '"f":"0","h":"0","g":"1","j":"0"}}',
-        # an ACL signature (the handlers check it), a float, an exponent, an escaped surrogate
+        # a signature given twice, a name not the send's, a float, an exponent, an escaped
+        # surrogate
         '{"code":310,"opaque":1,"flag":0,"extFields":{"b":"T","e":"0","i":"","f":"0","h":"0",'
-        '"g":"1","j":"0","Signature":"x"}}',
+        '"g":"1","j":"0","Signature":"x","Signature":"y"}}',
+        '{"code":310,"opaque":1,"flag":0,"extFields":{"b":"T","e":"0","i":"","f":"0","h":"0",'
+        '"g":"1","j":"0","Signed":"x"}}',
         '{"code":310,"opaque":1.0,"flag":0,"extFields":{"b":"T","e":"0","i":"","f":"0","h":"0",'
         '"g":"1","j":"0"}}',
         '{"code":310,"opaque":1,"flag":0,"extFields":{"b":"T","e":1e0,"i":"","f":"0","h":"0",'
@@ -269,7 +303,13 @@ def test_the_answer_template_writes_what_the_connection_writes() -> None:
 
 
 def run_frames(
-    root: Path, frames: list[bytes], *, frame_path: bool, port: int, acl: bool = False
+    root: Path,
+    frames: list[bytes],
+    *,
+    frame_path: bool,
+    port: int,
+    acl: bool = False,
+    flush: str = "ASYNC_FLUSH",
 ) -> tuple[list[bytes], int, dict[Any, list[int]], dict[Any, list[int]]]:
     """Feed ``frames`` (one read each) into a broker's server connection, made with the send
     frame path or without it, with the request statistics on; the answers written, how many
@@ -277,7 +317,10 @@ def run_frames(
 
     async def go() -> tuple[list[bytes], int, dict[Any, list[int]], dict[Any, list[int]]]:
         store_config = StoreConfig(
-            store_path_root_dir=str(root), mapped_file_size_commit_log=1024 * 1024, ha_listen_port=0
+            store_path_root_dir=str(root),
+            mapped_file_size_commit_log=1024 * 1024,
+            ha_listen_port=0,
+            flush_disk_type=flush,
         )
         config = BrokerConfig.from_store_config(store_config, listen_port=port)
         server = BrokerServer(store_config, config, clock=ManualClock(1_795_532_962_000))
@@ -328,7 +371,6 @@ def queue_files(root: Path) -> dict[str, bytes]:
     }
 
 
-@installed
 def test_the_same_frames_store_answer_and_count_the_same_with_and_without_the_path(
     tmp_path: Path,
 ) -> None:
@@ -363,7 +405,24 @@ def test_the_same_frames_store_answer_and_count_the_same_with_and_without_the_pa
     assert with_path[1] < len(frames) - 20  # the unusual ones went the general way
 
 
-@installed
+def test_sends_that_wait_for_the_group_commit_store_answer_and_count_the_same(
+    tmp_path: Path,
+) -> None:
+    """SYNC_FLUSH: the frame path answers its sends when their group commit ends, with the
+    bytes, the stores and the statistics (a pending answer's latency) of the general path."""
+    frames = [cmd.encode() for cmd in requests()]
+    port = free_port()
+    runs = [
+        run_frames(tmp_path / way, frames, frame_path=way == "path", port=port, flush="SYNC_FLUSH")
+        for way in ("path", "decoded")
+    ]
+    assert frames_by_opaque(runs[0][0]) == frames_by_opaque(runs[1][0])
+    assert len(frames_by_opaque(runs[0][0])) == len(frames)
+    assert commit_log_bytes(tmp_path / "path") == commit_log_bytes(tmp_path / "decoded")
+    assert runs[0][2] == runs[1][2] and runs[0][3] == runs[1][3]
+    assert runs[0][1] > 0 and runs[1][1] == 0
+
+
 def test_the_path_stands_aside_while_the_acl_is_on(tmp_path: Path) -> None:
     frames = [cmd.encode() for cmd in requests()[:3]]
     writes, served, _rpc, _sizes = run_frames(
@@ -375,35 +434,53 @@ def test_the_path_stands_aside_while_the_acl_is_on(tmp_path: Path) -> None:
     assert all(b"AclException" in frame for frame in answers.values())  # unsigned: refused
 
 
+_NAMES = st.one_of(
+    st.sampled_from(
+        ["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "DELAY", "TRAN_MSG", "a", "b", "MSG_REGION"]
+    ),
+    st.text(max_size=6),
+)
+
+
 @given(
     st.lists(
         st.tuples(
-            st.text(max_size=6), st.sampled_from(["\x01", "", "\x01\x01"]), st.text(max_size=6)
-        )
-    )
+            _NAMES,
+            st.sampled_from(["\x01", "\x01", "", "\x01\x01"]),
+            st.one_of(st.sampled_from(["true", "false", "TRUE", "x y", ""]), st.text(max_size=6)),
+        ),
+        max_size=8,
+    ),
+    st.booleans(),
 )
-def test_the_send_path_splits_properties_as_the_reference_does(
-    pairs: list[tuple[str, str, str]],
+def test_the_send_path_stores_properties_as_the_general_path_does(
+    pairs: list[tuple[str, str, str]], trailing: bool
 ) -> None:
+    """The frame path's properties, where it takes them, are the general path's: the same
+    stored text, TAGS code, KEYS, UNIQ_KEY and wait; it takes every text of distinct plain
+    names without a rule's property."""
     text = "\x02".join(name + sep + value for name, sep, value in pairs)
-    assert split_properties(text) == string_to_properties(text)
-    assert split_properties(text + "\x02") == string_to_properties(text + "\x02")
-
-
-def test_the_send_path_sets_every_slot_of_the_message_it_builds() -> None:
-    module = ast.parse((Path(_send.__file__).parent / "_send.py").read_text())
-    put_plain = next(
-        node
-        for node in ast.walk(module)
-        if isinstance(node, ast.FunctionDef) and node.name == "put_plain"
+    text += "\x02" if trailing and text else ""
+    plans: dict[Any, Any] = {}
+    got = plain_properties(text, "CLUSTER\x01DefaultCluster", plans)
+    props = string_to_properties(text)
+    props["CLUSTER"] = "DefaultCluster"
+    stored, wait = stored_properties(props)
+    want_text = properties_to_string(stored)
+    names = [name for name, _sep, _value in pairs]
+    plain = (
+        all(sep == "\x01" and name and "\x01" not in name + value for name, sep, value in pairs)
+        and len(set(names)) == len(names)
+        and not {"DELAY", "TRAN_MSG"} & set(names)
     )
-    assigned = {
-        target.attr
-        for node in ast.walk(put_plain)
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Attribute)
-        and isinstance(target.value, ast.Name)
-        and target.value.id == "msg"
-    }
-    assert assigned == set(Message.__slots__)
+    if plain:
+        assert got is not None
+    if got is not None:
+        assert got == (
+            want_text.encode(),
+            tags_code(stored.get("TAGS")),
+            stored.get("KEYS"),
+            stored.get("UNIQ_KEY"),
+            wait,
+        )
+        assert plain_properties(text, "CLUSTER\x01DefaultCluster", plans) == got  # planned

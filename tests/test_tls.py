@@ -12,7 +12,8 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,28 @@ def _serve(tmp_path: Path, certs: Path, mode: str, *extra: str) -> ServerProcess
     )._wait_started(60)
 
 
+@pytest.fixture(scope="module")
+def serve(
+    tmp_path_factory: pytest.TempPathFactory, certs: Path
+) -> Iterator[Callable[..., ServerProcess]]:
+    """``serve(mode, *flags)``: `rocketstore serve` in that TLS mode, started once for the
+    module's tests that ask for the same (each sends on a topic of its own and changes nothing
+    else of it); every one stopped at the end."""
+    started: dict[tuple[str, ...], ServerProcess] = {}
+
+    def serve_(mode: str, *extra: str) -> ServerProcess:
+        key = (mode, *extra)
+        if key not in started:
+            started[key] = _serve(tmp_path_factory.mktemp(f"tls-{mode}"), certs, mode, *extra)
+        return started[key]
+
+    try:
+        yield serve_
+    finally:
+        with ThreadPoolExecutor() as stopping:  # each waits for its clean shutdown
+            list(stopping.map(ServerProcess.stop, started.values()))
+
+
 @pytest.fixture
 def tls_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     for name in (
@@ -75,113 +98,93 @@ def _topic_list(address: str) -> int:
 
 
 def test_enforcing_serves_tls_only(
-    tmp_path: Path, certs: Path, tls_env: pytest.MonkeyPatch
+    serve: Callable[..., ServerProcess], tls_env: pytest.MonkeyPatch
 ) -> None:
-    server = _serve(tmp_path, certs, "enforcing")
-    try:
-        tls_env.setenv("ROCKETSTORE_TLS", "true")
-        _round_trip(server, "TlsOnly")
-        assert server.namesrv is not None and server.broker is not None
-        tls_env.delenv("ROCKETSTORE_TLS")
-        for address in (server.namesrv, server.broker):  # a plain client is not served
-            with pytest.raises(RemotingError):
-                _topic_list(address)
-        # ... and the server goes on serving TLS clients
-        tls_env.setenv("ROCKETSTORE_TLS", "true")
-        assert _topic_list(server.namesrv) == 0
-        assert server.proc.poll() is None
-    finally:
-        server.stop()
+    server = serve("enforcing")
+    tls_env.setenv("ROCKETSTORE_TLS", "true")
+    _round_trip(server, "TlsOnly")
+    assert server.namesrv is not None and server.broker is not None
+    tls_env.delenv("ROCKETSTORE_TLS")
+    for address in (server.namesrv, server.broker):  # a plain client is not served
+        with pytest.raises(RemotingError):
+            _topic_list(address)
+    # ... and the server goes on serving TLS clients
+    tls_env.setenv("ROCKETSTORE_TLS", "true")
+    assert _topic_list(server.namesrv) == 0
+    assert server.proc.poll() is None
 
 
 def test_permissive_serves_both_on_one_port(
-    tmp_path: Path, certs: Path, tls_env: pytest.MonkeyPatch
+    serve: Callable[..., ServerProcess], certs: Path, tls_env: pytest.MonkeyPatch
 ) -> None:
-    server = _serve(tmp_path, certs, "permissive")
-    try:
-        _round_trip(server, "Plain")  # a plain client
-        tls_env.setenv("ROCKETSTORE_TLS", "true")
-        tls_env.setenv("ROCKETSTORE_TLS_CA", str(certs / "ca.pem"))  # the server checked too
-        with Producer(server.namesrv or "", timeout=10.0) as producer:
-            sent = producer.send("Plain", b"second", queue=MessageQueue("Plain", "broker-a", 0))
-        assert sent.status == "SEND_OK" and sent.queue_offset == 1
-        # a connection that says nothing is closed after the handshake timeout, not kept
-        assert server.broker is not None
-        host, port = server.broker.rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=5) as silent:
-            silent.settimeout(60)
-            assert silent.recv(1) == b""
-    finally:
-        server.stop()
+    server = serve("permissive")
+    _round_trip(server, "Plain")  # a plain client
+    tls_env.setenv("ROCKETSTORE_TLS", "true")
+    tls_env.setenv("ROCKETSTORE_TLS_CA", str(certs / "ca.pem"))  # the server checked too
+    with Producer(server.namesrv or "", timeout=10.0) as producer:
+        sent = producer.send("Plain", b"second", queue=MessageQueue("Plain", "broker-a", 0))
+    assert sent.status == "SEND_OK" and sent.queue_offset == 1
+    # a connection that says nothing is closed after the handshake timeout, not kept
+    assert server.broker is not None
+    host, port = server.broker.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as silent:
+        silent.settimeout(60)
+        assert silent.recv(1) == b""
 
 
 def test_a_server_certificate_from_another_ca_is_refused(
-    tmp_path: Path, certs: Path, tls_env: pytest.MonkeyPatch
+    serve: Callable[..., ServerProcess], certs: Path, tls_env: pytest.MonkeyPatch
 ) -> None:
-    server = _serve(tmp_path, certs, "enforcing")
-    try:
-        assert server.namesrv is not None
-        tls_env.setenv("ROCKETSTORE_TLS", "true")
-        tls_env.setenv("ROCKETSTORE_TLS_CA", str(certs / "other-ca.pem"))
-        with pytest.raises(RemotingError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify"):
-            _topic_list(server.namesrv)
-        tls_env.setenv("ROCKETSTORE_TLS_CA", str(certs / "ca.pem"))
-        assert _topic_list(server.namesrv) == 0
-    finally:
-        server.stop()
+    server = serve("enforcing")
+    assert server.namesrv is not None
+    tls_env.setenv("ROCKETSTORE_TLS", "true")
+    tls_env.setenv("ROCKETSTORE_TLS_CA", str(certs / "other-ca.pem"))
+    with pytest.raises(RemotingError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify"):
+        _topic_list(server.namesrv)
+    tls_env.setenv("ROCKETSTORE_TLS_CA", str(certs / "ca.pem"))
+    assert _topic_list(server.namesrv) == 0
 
 
 def test_client_certificates_when_the_server_asks(
-    tmp_path: Path, certs: Path, tls_env: pytest.MonkeyPatch
+    serve: Callable[..., ServerProcess], certs: Path, tls_env: pytest.MonkeyPatch
 ) -> None:
-    server = _serve(
-        tmp_path, certs, "enforcing", "--tls-client-auth", "require",
-        "--tls-trust", str(certs / "ca.pem"),
-    )  # fmt: skip
-    try:
-        assert server.namesrv is not None
-        tls_env.setenv("ROCKETSTORE_TLS", "true")
-        with pytest.raises(RemotingError):
-            _topic_list(server.namesrv)  # no certificate of its own
-        tls_env.setenv("ROCKETSTORE_TLS_CERT", str(certs / "client.pem"))
-        tls_env.setenv("ROCKETSTORE_TLS_KEY", str(certs / "client.key"))
-        assert _topic_list(server.namesrv) == 0
-    finally:
-        server.stop()
+    server = serve("enforcing", "--tls-client-auth", "require",
+        "--tls-trust", str(certs / "ca.pem"))  # fmt: skip
+    assert server.namesrv is not None
+    tls_env.setenv("ROCKETSTORE_TLS", "true")
+    with pytest.raises(RemotingError):
+        _topic_list(server.namesrv)  # no certificate of its own
+    tls_env.setenv("ROCKETSTORE_TLS_CERT", str(certs / "client.pem"))
+    tls_env.setenv("ROCKETSTORE_TLS_KEY", str(certs / "client.key"))
+    assert _topic_list(server.namesrv) == 0
 
 
 def test_disabled_serves_plain_only(
-    tmp_path: Path, certs: Path, tls_env: pytest.MonkeyPatch
+    serve: Callable[..., ServerProcess], tls_env: pytest.MonkeyPatch
 ) -> None:
-    server = _serve(tmp_path, certs, "disabled")
-    try:
-        assert server.namesrv is not None
-        assert _topic_list(server.namesrv) == 0
-        tls_env.setenv("ROCKETSTORE_TLS", "true")
-        with pytest.raises(RemotingError):
-            _topic_list(server.namesrv)
-        assert server.proc.poll() is None
-    finally:
-        server.stop()
+    server = serve("disabled")
+    assert server.namesrv is not None
+    assert _topic_list(server.namesrv) == 0
+    tls_env.setenv("ROCKETSTORE_TLS", "true")
+    with pytest.raises(RemotingError):
+        _topic_list(server.namesrv)
+    assert server.proc.poll() is None
 
 
-def test_the_cli_speaks_tls_with_its_flag(tmp_path: Path, certs: Path) -> None:
-    server = _serve(tmp_path, certs, "enforcing")
-    try:
-        assert server.namesrv is not None
-        cli = [*ServerProcess._command(), "--tls", "--tls-ca", str(certs / "ca.pem")]
-        done = subprocess.run(
-            [*cli, "produce", "--namesrv", server.namesrv, "--topic", "Cli", "hello"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0 and "SEND_OK" in done.stdout, done.stderr
-        plain = subprocess.run(
-            [*ServerProcess._command(), "topic", "list", "--namesrv", server.namesrv],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert plain.returncode != 0 and "Traceback" not in plain.stderr
-    finally:
-        server.stop()
+def test_the_cli_speaks_tls_with_its_flag(serve: Callable[..., ServerProcess], certs: Path) -> None:
+    server = serve("enforcing")
+    assert server.namesrv is not None
+    cli = [*ServerProcess._command(), "--tls", "--tls-ca", str(certs / "ca.pem")]
+    done = subprocess.run(
+        [*cli, "produce", "--namesrv", server.namesrv, "--topic", "Cli", "hello"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "SEND_OK" in done.stdout, done.stderr
+    plain = subprocess.run(
+        [*ServerProcess._command(), "topic", "list", "--namesrv", server.namesrv],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert plain.returncode != 0 and "Traceback" not in plain.stderr
 
 
 def test_bad_tls_settings_are_one_line(tmp_path: Path, certs: Path) -> None:

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import processes
 from .ports import free_port
 
 RMQ4_REQUIREMENT = "rocketmq==0.4.4"
@@ -189,21 +189,14 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 
 
 def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> int:
-    """SIGTERM, then SIGKILL when it has not ended after ``grace`` seconds; its exit status."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10)
+    """SIGTERM, then SIGKILL when it has not ended after ``grace`` seconds, and its pipes
+    closed; its exit status."""
+    status = processes.stop_process(proc, grace)
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             with contextlib.suppress(Exception):
                 stream.close()
-    return int(proc.returncode)
+    return status
 
 
 _NAMESRV_LINE = re.compile(r"^name server listening on (\S+)$", re.M)
@@ -316,6 +309,11 @@ class ServerProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
+    def audit(self) -> str:
+        """The server's audit log (logs/store/ beside its log): a line per refusal."""
+        path = self.log.parent / "logs" / "store" / "audit.log"
+        return path.read_text("utf-8") if path.exists() else ""
+
     def stop(self, grace: float = 15.0) -> int:
         """SIGTERM (a clean shutdown), SIGKILL after ``grace`` seconds; the exit status."""
         try:
@@ -330,6 +328,24 @@ class ServerProcess:
                 self.proc.kill()
         self.proc.wait(10)
         self._out.close()
+
+
+def namesrv_of(server: ServerProcess) -> str:
+    """The address of the name server ``server`` runs."""
+    assert server.namesrv is not None
+    return server.namesrv
+
+
+def rmq4_client(home: Path) -> Rmq4Client:
+    """The official 4.x client with its C++ library's files under ``home``; the test skips
+    when the client cannot be installed."""
+    import pytest
+
+    try:
+        python = rmq4_python()
+    except InteropUnavailable as exc:
+        pytest.skip(str(exc))
+    return Rmq4Client(python, home)
 
 
 @contextlib.contextmanager

@@ -20,14 +20,11 @@ user's name and password from ``$ROCKETMQ_HOME/conf/tools.yml`` as RocketMQ's to
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
+from .java import JAVA, JavaProcess, command, small_options
 from .ports import free_broker_port, free_port
 from .rocketmq_java import AdminRunner
 
@@ -35,25 +32,7 @@ CLASSPATH = os.environ.get("ROCKETMQ5_CLASSPATH", "")
 CLASSPATH53 = os.environ.get("ROCKETMQ53_CLASSPATH", "")
 BROKER_CONF53 = os.environ.get("ROCKETMQ53_BROKER_CONF", "")
 HOME = os.environ.get("ROCKETMQ5_HOME", "")
-JAVA = shutil.which("java")
-OPENS = [
-    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens=java.base/java.nio=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
-    "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang=ALL-UNNAMED",
-    "--add-opens=java.base/java.util=ALL-UNNAMED",
-]
-JAVA_OPTS = [
-    "-Xms64m",
-    "-Xmx512m",
-    "-XX:MaxDirectMemorySize=512m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    *OPENS,
-]
+JAVA_OPTS = small_options(heap="512m", direct="512m")
 NAMESRV = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER = "org.apache.rocketmq.broker.BrokerStartup"
 ADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
@@ -94,57 +73,38 @@ def logback_file(root: Path, name: str) -> Path:
     return path
 
 
-class JavaProcess:
-    def __init__(
-        self,
-        root: Path,
-        name: str,
-        role: str,
-        main: str,
-        *args: str,
-        classpath: str = "",
-        logback: Path | None = None,
-    ) -> None:
-        """``classpath``: default ``ROCKETMQ5_CLASSPATH``; ``logback``: the logging
-        configuration (default ``ROCKETMQ5_HOME``'s for ``role``, if given)."""
-        home = root / f"home-{name}"
-        home.mkdir(parents=True, exist_ok=True)
-        opts = [*JAVA_OPTS, f"-Duser.home={home}"]
-        if logback is not None:
-            opts.append(f"-Dlogback.configurationFile={logback}")
-        elif HOME:
-            opts.append(f"-Dlogback.configurationFile={HOME}/conf/rmq.{role}.logback.xml")
-        env = dict(os.environ)
-        # the name server refuses to start without a ROCKETMQ_HOME: the process's own directory
-        # when no ROCKETMQ5_HOME is given
-        env["ROCKETMQ_HOME"] = HOME or str(home)
-        self.log = root / f"{name}.out"
-        assert JAVA is not None
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [JAVA, *opts, "-cp", classpath or CLASSPATH, main, *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
+def _command(
+    root: Path, name: str, role: str, main: str, *args: str, classpath: str, logback: Path | None
+) -> list[str]:
+    """``main`` with a user.home of its own (``home-NAME``) and its logging configuration:
+    ``logback``, else ROCKETMQ5_HOME's for ``role`` when given."""
+    home = root / f"home-{name}"
+    home.mkdir(parents=True, exist_ok=True)
+    opts = list(JAVA_OPTS)
+    if logback is not None:
+        opts.append(f"-Dlogback.configurationFile={logback}")
+    elif HOME:
+        opts.append(f"-Dlogback.configurationFile={HOME}/conf/rmq.{role}.logback.xml")
+    return command(classpath or CLASSPATH, main, *args, opts=opts, user_home=home)
 
-    def output(self) -> str:
-        return self.log.read_text("utf-8", "replace") if self.log.exists() else ""
 
-    def wait_for(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"no {text!r} in {self.log}:\n{self.output()[-3000:]}")
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(20)
+def launch(
+    root: Path,
+    name: str,
+    role: str,
+    main: str,
+    *args: str,
+    classpath: str = "",
+    logback: Path | None = None,
+) -> JavaProcess:
+    """``main`` started, its output in ``root/NAME.out``. ``classpath``: default
+    ``ROCKETMQ5_CLASSPATH``; ``logback``: the logging configuration (default
+    ``ROCKETMQ5_HOME``'s for ``role``, if given)."""
+    # the name server refuses to start without a ROCKETMQ_HOME: the process's own directory
+    # when no ROCKETMQ5_HOME is given
+    env = {**os.environ, "ROCKETMQ_HOME": HOME or str(root / f"home-{name}")}
+    argv = _command(root, name, role, main, *args, classpath=classpath, logback=logback)
+    return JavaProcess(argv, root / f"{name}.out", env)
 
 
 def start_namesrv(root: Path) -> tuple[JavaProcess, str, str]:
@@ -162,7 +122,7 @@ def start_namesrv(root: Path) -> tuple[JavaProcess, str, str]:
         f"configStorePath={root / 'controller.properties'}\n"
         f"kvConfigPath={root / 'namesrv' / 'kvConfig.json'}\n"
     )
-    proc = JavaProcess(root, "namesrv", "namesrv", NAMESRV, "-c", str(conf))
+    proc = launch(root, "namesrv", "namesrv", NAMESRV, "-c", str(conf))
     try:
         proc.wait_for("The ControllerManager boot success", 120)
     except BaseException:
@@ -195,7 +155,7 @@ def start_broker(
         f"mappedFileSizeCommitLog={file_size}\n"
         "flushDiskType=ASYNC_FLUSH\n"
     )
-    proc = JavaProcess(root, name, "broker", BROKER, "-c", str(conf))
+    proc = launch(root, name, "broker", BROKER, "-c", str(conf))
     try:
         proc.wait_for("boot success", 120)
     except BaseException:
@@ -205,14 +165,8 @@ def start_broker(
 
 
 def admin(root: Path, *args: str, timeout: float = 120.0) -> str:
-    home = root / "home-admin"
-    home.mkdir(parents=True, exist_ok=True)
-    opts = [*JAVA_OPTS, f"-Duser.home={home}"]
-    if HOME:
-        opts.append(f"-Dlogback.configurationFile={HOME}/conf/rmq.tools.logback.xml")
-    assert JAVA is not None
     done = subprocess.run(
-        [JAVA, *opts, "-cp", CLASSPATH, ADMIN, *args],
+        _command(root, "admin", "tools", ADMIN, *args, classpath="", logback=None),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -232,7 +186,7 @@ def start_namesrv53(root: Path) -> tuple[JavaProcess, str]:
         f"configStorePath={root / 'namesrv53' / 'namesrv.properties'}\n"
     )
     log = logback_file(root, "namesrv53")
-    proc = JavaProcess(
+    proc = launch(
         root, "namesrv53", "namesrv", NAMESRV, "-c", str(conf), classpath=CLASSPATH53, logback=log
     )
     try:
@@ -267,9 +221,7 @@ def start_broker53(root: Path, name: str, namesrv: str, **conf: str) -> tuple[Ja
     path = root / f"{name}.conf"
     path.write_text(text)
     log = logback_file(root, name)
-    proc = JavaProcess(
-        root, name, "broker", BROKER, "-c", str(path), classpath=CLASSPATH53, logback=log
-    )
+    proc = launch(root, name, "broker", BROKER, "-c", str(path), classpath=CLASSPATH53, logback=log)
     try:
         proc.wait_for("boot success", 120)
     except BaseException:

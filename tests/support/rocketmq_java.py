@@ -23,39 +23,20 @@ import contextlib
 import os
 import queue
 import re
-import shutil
-import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .java import JAVA as JAVA  # the callers' names for the launch helpers of support.java
+from .java import OPENS as OPENS
+from .java import JavaProcess, command, small_options
 from .ports import free_broker_port, free_port
+from .processes import stop_process as kill_process
 
 CLASSPATH = os.environ.get("ROCKETMQ_CLASSPATH", "")
-JAVA = shutil.which("java")
-
-# RocketMQ 4.9.8 reaches into the JDK's buffers (unmapping, the direct buffer cleaner)
-OPENS = [
-    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens=java.base/java.nio=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
-    "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens=java.base/java.lang=ALL-UNNAMED",
-    "--add-opens=java.base/java.util=ALL-UNNAMED",
-]
-# for tests: small heaps, quick to start
-JAVA_OPTS = [
-    "-Xms64m",
-    "-Xmx384m",
-    "-XX:MaxDirectMemorySize=256m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    *OPENS,
-]
+JAVA_OPTS = small_options()  # for tests: small heaps, quick to start
 
 # Each program reads $ROCKETMQ_HOME/conf/logback_<name>.xml; these send its log to a file.
 _LOGBACK = """<configuration>
@@ -102,28 +83,8 @@ def java_command(
     root: Path, main: str, *args: str, opts: list[str] | None = None, classpath: str = ""
 ) -> list[str]:
     """``classpath``: RocketMQ's classes (default ``ROCKETMQ_CLASSPATH``, 4.9.8's)."""
-    assert JAVA is not None
-    return [
-        JAVA,
-        *(JAVA_OPTS if opts is None else opts),
-        f"-Duser.home={root / 'user-home'}",
-        "-cp",
-        classpath or CLASSPATH,
-        main,
-        *args,
-    ]
-
-
-def kill_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], grace: float = 5.0) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10)
+    opts = JAVA_OPTS if opts is None else opts
+    return command(classpath or CLASSPATH, main, *args, opts=opts, user_home=root / "user-home")
 
 
 @dataclass
@@ -134,8 +95,7 @@ class RocketMQServers:
     namesrv: str
     broker: str
     opts: list[str] | None = None
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    logs: list[Path] = field(default_factory=list)
+    procs: list[JavaProcess] = field(default_factory=list)
 
     @classmethod
     def start(
@@ -186,26 +146,13 @@ class RocketMQServers:
 
     def _launch(self, main: str, conf: Path, timeout: float) -> None:
         log = self.root / f"{main.rsplit('.', 1)[1]}.out"
-        self.logs.append(log)
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                java_command(self.root, main, "-c", str(conf), opts=self.opts),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=java_env(self.root),
-            )
-        self.procs.append(proc)
-        deadline = time.monotonic() + timeout
-        while b"boot success" not in log.read_bytes():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                text = log.read_text("utf-8", "replace")[-3000:]
-                raise RuntimeError(f"{main} did not start within {timeout} s:\n{text}")
-            time.sleep(0.1)
+        argv = java_command(self.root, main, "-c", str(conf), opts=self.opts)
+        self.procs.append(JavaProcess(argv, log, java_env(self.root)))
+        self.procs[-1].wait_for("boot success", timeout)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            kill_process(proc)
+            proc.stop()
         self.procs.clear()
 
 

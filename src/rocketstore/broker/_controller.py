@@ -50,7 +50,6 @@ from .messaging._query import QueryProcessor
 from .messaging._send import SendProcessor
 from .messaging._send_back import SendBackProcessor
 from .messaging._send_frame import SendFramePath
-from .messaging._send_scan import scan_send
 from .messaging._transaction import TransactionService
 from .replication._replicas_processor import ReplicasProcessor
 from .replication._slave_sync import SlaveSynchronizer, SlaveSyncProcessor
@@ -246,8 +245,7 @@ class BrokerController:
         is on. The composition root serves them; called once."""
         handlers: dict[int, Any] = {}
         sender = SendProcessor(self)
-        if scan_send is not None:
-            self.send_frame_path = SendFramePath(sender, self, self.stats)
+        self.send_frame_path = SendFramePath(sender, self, self.stats)
         for processor in (
             sender,
             PullProcessor(self),

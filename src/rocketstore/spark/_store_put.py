@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import Message, MessageStore
-from ..store.log._batch_encode import EncodedBatch, encode_plain_batch, put_encoded
+from ..store.log._batch_encode import EncodedBatch, encode_plain_batch
 from ..store.log._message import PutMessageResult
 from ..store.log._record import (
     KEY_SEPARATOR,
@@ -189,11 +189,8 @@ def _tag_codes(tags: pa.Array | None, n: int) -> np.ndarray:
 
 
 def _append(store: MessageStore, batch: EncodedBatch) -> PutMessageResult:
-    """Store an encoded batch (the store's own entry point once it has one)."""
-    put = getattr(store, "put_encoded_batch", None)
-    if put is not None:
-        return put(batch)  # type: ignore[no-any-return]
-    return put_encoded(store.commit_log, batch)
+    """Store an encoded batch."""
+    return store.put_encoded_batch(batch)
 
 
 def put_batch(

@@ -44,7 +44,7 @@ from .ha._auth import OPEN, HAGuard
 from .ha._auto_service import AutoSwitchHAService
 from .ha._truncate import LogCutter
 from .log._allocate import AllocateMappedFileService
-from .log._commit_log import CommitLog
+from .log._commit_log import CommitLog, InvalidTopicError, deferred_put, validate_topic
 from .log._mapped_file import mapped_counters
 from .log._mapped_file_queue import MappedFileQueue
 from .log._mapping import descriptors_kept
@@ -64,7 +64,7 @@ from .log._message import (
     PutMessageStatus,
     QueryMessageResult,
 )
-from .log._record import MessageExt
+from .log._record import MessageExt, string_to_properties
 from .log._transient_pool import TransientStorePool
 from .queue._consume_queue import ConsumeQueueTable, FlushConsumeQueueService
 from .queue._filter import MessageFilter
@@ -713,6 +713,38 @@ class MessageStore:
             self.stats.put_failed += 1
         return r
 
+    def put_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: bytes,
+        tags_code: int,
+        keys: str | None,
+        uniq: str | None,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str | None,
+        reconsume_times: int,
+        wait: bool,
+        deferred: list[Future[PutMessageResult]] | None = None,
+    ) -> PutMessageResult:
+        """Store one message given as its record's fields (``CommitLog.put_fields`` says what
+        the caller guarantees): a broker's plain send, without a ``Message``. Without
+        ``deferred`` as ``put_message``; with it as ``put_message_async``, the future of the
+        put's waits put into ``deferred`` (nothing when the put is complete) and the append's
+        result returned. Any thread."""
+        begin = self._monotonic()
+        r = self.commit_log.put_fields(
+            topic, queue_id, body, properties, tags_code, keys, uniq, flag, sys_flag,
+            born_timestamp, born_host, reconsume_times, wait, deferred,
+        )  # fmt: skip
+        if deferred:
+            self._noted_async(deferred[0], begin)
+            return r
+        return self._noted_batch(r, begin)
+
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
         """Store a batch (one topic and queue) in one append."""
         begin = self._monotonic()
@@ -735,13 +767,13 @@ class MessageStore:
         often); they must not block.
         """
         begin = self._monotonic()
-        return self._noted_async(self.commit_log.put_message_async(msg), begin)
+        return self._noted_async(deferred_put(self.commit_log.put_message, msg), begin)
 
     def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
         """``put_messages`` as ``put_message_async``: the batch is appended at once (one
         append), the future completes when the batch is durable (SYNC_FLUSH)."""
         begin = self._monotonic()
-        return self._noted_async(self.commit_log.put_messages_async(msgs), begin, len(msgs))
+        return self._noted_async(deferred_put(self.commit_log.put_messages, msgs), begin, len(msgs))
 
     def _noted_async(
         self, fut: Future[PutMessageResult], begin: float, count: int = 1
@@ -775,11 +807,54 @@ class MessageStore:
         tags: Sequence[str | None],
         keys: Sequence[str | None],
     ) -> PutMessageResult:
-        """Store plain messages of one topic and queue given column-wise (the Spark writer's
-        path; see ``CommitLog.put_plain_batch`` for what the caller guarantees). Needs numpy."""
+        """Store plain messages of one topic and queue given column-wise, in one append.
+
+        Row ``i`` is ``bodies[i]`` with the encoded PROPERTIES field ``properties[i]``
+        (``name\x01value`` pairs joined by ``\x02``, UTF-8, may be empty) whose TAGS and KEYS
+        values are ``tags[i]`` / ``keys[i]`` (None when absent). The caller guarantees that
+        they hold no DELAY, UNIQ_KEY or WAIT and that no name or value contains a separator;
+        everything else is checked as ``put_messages`` checks it, and the rows are stored as
+        ``put_messages`` stores them as Messages (flag, sys flag, reconsume times 0, the
+        default born host, born when stored). Encoded column-wise, then appended by
+        ``CommitLog.put_encoded_batch``; an IPv6 store host takes ``put_messages``. Needs
+        numpy and pyarrow (the spark extra)."""
         begin = self._monotonic()
-        r = self.commit_log.put_plain_batch(topic, queue_id, bodies, properties, tags, keys)
-        return self._noted_batch(r, begin)
+        return self._noted_batch(
+            self._put_plain_batch(topic, queue_id, bodies, properties, tags, keys), begin
+        )
+
+    def _put_plain_batch(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        tags: Sequence[str | None],
+        keys: Sequence[str | None],
+    ) -> PutMessageResult:
+        log = self.commit_log
+        n = len(bodies)
+        if not n or len(properties) != n or len(tags) != n or len(keys) != n:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                error="empty batch or columns of different lengths",
+            )
+        if len(log.store_host) != 8 or any(b.__class__ is not bytes for b in bodies):
+            # an IPv6 store host, or bodies of other types: the Message batch
+            return log.put_messages(
+                [
+                    Message(topic, bytes(b), queue_id, properties=string_to_properties(p.decode()))
+                    for b, p in zip(bodies, properties, strict=True)
+                ]
+            )
+        try:
+            validate_topic(topic)
+        except InvalidTopicError as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(exc))
+        from .log._batch_encode import encode_plain_rows
+
+        batch = encode_plain_rows(topic, queue_id, bodies, properties, tags, keys, log.store_host)
+        return log.put_encoded_batch(batch)
 
     def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
         """Store records encoded ahead of the put lock (``_batch_encode.encode_plain_batch``,

@@ -6,12 +6,18 @@ replication waits are over; the event loop never blocks on them. Put statuses ma
 response codes; a stored message's response carries its offset message id, queue id and queue
 offset.
 
-A put that must wait (SYNC_FLUSH, SYNC_MASTER) is answered through an asyncio future: the
-store thread that completes the put queues it, and the first of a burst schedules one call on
-the loop that answers every queued put (one wake-up of the loop per group commit, not one per
-message).
+A plain send (no rule applies: see ``plain_properties`` and ``_send_frame``) is served from its
+frame by the send frame path, which stores it through ``put_plain``: its properties cut and
+reordered as text, the put given the record's fields. Everything else (the ACL on, a delay, a
+transaction, a timer, a retry topic, a batch, an unknown topic, an unusual header) takes the
+handler and the general path (``_send``), which decides and refuses as RocketMQ does.
 
-Loop thread only, but for ``_PutWaits._arrived``.
+A put that must wait (SYNC_FLUSH, SYNC_MASTER) is answered when its waits end (``PutWaits``):
+the store thread that completes the put queues it, and the first of a burst schedules one
+call on the loop that answers every queued put (one wake-up of the loop per group commit, not
+one per message).
+
+Loop thread only, but for ``PutWaits._arrived``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any, Protocol
 
 from ...protocol._java_order import java_order
 from ...remoting import Connection, RemotingCommand, ResponseCode
-from ...remoting._command import RESPONSE_FLAG, int32_value, int_value, str_value
+from ...remoting._command import int32_value, int_value, str_value
 from ...remoting._send_header import SendHeader, send_header
 from ...store._config import StoreConfig
 from ...store._disk import WRITE_FAILED_PREFIX, disk_used_ratio
@@ -36,12 +42,16 @@ from ...store.ha._transfer import GroupTransferService
 from ...store.log._message import BatchedMessage, Message, PutMessageResult, PutMessageStatus
 from ...store.log._record import (
     PROPERTY_DELAY,
+    PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     SYSFLAG_TRANSACTION_MASK,
     properties_to_string,
     string_to_properties,
+    tags_code,
 )
 from ...store.services._schedule import (
     PROPERTY_TIMER_DELAY_MS,
@@ -81,8 +91,6 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 
 _PUT_OK = PutMessageStatus.PUT_OK
 _SUCCESS = int(RC.SUCCESS)
-_INT32_LIMIT = 1 << 31
-_SMALL_TEXT = {str(i): i for i in range(1024)}  # the usual queue ids, flags and counts
 _PLAN_LIMIT = 1024  # property key sets whose stored order is kept
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
@@ -173,21 +181,79 @@ _TIMER_KEYS = frozenset(
 )
 
 
-_new_message: Callable[[type[Message]], Message] = object.__new__  # type: ignore[assignment]
+# What a send's property names ask of its stored properties: the positions of its pairs in the
+# order they are stored (-1: the broker's CLUSTER pair, added or put in place of the sent one),
+# and where its TAGS, KEYS, UNIQ_KEY and WAIT pairs are (-1: absent). None: a name asks for the
+# general path (a delay, a transaction, a timer, a name given twice).
+PropertiesPlan = tuple[tuple[int, ...], int, int, int, int]
+PlainProperties = tuple[bytes, int, str | None, str | None, bool]
+_TAGS_AT = len(PROPERTY_TAGS) + 1  # a value's start in its "name\x01value" pair
+_KEYS_AT = len(PROPERTY_KEYS) + 1
+_UNIQ_AT = len(PROPERTY_UNIQ_KEY) + 1
+_WAIT_AT = len(PROPERTY_WAIT) + 1
 
 
-def split_properties(text: str) -> dict[str, str]:
-    """``string_to_properties`` (the reference) written out here, so that it is compiled with
-    the send path: ``name\x01value\x02...`` into a dict, a pair without a name or without
-    its separator left out."""
-    props: dict[str, str] = {}
-    if not text:
-        return props
-    for item in text.split(PROPERTY_SEPARATOR):
-        at = item.find("\x01")
-        if at > 0:
-            props[item[:at]] = item[at + 1 :]
-    return props
+def properties_plan(names: tuple[str, ...]) -> PropertiesPlan | None:
+    """The plan of a send whose property names are ``names``, in the order sent (see
+    ``PropertiesPlan``): the order is ``stored_properties``' with CLUSTER added."""
+    if (
+        PROPERTY_DELAY in names
+        or PROPERTY_TRANSACTION_PREPARED in names
+        or not _TIMER_KEYS.isdisjoint(names)
+        or len(set(names)) != len(names)
+    ):
+        return None
+    at = {name: i for i, name in enumerate(names)}
+    order = _stored_order(names if PROPERTY_CLUSTER in names else (*names, PROPERTY_CLUSTER))
+    return (
+        tuple(-1 if name == PROPERTY_CLUSTER else at[name] for name in order),
+        at.get(PROPERTY_TAGS, -1),
+        at.get(PROPERTY_KEYS, -1),
+        at.get(PROPERTY_UNIQ_KEY, -1),
+        at.get(PROPERTY_WAIT, -1),
+    )
+
+
+def plain_properties(
+    text: str, cluster_pair: str, plans: dict[tuple[str, ...], PropertiesPlan | None]
+) -> PlainProperties | None:
+    """A plain send's properties as sent (``name\\x01value`` pairs joined by ``\\x02``) →
+    (the stored properties, UTF-8, with ``cluster_pair`` (``CLUSTER\\x01<name>``) in the
+    order ``stored_properties`` gives and without WAIT; the TAGS code; the KEYS and
+    UNIQ_KEY values or None; whether the sender waits for the store), what the general path
+    stores for the same text. The pairs are cut, reordered and joined as text: no dict.
+
+    None when the general path must decide: a name that asks for it (``properties_plan``), a
+    pair without a name or separator but for one empty pair at the end (the general path
+    drops them all), a value holding
+    ``\\x01`` (which the store refuses). ``plans`` keeps the plan of each set of names
+    (bounded)."""
+    if text.endswith(PROPERTY_SEPARATOR):  # as the C++ client ends them
+        text = text[:-1]
+    pairs = text.split(PROPERTY_SEPARATOR) if text else []
+    names: list[str] = []
+    for pair in pairs:
+        at = pair.find("\x01")
+        if at <= 0 or pair.find("\x01", at + 1) >= 0:
+            return None
+        names.append(pair[:at])
+    key = tuple(names)
+    try:
+        plan = plans[key]
+    except KeyError:
+        plan = properties_plan(key)
+        if len(plans) >= _PLAN_LIMIT:
+            plans.clear()
+        plans[key] = plan
+    if plan is None:
+        return None
+    order, tags_at, keys_at, uniq_at, wait_at = plan
+    stored = PROPERTY_SEPARATOR.join([pairs[i] if i >= 0 else cluster_pair for i in order])
+    code = tags_code(pairs[tags_at][_TAGS_AT:]) if tags_at >= 0 else 0
+    keys = pairs[keys_at][_KEYS_AT:] if keys_at >= 0 else None
+    uniq = pairs[uniq_at][_UNIQ_AT:] if uniq_at >= 0 else None
+    wait = wait_at < 0 or pairs[wait_at][_WAIT_AT:].lower() == "true"
+    return stored.encode(), code, keys, uniq, wait
 
 
 def str_value_or_empty(value: Any) -> str:
@@ -195,21 +261,10 @@ def str_value_or_empty(value: Any) -> str:
     return str_value(value) or ""
 
 
-def _plain_int(value: Any, digits: int) -> int | None:
-    """A non-negative integer ext field of at most ``digits`` decimal digits, sent as a JSON
-    number or as ASCII digits; None for anything else (absent, empty, signed, spaced, out of
-    range): the general path reads those, and refuses what it must."""
-    if type(value) is int:
-        return value if 0 <= value < 10**digits else None
-    if type(value) is str and 0 < len(value) <= digits and value.isdigit() and value.isascii():
-        return int(value)
-    return None
-
-
 class SendProcessor:
     fast_path = True
-    """Plain sends (see ``_send_fast``) skip the general path; False sends every request
-    through it (the differential tests compare the two)."""
+    """Plain sends take the send frame path (``_send_frame``, through ``put_plain``); False
+    sends every request through the general path (the differential tests compare the two)."""
 
     def __init__(self, broker: SendContext) -> None:
         self.broker = broker
@@ -217,13 +272,13 @@ class SendProcessor:
         self.topics = broker.topics
         self.cluster = broker.config.cluster_name
         self.broker_name = broker.config.broker_name
-        self._waits: _PutWaits | None = None
+        self._waits: PutWaits | None = None
         self._levels_ms = broker.store_config.delay_levels_ms()
-        # a send's property names (as sent) -> the stored order with CLUSTER, or None when a
-        # name asks for the general path (a delay, a transaction, a timer)
-        self._plans: dict[tuple[str, ...], tuple[str, ...] | None] = {}
-        # ASYNC_FLUSH without replication waits: a put is complete once appended, so the fast
-        # path puts without a future (unless a put stage has been added since)
+        # a send's property names (as sent) -> its PropertiesPlan (see plain_properties)
+        self._plans: dict[tuple[str, ...], PropertiesPlan | None] = {}
+        self._cluster_item = f"{PROPERTY_CLUSTER}\x01{self.cluster}"
+        # ASYNC_FLUSH without replication waits: a put is complete once appended, so a plain
+        # send puts without a future (unless a put stage has been added since)
         self._commit_log = self.store.commit_log
         self._puts_never_wait = (
             broker.store_config.flush_disk_type == "ASYNC_FLUSH"
@@ -238,90 +293,9 @@ class SendProcessor:
     # ---- requests ---------------------------------------------------------------------------
 
     def send(self, cmd: RemotingCommand, conn: Connection) -> Any:
-        """SEND_MESSAGE and SEND_MESSAGE_V2: the header decoded once (``send_header``: the
-        object the ACL checked, when it is on), then the fast path or the general one."""
-        if self.fast_path:
-            answer = self._send_fast(cmd, conn, send_header(cmd))
-            if answer is not None:
-                return answer
+        """SEND_MESSAGE and SEND_MESSAGE_V2 that the send frame path left to the handler (a
+        rule applies, the ACL is on, the header is unusual): the general path."""
         return self._send(cmd, conn)
-
-    def _send_fast(
-        self, cmd: RemotingCommand, conn: Connection, header: SendHeader
-    ) -> RemotingCommand | asyncio.Future[RemotingCommand] | None:
-        """A plain send (no batch, a known topic that is neither a retry topic nor refused, a
-        queue id in range, no delay, transaction or timer property, every number plain) from
-        the header to the store's put, storing and answering exactly as ``_send`` does; None
-        for anything else, which ``_send`` serves."""
-        batch = header.batch
-        if not (batch is None or batch is False or batch == "false" or batch == "0"):
-            return None
-        topic = header.topic
-        if topic is None:
-            return None
-        small = _SMALL_TEXT.get
-        value = header.queue_id
-        queue_id = small(value) if type(value) is str else value if type(value) is int else None
-        if queue_id is None or queue_id < 0:
-            queue_id = _plain_int(value, 10)
-        if queue_id is None or not self.plain_queue(topic, queue_id):
-            return None
-        text = header.properties
-        value = header.sys_flag
-        sys_flag = small(value) if type(value) is str else value if type(value) is int else None
-        if sys_flag is None or sys_flag < 0:
-            sys_flag = _plain_int(value, 10)
-        value = header.flag
-        flag = small(value) if type(value) is str else value if type(value) is int else None
-        if flag is None or flag < 0:
-            flag = _plain_int(value, 10)
-        value = header.reconsume_times
-        reconsume = small(value) if type(value) is str else value if type(value) is int else None
-        if reconsume is None or reconsume < 0:
-            reconsume = _plain_int(value, 10)
-        born = _plain_int(header.born_timestamp, 18)
-        if (
-            type(text) is not str
-            or sys_flag is None
-            or sys_flag >= _INT32_LIMIT
-            or flag is None
-            or flag >= _INT32_LIMIT
-            or born is None
-            or reconsume is None
-            or reconsume >= _INT32_LIMIT
-        ):
-            return None
-        r = self.put_plain(
-            topic,
-            queue_id,
-            text,
-            sys_flag,
-            flag,
-            born,
-            reconsume,
-            cmd.body if type(cmd.body) is bytes else bytes(cmd.body),
-            conn.peer,
-        )
-        if r is None:
-            return None
-        if r.__class__ is not PutMessageResult:
-            return self._finish(r, queue_id, batch=False)  # type: ignore[arg-type]
-        result: PutMessageResult = r  # type: ignore[assignment]
-        if result.status is _PUT_OK:
-            return RemotingCommand(
-                _SUCCESS,
-                0,
-                RESPONSE_FLAG,
-                None,
-                {
-                    "msgId": result.msg_id,
-                    "queueId": str(queue_id),
-                    "queueOffset": str(result.queue_offset),
-                    "MSG_REGION": "DefaultRegion",
-                    "TRACE_ON": "true",
-                },
-            )
-        return self._answer(result, queue_id, False)
 
     def puts_never_wait(self) -> bool:
         """A put is complete once appended: ASYNC_FLUSH, no synchronous replication, no put
@@ -369,71 +343,41 @@ class SendProcessor:
         waits: SlaveWaits | None = None,
     ) -> PutMessageResult | Future[PutMessageResult] | SlaveWait | None:
         """Store a plain send whose header fields are read and checked (topic known, queue id
-        in range, numbers plain): its properties ``text`` stored as ``_send`` stores them. The
-        put's result, or its future when the put waits (SYNC_FLUSH, SYNC_MASTER), or None
-        (nothing stored) when a property asks for the general path.
+        in range, numbers plain), its properties ``text`` stored as ``_send`` stores them
+        (``plain_properties``), through the store's put of a record's fields. The put's
+        result, or its future when the put waits (SYNC_FLUSH, SYNC_MASTER), or None (nothing
+        stored) when a property asks for the general path.
 
         With ``waits`` (given only while ``slave_stage`` names its service), a send that
         waits for the slave is put without the store's wait and its wait joins ``waits``: the
         result is its ``SlaveWait``, answered on the loop (or the answer, when there is
         nothing to wait for)."""
-        props = split_properties(text)
-        keys = tuple(props)
-        plans = self._plans
-        try:
-            order = plans[keys]
-        except KeyError:
-            order = self._plan(keys)
-        if order is None:
+        props = plain_properties(text, self._cluster_item, self._plans)
+        if props is None:
             return None
-        props[PROPERTY_CLUSTER] = self.cluster
-        wait = props.get(PROPERTY_WAIT)
-        # Message(topic, body, queue_id, properties=..., flag=..., ...) without its __init__'s
-        # keyword arguments and its copy of the properties (a new dict here): 0.2 µs instead of
-        # 0.7; tests/test_send_frame.py checks that every slot of Message is set here
-        msg = _new_message(Message)
-        msg.topic = topic
-        msg.body = body
-        msg.queue_id = queue_id
-        msg.properties = {k: props[k] for k in order}
-        msg.flag = flag
-        msg.sys_flag = sys_flag
-        msg.born_timestamp = born
-        msg.born_host = peer or None
-        msg.reconsume_times = reconsume
-        msg.prepared_transaction_offset = 0
-        msg.wait_store_msg_ok = wait is None or wait.lower() == "true"
-        if self.puts_never_wait():
-            return self.store.put_message(msg)  # returns once appended: nothing to wait for
-        if waits is not None and msg.wait_store_msg_ok:
+        stored, code, keys, uniq, wait = props
+        store = self.store
+        host = peer or None
+        if self.puts_never_wait():  # returns once appended: nothing to wait for
+            return store.put_fields(
+                topic, queue_id, body, stored, code, keys, uniq, flag, sys_flag, born, host,
+                reconsume, wait,
+            )  # fmt: skip
+        if waits is not None and wait:
             # the slave's acknowledgement is the put's only wait: ``waits`` carries it
-            msg.wait_store_msg_ok = False
-            stored = self.store.put_message(msg)  # returns once appended
-            if stored.status is not _PUT_OK:
-                return stored
-            return waits.wait(stored, queue_id)
-        fut = self.store.put_message_async(msg)
-        if not fut.done():
-            return fut
-        return fut.result()
-
-    def _plan(self, keys: tuple[str, ...]) -> tuple[str, ...] | None:
-        """The stored order of a send's properties once CLUSTER is added (``stored_properties``),
-        or None when one of them asks for the general path; kept for the next send with the
-        same names."""
-        if (
-            PROPERTY_DELAY in keys
-            or PROPERTY_TRANSACTION_PREPARED in keys
-            or not _TIMER_KEYS.isdisjoint(keys)
-        ):
-            order = None
-        else:
-            order = _stored_order(keys if PROPERTY_CLUSTER in keys else (*keys, PROPERTY_CLUSTER))
-        plans = self._plans
-        if len(plans) >= _PLAN_LIMIT:
-            plans.clear()
-        plans[keys] = order
-        return order
+            r = store.put_fields(
+                topic, queue_id, body, stored, code, keys, uniq, flag, sys_flag, born, host,
+                reconsume, False,
+            )  # fmt: skip
+            if r.status is not _PUT_OK:
+                return r
+            return waits.wait(r, queue_id)
+        pending: list[Future[PutMessageResult]] = []
+        r = store.put_fields(
+            topic, queue_id, body, stored, code, keys, uniq, flag, sys_flag, born, host,
+            reconsume, wait, pending,
+        )  # fmt: skip
+        return pending[0] if pending else r
 
     def _send(self, cmd: RemotingCommand, conn: Connection) -> Any:
         """The general path of a single send."""
@@ -597,8 +541,21 @@ class SendProcessor:
             return self._answer(fut.result(), queue_id, batch)
         waits = self._waits
         if waits is None:
-            waits = self._waits = _PutWaits(asyncio.get_running_loop(), self._answer)
-        return waits.watch(fut, queue_id, batch)
+            waits = self._waits = PutWaits(asyncio.get_running_loop(), self._deliver)
+        response: asyncio.Future[RemotingCommand] = waits.loop.create_future()
+        waits.watch(fut, (response, queue_id, batch))
+        return response
+
+    def _deliver(self, ready: list[tuple[Any, Future[PutMessageResult]]]) -> None:
+        """Answer the general path's puts whose waits ended (``PutWaits``). Loop thread."""
+        answer = self._answer
+        for (response, queue_id, batch), fut in ready:
+            if response.done():  # cancelled: its connection went away
+                continue
+            try:
+                response.set_result(answer(fut.result(), queue_id, batch))
+            except Exception as exc:  # answered with SYSTEM_ERROR by the connection
+                response.set_exception(exc)
 
     def _answer(self, r: PutMessageResult, queue_id: int, batch: bool) -> RemotingCommand:
         code, remark = _STATUS_CODES.get(r.status, (RC.SYSTEM_ERROR, r.status.name))
@@ -630,12 +587,14 @@ class SendProcessor:
         )
 
 
-class _PutWaits:
-    """Puts that wait for their flush or replication, answered on the loop in bursts.
+class PutWaits:
+    """Puts that wait for their flush or replication, delivered on the loop in bursts.
 
-    ``watch`` (loop thread) returns the future of a put's response. The store thread that
-    completes the put (``_arrived``) queues it; the first put queued since the last drain
-    schedules ``_drain`` with ``call_soon_threadsafe``, which answers everything queued by then.
+    ``watch`` (loop thread) hands over a put's future with a token of the caller's (what to
+    answer, and how). The store thread that completes the put (``_arrived``) queues it; the
+    first put queued since the last drain schedules ``_drain`` with ``call_soon_threadsafe``,
+    which gives ``deliver`` every (token, future) queued by then: one wake-up of the loop per
+    group commit, not one per message.
 
     No reference cycles: a completed concurrent future keeps its done callbacks, so the
     callback must not hold the future (it gets it as its argument). A cycle a message would
@@ -645,52 +604,32 @@ class _PutWaits:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        answer: Callable[[PutMessageResult, int, bool], RemotingCommand],
+        deliver: Callable[[list[tuple[Any, Future[PutMessageResult]]]], None],
     ) -> None:
-        self._loop = loop
-        self._answer = answer
+        self.loop = loop
+        self._deliver = deliver
         self._lock = threading.Lock()
-        self._ready: list[_Waiting] = []
+        self._ready: list[tuple[Any, Future[PutMessageResult]]] = []
         self._scheduled = False
 
-    def watch(
-        self, fut: Future[PutMessageResult], queue_id: int, batch: bool
-    ) -> asyncio.Future[RemotingCommand]:
-        response: asyncio.Future[RemotingCommand] = self._loop.create_future()
-        fut.add_done_callback(functools.partial(self._arrived, response, queue_id, batch))
-        return response
+    def watch(self, fut: Future[PutMessageResult], token: Any) -> None:
+        fut.add_done_callback(functools.partial(self._arrived, token))
 
-    def _arrived(
-        self,
-        response: asyncio.Future[RemotingCommand],
-        queue_id: int,
-        batch: bool,
-        fut: Future[PutMessageResult],
-    ) -> None:
+    def _arrived(self, token: Any, fut: Future[PutMessageResult]) -> None:
         """A put completed: queue it for the loop. Any thread (a store service's)."""
         with self._lock:
-            self._ready.append((response, fut, queue_id, batch))
+            self._ready.append((token, fut))
             if self._scheduled:
                 return
             self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._drain)
+            self.loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody waits for an answer any more
             pass
 
     def _drain(self) -> None:
-        """Answer the queued puts. Loop thread."""
+        """Deliver the queued puts. Loop thread."""
         with self._lock:
             ready, self._ready = self._ready, []
             self._scheduled = False
-        answer = self._answer
-        for response, fut, queue_id, batch in ready:
-            if response.done():  # cancelled: its connection went away
-                continue
-            try:
-                response.set_result(answer(fut.result(), queue_id, batch))
-            except Exception as exc:  # answered with SYSTEM_ERROR by the connection
-                response.set_exception(exc)
-
-
-_Waiting = tuple["asyncio.Future[RemotingCommand]", "Future[PutMessageResult]", int, bool]
+        self._deliver(ready)

@@ -3,22 +3,25 @@
 The remoting connection hands every request frame to ``SendFramePath.serve`` before it decodes
 it (``Connection.frame_path``). For a plain SEND_MESSAGE / SEND_MESSAGE_V2 (what
 ``_send_scan.scan_send`` accepts: one header, JSON or binary, of the send's own fields,
-nothing unusual) to a known topic's queue, with properties that need no general-path handling, whose put does
-not wait (ASYNC_FLUSH on a master that does not replicate synchronously) and with the ACL off,
-it reads the header's fields straight from the frame (no header dictionary, no command
-object), stores the message through the send processor's ``put_plain`` (as the processor's own
-fast path stores it) and returns the answer frame's bytes, written from a template: the same
-bytes the connection would write for the processor's answer. The broker's request statistics
-are counted as the handler table's timing counts them (``BrokerStats.note_sent``).
+nothing unusual) to a known topic's queue, with properties that need no general-path handling
+(``_send.plain_properties``) and with the ACL off, it reads the header's fields straight from
+the frame (no header dictionary, no command object), stores the message through the send
+processor's ``put_plain`` (the store's put of a record's fields) and returns the answer
+frame's bytes, written from a template: the same bytes the connection would write for the
+general path's answer. A put that waits is answered when its wait ends, in one write a
+connection for the answers ready together: a slave's acknowledgement on a SYNC_MASTER with
+ASYNC_FLUSH (``SlaveWaits``), the group commit under SYNC_FLUSH (``PutWaits``). The broker's
+request statistics are counted as the handler table's timing counts them
+(``BrokerStats.note_sent``).
 
 Anything else returns None before anything is stored, and the connection decodes the frame
 and calls the handler as before: the send processor's general path decides, refuses what it
 must and answers as it always did. So this path changes no answer and no stored byte
-(tests/test_send_frame.py sends the same frames both ways and compares the stores, the answers
-and the statistics).
+(tests/test_send_frame.py and tests/test_send_fast_path.py send the same frames both ways and
+compare the stores, the answers and the statistics).
 
-It is installed only where the compiled header scanner is built: its pure-Python twin is the
-reference for the tests, and is not faster than the connection's own decode.
+It is the one plain send path of both builds: the compiled header scanner where it is built,
+its pure-Python twin (the reference) otherwise.
 
 Loop thread.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ...remoting import Connection, RemotingCommand, RequestError, ResponseCode
@@ -35,12 +39,13 @@ from ...remoting._codes import LanguageCode
 from ...remoting._command import ONEWAY_FLAG, RESPONSE_FLAG, SERIALIZE_ROCKETMQ, SERVER_VERSION
 from ...store.log._message import PutMessageResult, PutMessageStatus
 from ..state._stats import BrokerStats
-from ._send import SendProcessor
-from ._send_scan import scan_send
+from ._send import PutWaits, SendProcessor
+from ._send_scan import scan_send, scan_send_py
 from ._slave_waits import SlaveWait, SlaveWaits
 
 log = logging.getLogger(__name__)
 _PUT_OK = PutMessageStatus.PUT_OK
+_NO_RESULT = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)  # until the put's waits end
 _PREFIX = struct.Struct(">ii")
 # the answer to a stored send, as the connection encodes the processor's answer: fixed fields,
 # extFields in the processor's order, the field the Java side adds
@@ -164,6 +169,8 @@ class SendFramePath:
         self.stats = stats
         self.served = 0  # sends answered here (the tests and benchmarks read it)
         self._waits: SlaveWaits | None = None
+        self._put_waits: PutWaits | None = None
+        self._scan = scan_send if scan_send is not None else scan_send_py
 
     def serve(self, frame: memoryview, conn: Connection) -> bytes | None:
         """The answer frame to ``frame`` (without its length prefix) when this path served it
@@ -175,11 +182,11 @@ class SendFramePath:
         waits: SlaveWaits | None = None
         if not processor.puts_never_wait():
             waits = self._slave_waits()
-            if waits is None:
+            if waits is None and self._loop_waits() is None:
                 return None
         stats = self.stats
         began = stats.now() if stats.timing else 0.0
-        h = scan_send(frame)
+        h = self._scan(frame)
         if h is None:
             return None
         (
@@ -215,8 +222,15 @@ class SendFramePath:
             )
             if r is None:
                 return None
-            if r.__class__ is SlaveWait:  # answered when a slave holds it
-                w: SlaveWait = r  # type: ignore[assignment]
+            if r.__class__ is SlaveWait or r.__class__ is not PutMessageResult:
+                if r.__class__ is SlaveWait:  # answered when a slave holds it
+                    w: SlaveWait = r  # type: ignore[assignment]
+                else:  # a future: answered when the put's waits end (SYNC_FLUSH)
+                    w = SlaveWait(0, 0.0, _NO_RESULT, queue_id)
+                    w.held = True
+                    put_waits = self._loop_waits()
+                    assert put_waits is not None  # a loop runs: serve checked it
+                    put_waits.watch(r, w)  # type: ignore[arg-type]
                 w.conn = conn
                 w.opaque = opaque
                 w.serialize_type = serialize_type
@@ -263,6 +277,30 @@ class SendFramePath:
             waits = self._waits = SlaveWaits(loop, stage, self._answer_waits)
         return waits
 
+    def _loop_waits(self) -> PutWaits | None:
+        """The loop's queue of plain sends whose put waits (SYNC_FLUSH, put stages); None
+        without a running loop (frames fed by a benchmark: the general path)."""
+        waits = self._put_waits
+        if waits is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return None
+            waits = self._put_waits = PutWaits(loop, self._deliver)
+        return waits
+
+    def _deliver(self, ready: list[tuple[Any, Future[PutMessageResult]]]) -> None:
+        """Answer plain sends whose put's waits ended (``PutWaits``). Loop thread."""
+        done: list[SlaveWait] = []
+        for w, fut in ready:
+            exc = fut.exception()
+            if exc is not None:
+                w.error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+            else:
+                w.result = fut.result()
+            done.append(w)
+        self._answer_waits(done)
+
     def _answer_waits(self, waits: list[SlaveWait]) -> None:
         """Answer sends whose wait for a slave ended (each ``result`` the answer): the
         answers of one connection in one write, counted as ``serve`` counts. Loop thread."""
@@ -275,7 +313,11 @@ class SendFramePath:
             if conn is None or conn.closed:
                 continue  # nobody to answer
             r = w.result
-            if r.status is _PUT_OK:
+            if w.error is not None:
+                answer = failure_answer(w.error, w.code, conn.peer)
+                data = _encoded(answer, w.opaque, w.serialize_type)
+                response_code = answer.code
+            elif r.status is _PUT_OK:
                 msg_id = r.msg_id
                 assert msg_id is not None
                 data = answer_frame(w.opaque, msg_id, w.queue_id, r.queue_offset, w.serialize_type)
@@ -285,7 +327,9 @@ class SendFramePath:
                 data = _encoded(answer, w.opaque, w.serialize_type)
                 response_code = answer.code
             if timing:
-                stats.note_sent(w.code, response_code, w.topic, w.properties, w.size, w.began)
+                stats.note_sent(
+                    w.code, response_code, w.topic, w.properties, w.size, w.began, w.held
+                )
             parts = out.get(conn)
             if parts is None:
                 out[conn] = [data]

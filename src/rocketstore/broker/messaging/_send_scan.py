@@ -20,9 +20,10 @@ has to be right about what it accepts:
   the connection's decode reads (``_command._decode_binary_header``), every text UTF-8, no
   ext name given twice;
 - ``extFields`` holds only the send's names in the spelling of its code (SEND_MESSAGE's long
-  names, SEND_MESSAGE_V2's one-letter names), each a string, integer, boolean or null: a
-  request that mixes the two spellings, or adds a name (an ACL signature, say), goes to the
-  general path;
+  names, SEND_MESSAGE_V2's one-letter names) and a request signature's (``SIGNATURE_NAMES``,
+  which only the ACL reads: the frame path serves only while it is off), each a string,
+  integer, boolean or null: a request that mixes the two spellings, or adds another name,
+  goes to the general path;
 - ``topic`` and ``properties`` are text; ``queueId``, ``sysFlag``, ``flag`` and
   ``reconsumeTimes`` are non-negative integers of at most 10 decimal digits, the three flags
   and counts below 2^31, ``bornTimestamp`` one of at most 18 digits, each sent as a JSON
@@ -70,6 +71,12 @@ NAMES_V1 = (
 )
 # n: the broker's name, which RocketMQ 4.9.8's Java client adds to SEND_MESSAGE_V2
 NAMES_V2 = ("b", "e", "i", "f", "h", "g", "j", "m", "a", "c", "d", "k", "l", "n")
+# a request signature's names (RocketMQ's clients sign with them; the C++ client sends them
+# empty when it has no credentials): read by the ACL alone, and the frame path serves only
+# while the ACL is off
+SIGNATURE_NAMES = ("AccessKey", "Signature", "SecurityToken", "OnsChannel")
+_ACCEPTED_V1 = frozenset(NAMES_V1 + SIGNATURE_NAMES)
+_ACCEPTED_V2 = frozenset(NAMES_V2 + SIGNATURE_NAMES)
 HEADER_NAMES = frozenset(
     ("code", "opaque", "flag", "version", "language", "remark", "serializeTypeCurrentRPC")
 )
@@ -197,7 +204,8 @@ def scan_send_py(frame: bytes | bytearray | memoryview) -> SendHeader | None:
     ):
         return None
     names = NAMES_V1 if code == SEND_MESSAGE else NAMES_V2
-    if not set(names).issuperset(ext) or not all(type(v) in _SCALARS for v in ext.values()):
+    accepted = _ACCEPTED_V1 if code == SEND_MESSAGE else _ACCEPTED_V2
+    if not accepted.issuperset(ext) or not all(type(v) in _SCALARS for v in ext.values()):
         return None
     topic_name, queue_name, props_name, sys_name, flag_name, born_name, re_name, batch_name = names[
         :8

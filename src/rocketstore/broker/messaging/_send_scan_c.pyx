@@ -34,7 +34,8 @@ DEF F_FLAG = 4
 DEF F_BORN = 5
 DEF F_RECONSUME = 6
 DEF F_BATCH = 7
-DEF N_FIELDS = 14
+DEF N_SEND = 14  # the send's own names (NAMES_V1 / NAMES_V2)
+DEF N_FIELDS = 18  # and the request signature's (SIGNATURE_NAMES), in either spelling
 
 cdef int64_t INT32_LIMIT = 1 << 31
 cdef int64_t LIMIT_10 = 10000000000
@@ -46,9 +47,10 @@ _NAMES_V1[:] = [
     b"topic", b"queueId", b"properties", b"sysFlag", b"flag", b"bornTimestamp",
     b"reconsumeTimes", b"batch", b"producerGroup", b"defaultTopic", b"defaultTopicQueueNums",
     b"unitMode", b"maxReconsumeTimes", b"brokerName",
+    b"AccessKey", b"Signature", b"SecurityToken", b"OnsChannel",
 ]
 cdef Py_ssize_t _LENGTHS_V1[N_FIELDS]
-_LENGTHS_V1[:] = [5, 7, 10, 7, 4, 13, 14, 5, 13, 12, 21, 8, 17, 10]
+_LENGTHS_V1[:] = [5, 7, 10, 7, 4, 13, 14, 5, 13, 12, 21, 8, 17, 10, 9, 9, 13, 10]
 
 
 cdef struct Value:
@@ -274,19 +276,22 @@ cdef inline bint _is(Value *v, const char *name, Py_ssize_t size) noexcept:
 
 
 cdef int _field(Value *key, bint long_names) noexcept:
-    """The index of an ext field name (NAMES_V1's long names, or NAMES_V2's letters a..n);
-    -1 for another name."""
+    """The index of an ext field name (NAMES_V1's long names, or NAMES_V2's letters a..n,
+    then SIGNATURE_NAMES in either); -1 for another name."""
     cdef int i
     cdef unsigned char c
     if key.escaped:
         return -1
     if not long_names:
-        if key.length != 1:
-            return -1
-        c = key.start[0]
-        if c < 97 or c > 110:  # 'a'..'n'
-            return -1
-        return _LETTER[c - 97]
+        if key.length == 1:
+            c = key.start[0]
+            if c < 97 or c > 110:  # 'a'..'n'
+                return -1
+            return _LETTER[c - 97]
+        for i in range(N_SEND, N_FIELDS):  # a signature's names are spelled out in both
+            if _LENGTHS_V1[i] == key.length and memcmp(_NAMES_V1[i], key.start, key.length) == 0:
+                return i
+        return -1
     for i in range(N_FIELDS):
         if _LENGTHS_V1[i] == key.length and memcmp(_NAMES_V1[i], key.start, key.length) == 0:
             return i
@@ -294,7 +299,7 @@ cdef int _field(Value *key, bint long_names) noexcept:
 
 
 # NAMES_V2's letters a..n -> field index
-cdef int _LETTER[N_FIELDS]
+cdef int _LETTER[N_SEND]
 _LETTER[:] = [8, 0, 9, 10, 1, 3, 5, 4, 2, 6, 11, 12, 7, 13]
 
 

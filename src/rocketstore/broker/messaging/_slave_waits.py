@@ -56,6 +56,8 @@ class SlaveWait:
         self.deadline = deadline  # loop time
         self.result = result
         self.queue_id = queue_id
+        self.error: Exception | None = None  # the put raised (a put's future, not a slave's)
+        self.held = False  # a put's future (SYNC_FLUSH), counted as a handler's pending one
         self.conn: Any = None
         self.opaque = 0
         self.serialize_type = 0

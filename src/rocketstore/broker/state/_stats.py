@@ -187,15 +187,23 @@ class BrokerStats:
         histogram.observe(float(size))
 
     def note_sent(
-        self, code: int, response_code: int, topic: str, properties: str, size: int, began: float
+        self,
+        code: int,
+        response_code: int,
+        topic: str,
+        properties: str,
+        size: int,
+        began: float,
+        held: bool = False,
     ) -> None:
-        """What ``timed`` counts for a send answered at once (not one-way), for the send frame
-        path: its latency since ``began`` (this object's clock) and, when it was stored
-        (``response_code`` 0), its body's ``size`` under its topic and message type."""
+        """What ``timed`` counts for a send (not one-way), for the send frame path: its latency
+        since ``began`` (this object's clock) and, when it was stored (``response_code`` 0),
+        its body's ``size`` under its topic and message type; ``held``: answered when its
+        put's future completed, as ``timed`` counts a handler's pending future."""
         ms = (self._clock() - began) * 1000.0
         if response_code == 0:
             self._note_size(topic, properties, size)
-        key = (code, response_code, False, RESULT_SUCCESS)
+        key = (code, response_code, held, RESULT_SUCCESS)
         histogram = self.rpc_latency.get(key)
         if histogram is None:
             histogram = self.rpc_latency[key] = Histogram(RPC_LATENCY_BUCKETS_MS)

@@ -14,28 +14,24 @@ A batch append in two steps (the Spark writer's path):
    QUEUEOFFSET, PHYSICALOFFSET, BORNTIMESTAMP and STORETIMESTAMP.
 
 Records are V1 with IPv4 hosts, flag / sys flag / reconsume times 0, born when stored: what
-``CommitLog.put_plain_batch`` writes for the same rows, byte for byte (see the record
-layout in ``_record``).
+``CommitLog.put_messages`` writes for the same rows as Messages, byte for byte (see the record
+layout in ``_record``). ``CommitLog.put_encoded_batch`` is the append itself (the checks, the
+file position, one copy of the batch into the file or write buffer, ``stamp``, the batch
+published for dispatch); ``encode_plain_rows`` encodes rows given as Python lists.
 
-3. ``put_encoded`` is the append itself: the checks ``put_plain_batch`` makes, the file
-   position, one copy of the batch into the file (or write buffer), ``stamp``, and the batch
-   published for dispatch (consume-queue units and index keys in one entry).
-
-Threads: ``encode_plain_batch`` any thread; ``stamp`` with the put lock held;
-``put_encoded`` any thread (it takes the put lock).
+Threads: ``encode_plain_batch`` and ``encode_plain_rows`` any thread; ``stamp`` with the put
+lock held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ._message import PutMessageResult, PutMessageStatus
 from ._record import (
     DEFAULT_BORN_HOST,
     HEAD_V4_FIELDS,
@@ -46,14 +42,13 @@ from ._record import (
     OFFSET_QUEUE_OFFSET,
     OFFSET_STORE_TIMESTAMP_V4,
     crc32,
+    tags_code,
 )
 
 HEAD = np.dtype(HEAD_V4_FIELDS)
 """The fixed part of a V1 record with IPv4 hosts, up to and including BODYLENGTH."""
 assert HEAD.itemsize == HEAD_V4_SIZE
 
-if TYPE_CHECKING:
-    from ._commit_log import CommitLog
 _INLINE = 12  # binary_view values up to this length live in the view itself
 
 
@@ -239,78 +234,25 @@ def stamp(
     return tuple(phys.tolist())
 
 
-def _refused(status: PutMessageStatus, error: str) -> PutMessageResult:
-    return PutMessageResult(status, error=error)
-
-
-def put_encoded(log: CommitLog, batch: EncodedBatch) -> PutMessageResult:
-    """Append ``batch`` to the commit log ``log`` as ``put_plain_batch`` appends the same rows
-    (the same checks and statuses, one publish for dispatch). Any thread; takes the put
-    lock for the copy, the stamp and the publish."""
-    from ._commit_log import InvalidTopicError
-
-    illegal = PutMessageStatus.MESSAGE_ILLEGAL
-    refusal = log._refusal
-    if refusal is not None:
-        return _refused(*refusal)
-    n = len(batch)
-    if not n or (batch.keys and len(batch.keys) != n) or len(batch.tags_codes) != n:
-        return _refused(illegal, "empty batch or columns of different lengths")
-    try:
-        log._topic_tail(batch.topic)  # checks the topic name
-    except InvalidTopicError as exc:
-        return _refused(illegal, str(exc))
-    if batch.queue_id < 0:
-        return _refused(illegal, f"negative queue id {batch.queue_id}")
-    if batch.max_body > log.max_message_size:
-        return _refused(
-            illegal,
-            f"body of {batch.max_body} bytes exceeds max_message_size {log.max_message_size}",
-        )
-    if batch.max_properties > log.max_properties_size:
-        return _refused(
-            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-            f"properties of {batch.max_properties} bytes exceed {log.max_properties_size}",
-        )
-    if batch.store_host != log.store_host:
-        return _refused(illegal, "the batch was encoded for another store host")
-    total = batch.total
-    if max(batch.sizes) + 8 > log.file_size or total + 8 > log.file_size:
-        return _refused(illegal, f"a batch of {total} bytes cannot fit in a commit-log file")
-    key = (batch.topic, batch.queue_id)
-    if log._core.begin_ns and (busy := log._busy_refusal()) is not None:
-        return busy
-    with log.put_lock:
-        if log._refusal is not None:  # again under the lock: shutdown may have begun
-            return _refused(*log._refusal)
-        begin = log._monotonic()
-        log._core.begin_ns = now_ns = log._now_ns()  # see CommitLog.is_os_page_cache_busy
-        now = now_ns // 1_000_000
-        mf = log._writable_file(total, now)
-        if isinstance(mf, PutMessageResult):
-            log._core.begin_ns = 0
-            return mf
-        wpos = mf.wrote_position
-        first_phys = mf.from_offset + wpos
-        first_qoff = log.topic_queue_table.get(key, 0)
-        target = mf.write_target
-        # numpy copies without the interpreter lock: the task's other threads (Spark's
-        # input, commit, dispatch) run meanwhile
-        dst = np.frombuffer(target, dtype=np.uint8, count=total, offset=wpos)
-        try:
-            np.copyto(dst, np.frombuffer(batch.data, dtype=np.uint8))
-        finally:
-            del dst
-        offsets = stamp(target, wpos, batch, first_phys, first_qoff, now)
-        key_offsets: tuple[int, ...] = ()
-        key_values: tuple[str, ...] = ()
-        if batch.keys:
-            key_values = tuple(filter(None, batch.keys))  # type: ignore[arg-type]
-            key_offsets = offsets if len(key_values) == n else tuple(compress(offsets, batch.keys))
-        log._publish_batch(
-            mf, batch.topic, batch.queue_id, wpos, total, first_qoff, now,
-            offsets, batch.sizes, batch.tags_codes, (), key_offsets, key_values,
-        )  # fmt: skip
-        log._note_latency(log._monotonic() - begin)
-        log._core.begin_ns = 0
-    return log._batch_result(first_phys, total, first_qoff, now, offsets, True)
+def encode_plain_rows(
+    topic: str,
+    queue_id: int,
+    bodies: Sequence[bytes],
+    properties: Sequence[bytes],
+    tags: Sequence[str | None],
+    keys: Sequence[str | None],
+    store_host: bytes,
+) -> EncodedBatch:
+    """``encode_plain_batch`` of rows given as lists: row ``i`` is ``bodies[i]`` with the
+    encoded PROPERTIES field ``properties[i]`` (may be empty), whose TAGS and KEYS values are
+    ``tags[i]`` / ``keys[i]`` (None when absent)."""
+    codes = {t: tags_code(t) for t in set(tags)}
+    return encode_plain_batch(
+        topic,
+        queue_id,
+        pa.array(bodies, pa.binary()),
+        pa.array(properties, pa.binary()),
+        [codes[t] for t in tags],
+        store_host,
+        keys=keys,
+    )

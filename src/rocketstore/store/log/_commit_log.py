@@ -5,12 +5,16 @@ lock, then hands what dispatch needs (a DispatchRequest) to ``dispatch_handoff``
 dispatcher does not parse the record again. Queue offsets come from the topic-queue table,
 which recovery rebuilds.
 
-Every put path ends in the same tail: the result of the append, then either the waits (the
-flush under SYNC_FLUSH and the put stages, see ``_put_stages``) in the calling thread, or, for
-``put_message_async`` / ``put_messages_async``, a future that the services complete.
+The puts, each for what it takes: ``put_message`` (a ``Message``: delays, transactions, any
+properties), ``put_fields`` (a record's fields, its properties as stored: a broker's plain
+send), ``put_messages`` (a batch of Messages) and ``put_encoded_batch`` (records of one queue
+encoded column-wise ahead of the lock). Every put ends in the same tail: the result of the
+append, then either the waits (the flush under SYNC_FLUSH and the put stages, see
+``_put_stages``) in the calling thread, or, given a ``deferred`` list (``deferred_put``, the
+store's non-blocking puts), a future that the services complete.
 
-Threads: ``put_message`` / ``put_messages`` and their async forms from any thread (serialised
-by the put lock); the flush service threads; readers from anywhere.
+Threads: the puts from any thread (serialised by the put lock); the flush service threads;
+readers from anywhere.
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ from ._record import (
     BLANK_MAGIC,
     DEFAULT_BORN_HOST,
     HEAD_V4_8,
-    HEAD_V4_FIELDS,
     HEAD_V4_SIZE,
     INT16,
     MAGIC_V1,
@@ -86,13 +89,6 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127
 _QUEUE_FIELDS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
 _STORE_TS = struct.Struct(">q")
-
-
-def _parse_properties(raw: bytes) -> dict[str, str]:
-    text = raw.decode()
-    if not text:
-        return {}
-    return dict(pair.split("\x01", 1) for pair in text.split("\x02"))  # type: ignore[misc]
 
 
 class InvalidTopicError(ValueError):
@@ -175,6 +171,22 @@ def _failed_future(
     return fut
 
 
+def deferred_put(
+    put: Callable[[Any, list[Future[PutMessageResult]]], PutMessageResult], arg: Any
+) -> Future[PutMessageResult]:
+    """A put of ``arg`` (``CommitLog.put_message`` and its kin, given a ``deferred`` list)
+    without its waits: a future of its result, which the group-commit service (SYNC_FLUSH)
+    and the put stages complete; done on return when there is nothing to wait for (ASYNC_FLUSH
+    without stages, WAIT=false, a refused put). A put that raised: the error in the future.
+    Any thread, an event loop's included: it never waits for a flush."""
+    pending: list[Future[PutMessageResult]] = []
+    try:
+        r = put(arg, pending)
+    except Exception as exc:
+        return _failed_future(pending, exc)
+    return pending[0] if pending else DoneFuture(r)  # complete: no Future's Condition
+
+
 _BUSY_LIMIT_MS = 10_000_000  # RocketMQ's bound: a begin time further back is not a put's
 
 
@@ -202,6 +214,7 @@ class CommitLog:
         # topic: SCHEDULE_TOPIC_XXXX for delayed messages, as RocketMQ counts them)
         self.topic_queue_table = QueueOffsetTable()
         self._topics: dict[str, bytes] = {}  # topic → length byte + UTF-8 name
+        self._born_hosts: dict[str, bytes] = {}  # "host:port" → its packed BORNHOST
         self._delay_levels = config.delay_levels_ms()
         self.dispatch_handoff: collections.deque[DispatchRequest | BatchDispatch] | None = None
         # when set, dispatch runs in the put path under the put lock, right after a record
@@ -458,12 +471,6 @@ class CommitLog:
                         _ILLEGAL, "property names and values must not contain \\x01 or \\x02"
                     )
             pbytes = text.encode()
-            if len(pbytes) > self.max_properties_size:
-                return _refused(
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                    f"properties of {len(pbytes)} bytes exceed {self.max_properties_size}",
-                )
-            topic_tail = topic_tail[:-2] + INT16.pack(len(pbytes)) + pbytes
             tags = props.get(PROPERTY_TAGS)
             if tags:
                 code = tags_code(tags)
@@ -475,14 +482,67 @@ class CommitLog:
                 code = DELAY_TAGS_CODE
         else:
             pbytes = b""
-        if msg.born_host:
+        return self._checked(
+            topic,
+            topic_tail,
+            queue_id,
+            body,
+            msg.flag,
+            sys_flag,
+            msg.born_timestamp,
+            msg.born_host,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            pbytes,
+            code,
+            keys,
+            uniq,
+            wait,
+        )
+
+    def _checked(
+        self,
+        topic: str,
+        topic_tail: bytes,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        flag: int,
+        sys_flag: int,
+        born_ts: int,
+        born_host: str | None,
+        reconsume: int,
+        prepared_offset: int,
+        pbytes: bytes,
+        code: int,
+        keys: str | None,
+        uniq: str | None,
+        wait: bool,
+    ) -> _Prepared | PutMessageResult:
+        """A record's parts checked (properties size, born host, record size) and put
+        together in ``_Prepared``'s field order; ``topic_tail`` without properties. Any thread,
+        no lock."""
+        if pbytes:
+            if len(pbytes) > self.max_properties_size:
+                return _refused(
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                    f"properties of {len(pbytes)} bytes exceed {self.max_properties_size}",
+                )
+            topic_tail = topic_tail[:-2] + INT16.pack(len(pbytes)) + pbytes
+        if born_host:
             try:
-                host = pack_host(msg.born_host)
-            except ValueError as bad:
-                return _refused(_ILLEGAL, str(bad))
+                host = self._born_hosts[born_host]
+            except KeyError:
+                try:
+                    host = pack_host(born_host)
+                except ValueError as bad:
+                    return _refused(_ILLEGAL, str(bad))
+                hosts = self._born_hosts
+                if len(hosts) >= 4096:
+                    hosts.clear()
+                hosts[born_host] = host
         else:
             host = DEFAULT_BORN_HOST
-        total = HEAD_V4_SIZE + blen + len(topic_tail) + self._store_host_extra
+        total = HEAD_V4_SIZE + len(body) + len(topic_tail) + self._store_host_extra
         if len(host) == 20:
             total += 12
         if total + 8 > self.file_size:
@@ -494,12 +554,12 @@ class CommitLog:
             queue_id,
             body,
             crc32(body) & 0x7FFFFFFF,
-            msg.flag,
+            flag,
             sys_flag,
-            msg.born_timestamp,
+            born_ts,
             host,
-            msg.reconsume_times,
-            msg.prepared_transaction_offset,
+            reconsume,
+            prepared_offset,
             pbytes,
             total,
             code,
@@ -596,7 +656,7 @@ class CommitLog:
         """Append one message; waits for the flush under SYNC_FLUSH and for the put stages
         (unless WAIT=false).
 
-        With ``deferred`` (``put_message_async``) it waits for nothing: once the record is
+        With ``deferred`` (``deferred_put``) it waits for nothing: once the record is
         appended, a future goes to the flush service and the stages, which complete it, and
         into ``deferred``, and the append's result (PUT_OK) returns. A put with nothing to wait
         for, or refused before the append, returns its result and leaves ``deferred`` empty.
@@ -617,6 +677,66 @@ class CommitLog:
         p = self._prepare(msg)
         if p.__class__ is PutMessageResult:
             return p  # type: ignore[return-value]
+        return self._append(p, deferred)  # type: ignore[arg-type]
+
+    def put_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: bytes,
+        tags_code: int,
+        keys: str | None,
+        uniq: str | None,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: str | None,
+        reconsume_times: int,
+        wait: bool,
+        deferred: list[Future[PutMessageResult]] | None = None,
+    ) -> PutMessageResult:
+        """Append one message given as its record's fields: what ``put_message`` stores for a
+        ``Message`` of these fields whose properties, in the order they are stored, encode to
+        ``properties`` (``name\x01value`` pairs joined by ``\x02``, UTF-8), with ``tags_code``
+        the consume-queue code of its TAGS (0 without), ``keys`` / ``uniq`` its KEYS and
+        UNIQ_KEY values (None when absent) and ``wait`` whether the put waits for its flush and
+        stages. The caller guarantees what ``put_message`` would check in the properties: no
+        DELAY, no WAIT, no separator inside a name or value. Everything else is checked here
+        as ``put_message`` checks it; ``deferred`` as in ``put_message``.
+
+        A broker's plain send comes here from its frame without a ``Message`` or a dict of its
+        properties. Any thread; takes the put lock for the append only.
+        """
+        if self._refusal is not None or self._core.begin_ns:
+            if (early := self._early_refusal()) is not None:
+                return early
+        topic_tail = self._topics.get(topic)
+        if topic_tail is None:
+            try:
+                topic_tail = self._topic_tail(topic)
+            except InvalidTopicError as exc:
+                return _refused(_ILLEGAL, str(exc))
+        blen = len(body)
+        if blen > self.max_message_size:
+            return _refused(
+                _ILLEGAL, f"body of {blen} bytes exceeds max_message_size {self.max_message_size}"
+            )
+        if queue_id < 0:
+            return _refused(_ILLEGAL, f"negative queue id {queue_id}")
+        p = self._checked(
+            topic, topic_tail, queue_id, body, flag, sys_flag, born_timestamp, born_host,
+            reconsume_times, 0, properties, tags_code, keys, uniq, wait,
+        )  # fmt: skip
+        if p.__class__ is PutMessageResult:
+            return p  # type: ignore[return-value]
+        return self._append(p, deferred)  # type: ignore[arg-type]
+
+    def _append(
+        self, p: _Prepared, deferred: list[Future[PutMessageResult]] | None
+    ) -> PutMessageResult:
+        """Append a checked record (``_checked``'s tuple) under the put lock, dispatch it as
+        the store is wired, then the waits or their hand-over to ``deferred``. Any thread."""
         (
             topic,
             tail,
@@ -746,21 +866,6 @@ class CommitLog:
         elif wait and self._waits:
             return self._wait_stored(result)
         return result
-
-    def put_message_async(self, msg: Message) -> Future[PutMessageResult]:
-        """Append one message at once in the calling thread and return a future of its
-        result, which the group-commit service (SYNC_FLUSH) and the put stages complete; done
-        on return under ASYNC_FLUSH without stages, with WAIT=false, and for a refused put.
-
-        Any thread, an event loop's included: it takes the put lock for the append and never
-        waits for a flush. Bridge to asyncio with ``asyncio.wrap_future``.
-        """
-        pending: list[Future[PutMessageResult]] = []
-        try:
-            r = self.put_message(msg, pending)
-        except Exception as exc:
-            return _failed_future(pending, exc)
-        return pending[0] if pending else DoneFuture(r)  # complete: no Future's Condition
 
     def _defer(
         self, pending: list[Future[PutMessageResult]], result: PutMessageResult, wait: bool
@@ -932,16 +1037,6 @@ class CommitLog:
             base + first_pos, total, first_qoff, now, tuple(offsets), wait, deferred
         )
 
-    def put_messages_async(self, msgs: Sequence[Message]) -> Future[PutMessageResult]:
-        """``put_messages`` without the waits: a future of the batch's result, completed as
-        ``put_message_async``'s. Any thread, an event loop's included."""
-        pending: list[Future[PutMessageResult]] = []
-        try:
-            r = self.put_messages(msgs, pending)
-        except Exception as exc:
-            return _failed_future(pending, exc)
-        return pending[0] if pending else DoneFuture(r)
-
     def _publish_batch(
         self,
         mf: MappedFile,
@@ -1004,97 +1099,54 @@ class CommitLog:
         return result
 
     def put_encoded_batch(self, batch: EncodedBatch) -> PutMessageResult:
-        """Append records encoded ahead of the lock (``_batch_encode``), in one copy. Any
-        thread (takes the put lock)."""
-        from ._batch_encode import put_encoded
+        """Append records of one topic and queue encoded ahead of the lock
+        (``_batch_encode.encode_plain_batch``) in one copy: the batch's times and offsets
+        stamped in place, one publish for dispatch (consume-queue units and index keys in one
+        entry). The checks are ``put_messages``'s for the same rows. Needs numpy.
 
-        return put_encoded(self, batch)
-
-    def put_plain_batch(
-        self,
-        topic: str,
-        queue_id: int,
-        bodies: Sequence[bytes],
-        properties: Sequence[bytes],
-        tags: Sequence[str | None],
-        keys: Sequence[str | None],
-    ) -> PutMessageResult:
-        """Append a batch of plain messages given column-wise, in one copy.
-
-        Row ``i`` is ``bodies[i]`` with the encoded PROPERTIES field ``properties[i]``
-        (``name\\x01value`` pairs joined by ``\\x02``, UTF-8, may be empty) whose TAGS and KEYS
-        values are ``tags[i]`` / ``keys[i]`` (None when absent). The caller builds the properties
-        and guarantees that they hold no DELAY, UNIQ_KEY or WAIT and that no name or value
-        contains a separator; everything else is checked here as ``put_messages`` checks it.
-        Stored exactly as ``put_messages`` would store the same rows as Messages (flag,
-        sys flag, reconsume times 0, the default born host, born when stored).
-
-        Any thread. Takes the put lock for the append only.
-        """
+        Any thread; takes the put lock for the copy, the stamp and the publish."""
         from itertools import compress
 
         import numpy as np  # the spark extra; the rest of the store does without it
 
-        if self._refusal is not None or self._core.begin_ns:
-            if (early := self._early_refusal()) is not None:
-                return early
-        n = len(bodies)
-        if not n or len(properties) != n or len(tags) != n or len(keys) != n:
+        from ._batch_encode import stamp
+
+        refusal = self._refusal
+        if refusal is not None:
+            return _refused(*refusal)
+        n = len(batch)
+        if not n or (batch.keys and len(batch.keys) != n) or len(batch.tags_codes) != n:
             return _refused(_ILLEGAL, "empty batch or columns of different lengths")
         try:
-            topic_tail = self._topic_tail(topic)
+            self._topic_tail(batch.topic)  # checks the topic name
         except InvalidTopicError as exc:
             return _refused(_ILLEGAL, str(exc))
-        if queue_id < 0:
-            return _refused(_ILLEGAL, f"negative queue id {queue_id}")
-        blens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-        plens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
-        if int(blens.max()) > self.max_message_size:
+        if batch.queue_id < 0:
+            return _refused(_ILLEGAL, f"negative queue id {batch.queue_id}")
+        if batch.max_body > self.max_message_size:
             return _refused(
                 _ILLEGAL,
-                f"body of {int(blens.max())} bytes exceeds max_message_size {self.max_message_size}",
+                f"body of {batch.max_body} bytes exceeds max_message_size {self.max_message_size}",
             )
-        if int(plens.max()) > self.max_properties_size:
+        if batch.max_properties > self.max_properties_size:
             return _refused(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                f"properties of {int(plens.max())} bytes exceed {self.max_properties_size}",
+                f"properties of {batch.max_properties} bytes exceed {self.max_properties_size}",
             )
-        if self._store_host_extra or set(map(type, bodies)) != {bytes}:
-            msgs = [  # IPv6 store host or bodies of other types: the general path
-                Message(topic, bytes(b), queue_id, properties=_parse_properties(p))
-                for b, p in zip(bodies, properties, strict=True)
-            ]
-            return self.put_messages(msgs)
-        sizes = HEAD_V4_SIZE + blens + len(topic_tail) + plens
-        if int(sizes.max()) + 8 > self.file_size:
-            return _refused(_ILLEGAL, "a record cannot fit in a commit-log file")
-        starts = np.zeros(n, dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        total = int(starts[-1] + sizes[-1])
-        if total + 8 > self.file_size:
+        if batch.store_host != self.store_host:
+            return _refused(_ILLEGAL, "the batch was encoded for another store host")
+        total = batch.total
+        if max(batch.sizes) + 8 > self.file_size or total + 8 > self.file_size:
             return _refused(_ILLEGAL, f"a batch of {total} bytes cannot fit in a commit-log file")
-        heads = np.zeros(n, dtype=HEAD_V4_FIELDS)
-        heads["total"] = sizes
-        heads["magic"] = MAGIC_V1
-        heads["crc"] = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
-        heads["queue_id"] = queue_id
-        heads["born_host"] = np.frombuffer(DEFAULT_BORN_HOST, dtype=np.uint8)
-        heads["store_host"] = np.frombuffer(self.store_host, dtype=np.uint8)
-        heads["body_length"] = blens
-        # after each body: the topic and the properties length (few distinct ones), then
-        # the properties
-        topic_head = topic_tail[:-2]
-        plen_list = plens.tolist()
-        mids = {length: topic_head + INT16.pack(length) for length in set(plen_list)}
-        codes_of = {t: tags_code(t) for t in set(tags)}
-        codes = [codes_of[t] for t in tags]
-        key = (topic, queue_id)
+        key = (batch.topic, batch.queue_id)
+        core = self._core
+        if core.begin_ns and (busy := self._busy_refusal()) is not None:
+            return busy
         with self.put_lock:
             refusal = self._refusal  # again under the lock: shutdown may have begun
             if refusal is not None:
                 return _refused(*refusal)
-            core = self._core
-            core.begin_ns = now_ns = self._now_ns()
+            core.begin_ns = now_ns = self._now_ns()  # see is_os_page_cache_busy
             try:
                 begin = self._monotonic()
                 now = now_ns // 1_000_000
@@ -1105,32 +1157,25 @@ class CommitLog:
                 wpos = mf.wrote_position
                 first_phys = mf.from_offset + wpos
                 first_qoff = self.topic_queue_table.get(key, 0)
-                qoffs = np.arange(first_qoff, first_qoff + n, dtype=np.int64)
-                phys = starts + first_phys
-                heads["queue_offset"] = qoffs
-                heads["phys_offset"] = phys
-                heads["born_timestamp"] = now
-                heads["store_timestamp"] = now
-                raw = heads.tobytes()
-                parts: list[bytes] = [b""] * (4 * n)
-                parts[0::4] = [
-                    raw[i : i + HEAD_V4_SIZE] for i in range(0, n * HEAD_V4_SIZE, HEAD_V4_SIZE)
-                ]
-                parts[1::4] = bodies
-                parts[2::4] = [mids[length] for length in plen_list]
-                parts[3::4] = properties
-                mf.write_target[wpos : wpos + total] = b"".join(parts)
-                del parts
-                offsets = tuple(phys.tolist())
-                size_list = sizes.tolist()
-                # the rows with keys, column-wise: the index hashes and chains them in bulk
-                key_offsets: tuple[int, ...] = offsets
-                key_values: tuple[str, ...] = tuple(filter(None, keys))
-                if len(key_values) != n:
-                    key_offsets = tuple(compress(offsets, keys))
+                target = mf.write_target
+                # numpy copies without the interpreter lock: the task's other threads (Spark's
+                # input, commit, dispatch) run meanwhile
+                dst = np.frombuffer(target, dtype=np.uint8, count=total, offset=wpos)
+                try:
+                    np.copyto(dst, np.frombuffer(batch.data, dtype=np.uint8))
+                finally:
+                    del dst
+                offsets = stamp(target, wpos, batch, first_phys, first_qoff, now)
+                key_offsets: tuple[int, ...] = ()
+                key_values: tuple[str, ...] = ()
+                if batch.keys:
+                    key_values = tuple(filter(None, batch.keys))  # type: ignore[arg-type]
+                    key_offsets = (
+                        offsets if len(key_values) == n else tuple(compress(offsets, batch.keys))
+                    )
                 self._publish_batch(
-                    mf, topic, queue_id, wpos, total, first_qoff, now,
-                    offsets, tuple(size_list), tuple(codes), (), key_offsets, key_values,
+                    mf, batch.topic, batch.queue_id, wpos, total, first_qoff, now,
+                    offsets, batch.sizes, batch.tags_codes, (), key_offsets, key_values,
                 )  # fmt: skip
                 self._note_latency(self._monotonic() - begin)
             finally:
