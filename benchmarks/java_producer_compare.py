@@ -5,6 +5,7 @@ ratio of each pair.
     ROCKETMQ_CLASSPATH=... python benchmarks/java_producer_compare.py [--pairs 3]
         [--duration 30] [--threads 64,1] [--consumer-threads 64] [--warmup 30]
         [--size 1024] [--bare] [--work-dir DIR] [--keep]
+        [--consumer-mode backlog|steady|both] [--steady-producers 64]
 
 A is ``rocketstore serve`` with its defaults (ASYNC_FLUSH, the metrics endpoint and the web
 console on, on free ports; ``--bare`` turns both off: ``--metrics-listen= --console-listen=``);
@@ -26,6 +27,16 @@ both brokers while the queue's start is in memory). It prints the rate of the la
 start, and the last, in which the backlog ran out, are dropped when there are others). A
 consumer run ends when its rate falls to zero or after ``--consumer-duration`` seconds. One
 unmeasured consumer run on each side first warms the brokers' pull paths.
+
+``--consumer-mode steady`` (or ``both``) measures a steady rate instead of (or besides) the
+backlog: the benchmark Consumer (``--consumer-threads``) runs on topic ``JavaBenchSteady``
+(empty at first, 8 queues) while the benchmark Producer (``--steady-producers`` threads,
+``--duration`` seconds) sends to it, one group for every run on a side (each goes on where the
+last stopped). The consumer's rate is the mean of its 10 s windows inside the producer's run
+(the first dropped); the broker's CPU a message is its CPU over the producer's run divided by
+the messages sent plus the messages consumed in that time (both are printed, and the CPU over
+the consumed alone beside it). One unmeasured steady run on each side warms both first.
+``--threads ''`` runs no producer pairs.
 
 Each run prints the broker's CPU time a message (from /proc, every thread of its process)
 and the load average before and after. The machine's speed drifts, so compare within a pair.
@@ -59,6 +70,8 @@ PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
 CONSUMER = "org.apache.rocketmq.example.benchmark.Consumer"
 ADMIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 TOPIC = "JavaBench"
+STEADY_TOPIC = "JavaBenchSteady"  # the steady runs': empty until they send to it
+STEADY_GROUP = "bench_consumer_steady"  # one group: each run goes on where the last stopped
 WARMUP_THREADS = 8
 _SEND = re.compile(
     r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)"
@@ -70,7 +83,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 @dataclass
 class Run:
     side: str
-    what: str  # "produce" or "consume"
+    what: str  # "produce", "consume" (a backlog) or "steady" (beside a producer)
     threads: int
     tps: float
     avg_rt_ms: float
@@ -79,6 +92,8 @@ class Run:
     broker_cpu_us: float  # the broker process's CPU a message (every thread)
     load_before: str
     load_after: str
+    sent_rate: float = 0.0  # steady runs: the producer's msgs/s beside the consumer
+    consumed_cpu_us: float = 0.0  # steady runs: the broker's CPU over the consumed alone
 
 
 def load() -> str:
@@ -149,9 +164,9 @@ class RocketMQ(Side):
         self.servers.stop()
 
 
-def make_topic(root: Path, namesrv: str) -> None:
+def make_topic(root: Path, namesrv: str, topic: str = TOPIC) -> None:
     cmd = rj.java_command(root, ADMIN, "updateTopic", "-n", namesrv, "-c", "DefaultCluster")
-    cmd += ["-t", TOPIC, "-r", "8", "-w", "8"]
+    cmd += ["-t", topic, "-r", "8", "-w", "8"]
     done = subprocess.run(
         cmd, capture_output=True, text=True, timeout=120, env=rj.java_env(root), check=False
     )
@@ -159,38 +174,54 @@ def make_topic(root: Path, namesrv: str) -> None:
         raise RuntimeError(f"updateTopic failed:\n{done.stdout}\n{done.stderr[-2000:]}")
 
 
+class JavaRun:
+    """A benchmark program running, its output lines gathered (with when each came)."""
+
+    def __init__(self, root: Path, main: str, args: list[str]) -> None:
+        cmd = rj.java_command(root, main, *args, opts=rj.BENCH_JAVA_OPTS)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=rj.java_env(root),
+        )
+        self.lines: list[str] = []
+        self.times: list[float] = []  # time.monotonic() each line came
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.times.append(time.monotonic())
+            self.lines.append(line.rstrip("\n"))
+
+    def wait(self, done: Callable[[list[str]], bool], timeout: float) -> None:
+        """Until ``done(lines)``, the program's end or ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if done(list(self.lines)):
+                return
+            time.sleep(0.2)
+
+    def stop(self) -> list[str]:
+        rj.kill_process(self.proc)
+        self._reader.join(10)
+        return self.lines
+
+
 def run_java(
     root: Path, main: str, args: list[str], done: Callable[[list[str]], bool], timeout: float
 ) -> list[str]:
     """Run a benchmark program until ``done(lines)`` or ``timeout`` seconds; its lines."""
-    cmd = rj.java_command(root, main, *args, opts=rj.BENCH_JAVA_OPTS)
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=rj.java_env(root),
-    )
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + timeout
+    run = JavaRun(root, main, args)
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if done(list(lines)):
-                break
-            time.sleep(0.2)
+        run.wait(done, timeout)
     finally:
-        rj.kill_process(proc)
-        reader.join(10)
-    return lines
+        run.stop()
+    return run.lines
 
 
 def produce(root: Path, side: Side, threads: int, size: int, duration: float) -> Run:
@@ -260,12 +291,83 @@ def consume(root: Path, side: Side, threads: int, group: str, duration: float) -
     )
 
 
+def steady(root: Path, side: Side, threads: int, producers: int, size: int, duration: float) -> Run:
+    """RocketMQ's benchmark Consumer (``threads`` consuming threads, group ``STEADY_GROUP``,
+    topic ``STEADY_TOPIC``) while its benchmark Producer (``producers`` threads) sends to the
+    same topic for ``duration`` seconds. The consumer's rate is the mean of its 10 s windows
+    that lie wholly inside the producer's run, the first dropped (the producer's start); the
+    broker's CPU a message is its CPU over the producer's run divided by the messages it
+    handled in that time, sent plus consumed (each counted once: a message sent and consumed
+    in the run counts twice)."""
+    group = STEADY_GROUP
+    consumer = JavaRun(
+        root,
+        CONSUMER,
+        ["-n", side.namesrv, "-t", STEADY_TOPIC, "-w", str(threads), "-g", group, "-p", "false"],
+    )
+    try:
+        consumer.wait(lambda lines: any("Consumer Started" in line for line in lines), 120)
+        time.sleep(3.0)  # the rebalance hands the consumer its queues
+        want = max(1, int(duration // 10)) + 1
+        args = ["-n", side.namesrv, "-t", STEADY_TOPIC, "-w", str(producers), "-s", str(size)]
+        before, cpu = load(), cpu_seconds(side.broker_pid)
+        began = time.monotonic()
+        sent_lines = run_java(
+            root,
+            PRODUCER,
+            args,
+            lambda lines: sum(1 for line in lines if _SEND.search(line)) >= want,
+            duration + 30,
+        )
+        ended = time.monotonic()
+        cpu = cpu_seconds(side.broker_pid) - cpu
+    finally:
+        consumer.stop()
+    sends = [int(m.group(1)) for m in map(_SEND.search, sent_lines) if m]
+    # a consumer line reports the 10 s before it: those wholly inside the producer's run
+    inside = [
+        m
+        for at, m in zip(consumer.times, map(_CONSUME.search, consumer.lines), strict=False)
+        if m and began + 10.0 <= at <= ended
+    ]
+    windows = inside[1:] or inside
+    if not windows or not sends:
+        raise RuntimeError(
+            f"{side.name}: no steady windows:\n"
+            + "\n".join(sent_lines[-10:] + consumer.lines[-20:])
+        )
+    consumed = sum(int(m.group(1)) for m in inside) * 10
+    sent = sum(sends) * 10
+    handled = sent + consumed
+    return Run(
+        side.name,
+        "steady",
+        threads,
+        sum(int(m.group(1)) for m in windows) / len(windows),
+        sum(float(m.group(3)) for m in windows) / len(windows),
+        sum(int(m.group(2)) for m in windows),
+        len(windows),
+        cpu / handled * 1e6 if handled else float("nan"),
+        before,
+        load(),
+        sent_rate=sum(sends[1:] or sends) / len(sends[1:] or sends),
+        consumed_cpu_us=cpu / consumed * 1e6 if consumed else float("nan"),
+    )
+
+
 def show(run: Run) -> None:
-    rt = "B2C" if run.what == "consume" else "RT"
+    rt = "RT" if run.what == "produce" else "B2C"
+    steady = ""
+    if run.what == "steady":
+        steady = (
+            f"  (sent {run.sent_rate:.0f} msg/s beside it; broker CPU over the consumed alone"
+            f" {run.consumed_cpu_us:.1f} µs/msg)"
+        )
     print(
         f"  {run.side:<11} {run.what} -w {run.threads:<3} {run.tps:>9.0f} msg/s"
         f"  avg {rt} {run.avg_rt_ms:9.3f} ms  failed {run.failed}  ({run.lines} windows)"
-        f"  broker CPU {run.broker_cpu_us:6.1f} µs/msg  load {run.load_before} -> {run.load_after}",
+        f"  broker CPU {run.broker_cpu_us:6.1f} µs/msg  load {run.load_before} -> {run.load_after}"
+        f"{steady}",
         flush=True,
     )
 
@@ -297,6 +399,15 @@ def main() -> None:
         "--consumer-threads", type=int, default=64, help="consumer threads (0: no consumer runs)"
     )
     ap.add_argument("--consumer-duration", type=float, default=90.0, help="longest a consumer run")
+    ap.add_argument(
+        "--consumer-mode",
+        choices=("backlog", "steady", "both"),
+        default="backlog",
+        help="consumer runs over the producer runs' backlog, beside a producer, or both",
+    )
+    ap.add_argument(
+        "--steady-producers", type=int, default=64, help="producer threads beside a steady consumer"
+    )
     ap.add_argument(
         "--bare", action="store_true", help="rocketstore without its metrics and console"
     )
@@ -330,7 +441,7 @@ def main() -> None:
             )
             for side in started:
                 show(produce(work / side.name, side, WARMUP_THREADS, args.size, args.warmup))
-        for threads in (int(t) for t in args.threads.split(",")):
+        for threads in (int(t) for t in args.threads.split(",") if t.strip()):
             pairs(
                 f"producer -w {threads}, {args.size} B messages, {args.duration:.0f} s a run:",
                 args.pairs,
@@ -339,7 +450,7 @@ def main() -> None:
                 ),
                 (a, b),
             )
-        if args.consumer_threads > 0:
+        if args.consumer_threads > 0 and args.consumer_mode != "steady":
             print("consumer warm-up: one run on each side", flush=True)
             for side in started:
                 show(
@@ -361,6 +472,30 @@ def main() -> None:
                     f"bench_consumer_{pair}_{time.monotonic_ns()}",
                     args.consumer_duration,
                 ),
+                (a, b),
+            )
+        if args.consumer_threads > 0 and args.consumer_mode != "backlog":
+            for side in started:
+                make_topic(work / side.name, side.namesrv, STEADY_TOPIC)
+
+            def measure_steady(side: Side, _pair: int) -> Run:
+                return steady(
+                    work / side.name,
+                    side,
+                    args.consumer_threads,
+                    args.steady_producers,
+                    args.size,
+                    args.duration,
+                )
+
+            print("steady warm-up: one run on each side", flush=True)
+            for side in started:
+                show(measure_steady(side, -1))
+            pairs(
+                f"consumer -w {args.consumer_threads}, push, steady: a producer -w "
+                f"{args.steady_producers} sending beside it, {args.duration:.0f} s a run:",
+                args.pairs,
+                measure_steady,
                 (a, b),
             )
     finally:

@@ -13,18 +13,26 @@ a worker thread, within the same count and size limits as a read of the commit l
 ``nextBeginOffset`` right after them. Offsets the tier does not hold get today's answer
 (OFFSET_MOVED).
 
+The common answer (a JSON request, not one-way, answered at once: found, not found, retry,
+offset moved) is written as a frame from a template, the four numbers patched in, the records
+behind it (``answer_frame``): no command object, no header dictionary, the same bytes the
+connection writes for the command ``answer`` builds (tests/test_pull_frame.py compares both).
+Held pulls, errors, tier answers and binary-header requests are answered with commands.
+
 Loop thread only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...acl._table import request_names
 from ...protocol._errors import InvalidSubscriptionError
 from ...protocol._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
+from ...remoting._command import ONEWAY_FLAG, SERIALIZE_JSON, SERVER_VERSION
 from ...store._errors import CorruptRecordError
 from ...store.log._message import GetMessageStatus
 from ...store.read._raw_read import RawGetResult, get_raw
@@ -64,6 +72,41 @@ _BELOW_STORE = frozenset(
 )
 
 
+_PREFIX = struct.Struct(">ii")  # frame length, serialize type << 24 | header length
+# the JSON header of a pull's answer as the connection encodes ``answer``'s command: the fixed
+# fields, the remark, extFields in ``answer``'s order, the field the Java side adds
+_VERSION = f',"language":"PYTHON","version":{SERVER_VERSION:d},"opaque":'
+
+
+def answer(code: int, r: RawGetResult, suggest: int) -> RemotingCommand:
+    """The answer to a pull that read ``r`` (the command form)."""
+    return RemotingCommand.response(
+        code,
+        r.status.name,
+        {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(r.next_begin_offset),
+            "minOffset": str(r.min_offset),
+            "maxOffset": str(r.max_offset),
+        },
+        r.data,
+    )
+
+
+def answer_frame(code: int, r: RawGetResult, suggest: int, opaque: int) -> bytes:
+    """``answer``'s frame for the request ``opaque`` (JSON), length prefix included: the header
+    from the template, the records behind it (copied once, into the frame)."""
+    header = (
+        f'{{"code":{code:d}{_VERSION}{opaque:d},"flag":1,"remark":"{r.status.name}",'
+        f'"extFields":{{"suggestWhichBrokerId":"{suggest:d}",'
+        f'"nextBeginOffset":"{r.next_begin_offset:d}","minOffset":"{r.min_offset:d}",'
+        f'"maxOffset":"{r.max_offset:d}"}},"serializeTypeCurrentRPC":"JSON"}}'
+    ).encode()
+    data = r.data
+    prefix = _PREFIX.pack(4 + len(header) + len(data), len(header))  # SERIALIZE_JSON << 24: 0
+    return b"".join((prefix, header, data)) if data else prefix + header
+
+
 if TYPE_CHECKING:  # the tier reads Parquet (the spark extra): imported where a tier is read
     from ...tier._read import TierReader
 
@@ -97,7 +140,8 @@ class PullProcessor:
         return {11: self.pull}
 
     def pull(self, cmd: RemotingCommand, conn: Connection) -> Any:
-        return self.process(cmd, conn, allow_suspend=True)
+        frame = cmd.serialize_type == SERIALIZE_JSON and not cmd.flag & ONEWAY_FLAG
+        return self.process(cmd, conn, allow_suspend=True, frame=frame)
 
     @staticmethod
     def _tag_codes(subscription: SubscriptionData) -> frozenset[int] | None:
@@ -116,7 +160,11 @@ class PullProcessor:
         codes = self._codes[expression] = self._tag_codes(build_subscription(topic, expression))
         return codes
 
-    def process(self, cmd: RemotingCommand, conn: Connection, *, allow_suspend: bool) -> Any:
+    def process(
+        self, cmd: RemotingCommand, conn: Connection, *, allow_suspend: bool, frame: bool = False
+    ) -> Any:
+        """The answer to the pull ``cmd``: a command, a future or coroutine of one, or with
+        ``frame`` the common answer's frame (``answer_frame``; the connection writes it)."""
         ext = cmd.ext_fields
         broker = self.broker
         if not broker.config.broker_permission & PERM_READ:
@@ -226,18 +274,9 @@ class PullProcessor:
         suggest = 0
         if r.suggest_pulling_from_slave and broker.config.slave_read_enable:
             suggest = group_config.which_broker_when_consume_slowly
-        response = RemotingCommand.response(
-            code,
-            r.status.name,
-            {
-                "suggestWhichBrokerId": str(suggest),
-                "nextBeginOffset": str(r.next_begin_offset),
-                "minOffset": str(r.min_offset),
-                "maxOffset": str(r.max_offset),
-            },
-            r.data,
-        )
-        return response
+        if frame:
+            return answer_frame(code, r, suggest, cmd.opaque)
+        return answer(code, r, suggest)
 
     async def _from_tier(
         self,

@@ -159,6 +159,11 @@ class BrokerStats:
             result = RESULT_ONEWAY if cmd.is_oneway else RESULT_SUCCESS
             if response_code == 0 and cmd.code in _SEND_CODES:
                 self._note_sent(cmd)
+        elif type(response) is bytes:  # an answer's frame (a JSON header: its code first)
+            response_code = frame_code(response)
+            result = RESULT_SUCCESS
+            if response_code == 0 and cmd.code in _SEND_CODES:
+                self._note_sent(cmd)
         else:
             response_code = None
             result = response if isinstance(response, str) else RESULT_ONEWAY
@@ -221,7 +226,7 @@ class BrokerStats:
             except BaseException:
                 note(cmd, RESULT_FAILED, False, began)
                 raise
-            if result is None or isinstance(result, RemotingCommand):
+            if result is None or isinstance(result, RemotingCommand) or type(result) is bytes:
                 note(cmd, result, False, began)
                 return result
             if isinstance(result, asyncio.Future):
@@ -237,6 +242,18 @@ class BrokerStats:
     def timed_handlers(self, handlers: Mapping[int, Any]) -> dict[int, Any]:
         self.timing = True
         return {code: self.timed(handler) for code, handler in handlers.items()}
+
+
+def frame_code(frame: bytes) -> int | None:
+    """The response code of an answer frame with a JSON header (``{"code":N,`` after the
+    8-byte prefix); None when it has none there."""
+    if frame[8:16] != b'{"code":':
+        return None
+    end = frame.find(b",", 16, 32)
+    try:
+        return int(frame[16:end]) if end > 16 else None
+    except ValueError:
+        return None
 
 
 def _outcome(fut: asyncio.Future[Any]) -> Any:

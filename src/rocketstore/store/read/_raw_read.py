@@ -82,7 +82,7 @@ def get_raw(
         return RawGetResult(S.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
     try:
         limit = min(units.size // UNIT_SIZE, max(16000 // UNIT_SIZE, max_msg_nums))
-        status, examined, chunks, count, last = _collect(
+        status, examined, data, count, last = _collect(
             reader,
             topic,
             queue_id,
@@ -99,9 +99,7 @@ def get_raw(
     else:
         reader.get_miss += 1
     from_slave = reader.commit_log.max_offset - last > reader.memory
-    return RawGetResult(
-        status, offset + examined, min_offset, max_offset, b"".join(chunks), count, from_slave
-    )
+    return RawGetResult(status, offset + examined, min_offset, max_offset, data, count, from_slave)
 
 
 def _collect(
@@ -112,8 +110,9 @@ def _collect(
     units: memoryview,
     max_msg_nums: int,
     tags_codes: frozenset[int] | None,
-) -> tuple[GetMessageStatus, int, list[bytes], int, int]:
-    """(status, units examined, record runs, records, commit-log offset of the last unit)."""
+) -> tuple[GetMessageStatus, int, bytes, int, int]:
+    """(status, units examined, the records (their runs copied once, out of the mapped files),
+    records, commit-log offset of the last unit)."""
     cl = reader.commit_log
     max_phys = cl.max_offset
     on_disk_below = max_phys - reader.memory
@@ -125,7 +124,8 @@ def _collect(
     files = cl.queue
     file_size = cl.file_size
     min_phys = cl.min_offset
-    chunks: list[bytes] = []
+    chunks: list[memoryview] = []  # runs of adjacent records, views of the mapped files
+    data = b""
     status = S.NO_MATCHED_MESSAGE
     n = total = examined = 0
     phys = 0
@@ -133,7 +133,6 @@ def _collect(
     held: list[MappedFile] = []
     views: list[memoryview] = []
     mf: MappedFile | None = None
-    mm = None
     view = memoryview(b"")
     mf_from = mf_end = -1
     run_start = run_end = -1  # the run of adjacent records being gathered, file positions
@@ -160,7 +159,7 @@ def _collect(
                         status = S.MESSAGE_WAS_REMOVING
                     continue
                 if run_start >= 0:
-                    chunks.append(mm[run_start:run_end])  # type: ignore[index]
+                    chunks.append(view[run_start:run_end])
                     run_start = -1
                 mf = files.find_mapped_file_by_offset(phys)
                 if mf is not None and mf not in held:
@@ -177,8 +176,7 @@ def _collect(
                     continue
                 mf_from = mf.from_offset
                 mf_end = mf_from + mf.read_position
-                mm = mf.mm
-                view = memoryview(mm)  # type: ignore[arg-type]
+                view = memoryview(mf.mm)  # type: ignore[arg-type]
                 views.append(view)
             pos = phys - mf_from
             try:
@@ -194,21 +192,24 @@ def _collect(
                 run_end = pos + size
             else:
                 if run_start >= 0:
-                    chunks.append(mm[run_start:run_end])  # type: ignore[index]
+                    chunks.append(view[run_start:run_end])
                 run_start, run_end = pos, pos + size
             n += 1
             total += size
             next_file_start = -1
         if run_start >= 0:
-            chunks.append(mm[run_start:run_end])  # type: ignore[index]
+            chunks.append(view[run_start:run_end])
+        data = b"".join(chunks)
     finally:
+        for c in chunks:
+            c.release()
         for v in views:
             v.release()
         for f in held:
             f.release()
     if n:
         status = S.FOUND
-    return status, examined, chunks, n, phys
+    return status, examined, data, n, phys
 
 
 def _check(buf: memoryview, pos: int, size: int, raw_topic: bytes, queue_id: int) -> None:

@@ -1,0 +1,265 @@
+"""A pull's answer written from its template (``answer_frame``) is byte for byte the frame the
+connection writes for the command answer (``answer``, the reference), for the same store, and
+its body is the records as the commit-log files hold them:
+messages of several sizes, a pull spanning two commit-log files, pulls stopped by the count
+and the size limits, empty pulls; the same over a socket; a long-polled pull answered on
+arrival; a connection cut while a large answer is on its way leaves the broker serving."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocketstore.broker.messaging._pull import PullProcessor
+from rocketstore.broker.state._stats import RESULT_SUCCESS, BrokerStats, frame_code
+from rocketstore.remoting import Connection, RemotingClient, RemotingCommand
+from rocketstore.remoting._command import RESPONSE_FLAG, decode_frame
+from support.broker import RunningBroker, pull_request, send_request
+
+TOPIC = "PullFrame"
+FILE = 1024 * 1024  # RunningBroker's commit-log file size
+SIZES = (1, 100, 1000, 4096, 60_000, 1, 200_000, 333)
+_INT = struct.Struct(">i")
+
+
+class Peer:
+    """What the pull processor reads of its connection."""
+
+    peer = "127.0.0.1:1"
+    closed = False
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[RunningBroker]:
+    running = RunningBroker(tmp_path / "b", store={}, broker={})
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def fill(broker: RunningBroker, sizes: list[int], queue_id: int = 0) -> None:
+    with RemotingClient(timeout=60.0) as client:
+        for i, size in enumerate(sizes):
+            body = bytes([65 + i % 26]) * size if size else b"arrived"
+            r = client.invoke(broker.addr, send_request(TOPIC, body, queue_id=queue_id))
+            assert r.code == 0, r.remark
+
+
+def both(broker: RunningBroker, cmd: RemotingCommand) -> tuple[bytes, bytes]:
+    """(the template's frame, the reference command's frame as the connection writes it)."""
+    assert broker.controller is not None
+    processor = PullProcessor(broker.controller)  # type: ignore[arg-type]
+
+    async def answer() -> tuple[Any, Any]:
+        conn: Any = Peer()
+        framed = processor.process(cmd, conn, allow_suspend=True, frame=True)
+        reference = processor.process(cmd, conn, allow_suspend=True)
+        return framed, reference
+
+    framed, reference = broker.run(answer())
+    assert type(framed) is bytes and isinstance(reference, RemotingCommand)
+    reference.opaque = cmd.opaque
+    reference.flag |= RESPONSE_FLAG
+    reference.serialize_type = cmd.serialize_type
+    return framed, reference.encode()
+
+
+def records(body: bytes) -> list[tuple[int, int]]:
+    """(commit-log offset, size) of each record in a pull's body."""
+    out, pos = [], 0
+    while pos < len(body):
+        size = _INT.unpack_from(body, pos)[0]
+        out.append((struct.unpack_from(">q", body, pos + 28)[0], size))
+        pos += size
+    assert pos == len(body)
+    return out
+
+
+def stored(broker: RunningBroker, phys: int, size: int) -> bytes:
+    """The record at commit-log offset ``phys`` as its file holds it."""
+    start = phys - phys % FILE
+    path = Path(broker.store_config.store_path_root_dir) / "commitlog" / f"{start:020d}"
+    with open(path, "rb") as f:
+        f.seek(phys - start)
+        return f.read(size)
+
+
+def test_frames_equal_the_reference_across_sizes_files_and_limits(broker: RunningBroker) -> None:
+    sizes = list(SIZES) * 6  # some 1.6 MB: two commit-log files
+    fill(broker, sizes)
+    spans_files = by_count = by_bytes = empty = 0
+    for offset in range(len(sizes) + 2):
+        for max_nums in (1, 3, 32):
+            framed, reference = both(broker, pull_request(TOPIC, 0, offset, max_nums=max_nums))
+            assert framed == reference, (offset, max_nums)
+            answer = decode_frame(memoryview(framed)[4:])
+            if answer.code != 0:
+                empty += 1
+                assert offset >= len(sizes) and not answer.body
+                continue
+            got = records(bytes(answer.body))
+            assert got
+            assert answer.body == b"".join(stored(broker, *record) for record in got)
+            if got[0][0] // FILE != got[-1][0] // FILE:
+                spans_files += 1
+            left = len(sizes) - offset
+            if len(got) == max_nums < left:
+                by_count += 1
+            elif len(got) < min(max_nums, left):
+                by_bytes += 1  # the bytes limit stopped it
+    assert spans_files and by_count and by_bytes and empty
+
+
+def test_frames_equal_the_reference_for_what_finds_nothing(broker: RunningBroker) -> None:
+    fill(broker, [10, 20, 30])
+    for cmd in (
+        pull_request(TOPIC, 0, 3),  # the end: not found
+        pull_request(TOPIC, 0, 1000),  # far beyond: offset moved
+        pull_request(TOPIC, 1, 0),  # a queue with nothing
+        pull_request(TOPIC, 0, 0, expression="onlythis"),  # no tag matches
+    ):
+        framed, reference = both(broker, cmd)
+        assert framed == reference
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    head = recv_exactly(sock, 4)
+    return head + recv_exactly(sock, _INT.unpack(head)[0])
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        assert chunk, "the broker closed the connection"
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def test_the_answers_on_the_wire_are_the_reference_bytes(broker: RunningBroker) -> None:
+    sizes = list(SIZES) * 2
+    fill(broker, sizes)
+    host, port = broker.addr.rsplit(":", 1)
+    cmds = [pull_request(TOPIC, 0, offset, max_nums=4) for offset in range(len(sizes) + 1)]
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"".join(cmd.encode() for cmd in cmds))  # pipelined: answered in order
+        wire = [read_frame(sock) for _ in cmds]
+    for cmd, got in zip(cmds, wire, strict=True):
+        framed, reference = both(broker, cmd)
+        assert got == reference == framed
+
+
+def test_a_long_polled_pull_is_answered_on_arrival(broker: RunningBroker) -> None:
+    fill(broker, [5])
+    with RemotingClient(timeout=60.0) as client:
+        held = pull_request(TOPIC, 0, 1, suspend_ms=30_000)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(client.invoke, broker.addr, held)
+            began = time.monotonic()
+            assert broker.controller is not None
+            holds = broker.controller.holds
+            while holds.held_count == 0:  # the pull waits in its hold
+                assert time.monotonic() - began < 60 and not fut.done()
+                time.sleep(0.01)
+            fill(broker, [0])  # (another connection) the body below
+            answer = fut.result(60)
+            assert holds.statistics().woken_by_arrival == 1
+    assert answer.code == 0
+    assert [size for _, size in records(bytes(answer.body))] == [records_size(broker, 1)]
+    assert b"arrived" in bytes(answer.body)
+    # and the same pull now, answered at once from the template, is the reference's bytes
+    framed, reference = both(broker, pull_request(TOPIC, 0, 1))
+    assert framed == reference and decode_frame(memoryview(framed)[4:]).body == answer.body
+
+
+def records_size(broker: RunningBroker, offset: int) -> int:
+    framed, _ = both(broker, pull_request(TOPIC, 0, offset, max_nums=1))
+    return records(bytes(decode_frame(memoryview(framed)[4:]).body))[0][1]
+
+
+def test_a_cut_connection_during_a_large_answer_leaves_the_broker_serving(
+    broker: RunningBroker,
+) -> None:
+    fill(broker, [200_000] * 8)
+    host, port = broker.addr.rsplit(":", 1)
+    for _ in range(3):
+        sock = socket.create_connection((host, int(port)), timeout=60)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            pulls = [pull_request(TOPIC, 0, i % 8, max_nums=32) for i in range(40)]
+            sock.sendall(b"".join(cmd.encode() for cmd in pulls))
+            head = recv_exactly(sock, 4)  # the first answer is on its way
+            assert _INT.unpack(head)[0] > 200_000
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            sock.close()  # reset, most answers unread
+    with RemotingClient(timeout=60.0) as client:
+        assert client.invoke(broker.addr, send_request(TOPIC, b"after")).code == 0
+        got = client.invoke(broker.addr, pull_request(TOPIC, 0, 8))
+        assert got.code == 0 and b"after" in bytes(got.body)
+
+
+def test_the_statistics_count_a_framed_answer_by_its_code(broker: RunningBroker) -> None:
+    fill(broker, [10])
+    framed, _ = both(broker, pull_request(TOPIC, 0, 0))
+    missing, _ = both(broker, pull_request(TOPIC, 0, 1))
+    assert frame_code(framed) == 0
+    assert frame_code(missing) == decode_frame(memoryview(missing)[4:]).code != 0
+    assert frame_code(b"\0" * 8 + b"[]") is None
+    stats = BrokerStats()
+    cmd = pull_request(TOPIC, 0, 0)
+    stats.note_rpc(cmd, framed, False, stats.now())
+    assert list(stats.rpc_latency) == [(11, 0, False, RESULT_SUCCESS)]
+
+
+class Writes(asyncio.Transport):
+    """A transport that records each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def test_frames_written_outside_a_read_go_out_once_a_loop_turn() -> None:
+    async def main() -> None:
+        conn = Connection({})
+        transport = Writes()
+        conn.connection_made(transport)
+        frames = [pull_request(TOPIC, 0, i).encode() for i in range(3)]
+        for frame in frames:  # answers completed by futures in one turn, say
+            assert conn.write_frames(frame)
+        assert transport.writes == []  # held until the turn ends
+        await asyncio.sleep(0)
+        assert transport.writes == [b"".join(frames)]
+        assert conn.write_frames(frames[0])
+        conn.close()  # what is held goes out before the close
+        assert transport.writes[1:] == [frames[0]]
+        await asyncio.sleep(0)
+        assert len(transport.writes) == 2
+
+    asyncio.run(main())
