@@ -4,16 +4,19 @@
   fsync, rename over the old file, fsync the directory (the store's and the broker's config
   files).
 - New directories and files whose entries are made durable in their parent (``fsync_dir``
-  after each creation: a power cut must not lose a whole new commit-log or queue file).
+  after each creation: a power cut must not lose a whole new commit-log or queue file), or,
+  for files made in the put path (consume queues), all at once before the first flush of
+  anything written in them (``DeferredDirSync``).
 - Disk blocks behind mapped files (``reserve``, ``zero_range``; see below).
 
-Functions only; the caller serialises writers of one file. Raise OSError.
+The caller serialises writers of one file. Raise OSError.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
 from pathlib import Path
 
 
@@ -26,9 +29,9 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def make_dirs_synced(directory: str | os.PathLike[str]) -> None:
-    """``mkdir -p``, with every directory it creates made durable in its parent (a topic's
-    or queue's new directory survives a power cut along with the files put in it)."""
+def make_dirs(directory: str | os.PathLike[str]) -> list[Path]:
+    """``mkdir -p``; the directories it made, outermost first (one made meanwhile by another
+    thread is left to its maker)."""
     path = Path(directory)
     missing: list[Path] = []
     while not path.is_dir():
@@ -36,6 +39,7 @@ def make_dirs_synced(directory: str | os.PathLike[str]) -> None:
         if path.parent == path:
             break
         path = path.parent
+    made: list[Path] = []
     for new in reversed(missing):
         try:
             new.mkdir()
@@ -43,7 +47,59 @@ def make_dirs_synced(directory: str | os.PathLike[str]) -> None:
             if not new.is_dir():
                 raise
             continue  # made meanwhile by another thread: its maker syncs it
+        made.append(new)
+    return made
+
+
+def make_dirs_synced(directory: str | os.PathLike[str]) -> None:
+    """``mkdir -p``, with every directory it creates made durable in its parent (a topic's
+    or queue's new directory survives a power cut along with the files put in it)."""
+    for new in make_dirs(directory):
         fsync_dir(new.parent)
+
+
+class DeferredDirSync:
+    """Directories whose new entries (directories and files made in them) are made durable
+    later, all together: before the first flush of data written in those files. For files
+    made in the put path, where an fsync of a directory or two for every new queue would cost
+    many times the put itself; a crash of the process loses no entry (the kernel has them),
+    and after a power cut nothing flushed is missing its entry, since every flush syncs the
+    pending directories first. ``note`` from any thread; ``sync`` from the flushing ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._dirs: dict[Path, None] = {}  # in the order noted: parents before children
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._dirs)
+
+    def make_dirs(self, directory: str | os.PathLike[str]) -> None:
+        """``mkdir -p``, each directory made noted in its parent."""
+        made = make_dirs(directory)
+        if made:
+            with self._lock:
+                for new in made:
+                    self._dirs[new.parent] = None
+
+    def note(self, directory: str | os.PathLike[str]) -> None:
+        """A file was made in ``directory``."""
+        with self._lock:
+            self._dirs[Path(directory)] = None
+
+    def sync(self) -> None:
+        """fsync every directory noted; on an error the ones not synced stay noted."""
+        with self._lock:
+            dirs = list(self._dirs)
+            self._dirs.clear()
+        for i, directory in enumerate(dirs):
+            try:
+                fsync_dir(directory)
+            except BaseException:
+                with self._lock:
+                    for rest in dirs[i:]:
+                        self._dirs[rest] = None
+                raise
 
 
 def write_synced(path: str | os.PathLike[str], data: bytes) -> None:

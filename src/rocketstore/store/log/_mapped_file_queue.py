@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._durable import fsync_dir, make_dirs_synced
+from .._durable import DeferredDirSync, fsync_dir, make_dirs_synced
 from .._errors import CorruptFileError, StoreError, translate_os_errors
 from ._mapped_file import DEFAULT_ALLOCATE_AHEAD, MappedFile, file_name_for
 
@@ -46,11 +46,13 @@ class MappedFileQueue:
         allocate_ahead: int = DEFAULT_ALLOCATE_AHEAD,
         keep_fd: bool = True,
         lru: MappingLRU | None = None,
+        dir_sync: DeferredDirSync | None = None,
     ) -> None:
         """``preallocate``: new files get all their disk blocks at once; otherwise they are
         sparse and get blocks ``allocate_ahead`` bytes ahead of the writes (see MappedFile).
-        New files and directories are made durable in their parent directory. ``keep_fd`` and
-        ``lru``: how long the files keep a descriptor and a mapping (see MappedFile)."""
+        New files and directories are made durable in their parent directory: at once, or
+        with ``dir_sync`` before the next flush. ``keep_fd`` and ``lru``: how long the files
+        keep a descriptor and a mapping (see MappedFile)."""
         self.store_path = Path(store_path)
         self.preallocate = preallocate
         self.allocate_ahead = allocate_ahead
@@ -61,6 +63,7 @@ class MappedFileQueue:
         self.read_only = read_only
         self.keep_fd = keep_fd
         self.lru = lru
+        self.dir_sync = dir_sync
         self.files: list[MappedFile] = []
         self._lock = threading.Lock()
         self.flushed_where = 0
@@ -145,8 +148,12 @@ class MappedFileQueue:
             if mf is None:
                 return None
         else:
+            dir_sync = self.dir_sync
             with translate_os_errors(f"create {self.store_path}"):
-                make_dirs_synced(self.store_path)
+                if dir_sync is None:
+                    make_dirs_synced(self.store_path)
+                else:
+                    dir_sync.make_dirs(self.store_path)
             mf = MappedFile(
                 path,
                 self.file_size,
@@ -157,7 +164,9 @@ class MappedFileQueue:
                 keep_fd=self.keep_fd,
                 lru=self.lru,
             )
-            if mf.created:
+            if mf.created and dir_sync is not None:
+                dir_sync.note(self.store_path)
+            elif mf.created:
                 try:
                     with translate_os_errors(f"sync {self.store_path}"):
                         fsync_dir(self.store_path)
@@ -232,10 +241,15 @@ class MappedFileQueue:
     # ---- flush and commit -------------------------------------------------------------------
 
     def flush(self, least_pages: int) -> int:
-        """Flush the file holding ``flushed_where``; returns the new flushed_where."""
+        """Flush the file holding ``flushed_where``; returns the new flushed_where. The new
+        files' directory entries still waiting (``dir_sync``) are made durable first."""
         mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
         if mf is None:
             return self.flushed_where
+        dir_sync = self.dir_sync
+        if dir_sync is not None and dir_sync.pending:
+            with translate_os_errors(f"sync {self.store_path}"):
+                dir_sync.sync()
         ts = mf.store_timestamp
         where = mf.from_offset + mf.flush(least_pages)
         if where > self.flushed_where:

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .._clock import SYSTEM_CLOCK, Clock
+from .._durable import DeferredDirSync
 from .._errors import CorruptFileError, StoreClosedError, StoreError, translate_os_errors
 from ..log._flush import PeriodicPageService
 from ..log._mapped_file import MappedFile, SelectMappedBufferResult
@@ -110,12 +111,14 @@ class ConsumeQueue:
         state: QueueState | None = None,
         first_use: Callable[[ConsumeQueue, QueueState], None] | None = None,
         written: deque[ConsumeQueue] | None = None,
+        dir_sync: DeferredDirSync | None = None,
     ) -> None:
         """``lru``: the files are mapped on demand, within its bound (None: mapped while
         the queue is open). ``state``: adopted from the per-queue checkpoint, the files opened
         (with ``first_use(self, state)``; None: ``open_with_state``) when ``queue`` is first
         used. ``written``: the table's queues written since their last flush, where
-        ``mark_written`` puts this one (None: a deque of its own)."""
+        ``mark_written`` puts this one (None: a deque of its own). ``dir_sync``: the table's
+        new directory entries, made durable before the next flush (None: at once)."""
         if file_size % UNIT_SIZE:
             raise CorruptFileError(f"consume-queue file size {file_size} is not a multiple of 20")
         self.topic = topic
@@ -125,6 +128,7 @@ class ConsumeQueue:
         self._clock = clock
         self._read_only = read_only
         self._lru = lru
+        self._dir_sync = dir_sync
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end of the last dispatched record in the commit log
         self.last_store_timestamp = 0
@@ -162,6 +166,7 @@ class ConsumeQueue:
             allocate_ahead=ALLOCATE_AHEAD,
             keep_fd=False,
             lru=self._lru,
+            dir_sync=self._dir_sync,
         )
 
     @property
@@ -780,6 +785,9 @@ class ConsumeQueueTable:
         self.last_store_timestamp = 0  # store time of the last dispatched message
         # queues written since their last flush (``ConsumeQueue.mark_written``)
         self.written: deque[ConsumeQueue] = deque()
+        # queues are made in the put path (inline dispatch): their new directories and files
+        # are made durable in their parents before the next flush, not one fsync at a time
+        self.dir_sync = DeferredDirSync()
 
     def load(
         self,
@@ -821,6 +829,7 @@ class ConsumeQueueTable:
                             state=state,
                             first_use=first_use,
                             written=self.written,
+                            dir_sync=self.dir_sync,
                         )
                         continue
                     cq = self._new(topic_entry.name, qid)
@@ -860,6 +869,7 @@ class ConsumeQueueTable:
             read_only=self.read_only,
             lru=self.lru,
             written=self.written,
+            dir_sync=self.dir_sync,
         )
 
     def recover(self) -> int:
