@@ -249,6 +249,14 @@ def zero_range(fd: int, start: int, end: int) -> None:
 _ZEROES = bytes(1 << 20)
 
 
+def write_zeroes(fd: int, start: int, end: int) -> None:
+    """Write zeroes over bytes [start, end) through the descriptor (blocks allocated the way a
+    write allocates them: on ext4 a later write through a mapping then costs no block
+    conversion under its page fault, as it does in a hole or a ``reserve``d range). Raises
+    OSError (ENOSPC when the file system is full)."""
+    _pwrite_zeroes(fd, start, end)
+
+
 def _pwrite_zeroes(fd: int, start: int, end: int) -> None:
     pos = start
     while pos < end:
