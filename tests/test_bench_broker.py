@@ -121,10 +121,6 @@ class _Transport:
             self._pending = self._pending[size:]
             self.answers += 1
 
-    def writelines(self, data: list[bytes]) -> None:
-        for part in data:
-            self.write(part)
-
     def is_closing(self) -> bool:
         return False
 

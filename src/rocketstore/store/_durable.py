@@ -242,7 +242,7 @@ def zero_range(fd: int, start: int, end: int) -> None:
         hole = first_hole(fd, data, end)
         if hole <= data:
             hole = end
-        _pwrite_zeroes(fd, data, hole)
+        write_zeroes(fd, data, hole)
         pos = hole
 
 
@@ -254,10 +254,6 @@ def write_zeroes(fd: int, start: int, end: int) -> None:
     write allocates them: on ext4 a later write through a mapping then costs no block
     conversion under its page fault, as it does in a hole or a ``reserve``d range). Raises
     OSError (ENOSPC when the file system is full)."""
-    _pwrite_zeroes(fd, start, end)
-
-
-def _pwrite_zeroes(fd: int, start: int, end: int) -> None:
     pos = start
     while pos < end:
         n = min(len(_ZEROES), end - pos)
