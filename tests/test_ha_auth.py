@@ -5,7 +5,6 @@ the same ports with the proof off, where the bytes stay RocketMQ's."""
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import struct
 from collections.abc import Callable, Iterator
@@ -31,60 +30,20 @@ from rocketstore.store.ha._auth import (
 )
 from rocketstore.store.ha._auto_wire import HANDSHAKE, SLAVE_HANDSHAKE, SLAVE_TRANSFER, TRANSFER
 from rocketstore.store.ha._wire import REPORT
+from support.ha_stores import GROUP, INNER, Audit, ha_stores
 from support.waits import wait_until
 
 S = PutMessageStatus
-GROUP = "broker-a"
-INNER = ("innerAK", "inner-secret-0123456789")
-
-
-class Audit:
-    """The refusals a guard reported."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, str, str]] = []
-
-    def __call__(self, source: str, account: str, claimed: str, reason: str) -> None:
-        self.lines.append((source, account, claimed, reason))
-
-    def reasons(self) -> list[str]:
-        return [line[3] for line in self.lines]
 
 
 def guard(audit: Audit, broker_id: int = 1, credentials: Any = INNER) -> HAGuard:
     return HAGuard(credentials, GROUP, broker_id, audit)
 
 
-def config(root: Path, **over: Any) -> StoreConfig:
-    base = StoreConfig(
-        store_path_root_dir=str(root),
-        mapped_file_size_commit_log=64 * 1024,
-        mapped_file_size_consume_queue=20 * 200,
-        max_hash_slot_num=1000,
-        max_index_num=4000,
-        ha_listen_port=0,
-        ha_send_heartbeat_interval=200,
-        ha_housekeeping_interval=3000,
-        ha_reconnect_interval=100,
-        sync_flush_timeout=1000,
-    )
-    return dataclasses.replace(base, **over)
-
-
 @pytest.fixture
 def stores(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
-    opened: list[MessageStore] = []
-
-    def open_(name: str, g: HAGuard, **over: Any) -> MessageStore:
-        s = MessageStore(config(tmp_path / name, **over), ha_guard=g)
-        s.load()
-        s.start()
-        opened.append(s)
-        return s
-
-    yield open_
-    for s in sorted(opened, key=lambda s: s.config.broker_role != "SLAVE"):
-        s.shutdown()
+    with ha_stores(tmp_path) as open_:
+        yield open_
 
 
 def put(store: MessageStore, body: bytes = b"x" * 100) -> PutMessageStatus:

@@ -16,11 +16,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore import Message, MessageStore, PutMessageStatus
 from rocketstore.remoting._tls import TlsServerConfig, client_context_for
 from rocketstore.store.ha import HAGuard
 from rocketstore.store.ha._auth import CHALLENGE_SIZE, MAGIC
@@ -28,12 +27,11 @@ from rocketstore.store.ha._tls import HATls
 from rocketstore.store.ha._wire import REPORT
 from support.certs import make_certs
 from support.chaos import read_commit_log
+from support.ha_stores import GROUP, INNER, Audit, ha_stores
 from support.replicas import Group
 from support.waits import wait_dispatched, wait_until
 
 S = PutMessageStatus
-GROUP = "broker-a"
-INNER = ("innerAK", "inner-secret-0123456789")
 FILE = 256 * 1024
 
 
@@ -58,47 +56,15 @@ def ha_tls(certs: Path, mode: str = "enforcing", *, client_auth: str = "require"
     return HATls(mode, server.context(), client)  # type: ignore[arg-type]
 
 
-class Audit:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, str, str]] = []
-
-    def __call__(self, source: str, account: str, claimed: str, reason: str) -> None:
-        self.lines.append((source, account, claimed, reason))
-
-    def reasons(self) -> list[str]:
-        return [line[3] for line in self.lines]
-
-
-def config(root: Path, **over: Any) -> StoreConfig:
-    base = StoreConfig(
-        store_path_root_dir=str(root),
-        mapped_file_size_commit_log=FILE,
-        mapped_file_size_consume_queue=20 * 2000,
-        max_hash_slot_num=1000,
-        max_index_num=4000,
-        ha_listen_port=0,
-        ha_send_heartbeat_interval=200,
-        ha_housekeeping_interval=3000,
-        ha_reconnect_interval=100,
-        sync_flush_timeout=3000,
-    )
-    return dataclasses.replace(base, **over)
-
-
 @pytest.fixture
 def stores(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
-    opened: list[MessageStore] = []
-
-    def open_(name: str, g: HAGuard, **over: Any) -> MessageStore:
-        s = MessageStore(config(tmp_path / name, **over), ha_guard=g)
-        s.load()
-        s.start()
-        opened.append(s)
-        return s
-
-    yield open_
-    for s in sorted(opened, key=lambda s: s.config.broker_role != "SLAVE"):
-        s.shutdown()
+    with ha_stores(
+        tmp_path,
+        mapped_file_size_commit_log=FILE,
+        mapped_file_size_consume_queue=20 * 2000,
+        sync_flush_timeout=3000,
+    ) as open_:
+        yield open_
 
 
 def put_many(store: MessageStore, n: int, tag: str) -> list[tuple[int, int, bytes]]:
