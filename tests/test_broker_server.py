@@ -30,7 +30,7 @@ from rocketstore.remoting import (
     RemotingCommand,
 )
 from support.broker import RC, RunningBroker, heartbeat, pull_request, send_request
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 BROKER = "broker-a"
 
@@ -315,6 +315,7 @@ def test_queue_offsets_and_search(broker: RunningBroker, client: RemotingClient)
     for i in range(3):
         client.invoke(broker.addr, send_request("T_qo", f"m{i}".encode()))
     wait_routed(broker, "T_qo")
+    wait_dispatched(broker.controller.store)
     with PullConsumer(broker.ns, "CG_qo") as consumer:
         mq = MessageQueue("T_qo", BROKER, 0)
         assert (consumer.min_offset(mq), consumer.max_offset(mq)) == (0, 3)

@@ -350,9 +350,14 @@ def test_receive_streams_status_messages_then_delivery_time(stub: Any) -> None:
     topic, group = unique("RecvT"), unique("RecvG")
     for i in range(3):
         send_ok(stub, topic, f"m{i}".encode(), tag="T", keys=(f"key{i}",), props={"i": str(i)})
-    st, got, kinds = receive(stub, group, topic)
-    assert st.code == Code.OK
-    assert kinds == ["status", "message", "message", "message", "delivery_timestamp"]
+    got: list[Any] = []
+    for _ in range(20):  # one receive takes what has reached the queue when it is answered
+        st, batch, kinds = receive(stub, group, topic)
+        assert st.code == Code.OK
+        assert kinds == ["status", *["message"] * len(batch), "delivery_timestamp"]
+        got += batch
+        if len(got) >= 3:
+            break
     assert bodies(got) == [b"m0", b"m1", b"m2"]
     for m in got:
         sp = m.system_properties
