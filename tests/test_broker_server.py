@@ -138,6 +138,7 @@ def test_batch_send_reads_back_in_order(broker: RunningBroker) -> None:
     assert r.queue_offset == 1
     assert len(r.offset_msg_id.split(",")) == len(bodies)
     assert len(r.msg_id.split(",")) == len(bodies)
+    wait_dispatched(broker.controller.store)
     with PullConsumer(broker.ns, "CG_batch") as consumer:
         got = consumer.pull(mq, 1, 32)
     assert got.status == FOUND
