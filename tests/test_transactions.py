@@ -25,7 +25,16 @@ from rocketstore.store.log._record import (
     decode_msg_id,
 )
 from support.grpc_broker import BrokerThread
-from support.transactions import COMMIT, PG, ROLLBACK, UNKNOWN, TxProducer, check, wait_for
+from support.transactions import (
+    COMMIT,
+    PG,
+    ROLLBACK,
+    UNKNOWN,
+    TxProducer,
+    check,
+    quiet_broker,
+    wait_for,
+)
 
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -33,15 +42,8 @@ OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    # checks only when a test asks (check()), halves old enough at once
-    b = BrokerThread(
-        tmp_path,
-        broker_overrides={"transaction_timeout": 0, "transaction_check_interval": 3_600_000},
-    )
-    try:
-        yield b.start()
-    finally:
-        b.close()
+    with quiet_broker(tmp_path) as b:
+        yield b
 
 
 @pytest.fixture
