@@ -314,6 +314,27 @@ def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return rmq4_client(tmp_path_factory.mktemp("rmq4-home"))
 
 
+@pytest.fixture(scope="module")
+def warm_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The exactly-once tests' child Spark program kept up for a module (support.eos_spark's
+    WarmChild): the runs the test does not kill go to it one after another."""
+    pytest.importorskip("pyspark")
+    from support.eos_spark import warm_child
+
+    with warm_child(tmp_path_factory.mktemp("eos-warm")) as child:
+        yield child
+
+
+@pytest.fixture(scope="module")
+def failover_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A controller-mode group of two broker processes for a module's exactly-once queries
+    across failovers (support.eos_failover)."""
+    from support.eos_failover import failover_group as started
+
+    with started(tmp_path_factory.mktemp("eos-failover")) as group:
+        yield group
+
+
 @pytest.fixture
 def admin(cluster: Any) -> Iterator[Any]:
     """An AdminClient of ``cluster``'s name server."""

@@ -27,17 +27,10 @@ pytest.importorskip("pyarrow")
 
 from rocketstore.spark._eos import PROP_BATCH, PROP_PARTITION, PROP_QUERY
 from support.eos_cluster import Cluster, read_once, started_cluster
-from support.eos_spark import Child, WarmChild, next_batch, warm_child
+from support.eos_spark import Child, WarmChild, next_batch
 
 # each run is a JVM of its own: minutes on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
-
-
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmChild]:
-    """The runs that are not killed (to the end of the source), one Spark for the module."""
-    with warm_child(tmp_path_factory.mktemp("eos-warm")) as child:
-        yield child
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +44,13 @@ PER_TRIGGER = 40
 
 
 def _kill_loop(
-    cluster: Cluster, warm: WarmChild, tmp: Path, rounds: int, seed: int, name: str
+    cluster: Cluster, warm_spark: WarmChild, tmp: Path, rounds: int, seed: int, name: str
 ) -> dict[str, Any]:
     """``rounds`` rounds of one query: new source rows, then a kill -9 of the driver at each
     point in a seeded order, one micro-batch after another (each crash leaves its batch to be
     replayed by the next run, which goes on to the next batch and point), then a run to the
-    end (in the module's warm child, a driver that was never killed) and the count of every id so far (printed: a long run's figures so far)."""
+    end (in the module's warm child, a driver that was never killed) and the count of every
+    id so far (printed: a long run's figures so far)."""
     src, dst = f"{name}_SRC", f"{name}_DST"
     cluster.create_topic(src)
     cluster.create_topic(dst)
@@ -76,7 +70,7 @@ def _kill_loop(
         for batch, point in enumerate(points, first):
             child.run(args, f"{point}:{batch}", expect_crash=True)
             kills[point] += 1
-        warm.run(args)  # a driver of its own: the killed one's JVM is gone
+        warm_spark.run(args)  # a driver of its own: the killed one's JVM is gone
         counts = cluster.bodies(dst)
         figures = {
             "kills": dict(kills),
@@ -101,9 +95,9 @@ def _kill_loop(
 
 
 def test_stream_killed_at_every_point_reads_once(
-    warm: WarmChild, cluster: Cluster, tmp_path: Path
+    warm_spark: WarmChild, cluster: Cluster, tmp_path: Path
 ) -> None:
-    _kill_loop(cluster, warm, tmp_path, 1, 37, "EOS")
+    _kill_loop(cluster, warm_spark, tmp_path, 1, 37, "EOS")
 
 
 @pytest.mark.slow
@@ -113,9 +107,9 @@ def test_stream_killed_at_every_point_reads_once(
     reason="80 driver kills (a JVM each) take hours on a loaded machine: set ROCKETSTORE_LONG_TESTS=1",
 )
 def test_stream_killed_20_times_at_every_point_reads_once(
-    warm: WarmChild, cluster: Cluster, tmp_path: Path
+    warm_spark: WarmChild, cluster: Cluster, tmp_path: Path
 ) -> None:
-    print("driver kills:", _kill_loop(cluster, warm, tmp_path, 20, 3720, "EOS20"))
+    print("driver kills:", _kill_loop(cluster, warm_spark, tmp_path, 20, 3720, "EOS20"))
 
 
 def _writer_sequences(msgs: list[Any]) -> dict[tuple[int, str], list[int]]:

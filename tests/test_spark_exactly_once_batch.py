@@ -22,7 +22,7 @@ from rocketstore.client._admin import AdminClient
 from rocketstore.spark._eos import DECISION_TOPIC
 from rocketstore.spark._eos_checks import ExactlyOnceChecks
 from support.eos_cluster import Cluster, read_once, started_cluster
-from support.eos_spark import Child, WarmChild, warm_child
+from support.eos_spark import Child, WarmChild
 
 # each run is a JVM of its own: minutes on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
@@ -32,26 +32,21 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmChild]:
-    """The runs that are not killed, one Spark for the module."""
-    with warm_child(tmp_path_factory.mktemp("eos-warm")) as child:
-        yield child
-
-
-@pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with started_cluster(tmp_path_factory.mktemp("eos-brokers")) as c:
         yield c
 
 
-def test_batch_job_run_again_writes_once(warm: WarmChild, cluster: Cluster, tmp_path: Path) -> None:
+def test_batch_job_run_again_writes_once(
+    warm_spark: WarmChild, cluster: Cluster, tmp_path: Path
+) -> None:
     expected = cluster.fill("EOS_BSRC", ROWS)
     cluster.create_topic("EOS_BDST")
     args = ["batch", cluster.ns, "EOS_BSRC", "EOS_BDST", "job-37", "0"]
     Child(tmp_path).run(args, "mid_end:0", expect_crash=True)
-    warm.run(args)  # a driver of its own: the killed one's JVM is gone
+    warm_spark.run(args)  # a driver of its own: the killed one's JVM is gone
     read_once(cluster, "EOS_BDST", expected)
-    warm.run(args)  # decided: nothing new
+    warm_spark.run(args)  # decided: nothing new
     read_once(cluster, "EOS_BDST", expected)
 
 

@@ -14,7 +14,6 @@ import collections
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +24,13 @@ pytest.importorskip("pyarrow")
 
 from support.chaos_cluster import ChaosCluster
 from support.eos_cluster import assert_once
-from support.eos_failover import count, create_topic, failover_group, fill, run_round
-from support.eos_spark import WarmChild, next_batch, warm_child
+from support.eos_failover import count, create_topic, fill, run_round
+from support.eos_spark import WarmChild, next_batch
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(3600)]
 
 PER_TRIGGER = 40
 POINTS = ("task", "precommit", "mid_end")
-
-
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmChild]:
-    """Every run of the module's queries (none is killed: the brokers are), one Spark."""
-    with warm_child(tmp_path_factory.mktemp("eos-warm")) as child:
-        yield child
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosCluster]:
-    with failover_group(tmp_path_factory.mktemp("eos-failover")) as c:
-        yield c
 
 
 def _stream_failovers(
@@ -80,9 +66,9 @@ def _stream_failovers(
 
 
 def test_stream_across_failovers_reads_once(
-    warm: WarmChild, group: ChaosCluster, tmp_path: Path
+    warm_spark: WarmChild, failover_group: ChaosCluster, tmp_path: Path
 ) -> None:
-    _stream_failovers(group, warm, tmp_path, 2, 41, "FO")
+    _stream_failovers(failover_group, warm_spark, tmp_path, 2, 41, "FO")
 
 
 @pytest.mark.slow
@@ -92,6 +78,9 @@ def test_stream_across_failovers_reads_once(
     reason="20 failovers (JVMs, elections) take hours on a loaded machine: set ROCKETSTORE_LONG_TESTS=1",
 )
 def test_stream_across_20_failovers_reads_once(
-    warm: WarmChild, group: ChaosCluster, tmp_path: Path
+    warm_spark: WarmChild, failover_group: ChaosCluster, tmp_path: Path
 ) -> None:
-    print("broker failovers:", _stream_failovers(group, warm, tmp_path, 20, 4120, "FO20"))
+    print(
+        "broker failovers:",
+        _stream_failovers(failover_group, warm_spark, tmp_path, 20, 4120, "FO20"),
+    )

@@ -160,18 +160,26 @@ def kill_session(proc: subprocess.Popen[Any]) -> None:
         time.sleep(0.05)
 
 
-class Child:
-    """Runs the child program from ``tmp`` (its script, marker file and log there), a
-    process for each run."""
+class _Program:
+    """The child program's files in ``tmp``: its script, the marker file a point writes and
+    the log of its standard error; ``run_s`` bounds a run."""
 
-    def __init__(self, tmp: Path, run_s: float = RUN_S) -> None:
+    def __init__(self, tmp: Path, run_s: float) -> None:
         self.tmp = tmp
         self.run_s = run_s
         self.script = tmp / "child.py"
         self.script.write_text(CHILD)
         self.marker = tmp / "crashed"
         self.log = tmp / "child.log"
-        self.returncode: int | None = None  # of the last run (None: killed)
+        self.returncode: int | None = None  # of the last run
+
+
+class Child(_Program):
+    """Runs the child program from ``tmp`` (its script, marker file and log there), a
+    process for each run; ``returncode`` None after a run that was killed."""
+
+    def __init__(self, tmp: Path, run_s: float = RUN_S) -> None:
+        super().__init__(tmp, run_s)
 
     def _env(self, crash: str | None, hold: str | None) -> dict[str, str]:
         env = dict(os.environ)
@@ -250,21 +258,15 @@ def next_batch(checkpoint: Path) -> int:
     return 1 + max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1)
 
 
-class WarmChild:
+class WarmChild(_Program):
     """The child program started once in ``tmp`` (its script, marker file and log there) and
     given one run after another: its Spark, JVM and Python workers stay up between runs.
     ``run`` takes the arguments of ``Child.run`` but ``crash`` (a killed run takes the JVM
     with it: ``Child``). ``close`` ends it (kill -9 of its session)."""
 
     def __init__(self, tmp: Path, run_s: float = RUN_S) -> None:
-        self.tmp = tmp
-        self.run_s = run_s
-        self.script = tmp / "child.py"
-        self.script.write_text(CHILD)
-        self.marker = tmp / "crashed"
-        self.log = tmp / "child.log"
-        self.out = tmp / "child.out"
-        self.returncode: int | None = None  # of the last run: 0 finished, 1 failed
+        super().__init__(tmp, run_s)
+        self.out = tmp / "child.out"  # the runs' ends: "END 0" finished, "END 1" failed
         self._read = 0  # how much of the child's output the runs have read
         with self.log.open("a") as log, self.out.open("w") as stdout:
             self.proc = subprocess.Popen(
