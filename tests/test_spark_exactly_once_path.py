@@ -2,8 +2,8 @@
 kill -9 in the middle of a task (its rows partly stored) and run again completes the
 partition; run once more, it adds nothing. The store then holds every row once.
 
-Each run is a child process (its own Spark in local mode and JVM) in a process group of its
-own, killed whole."""
+The killed run is a child process (its own Spark in local mode and JVM) in a process group of
+its own, killed whole; the runs after it go to one Spark the module keeps up."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from rocketstore import StoreConfig
-from support.eos_spark import Child
+from support.eos_spark import Child, WarmChild
 
 # each run is a JVM of its own: minutes on a loaded machine
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
@@ -43,15 +43,15 @@ def _store_bodies(path: Path, topic: str) -> collections.Counter[bytes]:
         store.shutdown()
 
 
-def test_path_batch_killed_mid_task_completes_once(tmp_path: Path) -> None:
+def test_path_batch_killed_mid_task_completes_once(warm_spark: WarmChild, tmp_path: Path) -> None:
     store = tmp_path / "store"
     rows = 300
     args = ["pathbatch", "-", str(store), "EOS_PATH", "path-job", str(rows)]
     Child(tmp_path).run(args, "store_task:0", expect_crash=True)
     partial = _store_bodies(store, "EOS_PATH")
     assert 0 < sum(partial.values()) < rows  # the killed task left some of its rows
-    Child(tmp_path).run(args, None, expect_crash=False)
-    Child(tmp_path).run(args, None, expect_crash=False)  # complete: nothing new
+    warm_spark.run(args)  # a driver of its own: the killed one's JVM is gone
+    warm_spark.run(args)  # complete: nothing new
     got = _store_bodies(store, "EOS_PATH")
     expected = {f"row-{i}".encode() for i in range(rows)}
     assert set(got) == expected
