@@ -180,6 +180,7 @@ def test_pull_statuses(broker: RunningBroker) -> None:
         mq = MessageQueue("T_pull", BROKER, 0)
         for i in range(3):
             producer.send("T_pull", f"m{i}".encode(), tags="TagA", queue=mq)
+    wait_dispatched(broker.controller.store)
     with PullConsumer(broker.ns, "CG_pull") as consumer:
         empty = consumer.pull(MessageQueue("T_pull", BROKER, 1), 0)
         assert (empty.status, empty.next_begin_offset) == (NO_NEW_MSG, 0)

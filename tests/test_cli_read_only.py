@@ -125,7 +125,8 @@ def reading_commands(root: Path) -> list[list[str]]:
         ["inspect", s],
         ["inspect", s, "--json"],
     ]
-    topics = sorted(p.name for p in (root / "consumequeue").iterdir())
+    queues = root / "consumequeue"  # none yet in a store killed before its dispatch made them
+    topics = sorted(p.name for p in queues.iterdir()) if queues.is_dir() else []
     for topic in topics:
         for qdir in sorted((root / "consumequeue" / topic).iterdir()):
             cmds.append(["get", "--store", s, topic, qdir.name, "0", "--count", "100000"])

@@ -533,7 +533,7 @@ def test_ack_stale_and_forged_handles(stub: Any) -> None:
     topic, group = unique("AckT"), unique("AckG")
     send_ok(stub, topic, b"a")
     send_ok(stub, topic, b"b")
-    _, got, _ = receive(stub, group, topic)
+    got, _kinds = receive_all(stub, group, topic, 2)
     h1, h2 = (m.system_properties.receipt_handle for m in got)
     r = ack(stub, group, topic, h1)
     assert r.status.code == Code.OK and r.entries[0].status.code == Code.OK
@@ -1002,7 +1002,7 @@ def test_pop_state_survives_a_restart(tmp_path: Path) -> None:
             stub = service_pb2_grpc.MessagingServiceStub(channel)
             for i in range(4):
                 send_ok(stub, topic, f"r{i}".encode(), group="q")
-            _, got, _ = receive(stub, group, topic, invisible_ms=1_500)
+            got, _kinds = receive_all(stub, group, topic, 4, invisible_ms=1_500)
             assert len(got) == 4
             by_body = {m.body: m.system_properties.receipt_handle for m in got}
             assert ack(stub, group, topic, by_body[b"r0"], by_body[b"r1"]).status.code == Code.OK

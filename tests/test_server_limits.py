@@ -55,7 +55,7 @@ from rocketstore.store._errors import StoreConfigError
 from rocketstore.store.log._record import SYSFLAG_COMPRESSED, decode_message, encode_record
 from support.broker import RunningBroker, heartbeat, pull_request, send_request
 from support.remoting import WAIT, Served, closed_by_peer, raw_connect, read_command, serve
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 MiB = 1024 * 1024
 T = TypeVar("T")
@@ -544,6 +544,7 @@ def test_a_broker_keeps_non_readers_within_its_budget_and_serves_others(tmp_path
             for _ in range(64):  # a pull of 32 answers with some 130 KiB
                 sent = good.invoke(broker.addr, send_request("T", bytes(4096), queue_id=0))
                 assert sent.code == ResponseCode.SUCCESS
+            wait_dispatched(broker.controller.store)
 
             def served() -> float:
                 start = time.perf_counter()

@@ -8,6 +8,7 @@ its own, killed whole; the runs after it go to one Spark the module keeps up."""
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,18 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
 def _store_bodies(path: Path, topic: str) -> collections.Counter[bytes]:
     from rocketstore import MessageStore
+    from rocketstore.store._errors import StoreLockedError
 
-    store = MessageStore(StoreConfig(store_path_root_dir=str(path)))
-    store.load()
+    deadline = time.monotonic() + 60
+    while True:  # the killed run's processes let the store go as the kernel ends them
+        store = MessageStore(StoreConfig(store_path_root_dir=str(path)))
+        try:
+            store.load()
+            break
+        except StoreLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     store.start()
     try:
         out: collections.Counter[bytes] = collections.Counter()
