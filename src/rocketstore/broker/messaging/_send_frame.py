@@ -11,8 +11,9 @@ frame's bytes, written from a template: the same bytes the connection would writ
 general path's answer. A put that waits is answered when its wait ends, in one write a
 connection for the answers ready together: a slave's acknowledgement on a SYNC_MASTER with
 ASYNC_FLUSH (``SlaveWaits``), the group commit under SYNC_FLUSH (``PutWaits``). The broker's
-request statistics are counted as the handler table's timing counts them
-(``BrokerStats.note_sent``).
+request statistics count what the handler table's timing counts: the sends answered in a read
+by read (``BrokerStats.sent_in_read``: one clock read when the read's answers are written),
+the sends that waited one by one when answered (``BrokerStats.note_sent``).
 
 Anything else returns None before anything is stored, and the connection decodes the frame
 and calls the handler as before: the send processor's general path decides, refuses what it
@@ -185,7 +186,8 @@ class SendFramePath:
             if waits is None and self._loop_waits() is None:
                 return None
         stats = self.stats
-        began = stats.now() if stats.timing else 0.0
+        timing = stats.timing
+        began = stats.read_began() if timing else 0.0
         h = self._scan(frame)
         if h is None:
             return None
@@ -255,8 +257,8 @@ class SendFramePath:
             answer = failure_answer(exc, code, conn.peer)
             out = _encoded(answer, opaque, serialize_type)
             response_code = answer.code
-        if stats.timing:
-            stats.note_sent(code, response_code, topic, text, len(body), began)
+        if timing:
+            stats.sent_in_read(code, response_code, topic, text, len(body), began, conn)
         self.served += 1
         return out
 
