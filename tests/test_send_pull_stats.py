@@ -1,8 +1,9 @@
 """The broker's send and pull statistics after real traffic over loopback.
 
 - Sends of sizes across every message size bucket, by the client and as frames pipelined in one
-  write (the send frame path counts those by read): the scrape's ``rocketmq_message_size``
-  buckets, count and sum are the sizes sent, ``rocketmq_rpc_latency`` counts every send once.
+  write (the send frame path counts those by read; under SYNC_FLUSH when the group commit
+  ends): the scrape's ``rocketmq_message_size`` buckets, count and sum are the sizes sent,
+  ``rocketmq_rpc_latency`` counts every send once.
 - Pulls in pieces: ``rocketmq_messages_out_total`` / ``rocketmq_throughput_out_total`` and
   VIEW_BROKER_STATS_DATA's GROUP_GET_NUMS, GROUP_GET_SIZE and BROKER_GET_NUMS are the messages
   and bytes the consumer received, and the pulls that brought them.
@@ -59,9 +60,10 @@ PIPELINED = [17, 1024, 2000, 5000, 100, 1024 * 1024, 3, 4096, 9000, 64] * 3
 
 
 class Running:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, flush: str) -> None:
         self.loop = LoopThread()
         self.root = root
+        self.flush = flush
         self.namesrv = NameServer(port=0)
         self.server: BrokerServer | None = None
         self.metrics: MetricsServer | None = None
@@ -78,6 +80,7 @@ class Running:
                 store_path_root_dir=str(self.root),
                 mapped_file_size_commit_log=8 * 1024 * 1024,
                 ha_listen_port=0,
+                flush_disk_type=self.flush,
             ),
             BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address),
         )
@@ -108,8 +111,8 @@ class Running:
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    r = Running(tmp_path / "store")
+def running(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]:
+    r = Running(tmp_path / "store", getattr(request, "param", "ASYNC_FLUSH"))
     try:
         r.loop.run(r.start(), WAIT_S)
         yield r
@@ -152,6 +155,7 @@ def send_pipelined(address: str, bodies: list[bytes]) -> list[RemotingCommand]:
     return answers
 
 
+@pytest.mark.parametrize("running", ["ASYNC_FLUSH", "SYNC_FLUSH"], indirect=True)
 def test_sends_count_their_sizes_and_latencies(running: Running) -> None:
     broker = running.broker
     path = broker.send_frame_path
@@ -179,10 +183,12 @@ def test_sends_count_their_sizes_and_latencies(running: Running) -> None:
     assert found(samples, "rocketmq_message_size_bucket", le="+Inf", **size_labels) == len(sent)
     assert found(samples, "rocketmq_messages_in_total", topic=TOPIC) == len(sent)
 
+    # answered in their read (ASYNC_FLUSH), or when the group commit ended (SYNC_FLUSH: as a
+    # handler's pending future is counted)
     latency = {
         "request_code": "send_message_v2",
         "response_code": "success",
-        "is_long_polling": "false",
+        "is_long_polling": "true" if running.flush == "SYNC_FLUSH" else "false",
         "result": RESULT_SUCCESS,
     }
     assert found(samples, "rocketmq_rpc_latency_count", **latency) == len(sent)

@@ -305,11 +305,13 @@ class SendFramePath:
 
     def _answer_waits(self, waits: list[SlaveWait]) -> None:
         """Answer sends whose wait for a slave ended (each ``result`` the answer): the
-        answers of one connection in one write, counted as ``serve`` counts. Loop thread."""
+        answers of one connection in one write, counted as ``serve`` counts, each timed until
+        the answers were built (one clock read for them all). Loop thread."""
         processor = self.processor
         stats = self.stats
         timing = stats.timing
         out: dict[Connection, list[bytes]] = {}
+        answered: list[SlaveWait] = []  # timed when all are answered: one clock read
         for w in waits:
             conn: Connection = w.conn
             if conn is None or conn.closed:
@@ -329,13 +331,18 @@ class SendFramePath:
                 data = _encoded(answer, w.opaque, w.serialize_type)
                 response_code = answer.code
             if timing:
-                stats.note_sent(
-                    w.code, response_code, w.topic, w.properties, w.size, w.began, w.held
-                )
+                w.response_code = response_code
+                answered.append(w)
             parts = out.get(conn)
             if parts is None:
                 out[conn] = [data]
             else:
                 parts.append(data)
+        if answered:
+            ended = stats.now()
+            for w in answered:
+                stats.note_sent(
+                    w.code, w.response_code, w.topic, w.properties, w.size, w.began, w.held, ended
+                )
         for conn, parts in out.items():
             conn.write_frames(parts[0] if len(parts) == 1 else b"".join(parts))

@@ -59,12 +59,14 @@ class Histogram:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+        bounds = self.bounds
+        self.counts[0 if value <= bounds[0] else bisect_left(bounds, value)] += 1
         self.sum += value
 
     def observe_times(self, value: float, times: int) -> None:
         """``observe(value)`` ``times`` times."""
-        self.counts[bisect_left(self.bounds, value)] += times
+        bounds = self.bounds
+        self.counts[0 if value <= bounds[0] else bisect_left(bounds, value)] += times
         self.sum += value * times
 
     @property
@@ -176,6 +178,10 @@ class BrokerStats:
         self._read_v1 = 0
         self._read_v2 = 0
         self._read_others: list[tuple[int, int]] = []
+        self._read_ended = self.read_ended  # bound once: handed to each read's connection
+        # the stored sends' latency histograms in rpc_latency (the same objects), once made
+        self._sent_v1: Histogram | None = None
+        self._sent_v2: Histogram | None = None
         # RocketMQ's stats items (GROUP_GET_NUMS, ...) over the last minute, hour and day
         self.rolling = RollingStats()
         # the store's put and get totals at the last two midnights (brokerStatus)
@@ -268,12 +274,14 @@ class BrokerStats:
         size: int,
         began: float,
         held: bool = False,
+        ended: float | None = None,
     ) -> None:
         """What ``timed`` counts for a send (not one-way), for the send frame path: its latency
-        since ``began`` (this object's clock) and, when it was stored (``response_code`` 0),
-        its body's ``size`` under its topic and message type; ``held``: answered when its
-        put's future completed, as ``timed`` counts a handler's pending future."""
-        ms = (self._clock() - began) * 1000.0
+        since ``began`` until ``ended`` (this object's clock; None: now) and, when it was
+        stored (``response_code`` 0), its body's ``size`` under its topic and message type;
+        ``held``: answered when its put's future completed, as ``timed`` counts a handler's
+        pending future."""
+        ms = ((self._clock() if ended is None else ended) - began) * 1000.0
         if response_code == 0:
             self._note_size(topic, properties, size)
         self._latency((code, response_code, held, RESULT_SUCCESS)).observe(ms)
@@ -302,7 +310,7 @@ class BrokerStats:
             self._read_open = True
             self._read_began = began
             self._read_conn = conn
-            conn.after_read = self.read_ended
+            conn.after_read = self._read_ended
         if response_code == 0:
             self._note_size(topic, properties, size)
             if code == _SEND_V2:
@@ -321,10 +329,16 @@ class BrokerStats:
         self._read_open = False
         self._read_conn = None
         if self._read_v2:
-            self._latency(_SENT_V2).observe_times(ms, self._read_v2)
+            sent = self._sent_v2
+            if sent is None:
+                sent = self._sent_v2 = self._latency(_SENT_V2)
+            sent.observe_times(ms, self._read_v2)
             self._read_v2 = 0
         if self._read_v1:
-            self._latency(_SENT_V1).observe_times(ms, self._read_v1)
+            sent = self._sent_v1
+            if sent is None:
+                sent = self._sent_v1 = self._latency(_SENT_V1)
+            sent.observe_times(ms, self._read_v1)
             self._read_v1 = 0
         if self._read_others:
             for code, response_code in self._read_others:
