@@ -274,7 +274,9 @@ def test_sends_of_one_read_share_the_read_latency() -> None:
     clock.now = 100.0065
     assert b.after_read is not None
     b.after_read()
-    assert v2_ok.count == 4 and v2_ok.counts[1] == 1  # 2 ms: (1, 3]
+    # b's read began when a's ended: 2 ms, (1, 3]
+    assert v2_ok.count == 4 and v2_ok.counts[1] == 1
+    assert v2_ok.sum == pytest.approx(8.0 + 0.5 + 2.0)
 
 
 class WritesSeen:

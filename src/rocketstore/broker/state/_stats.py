@@ -305,8 +305,8 @@ class BrokerStats:
         being parsed, ``began`` (``read_began``) its start; its latency is counted with the
         read's other sends when the read ends (``read_ended``, which ``conn`` calls)."""
         if not self._read_open or conn is not self._read_conn:
-            if self._read_open:  # served outside a connection's read: that one is over
-                self.read_ended()
+            if self._read_open:  # served outside a connection's read: that one is over, and
+                began = self._end_read()  # this one begins as it ends
             self._read_open = True
             self._read_began = began
             self._read_conn = conn
@@ -323,9 +323,13 @@ class BrokerStats:
     def read_ended(self) -> None:
         """Count the latency of the sends of the read that ended: from its start until now,
         when its answers have been written."""
-        if not self._read_open:
-            return
-        ms = (self._clock() - self._read_began) * 1000.0
+        if self._read_open:
+            self._end_read()
+
+    def _end_read(self) -> float:
+        """``read_ended`` of an open read; the time it ended."""
+        now = self._clock()
+        ms = (now - self._read_began) * 1000.0
         self._read_open = False
         self._read_conn = None
         if self._read_v2:
@@ -344,6 +348,7 @@ class BrokerStats:
             for code, response_code in self._read_others:
                 self._latency((code, response_code, False, RESULT_SUCCESS)).observe(ms)
             self._read_others.clear()
+        return now
 
     def now(self) -> float:
         """The time on the clock latencies are measured on (seconds)."""
