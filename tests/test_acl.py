@@ -41,6 +41,7 @@ from rocketstore.remoting._signing import (
 from rocketstore.server._broker import ignored_keys_warning
 from rocketstore.store import StoreConfig
 from support.grpc_broker import BrokerThread
+from support.waits import wait_dispatched
 
 RC = ResponseCode
 
@@ -585,6 +586,7 @@ def test_sends_and_offsets_need_their_topic_and_group(acl_broker: BrokerThread) 
     assert refused(call(b, 320, send_ext("topicA"), USER, b"x"), "topic:topicA")
     assert call(b, 310, send_ext("topicB"), USER, b"x").code == RC.SUCCESS
     assert call(b, 310, send_ext("topicA"), ADMIN, b"x").code == RC.SUCCESS  # admin: all
+    wait_dispatched(b.broker.store)
     assert b.broker.store.get_max_offset_in_queue("topicA", 0) == 1
 
     offset = {"consumerGroup": "groupB", "topic": "topicB", "queueId": "0", "commitOffset": "1"}

@@ -30,7 +30,7 @@ from rocketstore.remoting import (
     RemotingCommand,
 )
 from support.broker import RC, RunningBroker, heartbeat, pull_request, send_request
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 BROKER = "broker-a"
 
@@ -138,6 +138,7 @@ def test_batch_send_reads_back_in_order(broker: RunningBroker) -> None:
     assert r.queue_offset == 1
     assert len(r.offset_msg_id.split(",")) == len(bodies)
     assert len(r.msg_id.split(",")) == len(bodies)
+    wait_dispatched(broker.controller.store)
     with PullConsumer(broker.ns, "CG_batch") as consumer:
         got = consumer.pull(mq, 1, 32)
     assert got.status == FOUND
@@ -315,6 +316,7 @@ def test_queue_offsets_and_search(broker: RunningBroker, client: RemotingClient)
     for i in range(3):
         client.invoke(broker.addr, send_request("T_qo", f"m{i}".encode()))
     wait_routed(broker, "T_qo")
+    wait_dispatched(broker.controller.store)
     with PullConsumer(broker.ns, "CG_qo") as consumer:
         mq = MessageQueue("T_qo", BROKER, 0)
         assert (consumer.min_offset(mq), consumer.max_offset(mq)) == (0, 3)

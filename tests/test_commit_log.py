@@ -30,6 +30,7 @@ from rocketstore.store.log._record import (
     properties_to_string,
     record_length,
 )
+from support.waits import wait_dispatched
 
 SIZE = 64 * 1024
 
@@ -258,7 +259,7 @@ def test_plain_batch_indexes_keys_as_put_messages_does(  # type: ignore[no-untyp
         else:
             r = store.put_messages(msgs)
         assert r.status is PutMessageStatus.PUT_OK
-        assert store.dispatch_behind_bytes() == 0
+        wait_dispatched(store)
         assert [m.body for m in store.query_message("P", "k69", 10, 0, 2**62).messages] == [b"v69"]
         assert len(store.query_message("P", "g1", 64, 0, 2**62).messages) == 19
         trees[way] = {

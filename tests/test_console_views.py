@@ -20,7 +20,7 @@ from rocketstore.client._trace import (
     encode_trace,
 )
 from support.console_env import BROKER, ConsoleEnv, http, producer_online, write_traces
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +173,7 @@ def test_a_test_message_needs_pub_on_the_topic(tmp_path: Path) -> None:
         ok = http(env, "POST", "/api/topic/send", {**body, "body": "allowed"}, cookie=user)
         assert ok.status == 200 and ok.doc["status"] == "SEND_OK", ok.body
         assert env.broker is not None
+        wait_dispatched(env.broker.store)
         assert env.broker.store.get_max_offset_in_queue("AclSend", ok.doc["queueId"]) == 1
     finally:
         env.close()

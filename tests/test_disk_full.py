@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from support.disk_full import Server, pull_bodies, send_messages
+from support.waits import wait_dispatched
 
 CHILD = Path(__file__).resolve().parent / "support" / "disk_full_child.py"
 
@@ -186,6 +187,7 @@ def test_no_blocks_for_a_consume_queue_or_index_pauses_dispatch_and_the_store_is
         for i in range(30):  # the 31st unit and the 31st key need new files
             m = Message("Q", b"m%d" % i, 0, keys=[f"k{i}"])
             assert store.put_message(m).status is PutMessageStatus.PUT_OK
+        wait_dispatched(store)
         on = _fail_reserve_under(monkeypatch, part)
         r = store.put_message(Message("Q", b"m30", 0, keys=["k30"]))
         assert r.status is PutMessageStatus.PUT_OK  # in the commit log; dispatch waits

@@ -22,6 +22,7 @@ from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.remoting import ResponseCode
 from support.acl_env import ACL_YML, ADMIN, call, create_topic_ext
 from support.grpc_broker import BrokerThread
+from support.transactions import check
 from support.waits import wait_until
 
 Code = pb.Code
@@ -133,10 +134,6 @@ def send_half(stub: Any, topic: str, body: bytes) -> spb.SendResultEntry:
     assert r.status.code == Code.OK, r.status
     (entry,) = r.entries
     return entry
-
-
-def check(broker: BrokerThread) -> int:
-    return broker.call(broker.broker.transactions.check)
 
 
 def test_a_stream_under_anothers_client_id_gets_no_check(broker: BrokerThread, stub: Any) -> None:

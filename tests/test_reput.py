@@ -276,7 +276,9 @@ def test_the_dispatch_thread_sleeps_while_the_put_path_dispatches(
     """With dispatch in the put path, the service thread has nothing to poll for: it wakes
     about ten times a second, not every millisecond (each round takes the interpreter lock
     from the thread that puts)."""
-    store = open_store(make_config(**{**SMALL, "dispatch_in_put_path": True}))
+    store = open_store(
+        make_config(**{**SMALL, "dispatch_in_put_path": True, "queue_files_in_put_path": True})
+    )
     assert store.reput.inline
     before = store.reput.rounds
     began = time.monotonic()
@@ -294,7 +296,9 @@ def test_inline_dispatch_failure_hands_over_to_the_dispatch_thread(
     make_config: Callable[..., StoreConfig],
     monkeypatch: Any,
 ) -> None:
-    store = open_store(make_config(**{**SMALL, "dispatch_in_put_path": True}))
+    store = open_store(
+        make_config(**{**SMALL, "dispatch_in_put_path": True, "queue_files_in_put_path": True})
+    )
     assert store.put_message(Message("H", b"first", 0)).ok
     cq = store.consume_queues.find("H", 0)
     assert cq is not None

@@ -39,9 +39,16 @@ def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+# the test drives time and delivery by hand: every put's queue units are written before it
+# returns (no file work left to the dispatch thread, which runs on real time)
+IN_PUT = {"queue_files_in_put_path": True}
+
+
 def open_manual(open_store: Any, clock: ManualClock, **overrides: Any) -> MessageStore:
     """A store on a ManualClock whose schedule thread is stopped: the test drives delivery."""
-    store: MessageStore = open_store(clock=clock, message_delay_level=LEVELS, **overrides)
+    store: MessageStore = open_store(
+        clock=clock, message_delay_level=LEVELS, **{**IN_PUT, **overrides}
+    )
     store.schedule.stop()
     return store
 
@@ -274,7 +281,7 @@ def test_offsets_are_clamped_into_the_queue(open_store: Any, make_config: Any) -
     root = Path(make_config().store_path_root_dir)
     (root / "config").mkdir(exist_ok=True)
     (root / "config" / DELAY_OFFSET_FILE).write_text('{"offsetTable":{1:99,2:5}}')
-    again = open_store(clock=clock, message_delay_level=LEVELS)
+    again = open_store(clock=clock, message_delay_level=LEVELS, **IN_PUT)
     again.schedule.stop()
     assert again.schedule.offset_table() == {1: 2, 2: 5}  # level 2 has no queue: kept
 
@@ -371,7 +378,7 @@ def queue_messages_from(store: MessageStore, topic: str, queue_id: int, offset: 
 def test_timer_message_hops_through_levels_to_its_exact_time(open_store: Any) -> None:
     clock = ManualClock()
     # levels 1 s, 5 s, 30 s
-    store = open_store(clock=clock, message_delay_level="1s 5s 30s")
+    store = open_store(clock=clock, message_delay_level="1s 5s 30s", **IN_PUT)
     store.schedule.stop()
     t0 = clock.now_ms()
     deliver = t0 + 37_400
@@ -413,7 +420,7 @@ def test_recalled_timer_message_is_dropped_and_the_recall_survives_a_restart(
     open_store: Any, make_config: Any
 ) -> None:
     clock = ManualClock()
-    store = open_store(clock=clock, message_delay_level="1s 5s")
+    store = open_store(clock=clock, message_delay_level="1s 5s", **IN_PUT)
     store.schedule.stop()
     t0 = clock.now_ms()
     for body, uniq in ((b"keep", "K1"), (b"drop", "K2")):
@@ -424,7 +431,7 @@ def test_recalled_timer_message_is_dropped_and_the_recall_survives_a_restart(
         store.recall_timer_message("Rc", "K1", t0)
     root = store.config.store_path_root_dir
     store.shutdown()
-    again = open_store(clock=clock, message_delay_level="1s 5s", store_path_root_dir=root)
+    again = open_store(clock=clock, message_delay_level="1s 5s", store_path_root_dir=root, **IN_PUT)
     again.schedule.stop()
     for _ in range(100):
         again.schedule.deliver_due()

@@ -12,6 +12,7 @@ from rocketstore.broker.messaging._send import stored_properties
 from rocketstore.protocol._java_order import java_order
 from rocketstore.remoting import RemotingClient, ResponseCode
 from support.broker import RunningBroker, send_request
+from support.waits import wait_dispatched
 
 
 def test_stored_properties_order_and_wait() -> None:
@@ -44,6 +45,7 @@ def test_batched_messages_keep_their_own_text_then_the_batchs(tmp_path: Path) ->
         expected = [own[0] + "\x02" + batch, own[1] + batch]
         store = running.server.store if running.server else None
         assert store is not None
+        wait_dispatched(store)
         got = store.get_message("G", "T_props", 0, 1, 8)
         assert [m.body for m in got.messages] == [b"m0", b"m1"]
         log = Path(running.store_config.commit_log_dir) / f"{0:020d}"

@@ -25,6 +25,7 @@ from rocketstore.spark._broker import BrokerReadError, Cluster, drop_pool, pull_
 from rocketstore.spark._broker_plan import plan_remote
 from rocketstore.spark._options import SourceOptions
 from rocketstore.spark._path_plan import Constraints
+from support.waits import wait_dispatched
 
 PER_QUEUE = 150
 
@@ -54,6 +55,8 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
             b.start(name)
         create_topic(b, "T")
         b.sent = send(b, "T", PER_QUEUE)  # type: ignore[attr-defined]
+        for server in b.controllers.values():  # every message in its queue before the reads
+            wait_dispatched(server.store)
         yield b
     finally:
         b.stop()
@@ -325,6 +328,7 @@ def test_connection_loss_retries_and_stopped_broker(brokers: Brokers) -> None:
     create_topic(brokers, "C", ("broker-c",))
     with Producer(brokers.ns) as p:
         p.send_batch("C", [b"c"] * 100, queue=MessageQueue("C", "broker-c", 0))
+    wait_dispatched(brokers.controllers["broker-c"].store)
     opts = SourceOptions.parse(
         {"namesrv": brokers.ns, "topics": "C", "pullBatchSize": "10", "pullRetries": "1"}
     )

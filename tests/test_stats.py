@@ -22,6 +22,7 @@ from rocketstore.store.services._stats import (
     java_double,
     latency_bucket,
 )
+from support.waits import wait_dispatched
 
 RUNTIME_KEYS = {
     "bootTimestamp",
@@ -223,6 +224,7 @@ def test_cli_stats(open_store: Any, make_config: Any) -> None:
         sizes[topic] += store.put_message(Message(topic, b"m" * i, i % 2)).wrote_bytes
     store.put_message(Message("A", b"d", properties={PROPERTY_DELAY: "2"}))
     root = make_config().store_path_root_dir
+    wait_dispatched(store)  # the delay level's queue is made by then
     file_keys = set(file_figures(store.runtime_info()))
     store.shutdown()
     runner = CliRunner()

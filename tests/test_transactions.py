@@ -21,11 +21,19 @@ from rocketstore.remoting._command import RemotingCommand
 from rocketstore.store.log._record import (
     SYSFLAG_TRANSACTION_MASK,
     TRANSACTION_COMMIT_TYPE,
-    MessageExt,
     decode_msg_id,
 )
 from support.grpc_broker import BrokerThread
-from support.transactions import COMMIT, PG, ROLLBACK, UNKNOWN, TxProducer, check, wait_for
+from support.transactions import (
+    COMMIT,
+    PG,
+    ROLLBACK,
+    UNKNOWN,
+    TxProducer,
+    check,
+    queue_messages,
+    wait_for,
+)
 
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -51,14 +59,6 @@ def producer(broker: BrokerThread) -> Iterator[TxProducer]:
         yield p
     finally:
         p.close()
-
-
-def queue_messages(b: BrokerThread, topic: str, queue_id: int) -> list[MessageExt]:
-    def read() -> list[MessageExt]:
-        r = b.broker.store.get_message("reader", topic, queue_id, 0, 100)
-        return list(r.messages)
-
-    return b.run(read)
 
 
 def test_half_message_is_kept_out_of_its_topic_until_committed(

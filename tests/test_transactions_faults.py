@@ -45,6 +45,7 @@ from rocketstore.store.log._record import (
     properties_to_string,
 )
 from support.grpc_broker import BrokerThread
+from support.transactions import check, queue_messages
 
 T = TypeVar("T")
 
@@ -431,17 +432,6 @@ def producer(broker: BrokerThread) -> Iterator[Producer]:
         yield p
     finally:
         p.close()
-
-
-def queue_messages(b: BrokerThread, topic: str, queue_id: int) -> list[MessageExt]:
-    def read() -> list[MessageExt]:
-        return list(b.broker.store.get_message("reader", topic, queue_id, 0, 1000).messages)
-
-    return b.run(read)
-
-
-def check(b: BrokerThread) -> int:
-    return b.call(b.broker.transactions.check)
 
 
 def _frame(header: bytes, body: bytes = b"") -> bytes:

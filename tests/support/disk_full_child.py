@@ -91,6 +91,10 @@ def check(
                 time.sleep(0.05)
             while store.running_flags.bits and time.monotonic() < deadline:
                 time.sleep(0.05)
+        else:  # on the full disk: until dispatch has met the full disk and says so
+            deadline = time.monotonic() + 30
+            while not store.running_flags.bits and time.monotonic() < deadline:
+                time.sleep(0.05)
         by_phys, by_queue = _reads(store, acked)
         r = store.put_message(Message(TOPICS[0], b"after", 0))
         out: dict[str, object] = {

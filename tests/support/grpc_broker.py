@@ -259,6 +259,23 @@ def receive(
     return st, got, kinds
 
 
+def receive_all(
+    stub: Any, group: str, topic: str, count: int, *, rounds: int = 40, **kw: Any
+) -> tuple[list[pb.Message], list[list[str]]]:
+    """``receive`` until ``count`` messages came (each answer takes what had reached the queue
+    when it was given): the messages, and the kinds of each answer's responses."""
+    got: list[pb.Message] = []
+    kinds: list[list[str]] = []
+    for _ in range(rounds):
+        st, batch, these = receive(stub, group, topic, **kw)
+        assert st.code in (pb.Code.OK, pb.Code.MESSAGE_NOT_FOUND), st
+        got += batch
+        kinds.append(these)
+        if len(got) >= count:
+            break
+    return got, kinds
+
+
 def ack(stub: Any, group: str, topic: str, *handles: str) -> spb.AckMessageResponse:
     req = spb.AckMessageRequest()
     req.group.name = group

@@ -21,6 +21,7 @@ from rocketstore.store.log._record import (
 )
 
 from .grpc_broker import BrokerThread
+from .waits import wait_dispatched
 
 PG = "TxProducerGroup"
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
@@ -136,7 +137,20 @@ class TxProducer:
 
 
 def check(b: BrokerThread) -> int:
+    """One transaction check round, once everything stored so far is in its queues (as the
+    periodic round a moment later would find it)."""
+    wait_dispatched(b.broker.store)
     return b.call(b.broker.transactions.check)
+
+
+def queue_messages(b: BrokerThread, topic: str, queue_id: int) -> list[MessageExt]:
+    """What the queue holds, once everything stored so far is in its queues."""
+    wait_dispatched(b.broker.store)
+
+    def read() -> list[MessageExt]:
+        return list(b.broker.store.get_message("reader", topic, queue_id, 0, 1000).messages)
+
+    return b.run(read)
 
 
 def wait_for(cond: Any, timeout: float = 5.0) -> bool:

@@ -55,6 +55,9 @@ WHAT: dict[str, str] = {
     "listenPort": "the remoting port (the HA port is this + 1)",
     "dispatchInPutPath": "build consume-queue units in the put path rather than on the "
     "dispatch thread",
+    "queueFilesInPutPath": "with dispatchInPutPath, make, add, open or map a queue's files in "
+    "the put path too (a new queue's message readable when its send returns) rather than on "
+    "the dispatch thread",
     "maxTransferBytesOnMessageInMemory": "bytes one pull answers from memory at most",
     "maxTransferCountOnMessageInMemory": "messages one pull answers from memory at most",
     "maxTransferBytesOnMessageInDisk": "bytes one pull answers from disk at most",

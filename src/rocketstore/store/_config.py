@@ -87,6 +87,11 @@ class StoreConfig:
     # dispatch: in the put path (ASYNC_FLUSH without write buffers on a master), or always on
     # the dispatch thread as RocketMQ does (not a RocketMQ setting)
     dispatch_in_put_path: bool = True
+    # with dispatch_in_put_path: a record whose consume queue needs file work first (a queue
+    # to make, a file to add, open or map) is dispatched in the put path too (True: readable
+    # when the put returns), or the put answers and the dispatch thread takes over until it
+    # has caught up, as RocketMQ's dispatch always runs apart from the put (False)
+    queue_files_in_put_path: bool = False
     # reading
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32

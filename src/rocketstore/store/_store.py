@@ -437,6 +437,7 @@ class MessageStore:
         wake = self._flush_wakeup()
         if self._dispatch_inline():
             self.reput.inline = True
+            self.reput.hand_over_file_work = not self.config.queue_files_in_put_path
             self.commit_log.inline_dispatch = self.reput.dispatch_inline
             self.commit_log.inline_plain = self.reput.dispatch_plain
             self.commit_log.on_append = wake
@@ -570,9 +571,11 @@ class MessageStore:
         self.commit_log.shutdown()
         if self.maintenance and self._is_master:
             self.schedule.persist()  # after the commit log's last flush: all progress is safe
-        self.commit_log.inline_dispatch = None
-        self.commit_log.inline_plain = None
-        self.reput.inline = False
+        with self.commit_log.put_lock:  # under which the dispatch thread takes dispatch back
+            self.commit_log.inline_dispatch = None
+            self.commit_log.inline_plain = None
+            self.reput.inline = False
+            self.reput.handed_over = False
         self.reput.stop()  # dispatches what is left first
         self.commit_log.dispatch_handoff = None
         self.commit_log.on_append = None

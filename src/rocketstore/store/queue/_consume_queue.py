@@ -176,6 +176,18 @@ class ConsumeQueue:
             self._open_pending()
         return self._files
 
+    def takes_unit_in_place(self) -> bool:
+        """Whether the next unit goes into a file that is open, mapped for the writer and not
+        full: no file to make, open, check or map first (the work a put path leaves to the
+        dispatch thread)."""
+        if not self._ready:
+            return False
+        files = self._files.files
+        if not files:
+            return False
+        last = files[-1]
+        return last.writer_held and last.wrote_position < self.file_size
+
     # ---- loading and recovery ---------------------------------------------------------------
 
     def _open_pending(self) -> None:
@@ -883,6 +895,12 @@ class ConsumeQueueTable:
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         by_id = self.queues.get(topic)
         return by_id.get(queue_id) if by_id is not None else None
+
+    def takes_unit_in_place(self, topic: str, queue_id: int) -> bool:
+        """``ConsumeQueue.takes_unit_in_place`` of the queue; False for a queue not made yet."""
+        by_id = self.queues.get(topic)
+        cq = by_id.get(queue_id) if by_id is not None else None
+        return cq is not None and cq.takes_unit_in_place()
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """Dispatcher thread only."""

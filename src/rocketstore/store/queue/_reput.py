@@ -70,6 +70,11 @@ class ReputMessageService(ServiceThread):
         self.listener = listener
         self.reput_from_offset = 0
         self.inline = False  # the put path dispatches (see dispatch_inline)
+        # inline dispatch handed over to the thread for file work (a queue to make, open or
+        # extend): the thread hands it back once it has caught up with the log
+        self.handed_over = False
+        self.handovers = 0
+        self.hand_over_file_work = True  # False: the put path does the file work too
         self.rounds = 0  # the service thread's rounds (each one takes the interpreter lock)
         self._limit = limit or commit_log.queue.get_max_offset
         self._request_flush = request_flush
@@ -211,8 +216,9 @@ class ReputMessageService(ServiceThread):
         UNIQ_KEY, transaction type none (nothing for the index). Put lock held.
 
         The unit goes to its queue with ``put_unit``, as ``dispatch`` writes it; a queue not
-        made yet, a record after a BLANK, the index's first file, or a unit ``put_unit``
-        refuses (which ``dispatch`` then reports) take the general path.
+        made yet or needing file work first (handed to the thread there), a record after a
+        BLANK, the index's first file, or a unit ``put_unit`` refuses (which ``dispatch`` then
+        reports) take the general path.
         """
         index = self.index
         # the general path is the short branch: a long jump (EXTENDED_ARG) after a comparison
@@ -230,7 +236,10 @@ class ReputMessageService(ServiceThread):
         try:
             done = cq is not None and (
                 put_next_unit(cq, phys, size, tags_code, queue_offset)
-                or cq.put_unit(phys, size, tags_code, queue_offset)
+                or (
+                    (not self.hand_over_file_work or cq.takes_unit_in_place())
+                    and cq.put_unit(phys, size, tags_code, queue_offset)
+                )
             )
         except StoreError:
             done = False  # the general path reports it and hands over to the thread
@@ -294,6 +303,15 @@ class ReputMessageService(ServiceThread):
                 self.inline = False
                 self.wakeup()
                 return
+        if self.hand_over_file_work and self._needs_file_work(req):
+            # making, opening or extending a queue's files (directories, a file, its mapping,
+            # a check against the log after a restart) would keep the put's answer waiting:
+            # the thread dispatches from this record, and hands dispatch back when caught up
+            self.inline = False
+            self.handed_over = True
+            self.handovers += 1
+            self.wakeup()
+            return
         try:
             self.dispatch(req)
         except OSError as exc:  # a full disk, a limit: the thread retries and reports it
@@ -313,6 +331,35 @@ class ReputMessageService(ServiceThread):
             return
         self.reput_from_offset = start + req[3]
         self.dispatched += 1
+
+    def _needs_file_work(self, req: DispatchRequest | BatchDispatch) -> bool:
+        """Whether dispatching ``req`` into its consume queue would first make, open or map a
+        file (see ``ConsumeQueue.takes_unit_in_place``); never for a record that goes to no
+        queue (a prepared or rolled-back transaction message)."""
+        if isinstance(req, BatchDispatch):
+            return not self.consume_queues.takes_unit_in_place(req.topic, req.queue_id)
+        tran = req[9] & SYSFLAG_TRANSACTION_MASK  # sys_flag
+        if tran != 0 and tran != TRANSACTION_COMMIT_TYPE:
+            return False
+        return not self.consume_queues.takes_unit_in_place(req[0], req[1])
+
+    def _take_back(self) -> bool:
+        """Give dispatch back to the put path after a hand-over, once everything written is
+        dispatched: checked again under the put lock, so no put slips between the two. The
+        put path must still be wired for it (not after shutdown began)."""
+        cl = self.commit_log
+        if self.reput_from_offset != cl.max_offset:
+            return False
+        with cl.put_lock:
+            if (
+                not self.handed_over
+                or cl.inline_dispatch is None
+                or self.reput_from_offset != cl.max_offset
+            ):
+                return False
+            self.handed_over = False
+            self.inline = True
+        return True
 
     def do_reput(self, max_batch: int = MAX_BATCH) -> int:
         """Dispatch up to ``max_batch`` records that are ready; returns how many were handled.
@@ -460,6 +507,8 @@ class ReputMessageService(ServiceThread):
             if self.failing is not None:
                 self._failed(None)
             if n >= MAX_BATCH:
+                continue
+            if self.handed_over and self._take_back():
                 continue
             if self.inline:  # the put path dispatches; a failure there wakes this thread
                 self.wait_for_running(IDLE_WAIT_S)
