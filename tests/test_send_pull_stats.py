@@ -49,6 +49,7 @@ from rocketstore.remoting._command import decode_frame
 from rocketstore.server import BrokerServer
 from support.remoting import LoopThread, RecordingTransport
 from support.send_frames import v2
+from support.waits import wait_dispatched
 
 TOPIC = "TStatsCounted"
 GROUP = "GStatsCounted"
@@ -203,6 +204,7 @@ def test_pulls_count_what_the_consumer_received(running: Running) -> None:
     with Producer(running.namesrv.address) as producer:
         for body in bodies:
             producer.send(TOPIC, body, queue=mq)
+    wait_dispatched(broker.store, WAIT_S)  # in the queue before the first pull
     messages = size = pulls = 0
     with PullConsumer(running.namesrv.address, GROUP) as consumer:
         offset = 0
