@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import math
 import os
 import re
 import sys
@@ -31,18 +33,40 @@ settings.register_profile("rocketstore", deadline=None)
 settings.load_profile("rocketstore")
 
 
+# the seconds each unit of ``--dist loadfile`` (a test file, or the files sharing the local
+# SparkSession) took in the runs before, kept in pytest's cache (.pytest_cache)
+UNIT_SECONDS = "rocketstore/unit-seconds"
+
+
+def _unit(nodeid: str, spark_files: set[str]) -> str:
+    """The unit a test runs in with ``--dist loadfile`` (see pytest_xdist_make_scheduler)."""
+    path = nodeid.split("::", 1)[0]
+    return "local SparkSession" if path in spark_files else path
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Hand out first the modules of the longest runs (Spark's, each starting a JVM, and the
-    slow ones), so that none of them starts last on an otherwise idle pytest-xdist worker
-    (scripts/test runs a file on one worker: ``--dist loadfile``). Skip ``sources_only`` tests
-    where mypyc's modules are loaded: they replace methods of compiled classes, which cannot be
-    replaced. scripts/test runs them on the sources."""
+    """Hand out first the units that took longest in the runs before (pytest's cache), and
+    where a unit has no such figure yet, first the modules of the long runs (Spark's, each
+    starting a JVM, and the slow ones), so that none of them starts last on an otherwise idle
+    pytest-xdist worker (scripts/test runs a file on one worker: ``--dist loadfile``). Skip
+    ``sources_only`` tests where mypyc's modules are loaded: they replace methods of compiled
+    classes, which cannot be replaced. scripts/test runs them on the sources."""
     long_modules = {
         getattr(item, "module", None)
         for item in items
         if item.get_closest_marker("spark") or item.get_closest_marker("slow")
     }
-    items.sort(key=lambda item: getattr(item, "module", None) not in long_modules)
+    cache = getattr(config, "cache", None)
+    seconds: dict[str, float] = cache.get(UNIT_SECONDS, {}) if cache is not None else {}
+    spark_files = _local_spark_files()
+
+    def longest_first(item: pytest.Item) -> float:
+        known = seconds.get(_unit(item.nodeid, spark_files))
+        if known is not None:
+            return -float(known)
+        return -math.inf if getattr(item, "module", None) in long_modules else 0.0
+
+    items.sort(key=longest_first)  # stable: a unit's tests stay together, in their order
     from rocketstore._speedups import compiled_glue
 
     if not compiled_glue():
@@ -53,6 +77,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("sources_only") is not None:
             item.add_marker(skip)
+
+
+_unit_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each unit's seconds (set-up, call and tear-down of its tests)."""
+    unit = _unit(report.nodeid, _spark_files_once())
+    _unit_seconds[unit] = _unit_seconds.get(unit, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep the units' seconds of this run for the next one's order (pytest-xdist's controller
+    or a run without workers; the units this run did not run keep their figures)."""
+    config = session.config
+    cache = getattr(config, "cache", None)
+    if cache is None or hasattr(config, "workerinput") or not _unit_seconds:
+        return
+    seconds = dict(cache.get(UNIT_SECONDS, {}))
+    seconds.update({unit: round(s, 2) for unit, s in _unit_seconds.items()})
+    cache.set(UNIT_SECONDS, seconds)
+
+
+@functools.cache
+def _spark_files_once() -> frozenset[str]:
+    return frozenset(_local_spark_files())
 
 
 def _local_spark_files() -> set[str]:
@@ -70,9 +120,12 @@ def _local_spark_files() -> set[str]:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` with the files that take the local SparkSession as one unit: they
     run on one worker, one after another, in one JVM (a JVM a worker otherwise, each started
-    and warmed up anew). Other modes are pytest-xdist's own."""
+    and warmed up anew). The units go out in the order of the collection (the longest first:
+    pytest_collection_modifyitems), not pytest-xdist's default of the most tests first, which
+    put the Spark files of a few long tests each last. Other modes are pytest-xdist's own."""
     if config.getvalue("dist") != "loadfile":
         return None
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadFileScheduling
 
     spark_files = _local_spark_files()
@@ -259,6 +312,27 @@ def rmq4(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from support.interop import rmq4_client
 
     return rmq4_client(tmp_path_factory.mktemp("rmq4-home"))
+
+
+@pytest.fixture(scope="module")
+def warm_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The exactly-once tests' child Spark program kept up for a module (support.eos_spark's
+    WarmChild): the runs the test does not kill go to it one after another."""
+    pytest.importorskip("pyspark")
+    from support.eos_spark import warm_child
+
+    with warm_child(tmp_path_factory.mktemp("eos-warm")) as child:
+        yield child
+
+
+@pytest.fixture(scope="module")
+def failover_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A controller-mode group of two broker processes for a module's exactly-once queries
+    across failovers (support.eos_failover)."""
+    from support.eos_failover import failover_group as started
+
+    with started(tmp_path_factory.mktemp("eos-failover")) as group:
+        yield group
 
 
 @pytest.fixture

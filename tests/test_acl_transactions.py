@@ -12,7 +12,7 @@ import pytest
 from rocketstore.remoting import ResponseCode
 from support.acl_env import ACL_YML, ADMIN, ATTACKER, USER, acl_refused, call, create_topic_ext
 from support.grpc_broker import BrokerThread
-from support.transactions import COMMIT, TxProducer, check, wait_for
+from support.transactions import COMMIT, QUIET_CHECKS, TxProducer, check, wait_for
 
 RC = ResponseCode
 
@@ -26,8 +26,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
         broker_overrides={
             "acl_enable": True,
             "acl_file": str(acl),
-            "transaction_timeout": 0,  # checked when the test asks
-            "transaction_check_interval": 3_600_000,
+            **QUIET_CHECKS,  # checked when the test asks
         },
     )
     try:

@@ -5,22 +5,19 @@ source group's unsubscribed topics skipped unless offline; raw, through AdminCli
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from rocketstore.client import MessageQueue, PullConsumer
 from rocketstore.client._admin import AdminClient
-from rocketstore.protocol._heartbeat import (
-    ConsumeFromWhere,
-    ConsumerData,
-    ConsumeType,
-    HeartbeatData,
-    MessageModel,
-    build_subscription,
-    encode_heartbeat,
+from rocketstore.remoting import ResponseCode
+from support.cluster import (
+    Cluster,
+    close_client,
+    create_everywhere,
+    invoke,
+    online_consumer,
+    raw_call,
 )
-from rocketstore.remoting import AsyncRemotingClient, RemotingCommand, ResponseCode
-from support.cluster import Cluster, create_everywhere, invoke, raw_call
 
 RC = ResponseCode
 T1 = "CloneTopic1"
@@ -96,7 +93,9 @@ def test_clone_skips_topics_an_online_group_does_not_subscribe(
     commit(cluster, SRC, T1, {0: 5})
     commit(cluster, SRC, T2, {0: 3})
     addr = cluster.addr("broker-a")
-    client = cluster.run(_online(cluster, SRC, T1))  # subscribes T1 only
+    client = cluster.run(
+        online_consumer(cluster, "127.0.0.1@clone-1", SRC, T1, brokers=("broker-a",))
+    )  # subscribes T1 only
     try:
         raw_call(addr, 314, {"srcGroup": SRC, "destGroup": "G_on1", "topic": T2})
         assert offsets_on_a(cluster, "G_on1", T2) == {}
@@ -106,29 +105,4 @@ def test_clone_skips_topics_an_online_group_does_not_subscribe(
         raw_call(addr, 314, ext)
         assert offsets_on_a(cluster, "G_on2", T2) == {0: 3}
     finally:
-        cluster.run(_close(client))
-
-
-async def _online(cluster: Cluster, group: str, topic: str) -> AsyncRemotingClient:
-    client = AsyncRemotingClient({})
-    data = HeartbeatData(
-        "127.0.0.1@clone-1",
-        consumers=(
-            ConsumerData(
-                group,
-                ConsumeType.CONSUME_PASSIVELY,
-                MessageModel.CLUSTERING,
-                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                (build_subscription(topic, "*"),),
-            ),
-        ),
-    )
-    request = RemotingCommand.request(34, {}, body=encode_heartbeat(data))
-    r = await client.invoke(cluster.addr("broker-a"), request)
-    assert r.code == RC.SUCCESS
-    return client
-
-
-async def _close(client: AsyncRemotingClient) -> None:
-    client.close()
-    await asyncio.sleep(0.05)
+        cluster.run(close_client(client))

@@ -19,17 +19,15 @@ from rocketstore.protocol._admin_bodies import (
     decode_reset_offset,
     encode_reset_offset,
 )
-from rocketstore.protocol._heartbeat import (
-    ConsumeFromWhere,
-    ConsumerData,
-    ConsumeType,
-    HeartbeatData,
-    MessageModel,
-    build_subscription,
-    encode_heartbeat,
-)
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from support.cluster import Cluster, create_everywhere, invoke, raw_call
+from support.cluster import (
+    Cluster,
+    close_client,
+    create_everywhere,
+    invoke,
+    online_consumer,
+    raw_call,
+)
 from support.waits import wait_until
 
 RC = ResponseCode
@@ -145,30 +143,15 @@ def test_reset_offset(cluster: Cluster, admin: AdminClient) -> None:
         assert wait_until(lambda: len(received) == 2)
         assert offsets(admin)[a0] == 1  # the broker leaves moving to the clients
     finally:
-        cluster.run(_close(client))
+        cluster.run(close_client(client))
 
 
 async def _online_client(
     cluster: Cluster, on_reset: object, group: str = GROUP, topic: str = TOPIC
 ) -> AsyncRemotingClient:
-    client = AsyncRemotingClient({220: on_reset})  # type: ignore[dict-item]
-    data = HeartbeatData(
-        "127.0.0.1@reset-1",
-        consumers=(
-            ConsumerData(
-                group,
-                ConsumeType.CONSUME_PASSIVELY,
-                MessageModel.CLUSTERING,
-                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                (build_subscription(topic, "*"),),
-            ),
-        ),
-    )
-    for name in ("broker-a", "broker-b"):
-        request = RemotingCommand.request(34, {}, body=encode_heartbeat(data))
-        r = await client.invoke(cluster.addr(name), request)
-        assert r.code == RC.SUCCESS
-    return client
+    """A consumer of ``group`` on both brokers answering RESET_CONSUMER_CLIENT_OFFSET (220)."""
+    handlers = {220: on_reset}
+    return await online_consumer(cluster, "127.0.0.1@reset-1", group, topic, handlers=handlers)  # type: ignore[arg-type]
 
 
 def test_reset_offset_of_a_group_with_queues_never_committed(
@@ -227,7 +210,7 @@ def test_reset_offset_of_a_group_with_queues_never_committed(
         assert online and table == dict.fromkeys(everywhere, 0)
         assert wait_until(lambda: len(received) == 2)
     finally:
-        cluster.run(_close(client))
+        cluster.run(close_client(client))
 
     # a group no broker knows
     result = invoke(

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -25,16 +23,18 @@ from rocketstore.protocol._consumer_bodies import (
     ProcessQueueInfo,
 )
 from rocketstore.protocol._heartbeat import (
-    ConsumeFromWhere,
-    ConsumerData,
-    ConsumeType,
-    HeartbeatData,
-    MessageModel,
     build_subscription,
-    encode_heartbeat,
 )
 from rocketstore.remoting import AsyncRemotingClient, Connection, RemotingCommand, ResponseCode
-from support.cluster import Cluster, create_everywhere, invoke, raw_call
+from support.cluster import (
+    Answer,
+    Cluster,
+    close_client,
+    create_everywhere,
+    invoke,
+    online_consumer,
+    raw_call,
+)
 from support.waits import wait_until
 
 RC = ResponseCode
@@ -90,38 +90,14 @@ def test_consumer_status_body() -> None:
         ConsumerStatusBody.decode(b'{"messageQueueTable":{{"brokerName":"b","queueId":0}:1}}')
 
 
-Answer = Callable[[RemotingCommand, Connection], Any]
-
-
 async def _online(
     cluster: Cluster, handlers: dict[int, Answer], client_id: str, version: int = 409
 ) -> AsyncRemotingClient:
     """A consumer of GROUP registered with both brokers by a heartbeat, answering the
     broker's requests with ``handlers``."""
-    client = AsyncRemotingClient(handlers)  # type: ignore[arg-type]
-    data = HeartbeatData(
-        client_id,
-        consumers=(
-            ConsumerData(
-                GROUP,
-                ConsumeType.CONSUME_PASSIVELY,
-                MessageModel.CLUSTERING,
-                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                (build_subscription(TOPIC, "*"),),
-            ),
-        ),
+    return await online_consumer(
+        cluster, client_id, GROUP, TOPIC, handlers=handlers, version=version
     )
-    for name in ("broker-a", "broker-b"):
-        request = RemotingCommand.request(34, {}, body=encode_heartbeat(data))
-        request.version = version
-        r = await client.invoke(cluster.addr(name), request)
-        assert r.code == RC.SUCCESS
-    return client
-
-
-async def _close(client: AsyncRemotingClient) -> None:
-    client.close()
-    await asyncio.sleep(0.05)
 
 
 def test_running_info_relayed_from_the_client(cluster: Cluster, admin: AdminClient) -> None:
@@ -182,7 +158,7 @@ def test_running_info_relayed_from_the_client(cluster: Cluster, admin: AdminClie
         assert result.exit_code == 0, result.output
         assert [d["client_id"] for d in json.loads(result.output)] == [CLIENT_ID]
     finally:
-        cluster.run(_close(client))
+        cluster.run(close_client(client))
     result = invoke("consumer", "status", "-n", cluster.namesrv, "-g", GROUP, "-i", CLIENT_ID)
     assert result.exit_code == 1 and "not online" in result.output
     assert "Traceback" not in result.output
@@ -205,7 +181,7 @@ def test_running_info_refusals(
             "V3_1_8_SNAPSHOT",
         )
     finally:
-        cluster.run(_close(old))
+        cluster.run(close_client(old))
 
     # a client that does not know the code: its answer is relayed
     plain = cluster.run(_online(cluster, {}, "c-plain"))
@@ -213,7 +189,7 @@ def test_running_info_refusals(
         r = raw_call(addr, 307, {**ext, "clientId": "c-plain"})
         assert r.code == RC.REQUEST_CODE_NOT_SUPPORTED
     finally:
-        cluster.run(_close(plain))
+        cluster.run(close_client(plain))
 
     # a client that never answers
     monkeypatch.setattr(_admin_consumers, "CALL_CLIENT_TIMEOUT_S", 0.3)
@@ -228,7 +204,7 @@ def test_running_info_refusals(
         assert r.code == RC.CONSUME_MSG_TIMEOUT
         assert r.remark.startswith(f"consumer <{GROUP}> <c-mute> Timeout")
     finally:
-        cluster.run(_close(mute))
+        cluster.run(close_client(mute))
 
 
 def test_consumer_status_gathered_from_clients(cluster: Cluster, admin: AdminClient) -> None:
@@ -270,7 +246,7 @@ def test_consumer_status_gathered_from_clients(cluster: Cluster, admin: AdminCli
         assert admin.consumer_status(GROUP, TOPIC, "c-1") == {"c-1": {a0: 5}}
     finally:
         for c in (one, two, three):
-            cluster.run(_close(c))
+            cluster.run(close_client(c))
 
 
 def test_rocketstore_pull_consumer_answers_the_broker(cluster: Cluster, admin: AdminClient) -> None:

@@ -22,7 +22,7 @@ from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.console._http import HttpServer, Request, Response
 from rocketstore.console._server import SESSION_IDLE_S
 from rocketstore.remoting import RemotingClient, RemotingCommand
-from support.console_env import BROKER, ConsoleEnv, http
+from support.console_env import BROKER, ConsoleEnv, http, opened
 from support.waits import wait_until
 
 TOPIC = "ConsoleTopic"
@@ -31,11 +31,8 @@ GROUP = "ConsoleGroup"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    e = ConsoleEnv(tmp_path_factory.mktemp("console"))
-    try:
-        yield e.open()
-    finally:
-        e.close()
+    with opened(tmp_path_factory.mktemp("console")) as e:
+        yield e
 
 
 def created(env: ConsoleEnv, topic: str, queues: int = 2) -> None:
@@ -361,11 +358,8 @@ def test_malformed_and_oversized_requests(env: ConsoleEnv) -> None:
 
 @pytest.fixture(scope="module")
 def acl_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    e = ConsoleEnv(tmp_path_factory.mktemp("console-acl"), acl=True)
-    try:
-        yield e.open()
-    finally:
-        e.close()
+    with opened(tmp_path_factory.mktemp("console-acl"), acl=True) as e:
+        yield e
 
 
 def sign_in(env: ConsoleEnv, ak: str, sk: str) -> str:

@@ -14,35 +14,14 @@ import pytest
 
 from rocketstore.console import _http as console_http
 from rocketstore.console import _server as console_server
-from support.console_env import ConsoleEnv, http
+from support.console_env import ATTACKER_ACL_YML, ConsoleEnv, http, opened, sign_in
 from support.waits import wait_until
-
-ACL_YML = """\
-accounts:
-  - accessKey: console-admin
-    secretKey: admin-secret-1
-    admin: true
-  - accessKey: attackAK1
-    secretKey: attackSK1
-    defaultTopicPerm: DENY
-    defaultGroupPerm: DENY
-    topicPerms: [PubOnly=PUB]
-"""
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    e = ConsoleEnv(tmp_path_factory.mktemp("console-floods"), acl=True, acl_yml=ACL_YML)
-    try:
-        yield e.open()
-    finally:
-        e.close()
-
-
-def sign_in(env: ConsoleEnv, ak: str, sk: str) -> str:
-    r = http(env, "POST", "/api/login", {"accessKey": ak, "secretKey": sk})
-    assert r.status == 200, r.body
-    return str(r.headers["Set-Cookie"]).split(";")[0]
+    with opened(tmp_path_factory.mktemp("console-floods"), acl=True, acl_yml=ATTACKER_ACL_YML) as e:
+        yield e
 
 
 def who(env: ConsoleEnv, cookie: str) -> object:

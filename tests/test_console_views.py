@@ -19,17 +19,14 @@ from rocketstore.client._trace import (
     decode_traces,
     encode_trace,
 )
-from support.console_env import BROKER, ConsoleEnv, http, producer_online, write_traces
+from support.console_env import BROKER, ConsoleEnv, http, opened, producer_online, write_traces
 from support.waits import wait_dispatched, wait_until
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleEnv]:
-    e = ConsoleEnv(tmp_path_factory.mktemp("console-views"))
-    try:
-        yield e.open()
-    finally:
-        e.close()
+    with opened(tmp_path_factory.mktemp("console-views")) as e:
+        yield e
 
 
 def created(env: ConsoleEnv, topic: str, queues: int) -> None:

@@ -6,7 +6,6 @@ unless signed by an admin account when the controller checks ACL, and its metric
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -14,18 +13,16 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from rocketstore.cli import main
-from rocketstore.controller import ControllerConfig
 from rocketstore.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from rocketstore.server import ControllerServer
-from support.controllers import CLUSTER, FakeBroker, until
+from support.controllers import CLUSTER, FakeBroker, RunningGroup
 from support.ports import free_port
 from support.processes import read_until
-from support.remoting import LoopThread
 
 CLI = [sys.executable, "-m", "rocketstore.cli"]
 ADMIN = ("RocketMQAdmin", "12345678admin")
@@ -41,66 +38,12 @@ accounts:
 """
 
 
-class Running:
-    """A controller and a group of two brokers (1 master, both in sync, both beating) on a loop
-    thread."""
-
-    def __init__(
-        self, tmp: Path, acl_file: str | None = None, signed: tuple[str, str] | None = None
-    ):
-        self.loop = LoopThread()
-        config = ControllerConfig(listen_port=0, store_path=str(tmp / "controller"),
-                                  scan_inactive_master_interval_ms=100)  # fmt: skip
-        self.server = ControllerServer(config, acl_file=acl_file)
-        self.loop.run(self.server.start())
-        self.brokers: list[FakeBroker] = []
-        self.beating: asyncio.Task[None] | None = None
-        self.signed = signed
-
-    @property
-    def address(self) -> str:
-        return self.server.address
-
-    def group(self) -> None:
-        async def make() -> None:
-            a = await FakeBroker(self.address).start()
-            b = await FakeBroker(self.address).start()
-            if self.signed is not None:
-                from rocketstore.remoting._signing import RequestSigner
-
-                for broker in (a, b):
-                    broker.client.signer = RequestSigner(*self.signed)
-            self.brokers = [a, b]
-            await a.register()
-            await b.register()
-            for broker in self.brokers:
-                await broker.heartbeat(epoch=1, max_offset=10)
-            await until(lambda: self.server.controller.live.is_alive(CLUSTER, "broker-a", 2))
-            assert (await a.elect()).code == ResponseCode.SUCCESS
-            assert (await a.alter({1, 2}, master_epoch=1, set_epoch=1)).code == ResponseCode.SUCCESS
-
-            async def beat() -> None:
-                while True:
-                    for broker in self.brokers:
-                        await broker.heartbeat(epoch=1, max_offset=10)
-                    await asyncio.sleep(0.5)
-
-            self.beating = asyncio.create_task(beat())
-
-        self.loop.run(make())
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            if self.beating is not None:
-                self.beating.cancel()
-            for broker in self.brokers:
-                await broker.die()
-            await self.server.shutdown()
-
-        try:
-            self.loop.run(stop())
-        finally:
-            self.loop.stop()
+def running_group(tmp: Path, **kwargs: Any) -> RunningGroup:
+    """The controller of these tests (inactive masters looked for every 100 ms) and its group,
+    the brokers beating every 0.5 s at epoch 1 with offset 10."""
+    return RunningGroup(
+        tmp, beat=(1, 10), beat_every_s=0.5, scan_inactive_master_interval_ms=100, **kwargs
+    )
 
 
 def cli(*args: str, keys: tuple[str, str] | None = None) -> Result:
@@ -112,7 +55,7 @@ def cli(*args: str, keys: tuple[str, str] | None = None) -> Result:
 
 @pytest.fixture
 def running(tmp_path: Path):  # type: ignore[no-untyped-def]
-    r = Running(tmp_path)
+    r = running_group(tmp_path)
     try:
         r.group()
         yield r
@@ -120,7 +63,7 @@ def running(tmp_path: Path):  # type: ignore[no-untyped-def]
         r.stop()
 
 
-def test_status_and_sync_state(running: Running) -> None:
+def test_status_and_sync_state(running: RunningGroup) -> None:
     out = cli("controller", "status", "-a", running.address)
     assert out.exit_code == 0, out.output
     assert "controller group  group1" in out.output
@@ -142,7 +85,7 @@ def test_status_and_sync_state(running: Running) -> None:
     assert missing.exit_code == 1 and "knows no broker group nobody" in missing.output
 
 
-def test_elect_master_and_clean_broker_data(running: Running) -> None:
+def test_elect_master_and_clean_broker_data(running: RunningGroup) -> None:
     a, b = running.brokers
     out = cli("controller", "elect-master", "-a", running.address, "-b", "broker-a")
     assert out.exit_code == 0, out.output
@@ -175,7 +118,7 @@ def test_unreachable_controller_is_one_line(tmp_path: Path) -> None:
 def test_admin_requests_need_an_admin_account(tmp_path: Path) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
-    r = Running(tmp_path, acl_file=str(acl), signed=ADMIN)
+    r = running_group(tmp_path, acl_file=str(acl), signed=ADMIN)
     try:
         r.group()  # the brokers sign with an admin account (their inner account)
 
@@ -227,7 +170,7 @@ def test_metrics_of_the_controller(tmp_path: Path) -> None:
     pytest.importorskip("prometheus_client")
     from rocketstore.metrics import start_metrics
 
-    r = Running(tmp_path)
+    r = running_group(tmp_path)
     try:
         r.group()
         metrics = r.loop.run(start_metrics([], "127.0.0.1:0", controller=r.server.controller))

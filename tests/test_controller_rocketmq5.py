@@ -22,9 +22,8 @@ import pytest
 
 from rocketstore.controller import ControllerConfig
 from rocketstore.namesrv import NameServer
-from rocketstore.remoting import ResponseCode
 from rocketstore.server import ControllerServer
-from support.controllers import CLUSTER, FakeBroker, until
+from support.controllers import CLUSTER, RunningGroup
 from support.java import OPENS
 from support.ports import free_broker_port
 from support.processes import stop_process
@@ -75,57 +74,10 @@ def mqadmin(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-class Running:
-    """Our controller and a group of two brokers (1 master, both in sync, both beating)."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.loop = LoopThread()
-        self.server = ControllerServer(
-            ControllerConfig(listen_port=0, store_path=str(tmp / "controller"))
-        )
-        self.loop.run(self.server.start())
-        self.brokers: list[FakeBroker] = []
-        self.beating: asyncio.Task[None] | None = None
-
-        async def make() -> None:
-            a = await FakeBroker(self.server.address).start()
-            b = await FakeBroker(self.server.address).start()
-            self.brokers = [a, b]
-            await a.register()
-            await b.register()
-            for broker in self.brokers:
-                await broker.heartbeat()
-            await until(lambda: self.server.controller.live.is_alive(CLUSTER, "broker-a", 2))
-            assert (await a.elect()).code == ResponseCode.SUCCESS
-            assert (await a.alter({1, 2}, master_epoch=1, set_epoch=1)).code == ResponseCode.SUCCESS
-
-            async def beat() -> None:
-                while True:
-                    for broker in self.brokers:
-                        await broker.heartbeat()
-                    await asyncio.sleep(1.0)
-
-            self.beating = asyncio.create_task(beat())
-
-        self.loop.run(make())
-
-    def stop(self) -> None:
-        async def stop() -> None:
-            if self.beating is not None:
-                self.beating.cancel()
-            for broker in self.brokers:
-                await broker.die()
-            await self.server.shutdown()
-
-        try:
-            self.loop.run(stop())
-        finally:
-            self.loop.stop()
-
-
 def test_mqadmin_reads_and_changes_the_controller(tmp_path: Path) -> None:
-    r = Running(tmp_path)
+    r = RunningGroup(tmp_path)
     try:
+        r.group()
         addr = r.server.address
         b = r.brokers[1]
         out = mqadmin(tmp_path, "getControllerMetaData", "-a", addr)

@@ -3,7 +3,6 @@ wire protocol (a forged slave, a confused master), SYNC_MASTER waits and their f
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
 import time
@@ -17,44 +16,27 @@ import pytest
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.store.ha import ClientState, ConnectionState, HAStatistics
 from rocketstore.store.ha._wire import HEADER, HEADER_SIZE, REPORT
+from support.ha_stores import ha_config as base_config
+from support.ha_stores import ha_stores
 from support.waits import wait_dispatched, wait_until
 
 FILE = 64 * 1024
 S = PutMessageStatus
 
 
+# the HA tests' settings (support.ha_stores), with quick flushes and housekeeping
+HA = {"flush_interval_commit_log": 10, "ha_housekeeping_interval": 2000}
+
+
 def ha_config(root: Path, **over: Any) -> StoreConfig:
-    base = StoreConfig(
-        store_path_root_dir=str(root),
-        mapped_file_size_commit_log=FILE,
-        mapped_file_size_consume_queue=20 * 200,
-        max_hash_slot_num=1000,
-        max_index_num=4000,
-        flush_interval_commit_log=10,
-        ha_listen_port=0,
-        ha_send_heartbeat_interval=200,
-        ha_housekeeping_interval=2000,
-        ha_reconnect_interval=100,
-        sync_flush_timeout=1000,
-    )
-    return dataclasses.replace(base, **over)
+    return base_config(root, **{**HA, **over})
 
 
 @pytest.fixture
 def stores(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
     """Open stores (load + start) under tmp_path; all shut down after the test, slaves first."""
-    opened: list[MessageStore] = []
-
-    def open_(name: str, **over: Any) -> MessageStore:
-        s = MessageStore(ha_config(tmp_path / name, **over))
-        s.load()
-        s.start()
-        opened.append(s)
-        return s
-
-    yield open_
-    for s in sorted(opened, key=lambda s: s.config.broker_role != "SLAVE"):
-        s.shutdown()
+    with ha_stores(tmp_path, **HA) as open_:
+        yield open_
 
 
 def master_addr(master: MessageStore) -> str:

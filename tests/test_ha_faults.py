@@ -3,7 +3,6 @@ between master and slave that delays, stalls and cuts the stream."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -19,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore import Message, MessageStore, PutMessageStatus
+from support.ha_stores import ha_stores
 from support.waits import wait_dispatched, wait_until
 
 FILE = 64 * 1024
@@ -67,10 +67,6 @@ else:
 """
 
 
-def config(root: Path, **over: Any) -> StoreConfig:
-    return dataclasses.replace(StoreConfig(store_path_root_dir=str(root), **BASE), **over)  # type: ignore[arg-type]
-
-
 def spawn(root: Path, mode: str, **over: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", NODE, str(root), json.dumps({**BASE, **over}), mode],
@@ -98,18 +94,8 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
 
 @pytest.fixture
 def stores(tmp_path: Path) -> Iterator[Callable[..., MessageStore]]:
-    opened: list[MessageStore] = []
-
-    def open_(name: str, **over: Any) -> MessageStore:
-        s = MessageStore(config(tmp_path / name, **over))
-        s.load()
-        s.start()
-        opened.append(s)
-        return s
-
-    yield open_
-    for s in sorted(opened, key=lambda s: s.config.broker_role != "SLAVE"):
-        s.shutdown()
+    with ha_stores(tmp_path, **BASE) as open_:
+        yield open_
 
 
 def same_bytes(master: MessageStore, slave: MessageStore) -> None:

@@ -25,26 +25,18 @@ from rocketstore.spark._eos import (
     Half,
     WriterHalves,
     end_halves,
-    ensure_decision_topic,
     find_decision,
     write_decision,
 )
 from rocketstore.spark._eos_checks import ExactlyOnceChecks
 from rocketstore.spark._eos_send import HalfReport, write_halves
-from support.eos_cluster import BROKERS, WAIT_S, Cluster
+from support.eos_cluster import BROKERS, WAIT_S, Cluster, started_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("eos-halves"))
-    try:
-        for name in BROKERS:
-            c.start(name)
-        with AdminClient(c.ns) as admin:
-            ensure_decision_topic(admin)
+    with started_cluster(tmp_path_factory.mktemp("eos-halves"), decisions=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _rows(topic: str, prefix: str, n: int) -> Iterator[pa.RecordBatch]:

@@ -32,6 +32,7 @@ from support.transactions import (
     TxProducer,
     check,
     queue_messages,
+    quiet_broker,
     wait_for,
 )
 
@@ -41,15 +42,8 @@ OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    # checks only when a test asks (check()), halves old enough at once
-    b = BrokerThread(
-        tmp_path,
-        broker_overrides={"transaction_timeout": 0, "transaction_check_interval": 3_600_000},
-    )
-    try:
-        yield b.start()
-    finally:
-        b.close()
+    with quiet_broker(tmp_path) as b:
+        yield b
 
 
 @pytest.fixture

@@ -29,7 +29,6 @@ import pytest
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.client._producer import encode_batch
-from rocketstore.protocol._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
 from rocketstore.remoting._client import AsyncRemotingClient
 from rocketstore.remoting._codes import RequestCode
 from rocketstore.remoting._codes import ResponseCode as RC
@@ -45,7 +44,15 @@ from rocketstore.store.log._record import (
     properties_to_string,
 )
 from support.grpc_broker import BrokerThread
-from support.transactions import check, queue_messages
+from support.transactions import (
+    check,
+    end_header,
+    half_header,
+    half_properties,
+    heartbeat_request,
+    queue_messages,
+    quiet_broker,
+)
 
 T = TypeVar("T")
 
@@ -120,10 +127,7 @@ class Producer:
         self.loop.call(go)
 
     def heartbeat(self) -> None:
-        body = encode_heartbeat(
-            HeartbeatData(f"fault-client-{self.group}", producers=(ProducerData(self.group),))
-        )
-        r = self.call(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body))
+        r = self.call(heartbeat_request(f"fault-client-{self.group}", self.group))
         assert r.code == RC.SUCCESS, r.remark
 
     def send_half(
@@ -136,27 +140,8 @@ class Producer:
         **props: str,
     ) -> tuple[RemotingCommand, str]:
         uniq = f"FAULT{next(_ids):08d}"
-        properties = {
-            "TRAN_MSG": "true",
-            "PGROUP": self.group,
-            "UNIQ_KEY": uniq,
-            "WAIT": "true",
-            **props,
-        }
-        header = {
-            "producerGroup": self.group,
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4",
-            "queueId": str(queue_id),
-            "sysFlag": str(TRANSACTION_PREPARED_TYPE),
-            "bornTimestamp": str(born_ms if born_ms is not None else int(time.time() * 1000)),
-            "flag": "0",
-            "properties": properties_to_string(properties),
-            "reconsumeTimes": "0",
-            "unitMode": "false",
-            "batch": "false",
-        }
+        properties = half_properties(self.group, uniq, **props)
+        header = half_header(self.group, topic, queue_id, properties, born_ms)
         r = self.call(RemotingCommand.request(RequestCode.SEND_MESSAGE, header, body))
         assert r.code == RC.SUCCESS, r.remark
         return r, uniq
@@ -180,15 +165,7 @@ class Producer:
 
     @staticmethod
     def end_header(sent: RemotingCommand, uniq: str, kind: int, group: str = PG) -> dict[str, str]:
-        return {
-            "producerGroup": group,
-            "tranStateTableOffset": str(sent.ext_fields["queueOffset"]),
-            "commitLogOffset": str(decode_msg_id(sent.ext_fields["msgId"])[1]),
-            "commitOrRollback": str(kind),
-            "fromTransactionCheck": "false",
-            "msgId": uniq,
-            "transactionId": uniq,
-        }
+        return end_header(sent, uniq, kind, group)
 
     def end(self, sent: RemotingCommand, uniq: str, kind: int) -> RemotingCommand:
         header = self.end_header(sent, uniq, kind, self.group)
@@ -414,15 +391,8 @@ def test_kill_9_under_sync_flush_keeps_every_acknowledged_end(tmp_path: Path) ->
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    # checks only when a test asks (check()); halves old enough at once
-    b = BrokerThread(
-        tmp_path,
-        broker_overrides={"transaction_timeout": 0, "transaction_check_interval": 3_600_000},
-    )
-    try:
-        yield b.start()
-    finally:
-        b.close()
+    with quiet_broker(tmp_path) as b:
+        yield b
 
 
 @pytest.fixture

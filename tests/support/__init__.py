@@ -29,6 +29,9 @@ Other programs
   ``spark_helpers``: a Spark standalone cluster and the Spark tests' expectations;
   ``tier_files``, ``tier_helpers``: tiered stores.
 - ``chaos``, ``chaos_cluster``, ``chaos_net``: the fault harness (workload, nemesis, checker).
+- ``eos_cluster``, ``eos_spark``, ``eos_failover``: the exactly-once tests' brokers, their
+  Spark child programs (killed, or one kept up for the runs that are not), and a
+  controller-mode group failed over under a query.
 - ``certs``: a CA and certificates for the TLS tests, made with openssl.
 - ``disk_full_child``, ``glue_scenario``, ``low_limit_child``: scripts run in child processes.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,7 +19,22 @@ from rocketstore.broker._controller import BrokerController
 from rocketstore.cli import main as cli_main
 from rocketstore.client._admin import AdminClient
 from rocketstore.namesrv import NameServer
-from rocketstore.remoting import RemotingClient, RemotingCommand
+from rocketstore.protocol._heartbeat import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumeType,
+    HeartbeatData,
+    MessageModel,
+    build_subscription,
+    encode_heartbeat,
+)
+from rocketstore.remoting import (
+    AsyncRemotingClient,
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    ResponseCode,
+)
 from rocketstore.server import BrokerServer
 
 from .waits import wait_until
@@ -132,3 +147,47 @@ def create_everywhere(admin: AdminClient, cluster: Cluster, topic: str, queues: 
 def invoke(*args: str) -> Any:
     result = CliRunner().invoke(cli_main, list(args), catch_exceptions=False)
     return result
+
+
+Answer = Callable[[RemotingCommand, Connection], Any]
+
+
+async def online_consumer(
+    cluster: Cluster,
+    client_id: str,
+    group: str,
+    topic: str,
+    *,
+    handlers: dict[int, Answer] | None = None,
+    brokers: tuple[str, ...] = ("broker-a", "broker-b"),
+    version: int | None = None,
+) -> AsyncRemotingClient:
+    """A consumer ``client_id`` of ``group`` subscribed to ``topic``, registered with
+    ``brokers`` by a heartbeat (of client ``version`` when given), answering the brokers'
+    requests with ``handlers``; on the cluster's loop (``cluster.run``)."""
+    client = AsyncRemotingClient(handlers or {})  # type: ignore[arg-type]
+    data = HeartbeatData(
+        client_id,
+        consumers=(
+            ConsumerData(
+                group,
+                ConsumeType.CONSUME_PASSIVELY,
+                MessageModel.CLUSTERING,
+                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                (build_subscription(topic, "*"),),
+            ),
+        ),
+    )
+    for name in brokers:
+        request = RemotingCommand.request(34, {}, body=encode_heartbeat(data))
+        if version is not None:
+            request.version = version
+        r = await client.invoke(cluster.addr(name), request)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    return client
+
+
+async def close_client(client: AsyncRemotingClient) -> None:
+    """Close ``client`` and give the brokers a moment to see its connections end."""
+    client.close()
+    await asyncio.sleep(0.05)

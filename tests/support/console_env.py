@@ -50,6 +50,20 @@ accounts:
     defaultGroupPerm: SUB
 """
 
+# an administrator and an account denied every topic and group but PubOnly's sending: what an
+# account that may not read is refused (test_console_acl, test_console_floods)
+ATTACKER_ACL_YML = """\
+accounts:
+  - accessKey: console-admin
+    secretKey: admin-secret-1
+    admin: true
+  - accessKey: attackAK1
+    secretKey: attackSK1
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [PubOnly=PUB]
+"""
+
 
 async def _wrap(coro: Awaitable[T]) -> T:
     return await coro
@@ -213,6 +227,23 @@ def http(
             return Reply(r.status, r.read(), r.headers)
     except urllib.error.HTTPError as exc:
         return Reply(exc.code, exc.read(), exc.headers)
+
+
+@contextlib.contextmanager
+def opened(root: Path, **kwargs: Any) -> Iterator[ConsoleEnv]:
+    """A ConsoleEnv in ``root`` (``kwargs``: ConsoleEnv's), open while the block runs."""
+    env = ConsoleEnv(root, **kwargs)
+    try:
+        yield env.open()
+    finally:
+        env.close()
+
+
+def sign_in(env: ConsoleEnv, ak: str, sk: str) -> str:
+    """Sign in as ``ak``; the session's cookie (name=value)."""
+    r = http(env, "POST", "/api/login", {"accessKey": ak, "secretKey": sk})
+    assert r.status == 200, r.body
+    return str(r.headers["Set-Cookie"]).split(";")[0]
 
 
 @contextlib.contextmanager

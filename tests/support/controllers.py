@@ -187,3 +187,79 @@ class FakeBroker:
         """The broker goes away: its connections close."""
         self.client.close()
         await self.server.close()
+
+
+class RunningGroup:
+    """A controller (``config``: ControllerConfig's keywords; ``acl_file``) on a loop thread and,
+    after :meth:`group`, a group of two brokers: broker 1 the master, both in the sync state
+    set, both beating every ``beat_every_s`` with ``beat`` (epoch, max offset); the brokers
+    sign with ``signed`` (an access and a secret key) when given. :meth:`stop` ends all."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        acl_file: str | None = None,
+        signed: tuple[str, str] | None = None,
+        beat: tuple[int, int] = (0, 0),
+        beat_every_s: float = 1.0,
+        **config: Any,
+    ) -> None:
+        from .remoting import LoopThread
+
+        self.loop = LoopThread()
+        controller = ControllerConfig(listen_port=0, store_path=str(tmp / "controller"), **config)
+        self.server = ControllerServer(controller, acl_file=acl_file)
+        self.loop.run(self.server.start())
+        self.brokers: list[FakeBroker] = []
+        self.beating: asyncio.Task[None] | None = None
+        self.signed = signed
+        self.beat = beat
+        self.beat_every_s = beat_every_s
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def group(self) -> None:
+        epoch, max_offset = self.beat
+
+        async def make() -> None:
+            a = await FakeBroker(self.address).start()
+            b = await FakeBroker(self.address).start()
+            if self.signed is not None:
+                from rocketstore.remoting._signing import RequestSigner
+
+                for broker in (a, b):
+                    broker.client.signer = RequestSigner(*self.signed)
+            self.brokers = [a, b]
+            await a.register()
+            await b.register()
+            for broker in self.brokers:
+                await broker.heartbeat(epoch=epoch, max_offset=max_offset)
+            await until(lambda: self.server.controller.live.is_alive(CLUSTER, "broker-a", 2))
+            assert (await a.elect()).code == ResponseCode.SUCCESS
+            assert (await a.alter({1, 2}, master_epoch=1, set_epoch=1)).code == ResponseCode.SUCCESS
+
+            async def beat() -> None:
+                while True:
+                    for broker in self.brokers:
+                        await broker.heartbeat(epoch=epoch, max_offset=max_offset)
+                    await asyncio.sleep(self.beat_every_s)
+
+            self.beating = asyncio.create_task(beat())
+
+        self.loop.run(make())
+
+    def stop(self) -> None:
+        async def stop() -> None:
+            if self.beating is not None:
+                self.beating.cancel()
+            for broker in self.brokers:
+                await broker.die()
+            await self.server.shutdown()
+
+        try:
+            self.loop.run(stop())
+        finally:
+            self.loop.stop()

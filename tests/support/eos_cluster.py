@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +136,43 @@ class Cluster:
     def read(self, topic: str) -> list[Any]:
         """Every message of ``topic`` a consumer sees (pulled from every queue)."""
         return read_topic(self.ns, topic)
+
+
+@contextlib.contextmanager
+def started_cluster(root: Path, *, decisions: bool = False) -> Iterator[Cluster]:
+    """A name server and the groups ``BROKERS`` (with the decision topic when ``decisions``),
+    stopped when the block ends, a failed start included."""
+    c = Cluster(root)
+    try:
+        for name in BROKERS:
+            c.start(name)
+        if decisions:
+            from rocketstore.spark._eos import ensure_decision_topic
+
+            with AdminClient(c.ns) as admin:
+                ensure_decision_topic(admin)
+        yield c
+    finally:
+        c.stop()
+
+
+def assert_once(got: collections.Counter[bytes], expected: set[bytes]) -> None:
+    """Every id of ``expected`` seen once in ``got`` (how often a consumer saw each body):
+    none lost, none duplicated, none unknown."""
+    duplicated = {b: n for b, n in got.items() if n > 1}
+    lost = expected - set(got)
+    extra = set(got) - expected
+    assert not duplicated and not lost and not extra, (
+        f"{len(lost)} lost, {len(duplicated)} duplicated, {len(extra)} unknown"
+    )
+
+
+def read_once(c: Cluster, topic: str, expected: set[bytes]) -> list[Any]:
+    """The messages of ``topic`` a consumer reads, asserted to hold every id of ``expected``
+    once and nothing else."""
+    msgs = c.read(topic)
+    assert_once(collections.Counter(bytes(m.body) for m in msgs), expected)
+    return msgs
 
 
 def read_topic(ns: str, topic: str) -> list[Any]:

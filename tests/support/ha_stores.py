@@ -12,6 +12,7 @@ from typing import Any
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.store.ha import HAGuard
+from rocketstore.store.ha._auth import OPEN
 
 GROUP = "broker-a"
 INNER = ("innerAK", "inner-secret-0123456789")
@@ -50,11 +51,11 @@ def ha_config(root: Path, **over: Any) -> StoreConfig:
 @contextlib.contextmanager
 def ha_stores(root: Path, **defaults: Any) -> Iterator[Callable[..., MessageStore]]:
     """``open(name, guard, **over)``: a started store under ``root / name`` with
-    ``ha_config``'s settings, then ``defaults``, then ``over``; each is shut down on the way
-    out, slaves before masters."""
+    ``ha_config``'s settings, then ``defaults``, then ``over`` (``guard`` by default lets
+    every peer replicate); each is shut down on the way out, slaves before masters."""
     opened: list[MessageStore] = []
 
-    def open_(name: str, guard: HAGuard, **over: Any) -> MessageStore:
+    def open_(name: str, guard: HAGuard = OPEN, **over: Any) -> MessageStore:
         s = MessageStore(ha_config(root / name, **{**defaults, **over}), ha_guard=guard)
         s.load()
         s.start()

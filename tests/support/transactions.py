@@ -3,8 +3,11 @@ messages, their ends, answers to the broker's checks), and the end kinds it send
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rocketstore.protocol._heartbeat import HeartbeatData, ProducerData, encode_heartbeat
@@ -26,6 +29,73 @@ from .waits import wait_dispatched
 PG = "TxProducerGroup"
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
 _ids = itertools.count()
+# the broker checks only when a test asks (``check``), and every half is old enough at once
+QUIET_CHECKS = {"transaction_timeout": 0, "transaction_check_interval": 3_600_000}
+
+
+@contextlib.contextmanager
+def quiet_broker(root: Path) -> Iterator[BrokerThread]:
+    """A broker in ``root`` with QUIET_CHECKS, closed when the block ends."""
+    b = BrokerThread(root, broker_overrides=dict(QUIET_CHECKS))
+    try:
+        yield b.start()
+    finally:
+        b.close()
+
+
+def heartbeat_request(client_id: str, group: str) -> RemotingCommand:
+    """A HEART_BEAT of a client with one producer group."""
+    body = encode_heartbeat(HeartbeatData(client_id, producers=(ProducerData(group),)))
+    return RemotingCommand.request(RequestCode.HEART_BEAT, {}, body)
+
+
+def half_header(
+    group: str, topic: str, queue_id: int, properties: dict[str, str], born_ms: int | None = None
+) -> dict[str, str]:
+    """The SEND_MESSAGE header of a half message (its ``properties`` as given)."""
+    return {
+        "producerGroup": group,
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": str(queue_id),
+        "sysFlag": str(TRANSACTION_PREPARED_TYPE),
+        "bornTimestamp": str(born_ms if born_ms is not None else int(time.time() * 1000)),
+        "flag": "0",
+        "properties": properties_to_string(properties),
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+        "batch": "false",
+    }
+
+
+def half_properties(group: str, uniq: str, **props: str) -> dict[str, str]:
+    """A half message's properties: a transaction of ``group`` with id ``uniq``."""
+    return {"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": uniq, "WAIT": "true", **props}
+
+
+def end_header(
+    sent: RemotingCommand,
+    uniq: str,
+    kind: int,
+    group: str,
+    *,
+    from_check: bool = False,
+    commit_log_offset: int | None = None,
+) -> dict[str, str]:
+    """The END_TRANSACTION header ending the half ``sent`` answered (id ``uniq``) with
+    ``kind``."""
+    if commit_log_offset is None:
+        commit_log_offset = decode_msg_id(sent.ext_fields["msgId"])[1]
+    return {
+        "producerGroup": group,
+        "tranStateTableOffset": str(sent.ext_fields["queueOffset"]),
+        "commitLogOffset": str(commit_log_offset),
+        "commitOrRollback": str(kind),
+        "fromTransactionCheck": "true" if from_check else "false",
+        "msgId": uniq,
+        "transactionId": uniq,
+    }
 
 
 class TxProducer:
@@ -56,38 +126,15 @@ class TxProducer:
         return self.b.call(go)
 
     def heartbeat(self) -> None:
-        body = encode_heartbeat(
-            HeartbeatData(f"tx-client-{self.group}", producers=(ProducerData(self.group),))
-        )
-        r = self.call(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body))
+        r = self.call(heartbeat_request(f"tx-client-{self.group}", self.group))
         assert r.code == RC.SUCCESS, r.remark
 
     def send_half(
         self, topic: str, body: bytes, queue_id: int = 1, **props: str
     ) -> tuple[RemotingCommand, str]:
         uniq = f"UNIQ{next(_ids):08d}"
-        properties = {
-            "TRAN_MSG": "true",
-            "PGROUP": self.group,
-            "UNIQ_KEY": uniq,
-            "WAIT": "true",
-            "TAGS": "TagTx",
-            **props,
-        }
-        header = {
-            "producerGroup": self.group,
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4",
-            "queueId": str(queue_id),
-            "sysFlag": str(TRANSACTION_PREPARED_TYPE),
-            "bornTimestamp": str(int(time.time() * 1000)),
-            "flag": "0",
-            "properties": properties_to_string(properties),
-            "reconsumeTimes": "0",
-            "unitMode": "false",
-            "batch": "false",
-        }
+        properties = half_properties(self.group, uniq, TAGS="TagTx", **props)
+        header = half_header(self.group, topic, queue_id, properties)
         r = self.call(RemotingCommand.request(RequestCode.SEND_MESSAGE, header, body))
         return r, uniq
 
@@ -101,17 +148,14 @@ class TxProducer:
         from_check: bool = False,
         commit_log_offset: int | None = None,
     ) -> RemotingCommand:
-        if commit_log_offset is None:
-            commit_log_offset = decode_msg_id(sent.ext_fields["msgId"])[1]
-        header = {
-            "producerGroup": group or self.group,
-            "tranStateTableOffset": str(sent.ext_fields["queueOffset"]),
-            "commitLogOffset": str(commit_log_offset),
-            "commitOrRollback": str(kind),
-            "fromTransactionCheck": "true" if from_check else "false",
-            "msgId": uniq,
-            "transactionId": uniq,
-        }
+        header = end_header(
+            sent,
+            uniq,
+            kind,
+            group or self.group,
+            from_check=from_check,
+            commit_log_offset=commit_log_offset,
+        )
         return self.call(RemotingCommand.request(RequestCode.END_TRANSACTION, header))
 
     def _check(self, cmd: RemotingCommand, conn: Any) -> None:
