@@ -38,7 +38,7 @@ from rocketstore.protocol._heartbeat import (
 )
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from support.cluster import CLUSTER, Cluster, create_everywhere, invoke, raw_call
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 RC = ResponseCode
 TOPIC = "ConnTopic"
@@ -301,6 +301,7 @@ def test_cli_broker_stats(cluster: Cluster, admin: AdminClient) -> None:
     with Producer(cluster.namesrv) as producer:
         for i in range(3):
             producer.send(topic, b"m%d" % i, queue=mq)
+    wait_dispatched(cluster.brokers["broker-a"].store)  # all three in the queue first
     with PullConsumer(cluster.namesrv, group) as consumer:
         assert len(consumer.pull(mq, 0, 8).messages) == 3
         consumer.commit_offset(mq, 3)

@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 pytest.importorskip("prometheus_client")
 
 from rocketstore.broker.state._stats import (
+    BROKER_GET_NUMS,
+    GROUP_GET_NUMS,
+    GROUP_GET_SIZE,
     BrokerStats,
     code_name,
     message_type,
@@ -262,7 +265,13 @@ def test_stats_out_counts_per_topic_and_group() -> None:
     stats.note_out("T", "G", 3, 300)
     stats.note_out("T", "G", 2, 100)
     stats.note_out("T", "H", 0, 0)
-    assert stats.out == {("T", "G"): [5, 400], ("T", "H"): [0, 0]}
+    counts = {key: (t.messages, t.size) for key, t in stats.out.items()}
+    assert counts == {("T", "G"): (5, 400), ("T", "H"): (0, 0)}
+    # the same figures in the rolling counters VIEW_BROKER_STATS_DATA reads
+    assert stats.rolling.get(GROUP_GET_NUMS, "T@G").value == 5  # type: ignore[union-attr]
+    assert stats.rolling.get(GROUP_GET_SIZE, "T@G").value == 400  # type: ignore[union-attr]
+    assert stats.rolling.get(BROKER_GET_NUMS, "").value == 5  # type: ignore[union-attr]
+    assert stats.rolling.get(GROUP_GET_NUMS, "T@H").times == 1  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ from rocketstore.server import BrokerServer
 from support.metrics import PROMETHEUS
 from support.ports import free_port
 from support.remoting import LoopThread
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 N = 5
 TOPIC = "TMetrics"
@@ -153,6 +153,7 @@ def test_broker_metrics_after_sends_pulls_and_a_commit(running: Running) -> None
     with Producer(ns) as producer:
         for i in range(N):
             producer.send(TOPIC, b"m%d" % i, queue=mq)
+    wait_dispatched(running.broker.store)  # every message in the queue before the pull
     with PullConsumer(ns, GROUP) as consumer:
         got = consumer.pull(mq, 0, 32)
         assert len(got.messages) == N

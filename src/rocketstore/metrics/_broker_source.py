@@ -157,12 +157,12 @@ class BrokerSource:
         return [
             TopicTraffic(
                 topic,
-                messages,
-                size,
+                traffic.messages,
+                traffic.size,
                 consumer_group=group,
                 is_system=self._is_system_topic(topic) or is_system_group(group),
             )
-            for (topic, group), (messages, size) in self.broker.stats.out.items()
+            for (topic, group), traffic in self.broker.stats.out.items()
             if not _excluded(topic)
         ]
 

@@ -109,6 +109,9 @@ class Connection(asyncio.BufferedProtocol):
     ) -> None:
         self.handlers = handlers
         self.frame_path = frame_path
+        # called once when the read being parsed ends, after its answers are written, then
+        # cleared: set by the frame path to count the read's sends (BrokerStats.sent_in_read)
+        self.after_read: Callable[[], None] | None = None
         self.max_frame = max_frame
         self._on_close = on_close
         self._backpressure = backpressure
@@ -268,6 +271,10 @@ class Connection(asyncio.BufferedProtocol):
             self._cork = None
             if cork:
                 self._flush(cork)
+            after = self.after_read
+            if after is not None:
+                self.after_read = None
+                after()
             if pos == end:
                 pos = end = 0
                 self._rend = 0

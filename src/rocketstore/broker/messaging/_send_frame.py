@@ -11,8 +11,9 @@ frame's bytes, written from a template: the same bytes the connection would writ
 general path's answer. A put that waits is answered when its wait ends, in one write a
 connection for the answers ready together: a slave's acknowledgement on a SYNC_MASTER with
 ASYNC_FLUSH (``SlaveWaits``), the group commit under SYNC_FLUSH (``PutWaits``). The broker's
-request statistics are counted as the handler table's timing counts them
-(``BrokerStats.note_sent``).
+request statistics count what the handler table's timing counts: the sends answered in a read
+by read (``BrokerStats.sent_in_read``: one clock read when the read's answers are written),
+the sends that waited one by one when answered (``BrokerStats.note_sent``).
 
 Anything else returns None before anything is stored, and the connection decodes the frame
 and calls the handler as before: the send processor's general path decides, refuses what it
@@ -185,7 +186,8 @@ class SendFramePath:
             if waits is None and self._loop_waits() is None:
                 return None
         stats = self.stats
-        began = stats.now() if stats.timing else 0.0
+        timing = stats.timing
+        began = stats.read_began() if timing else 0.0
         h = self._scan(frame)
         if h is None:
             return None
@@ -255,8 +257,8 @@ class SendFramePath:
             answer = failure_answer(exc, code, conn.peer)
             out = _encoded(answer, opaque, serialize_type)
             response_code = answer.code
-        if stats.timing:
-            stats.note_sent(code, response_code, topic, text, len(body), began)
+        if timing:
+            stats.sent_in_read(code, response_code, topic, text, len(body), began, conn)
         self.served += 1
         return out
 
@@ -303,11 +305,13 @@ class SendFramePath:
 
     def _answer_waits(self, waits: list[SlaveWait]) -> None:
         """Answer sends whose wait for a slave ended (each ``result`` the answer): the
-        answers of one connection in one write, counted as ``serve`` counts. Loop thread."""
+        answers of one connection in one write, counted as ``serve`` counts, each timed until
+        the answers were built (one clock read for them all). Loop thread."""
         processor = self.processor
         stats = self.stats
         timing = stats.timing
         out: dict[Connection, list[bytes]] = {}
+        answered: list[SlaveWait] = []  # timed when all are answered: one clock read
         for w in waits:
             conn: Connection = w.conn
             if conn is None or conn.closed:
@@ -327,13 +331,18 @@ class SendFramePath:
                 data = _encoded(answer, w.opaque, w.serialize_type)
                 response_code = answer.code
             if timing:
-                stats.note_sent(
-                    w.code, response_code, w.topic, w.properties, w.size, w.began, w.held
-                )
+                w.response_code = response_code
+                answered.append(w)
             parts = out.get(conn)
             if parts is None:
                 out[conn] = [data]
             else:
                 parts.append(data)
+        if answered:
+            ended = stats.now()
+            for w in answered:
+                stats.note_sent(
+                    w.code, w.response_code, w.topic, w.properties, w.size, w.began, w.held, ended
+                )
         for conn, parts in out.items():
             conn.write_frames(parts[0] if len(parts) == 1 else b"".join(parts))

@@ -66,6 +66,7 @@ class SlaveWait:
         self.properties = ""
         self.size = 0
         self.began = 0.0
+        self.response_code = 0  # its answer's, once answered
 
 
 class SlaveWaits:

@@ -9,7 +9,19 @@
   buckets (bytes): measured by the same wrapper on SEND_MESSAGE / SEND_MESSAGE_V2.
 
 Counting costs a dictionary update; the latency wrapper is installed only when metrics are
-served. Loop thread only (counts are plain ints; readers copy them on the same thread).
+served. The two per-message paths cost less than that:
+
+- the send frame path counts its sends by read (``sent_in_read``): per send, two counters and
+  the size histogram of its topic's normal messages (kept by topic, no key built); when the
+  read ends (``Connection.after_read``, after its answers are written), one clock read gives
+  every send of the read the same latency: from the first send's start to the write of the
+  read's answers, which is when each of them was answered (RocketMQ 5 times a request from
+  its frame's decoding to its answer's write). One send a read is timed exactly as before;
+- a pull adds to the ``GroupTraffic`` of its (topic, group), which holds the totals and the
+  rolling counters (no ``topic@group`` key built, one clock read a pull), and a rolling
+  counter takes a sample only when one is due.
+
+Loop thread only (counts are plain ints; readers copy them on the same thread).
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ...remoting import RemotingCommand, RequestCode, ResponseCode, ext_str
+from ...remoting import Connection, RemotingCommand, RequestCode, ResponseCode, ext_str
 
 RPC_LATENCY_BUCKETS_MS = (1.0, 3.0, 5.0, 7.0, 10.0, 100.0, 1000.0, 2000.0, 3000.0)
 MESSAGE_SIZE_BUCKETS = (1024.0, 4096.0, 512 * 1024.0, 1024 * 1024.0, 2048 * 1024.0, 4096 * 1024.0)
@@ -31,6 +43,9 @@ RESULT_CANCELLED = "cancelled"
 RESULT_FAILED = "process_request_failed"
 
 _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SENT_V1 = (int(RequestCode.SEND_MESSAGE), 0, False, RESULT_SUCCESS)
+_SENT_V2 = (_SEND_V2, 0, False, RESULT_SUCCESS)
 _PROPERTY_SEPARATOR = "\x02"
 _NAME_SEPARATOR = "\x01"
 
@@ -44,8 +59,15 @@ class Histogram:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+        bounds = self.bounds
+        self.counts[0 if value <= bounds[0] else bisect_left(bounds, value)] += 1
         self.sum += value
+
+    def observe_times(self, value: float, times: int) -> None:
+        """``observe(value)`` ``times`` times."""
+        bounds = self.bounds
+        self.counts[0 if value <= bounds[0] else bisect_left(bounds, value)] += times
+        self.sum += value * times
 
     @property
     def count(self) -> int:
@@ -122,16 +144,44 @@ def seconds_to_next_midnight(now: float) -> float:
     return max(0.0, midnight - now)
 
 
+class GroupTraffic:
+    """What was handed to one consumer group from one topic: ``messages`` and ``size`` (bytes)
+    in all, and the rolling counters GROUP_GET_NUMS and GROUP_GET_SIZE of ``topic@group``.
+    Loop thread."""
+
+    def __init__(self, nums: RollingCounter, sizes: RollingCounter) -> None:
+        self.messages = 0
+        self.size = 0
+        self.nums = nums
+        self.sizes = sizes
+
+
 class BrokerStats:
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
-        # (topic, group) -> [messages, bytes]
-        self.out: dict[tuple[str, str], list[int]] = {}
+        # (topic, group) -> what was handed out
+        self.out: dict[tuple[str, str], GroupTraffic] = {}
+        self._broker_get: RollingCounter | None = None  # BROKER_GET_NUMS, once a pull counted
         # (request code, response code (None: no response), is_long_polling, result) -> ms;
         # the codes' names are looked up at scrape time (code_name)
         self.rpc_latency: dict[tuple[int, int | None, bool, str], Histogram] = {}
         # (topic, message_type) -> histogram of bytes
         self.message_size: dict[tuple[str, str], Histogram] = {}
+        # topic -> its normal messages' histogram in message_size (the same object)
+        self._normal_sizes: dict[str, Histogram] = {}
+        # the read whose sends the send frame path is counting (``sent_in_read``): whether one
+        # is, from when, on which connection, its stored sends by request code (SEND_MESSAGE,
+        # SEND_MESSAGE_V2) and its other answers' (request code, response code)
+        self._read_open = False
+        self._read_began = 0.0
+        self._read_conn: Any = None
+        self._read_v1 = 0
+        self._read_v2 = 0
+        self._read_others: list[tuple[int, int]] = []
+        self._read_ended = self.read_ended  # bound once: handed to each read's connection
+        # the stored sends' latency histograms in rpc_latency (the same objects), once made
+        self._sent_v1: Histogram | None = None
+        self._sent_v2: Histogram | None = None
         # RocketMQ's stats items (GROUP_GET_NUMS, ...) over the last minute, hour and day
         self.rolling = RollingStats()
         # the store's put and get totals at the last two midnights (brokerStatus)
@@ -142,15 +192,28 @@ class BrokerStats:
 
     def note_out(self, topic: str, group: str, messages: int, size: int) -> None:
         """``messages`` of ``size`` bytes in all handed to ``group`` from ``topic``."""
-        counts = self.out.get((topic, group))
-        if counts is None:
-            counts = self.out[(topic, group)] = [0, 0]
-        counts[0] += messages
-        counts[1] += size
+        traffic = self.out.get((topic, group))
+        if traffic is None:
+            traffic = self._traffic(topic, group)
+        traffic.messages += messages
+        traffic.size += size
+        rolling = self.rolling
+        now_ms = rolling.now_ms()
+        traffic.nums.add(now_ms, messages)
+        traffic.sizes.add(now_ms, size)
+        broker = self._broker_get
+        if broker is None:
+            broker = self._broker_get = rolling.counter(BROKER_GET_NUMS, "")
+        broker.add(now_ms, messages)
+
+    def _traffic(self, topic: str, group: str) -> GroupTraffic:
         key = f"{topic}@{group}"
-        self.rolling.add(GROUP_GET_NUMS, key, messages)
-        self.rolling.add(GROUP_GET_SIZE, key, size)
-        self.rolling.add(BROKER_GET_NUMS, "", messages)
+        rolling = self.rolling
+        traffic = GroupTraffic(
+            rolling.counter(GROUP_GET_NUMS, key), rolling.counter(GROUP_GET_SIZE, key)
+        )
+        self.out[(topic, group)] = traffic
+        return traffic
 
     def note_rpc(self, cmd: RemotingCommand, response: Any, held: bool, began: float) -> None:
         ms = (self._clock() - began) * 1000.0
@@ -180,11 +243,27 @@ class BrokerStats:
         self._note_size(topic, properties, len(cmd.body or b""))
 
     def _note_size(self, topic: str, properties: str, size: int) -> None:
-        key = (topic, message_type(properties))
+        kind = message_type(properties)
+        if kind == "normal":
+            histogram = self._normal_sizes.get(topic)
+            if histogram is None:
+                histogram = self._normal_sizes[topic] = self._size_histogram(topic, kind)
+        else:
+            histogram = self._size_histogram(topic, kind)
+        histogram.observe(float(size))
+
+    def _size_histogram(self, topic: str, kind: str) -> Histogram:
+        key = (topic, kind)
         histogram = self.message_size.get(key)
         if histogram is None:
             histogram = self.message_size[key] = Histogram(MESSAGE_SIZE_BUCKETS)
-        histogram.observe(float(size))
+        return histogram
+
+    def _latency(self, key: tuple[int, int | None, bool, str]) -> Histogram:
+        histogram = self.rpc_latency.get(key)
+        if histogram is None:
+            histogram = self.rpc_latency[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
+        return histogram
 
     def note_sent(
         self,
@@ -195,19 +274,81 @@ class BrokerStats:
         size: int,
         began: float,
         held: bool = False,
+        ended: float | None = None,
     ) -> None:
         """What ``timed`` counts for a send (not one-way), for the send frame path: its latency
-        since ``began`` (this object's clock) and, when it was stored (``response_code`` 0),
-        its body's ``size`` under its topic and message type; ``held``: answered when its
-        put's future completed, as ``timed`` counts a handler's pending future."""
-        ms = (self._clock() - began) * 1000.0
+        since ``began`` until ``ended`` (this object's clock; None: now) and, when it was
+        stored (``response_code`` 0), its body's ``size`` under its topic and message type;
+        ``held``: answered when its put's future completed, as ``timed`` counts a handler's
+        pending future."""
+        ms = ((self._clock() if ended is None else ended) - began) * 1000.0
         if response_code == 0:
             self._note_size(topic, properties, size)
-        key = (code, response_code, held, RESULT_SUCCESS)
-        histogram = self.rpc_latency.get(key)
-        if histogram is None:
-            histogram = self.rpc_latency[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
-        histogram.observe(ms)
+        self._latency((code, response_code, held, RESULT_SUCCESS)).observe(ms)
+
+    def read_began(self) -> float:
+        """When the send frame path's send about to be served began: the start of the read
+        whose sends are being counted, else now (this object's clock)."""
+        return self._read_began if self._read_open else self._clock()
+
+    def sent_in_read(
+        self,
+        code: int,
+        response_code: int,
+        topic: str,
+        properties: str,
+        size: int,
+        began: float,
+        conn: Connection,
+    ) -> None:
+        """What ``note_sent`` counts for a send the send frame path answered in ``conn``'s read
+        being parsed, ``began`` (``read_began``) its start; its latency is counted with the
+        read's other sends when the read ends (``read_ended``, which ``conn`` calls)."""
+        if not self._read_open or conn is not self._read_conn:
+            if self._read_open:  # served outside a connection's read: that one is over, and
+                began = self._end_read()  # this one begins as it ends
+            self._read_open = True
+            self._read_began = began
+            self._read_conn = conn
+            conn.after_read = self._read_ended
+        if response_code == 0:
+            self._note_size(topic, properties, size)
+            if code == _SEND_V2:
+                self._read_v2 += 1
+            else:
+                self._read_v1 += 1
+        else:
+            self._read_others.append((code, response_code))
+
+    def read_ended(self) -> None:
+        """Count the latency of the sends of the read that ended: from its start until now,
+        when its answers have been written."""
+        if self._read_open:
+            self._end_read()
+
+    def _end_read(self) -> float:
+        """``read_ended`` of an open read; the time it ended."""
+        now = self._clock()
+        ms = (now - self._read_began) * 1000.0
+        self._read_open = False
+        self._read_conn = None
+        if self._read_v2:
+            sent = self._sent_v2
+            if sent is None:
+                sent = self._sent_v2 = self._latency(_SENT_V2)
+            sent.observe_times(ms, self._read_v2)
+            self._read_v2 = 0
+        if self._read_v1:
+            sent = self._sent_v1
+            if sent is None:
+                sent = self._sent_v1 = self._latency(_SENT_V1)
+            sent.observe_times(ms, self._read_v1)
+            self._read_v1 = 0
+        if self._read_others:
+            for code, response_code in self._read_others:
+                self._latency((code, response_code, False, RESULT_SUCCESS)).observe(ms)
+            self._read_others.clear()
+        return now
 
     def now(self) -> float:
         """The time on the clock latencies are measured on (seconds)."""
@@ -294,6 +435,8 @@ BROKER_GET_NUMS = "BROKER_GET_NUMS"
 
 # (sampling interval, samples kept) of the minute, hour and day windows, as RocketMQ's StatsItem
 _WINDOWS_MS = ((10_000, 7), (600_000, 7), (3_600_000, 25))
+_NEVER_SAMPLED = -(1 << 62)
+_FAR_AHEAD = 1 << 62
 
 
 def _monotonic_ms() -> int:
@@ -310,16 +453,21 @@ class RollingCounter:
         self.value = 0
         self.times = 0
         self.samples: tuple[list[tuple[int, int, int]], ...] = ([], [], [])
+        self._due = _NEVER_SAMPLED  # the earliest time a window takes its next sample
 
     def maybe_sample(self, now_ms: int) -> None:
+        due = _FAR_AHEAD
         for (interval, keep), samples in zip(_WINDOWS_MS, self.samples, strict=True):
             if not samples or now_ms - samples[-1][0] >= interval:
                 samples.append((now_ms, self.value, self.times))
                 if len(samples) > keep:
                     del samples[0]
+            due = min(due, samples[-1][0] + interval)
+        self._due = due
 
     def add(self, now_ms: int, value: int, times: int = 1) -> None:
-        self.maybe_sample(now_ms)
+        if now_ms >= self._due:
+            self.maybe_sample(now_ms)
         self.value += value
         self.times += times
 
