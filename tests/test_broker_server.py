@@ -288,6 +288,7 @@ def test_consumer_offsets_round_trip_and_persist(
     b = start_broker("offsets")
     for i in range(3):
         client.invoke(b.addr, send_request("T_off", f"m{i}".encode(), queue_id=1))
+    wait_dispatched(b.controller.store)
     query = {"consumerGroup": "CG_off", "topic": "T_off", "queueId": "1"}
     r = client.invoke(b.addr, RemotingCommand.request(14, dict(query)))
     # never committed, and the queue's start still in memory: start from 0
