@@ -209,6 +209,7 @@ def test_send_with_a_message_group_hashes_to_one_queue(broker: BrokerThread, stu
     for i in range(6):
         send_ok(stub, topic, f"m{i}".encode(), group="order-42")
     store = broker.broker.store
+    wait_dispatched(store)
     counts = broker.run(lambda: [store.get_max_offset_in_queue(topic, q) for q in range(4)])
     assert sorted(counts) == [0, 0, 0, 6]
 
@@ -654,6 +655,7 @@ def test_forward_to_dead_letter_queue(broker: BrokerThread, stub: Any) -> None:
     again = stub.ForwardMessageToDeadLetterQueue(req, metadata=MD)
     assert again.status.code == Code.INVALID_RECEIPT_HANDLE
     store = broker.broker.store
+    wait_dispatched(store)
     dead = broker.run(lambda: store.get_message("x", f"%DLQ%{group}", 0, 0, 8).messages)
     assert [m.uniq_key for m in dead] == ["FWD-1"]
     st, _none, _ = receive(stub, group, topic, poll_ms=100)
@@ -865,6 +867,7 @@ def test_pull_update_get_and_query_offsets(broker: BrokerThread, stub: Any) -> N
     for i in range(8):
         send_ok(stub, topic, f"p{i}".encode(), tag="A" if i % 2 else "B", group="one-queue")
     store = broker.broker.store
+    wait_dispatched(store)
     (qid,) = broker.run(
         lambda: [q for q in range(4) if store.get_max_offset_in_queue(topic, q) == 8]
     )

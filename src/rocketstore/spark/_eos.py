@@ -206,7 +206,12 @@ def find_decision(admin: AdminClient, query: str, batch: int) -> Decision | None
 
 def write_decision(admin: AdminClient, decision: Decision, timeout_s: float) -> None:
     """Store ``decision`` (its parts first, the head with rsParts last: the head is the
-    decision). Raises ExactlyOnceError when no broker group stored it."""
+    decision), and return once ``find_decision`` finds it: a broker answers a send before its
+    dispatch has indexed the message (RocketMQ always, rocketstore for a new queue), and a
+    replay that looked before then would decide the batch again. Raises ExactlyOnceError when
+    no broker group stored it, or it was not found within ``timeout_s``."""
+    import time
+
     body = decision.encode()
     key = decision_key(decision.query, decision.batch)
     chunks = [body[i : i + _PART_BYTES] for i in range(0, len(body), _PART_BYTES)] or [b""]
@@ -216,6 +221,13 @@ def write_decision(admin: AdminClient, decision: Decision, timeout_s: float) -> 
         if i == 0:
             props[PROP_PARTS] = str(len(chunks))
         _send_one(admin, DECISION_TOPIC, props, chunks[i], timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while find_decision(admin, decision.query, decision.batch) is None:
+        if time.monotonic() > deadline:
+            raise ExactlyOnceError(
+                f"the decision {key} was stored but not found within {timeout_s:g} s"
+            )
+        time.sleep(0.02)
 
 
 def _send_one(
