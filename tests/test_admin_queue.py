@@ -19,7 +19,7 @@ from rocketstore.remoting import ResponseCode
 from rocketstore.store._java_hash import java_string_hash
 from rocketstore.store._store import MessageStore
 from support.cluster import Cluster, create_everywhere, raw_call
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 RC = ResponseCode
 
@@ -120,7 +120,8 @@ def test_clean_expired_consume_queue(
     with Producer(cluster.namesrv) as producer:
         producer.send(topic, b"m", queue=MessageQueue(topic, "broker-b", 0))
     queues = store_b.consume_queues
-    assert wait_until(lambda: queues.find(topic, 0) is not None)
+    wait_dispatched(store_b)
+    assert queues.find(topic, 0) is not None
 
     admin.clean_expired_consume_queue(cluster.addr("broker-b"))  # nothing has expired
     assert queues.find(topic, 0) is not None

@@ -514,6 +514,7 @@ def test_a_send_is_stored_without_wait_in_java_order(
     r = client.invoke(broker.addr, send_request("TProps", b"body", properties=text, TAGS="x"))
     assert r.code == 0, r.remark
     offset = int(r.ext_fields["queueOffset"])
+    wait_dispatched(broker.controller.store)
 
     async def stored_properties() -> dict[str, str]:
         got = broker.controller.store.get_message("g", "TProps", 0, offset, 1)

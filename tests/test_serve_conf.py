@@ -82,6 +82,10 @@ def test_sync_master_without_a_slave(tmp_path: Path, monkeypatch: pytest.MonkeyP
             by_queue.setdefault(r.queue, []).append(r.queue_offset)
         with PullConsumer(server.namesrv, "sync-check") as consumer:
             for mq, offsets in by_queue.items():
+                # answered before its dispatch made the queue: readable a moment later
+                assert wait_until(
+                    lambda mq=mq: bool(consumer.pull(mq, 0, 32).messages)  # type: ignore[misc]
+                )
                 got = consumer.pull(mq, 0, 32).messages
                 assert [m.queue_offset for m in got] == sorted(offsets)
         # the answer on the wire: code 11 with the id and offset, no remark
