@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,46 +45,68 @@ def send(address: str, body: bytes) -> RemotingCommand:
         return client.invoke(address, RemotingCommand.request(310, ext, body))
 
 
+def _serve(tmp_path: Path) -> tuple[subprocess.Popen[Any], dict[str, int]]:
+    """``serve`` with a limit of LIMIT open files, once it said its gRPC port listens; its
+    ports. A port another process took between its pick and the bind makes ``serve`` exit:
+    started again on new ones (three tries), else the failure says what it printed."""
+    for attempt in range(3):
+        ports = {"name server": free_port(), "broker": free_port(also=(1,)), "gRPC": free_port()}
+        args = ["serve", "--store", str(tmp_path / "store")]
+        args += ["--namesrv-listen", f"127.0.0.1:{ports['name server']}"]
+        args += ["--listen", f"127.0.0.1:{ports['broker']}"]
+        args += ["--grpc-listen", f"127.0.0.1:{ports['gRPC']}"]
+        args += ["--metrics-listen", "", "--console-listen", ""]
+        with (tmp_path / "serve.err").open("w") as err:
+            proc = subprocess.Popen(
+                [*CLI, *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                preexec_fn=_limit_open_files,
+            )
+        try:
+            read_until(proc, r"^gRPC front end listening on ", timeout=120)
+            return proc, ports
+        except AssertionError:
+            exited = proc.poll() is not None
+            if not exited:
+                proc.kill()
+            proc.wait(30)
+            assert proc.stdout is not None
+            proc.stdout.close()
+            if not exited or attempt == 2:
+                raise AssertionError((tmp_path / "serve.err").read_text()[-3000:]) from None
+    raise AssertionError("unreachable")
+
+
 @pytest.mark.parametrize("flooded", ["gRPC", "broker", "name server"])
 def test_a_connection_flood_leaves_the_process_its_files(tmp_path: Path, flooded: str) -> None:
     _own_limit_at_least(3 * LIMIT)
-    ns, broker, grpc = free_port(), free_port(also=(1,)), free_port()
-    args = ["serve", "--store", str(tmp_path / "store"), "--namesrv-listen", f"127.0.0.1:{ns}"]
-    args += ["--listen", f"127.0.0.1:{broker}", "--grpc-listen", f"127.0.0.1:{grpc}"]
-    args += ["--metrics-listen", "", "--console-listen", ""]
-    port = {"gRPC": grpc, "broker": broker, "name server": ns}[flooded]
     flood: list[socket.socket] = []
-    with (tmp_path / "serve.err").open("w") as err:
-        proc = subprocess.Popen(
-            [*CLI, *args],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            preexec_fn=_limit_open_files,
-        )
-        try:
-            read_until(proc, r"^gRPC front end listening on ")
-            address = f"127.0.0.1:{broker}"
-            assert send(address, b"before").code == ResponseCode.SUCCESS
-            for _ in range(2 * LIMIT):
-                try:
-                    flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
-                except OSError:  # refused or timed out: the flood is over the limits
-                    break
-            # the broker still accepts, serves and stores
-            assert send(address, b"after").code == ResponseCode.SUCCESS
-            with RemotingClient(timeout=30) as client:
-                r = client.invoke(address, RemotingCommand.request(28, {}))
-            assert r.code == ResponseCode.SUCCESS
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(60) == 0
-        finally:
-            for sock in flood:
-                sock.close()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-            assert proc.stdout is not None
-            proc.stdout.close()
+    proc, ports = _serve(tmp_path)
+    broker, port = ports["broker"], ports[flooded]
+    try:
+        address = f"127.0.0.1:{broker}"
+        assert send(address, b"before").code == ResponseCode.SUCCESS
+        for _ in range(2 * LIMIT):
+            try:
+                flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            except OSError:  # refused or timed out: the flood is over the limits
+                break
+        # the broker still accepts, serves and stores
+        assert send(address, b"after").code == ResponseCode.SUCCESS
+        with RemotingClient(timeout=30) as client:
+            r = client.invoke(address, RemotingCommand.request(28, {}))
+        assert r.code == ResponseCode.SUCCESS
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        for sock in flood:
+            sock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()
     log = (tmp_path / "serve.err").read_text()
     assert not re.search(r"Too many open files", log), log[-2000:]
