@@ -38,6 +38,7 @@ from support.acl_env import (
     send_v2_ext,
     wait_loop,
 )
+from support.waits import wait_dispatched
 
 RC = ResponseCode
 SYSTEM_TOPICS = (
@@ -57,7 +58,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def broker_state(w: World) -> dict[str, Any]:
-    """Everything an attacker could move on the broker, but PubOnly's messages."""
+    """Everything an attacker could move on the broker, but PubOnly's messages, once dispatch
+    has taken every message put so far (a send to a new queue is answered before it)."""
+    wait_dispatched(w.broker.broker.store)
 
     def read() -> dict[str, Any]:
         b = w.broker.broker
