@@ -258,6 +258,12 @@ class ConsumeQueue:
         self._files.set_flushed_where(end)
         self.min_logic_offset = state.min_offset * UNIT_SIZE
         self.max_physic_offset = state.max_phys
+        if end == 0 or end > self.min_logic_offset:
+            # the state as ``state`` would read it (its last unit checked above): the next
+            # checkpoint need not map the last file again to read that unit (every queue of
+            # a store read through after a restart, most of them unmapped again by the LRU)
+            self._state = state
+            self._state_key = (end, self.min_logic_offset, self.max_physic_offset, self._cuts)
         return None
 
     def file_count(self) -> int:
