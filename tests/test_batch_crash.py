@@ -5,6 +5,7 @@ of batches across file boundaries compared with single puts. Seeded and bounded.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
