@@ -624,6 +624,7 @@ def test_project_clients_sign_with_credentials(
     monkeypatch.setenv("ROCKETSTORE_SECRET_KEY", "userSK001")
     with Producer(b.namesrv_address) as producer:
         sent = producer.send("topicB", b"signed", queue=mq)
+    wait_dispatched(b.broker.store)  # in its new queue: the send is answered before that
     with PullConsumer(b.namesrv_address, "groupB") as consumer:
         result = consumer.pull(mq, sent.queue_offset)
     assert [m.body for m in result.messages] == [b"signed"]

@@ -29,6 +29,7 @@ from support.acl_env import (
     send_v2_ext,
 )
 from support.grpc_broker import BrokerThread
+from support.waits import wait_dispatched
 
 RC = ResponseCode
 ROOT = RequestSigner("rootUser", "rootPass1")
@@ -261,6 +262,8 @@ def test_grpc_decides_with_the_same_users(broker: BrokerThread) -> None:
         assert send(stub, "Y", alice) == pb.Code.FORBIDDEN
         assert send(stub, "X", md("alice01", "wrong")) == pb.Code.UNAUTHORIZED
         assert send(stub, "Y", md("rootUser", "rootPass1")) == pb.Code.OK
+        # a send to a new queue is answered before dispatch puts it where a receive finds it
+        wait_dispatched(broker.broker.store)
         assert receive(stub, "GA", "X", alice) == pb.Code.OK
         assert receive(stub, "GB", "X", alice) == pb.Code.FORBIDDEN
 

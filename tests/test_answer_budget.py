@@ -19,6 +19,7 @@ from rocketstore.store.log._record import decode_message
 from support.broker import RunningBroker, send_request
 from support.memory import MiB, PeakRss, rss, settled_rss
 from support.remoting import WAIT
+from support.waits import wait_dispatched
 
 T = TypeVar("T")
 
@@ -82,6 +83,7 @@ def test_pipelined_views_of_a_large_message_stay_within_the_budget(tmp_path: Pat
             sent = good.invoke(broker.addr, send_request("Big", body))
             assert sent.code == ResponseCode.SUCCESS
             phys = int(sent.ext_fields["msgId"][-16:], 16)
+            wait_dispatched(broker.controller.store)  # in its new queue: answered before that
 
             def view() -> bytes:
                 r = good.invoke(broker.addr, RemotingCommand.request(33, {"offset": str(phys)}))
@@ -172,6 +174,7 @@ def test_grpc_receives_take_room_before_they_read_and_answer_within_their_cap(
             stub = service_pb2_grpc.MessagingServiceStub(channel)
             for _ in range(24):
                 send_ok(stub, "BigG", body)
+            wait_dispatched(b.broker.store)  # in its queues (answered before dispatch)
             # (a send takes room for a request of the largest size before it reads: the
             # budget is the front end's, sends' and receives' alike; the receives' peak here)
             b.run(lambda: setattr(b.grpc.room, "peak", 0))

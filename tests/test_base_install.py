@@ -83,6 +83,7 @@ RUN_COMMANDS = BLOCKER + textwrap.dedent(
 SCRIPT = BLOCKER + textwrap.dedent(
     """
     import asyncio
+    import time
     from rocketstore import StoreConfig
     from rocketstore.broker._config import BrokerConfig
     from rocketstore.cli import main  # noqa: F401  every command group imports
@@ -112,7 +113,12 @@ SCRIPT = BLOCKER + textwrap.dedent(
             sent = producer.send("Base", b"hello", queue=MessageQueue("Base", "b", 0))
         assert sent.status == "SEND_OK", sent
         with PullConsumer(ns.address, "G", timeout=5.0) as consumer:
+            # a send to a new queue is answered before dispatch puts it in the queue
+            deadline = time.monotonic() + 30
             got = consumer.pull(MessageQueue("Base", "b", 0), 0, 8)
+            while not got.messages and time.monotonic() < deadline:
+                time.sleep(0.01)
+                got = consumer.pull(MessageQueue("Base", "b", 0), 0, 8)
         assert [m.body for m in got.messages] == [b"hello"], got
         assert not [m for m in sys.modules if m.split(".")[0] in ("numpy", "pyarrow")]
     finally:

@@ -19,7 +19,8 @@ import pytest
 
 from rocketstore import Message, MessageStore
 from rocketstore.store.queue._consume_queue import UNIT_SIZE, ConsumeQueue
-from support.crash import FILE_SIZE, SRC, config, power_loss_copy, read_queue
+from support.crash import FILE_SIZE, config, power_loss_copy, read_queue
+from support.processes import child_env
 
 TOPIC = "Batch"
 CQ_FILE = UNIT_SIZE * 16  # tiny consume-queue files: batches cross their boundaries
@@ -74,7 +75,7 @@ def cfg(root: Path, flush: str = "SYNC_FLUSH") -> Any:
 
 
 def run_and_kill(root: Path, cycle: int, rng: random.Random) -> tuple[dict[str, Any], list[Any]]:
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", BATCH_PRODUCER, str(root), str(cycle), str(rng.randrange(1 << 30))],
         stdout=subprocess.PIPE,

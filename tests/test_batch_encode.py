@@ -135,7 +135,7 @@ def test_put_encoded_stores_what_put_messages_stores(tmp_path: Path) -> None:
                     r = store.put_encoded_batch(batch)
                 assert r.ok, r
                 clock.advance(0.001)
-            wait_until(lambda: store.get_max_offset_in_queue("T", 1) == 300)
+            assert wait_until(lambda: store.get_max_offset_in_queue("T", 1) == 300)
             found = store.query_message("T", "k123", max_num=5).messages
             assert [m.queue_offset for m in found] == [123]
             got = store.get_message("g", "T", 1, offset=250, max_msg_nums=1).messages[0]

@@ -157,6 +157,7 @@ def test_the_c_plus_plus_batch_flag_is_a_batch(
     r = client.invoke(broker.addr, send_request("T_cbatch", body, batch="1"))
     assert r.code == RC.SUCCESS
     wait_routed(broker, "T_cbatch")
+    wait_dispatched(broker.controller.store)  # a send to a new queue is answered before dispatch
     with PullConsumer(broker.ns, "CG_cbatch") as consumer:
         got = consumer.pull(MessageQueue("T_cbatch", BROKER, 0), 0, 32)
     assert [m.body for m in got.messages] == [b"one", b"two"]
@@ -220,6 +221,7 @@ def test_a_held_pull_is_answered_when_a_message_arrives(
     broker: RunningBroker, client: RemotingClient
 ) -> None:
     client.invoke(broker.addr, send_request("T_hold", b"m0"))
+    wait_dispatched(broker.controller.store)  # a send to a new queue is answered before dispatch
 
     def arrive() -> None:
         with RemotingClient() as other:
@@ -244,6 +246,7 @@ def test_a_held_pull_times_out_without_messages(
     broker: RunningBroker, client: RemotingClient
 ) -> None:
     client.invoke(broker.addr, send_request("T_idle", b"m0"))
+    wait_dispatched(broker.controller.store)  # a send to a new queue is answered before dispatch
     began = time.monotonic()
     r = client.invoke(broker.addr, pull_request("T_idle", 0, 1, suspend_ms=800), timeout=60)
     took = time.monotonic() - began
@@ -257,6 +260,7 @@ def test_held_pulls_are_answered_at_shutdown(
 ) -> None:
     b = start_broker("held")
     client.invoke(b.addr, send_request("T_down", b"m0"))
+    wait_dispatched(b.controller.store)  # a send to a new queue is answered before dispatch
     answers: list[RemotingCommand | BaseException] = []
 
     def pull() -> None:
@@ -403,6 +407,7 @@ def test_send_back_goes_to_retry_then_to_the_dlq(
         producer.send(
             "T_back", b"fail me", tags="TagF", keys=["k1"], queue=MessageQueue("T_back", BROKER, 0)
         )
+    wait_dispatched(broker.controller.store)  # a send to a new queue is answered before dispatch
     with PullConsumer(broker.ns, group) as consumer:
         [original] = consumer.pull(MessageQueue("T_back", BROKER, 0), 0).messages
 
@@ -494,6 +499,7 @@ def test_a_compressed_body_is_inflated_by_the_consumer(
     r = client.invoke(broker.addr, send_request("T_zip", zlib.compress(plain), sysFlag=1))
     assert r.code == RC.SUCCESS
     wait_routed(broker, "T_zip")
+    wait_dispatched(broker.controller.store)  # a send to a new queue is answered before dispatch
     with PullConsumer(broker.ns, "CG_zip") as consumer:
         [msg] = consumer.pull(MessageQueue("T_zip", BROKER, 0), 0).messages
     assert msg.body == plain

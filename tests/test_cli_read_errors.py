@@ -14,9 +14,9 @@ from click.testing import CliRunner, Result
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
+from support.processes import child_env
 
 FILE_SIZE = 16 * 1024
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 UNIQ = "0A0B0C0D00002A9F0000000000000ABC"
 
 
@@ -138,7 +138,7 @@ with MessageStore(cfg):
 def test_a_store_another_process_owns(tmp_path: Path) -> None:
     root = tmp_path / "store"
     make_store(root, 10)
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", OWNER, str(root)],
         stdin=subprocess.PIPE,

@@ -23,7 +23,7 @@ from rocketstore.console._http import HttpServer, Request, Response
 from rocketstore.console._server import SESSION_IDLE_S
 from rocketstore.remoting import RemotingClient, RemotingCommand
 from support.console_env import BROKER, ConsoleEnv, http, opened
-from support.waits import wait_until
+from support.waits import wait_dispatched, wait_until
 
 TOPIC = "ConsoleTopic"
 GROUP = "ConsoleGroup"
@@ -161,6 +161,7 @@ def test_group_lag_and_reset_offset_by_time(env: ConsoleEnv) -> None:
         time.sleep(0.05)
         for i in range(2):
             p.send(topic, b"late%d" % i, queue=mq)
+    wait_dispatched(env.broker.store)  # a send to a new queue is answered before dispatch
     with PullConsumer(env.namesrv, group) as c:
         assert len(c.pull(mq, 0, 32).messages) == 5  # the broker makes the group
         c.commit_offset(mq, 5)

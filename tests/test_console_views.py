@@ -19,7 +19,15 @@ from rocketstore.client._trace import (
     decode_traces,
     encode_trace,
 )
-from support.console_env import BROKER, ConsoleEnv, http, opened, producer_online, write_traces
+from support.console_env import (
+    BROKER,
+    ConsoleEnv,
+    http,
+    opened,
+    producer_online,
+    sign_in,
+    write_traces,
+)
 from support.waits import wait_dispatched, wait_until
 
 
@@ -157,16 +165,16 @@ def test_a_test_message_needs_pub_on_the_topic(tmp_path: Path) -> None:
     env = ConsoleEnv(tmp_path / "acl", acl=True)
     try:
         env.open()
-        admin = _sign_in(env, "console-admin", "admin-secret-1")
+        admin = sign_in(env, "console-admin", "admin-secret-1")
         made = http(env, "POST", "/api/topic/create", {"topic": "AclSend"}, cookie=admin)
         assert made.status == 200, made.body
         assert wait_until(lambda: env.ns is not None and env.ns.routes.route("AclSend") is not None)
-        reader = _sign_in(env, "console-reader", "reader-secret-1")
+        reader = sign_in(env, "console-reader", "reader-secret-1")
         body = {"topic": "AclSend", "body": "not allowed"}
         refused = http(env, "POST", "/api/topic/send", body, cookie=reader)
         assert refused.status == 403, refused.body
         assert "AclException" in refused.doc["error"]
-        user = _sign_in(env, "console-user", "user-secret-1")
+        user = sign_in(env, "console-user", "user-secret-1")
         ok = http(env, "POST", "/api/topic/send", {**body, "body": "allowed"}, cookie=user)
         assert ok.status == 200 and ok.doc["status"] == "SEND_OK", ok.body
         assert env.broker is not None
@@ -174,12 +182,6 @@ def test_a_test_message_needs_pub_on_the_topic(tmp_path: Path) -> None:
         assert env.broker.store.get_max_offset_in_queue("AclSend", ok.doc["queueId"]) == 1
     finally:
         env.close()
-
-
-def _sign_in(env: ConsoleEnv, ak: str, sk: str) -> str:
-    r = http(env, "POST", "/api/login", {"accessKey": ak, "secretKey": sk})
-    assert r.status == 200, r.body
-    return str(r.headers["Set-Cookie"]).split(";")[0]
 
 
 # ---- message trace --------------------------------------------------------------------------

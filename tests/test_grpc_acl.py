@@ -28,6 +28,7 @@ from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
 from rocketstore.remoting._signing import RequestSigner
 from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread
+from support.waits import wait_dispatched
 
 Code = pb.Code
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -180,6 +181,8 @@ def test_grpc_checks_topics_and_groups(acl_broker: BrokerThread, stub: Any) -> N
     assert acl_broker.broker.topics.select("topicC") is None  # refused before any work
 
     assert receive_status(stub, "groupA", "topicB", user) == Code.FORBIDDEN
+    # a send to a new queue is answered before dispatch puts it where a receive finds it
+    wait_dispatched(acl_broker.broker.store)
     assert receive_status(stub, "groupB", "topicB", user) == Code.OK
 
     stale = signed("userAK001", "userSK001", "20240102T030405Z")

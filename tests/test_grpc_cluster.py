@@ -25,6 +25,7 @@ from rocketstore.grpc._pb import service_pb2_grpc
 from rocketstore.namesrv import NameServer
 from rocketstore.server import BrokerServer
 from support.grpc_broker import TEST_GRPC_CONFIG, small_store_config
+from support.waits import wait_dispatched
 
 T = TypeVar("T")
 MD = [("x-mq-client-id", "cluster-test")]
@@ -98,7 +99,10 @@ class GrpcCluster:
         raise AssertionError(f"the route of {topic} did not reach the name server")
 
     def stored(self, name: str, topic: str) -> list[bytes]:
+        """The bodies in ``topic``'s queues on broker ``name``, once dispatch has taken every
+        message put there (a send to a new queue is answered before it)."""
         store = self.brokers[name].store
+        wait_dispatched(store)
 
         async def read() -> list[bytes]:
             return [

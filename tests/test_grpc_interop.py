@@ -27,6 +27,7 @@ from rocketstore.client import PullConsumer as RemotingConsumer
 from support.grpc_broker import TEST_GRPC_CONFIG, BrokerThread, self_signed_cert
 from support.grpc_client import client_python as client_python  # the client's venv (fixture)
 from support.grpc_client import run_client
+from support.waits import wait_dispatched
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ def test_send_then_simple_consumer_with_a_tag_filter(
     assert not sent["errors"] and len(sent["receipts"]) == 4
     ids = [r["message_id"] for r in sent["receipts"]]
     store = broker.broker.store
+    wait_dispatched(store)  # a send to a new queue is answered before dispatch indexes it
     # the client's message id is the message's UNIQ_KEY: it can be found by id and by key
     found = broker.run(lambda: store.query_message(topic, ids[0]).messages)
     assert [m.body for m in found] == [b"a"]
@@ -356,6 +358,7 @@ def test_tls(client_python: Path, tmp_path: Path) -> None:
         )
         assert not out["errors"] and len(out["receipts"]) == 1
         store = b.broker.store
+        wait_dispatched(store)  # a send to a new queue is answered before dispatch indexes it
         found = b.run(lambda: store.query_message("TlsT", out["receipts"][0]["message_id"]))
         assert [m.body for m in found.messages] == [b"encrypted"]
     finally:

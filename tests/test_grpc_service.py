@@ -59,6 +59,12 @@ def stub(broker: BrokerThread) -> Iterator[Any]:
         channel.close()
 
 
+def queued(b: BrokerThread) -> None:
+    """Wait until dispatch has put every message sent so far in its queue: a send to a new
+    queue is answered before that, and a receive's short long poll may end first."""
+    wait_dispatched(b.broker.store)
+
+
 def change_invisible(
     stub: Any, group: str, topic: str, handle: str, ms: int
 ) -> spb.ChangeInvisibleDurationResponse:
@@ -235,6 +241,7 @@ def test_fifo_group_gets_each_queue_in_order_one_batch_at_a_time(
     sent = [f"m{i}".encode() for i in range(7)]
     for body in sent:
         send_ok(stub, topic, body, group="order-7")
+    queued(broker)
     _, first, _ = receive(stub, group, topic, batch=3)
     assert [m.body for m in first] == sent[:3]
     assert all(m.system_properties.message_group == "order-7" for m in first)
@@ -342,6 +349,7 @@ def test_gzip_bodies_are_stored_plain(broker: BrokerThread, stub: Any) -> None:
     m = message(topic, gzip.compress(b"squeezed"))
     m.system_properties.body_encoding = pb.GZIP
     assert send(stub, m).status.code == Code.OK
+    queued(broker)
     _st, got, _ = receive(stub, unique("GzipG"), topic)
     assert [g.body for g in got] == [b"squeezed"]
     assert got[0].system_properties.body_encoding == pb.IDENTITY
@@ -372,9 +380,12 @@ def test_receive_streams_status_messages_then_delivery_time(stub: Any) -> None:
         assert sp.HasField("queue_offset") and sp.HasField("store_timestamp")
 
 
-def test_empty_long_poll_answers_message_not_found_within_the_poll(stub: Any) -> None:
+def test_empty_long_poll_answers_message_not_found_within_the_poll(
+    broker: BrokerThread, stub: Any
+) -> None:
     topic, group = unique("EmptyT"), unique("EmptyG")
     send_ok(stub, topic, b"x")
+    queued(broker)
     receive(stub, group, topic)  # takes it
     begin = time.monotonic()
     st, got, kinds = receive(stub, group, topic, poll_ms=700)
@@ -384,11 +395,12 @@ def test_empty_long_poll_answers_message_not_found_within_the_poll(stub: Any) ->
     assert 0.6 <= took < 10.0  # held for its 700 ms, not for the longest poll (20 s)
 
 
-def test_long_poll_is_answered_when_a_message_arrives(stub: Any) -> None:
+def test_long_poll_is_answered_when_a_message_arrives(broker: BrokerThread, stub: Any) -> None:
     import threading
 
     topic, group = unique("WakeT"), unique("WakeG")
     send_ok(stub, topic, b"first")
+    queued(broker)
     receive(stub, group, topic)
     timer = threading.Timer(0.3, lambda: send_ok(stub, topic, b"second"))
     timer.start()
@@ -401,9 +413,10 @@ def test_long_poll_is_answered_when_a_message_arrives(stub: Any) -> None:
     assert time.monotonic() - begin < 10.0  # by the arrival, long before the 20 s poll
 
 
-def test_long_poll_never_outlasts_the_deadline(stub: Any) -> None:
+def test_long_poll_never_outlasts_the_deadline(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("DeadlineT"), unique("DeadlineG")
     send_ok(stub, topic, b"x")
+    queued(broker)
     receive(stub, group, topic)
     # poll from the deadline: answered MESSAGE_NOT_FOUND before it (past it, the call would
     # end in DEADLINE_EXCEEDED instead)
@@ -411,9 +424,12 @@ def test_long_poll_never_outlasts_the_deadline(stub: Any) -> None:
     assert st.code == Code.MESSAGE_NOT_FOUND
 
 
-def test_a_receive_cancelled_in_its_long_poll_takes_nothing(stub: Any) -> None:
+def test_a_receive_cancelled_in_its_long_poll_takes_nothing(
+    broker: BrokerThread, stub: Any
+) -> None:
     topic, group = unique("CancelT"), unique("CancelG")
     send_ok(stub, topic, b"first")
+    queued(broker)
     receive(stub, group, topic)
     req = spb.ReceiveMessageRequest(batch_size=8)
     req.group.name = group
@@ -442,6 +458,7 @@ def test_a_restart_after_a_crash_redelivers_what_the_lost_state_had_in_flight(
         with grpc.insecure_channel(b.grpc_address) as channel:
             stub = service_pb2_grpc.MessagingServiceStub(channel)
             send_ok(stub, topic, b"once", group="q")
+            queued(b)
             _, got, _ = receive(stub, group, topic, invisible_ms=800)
             b.run(b.grpc.pop.persist)
             shutil.copy(state, tmp_path / "before-ack.json")
@@ -461,20 +478,22 @@ def test_a_restart_after_a_crash_redelivers_what_the_lost_state_had_in_flight(
         b.close()
 
 
-def test_tag_filter(stub: Any) -> None:
+def test_tag_filter(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("TagT"), unique("TagG")
     for i, tag in enumerate(["A", "B", "C", "A", "B"]):
         send_ok(stub, topic, f"{tag}{i}".encode(), tag=tag)
+    queued(broker)
     st, got, _ = receive(stub, group, topic, expression="A || C")
     assert bodies(got) == [b"A0", b"A3", b"C2"]
     st, got, _ = receive(stub, group, topic, expression="A || C")
     assert st.code == Code.MESSAGE_NOT_FOUND
 
 
-def test_batch_size_and_sharing_between_consumers(stub: Any) -> None:
+def test_batch_size_and_sharing_between_consumers(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("ShareT"), unique("ShareG")
     for i in range(10):
         send_ok(stub, topic, f"s{i}".encode())
+    queued(broker)
     _, first, _ = receive(stub, group, topic, batch=4)
     _, second, _ = receive(stub, group, topic, batch=4)
     _, third, _ = receive(stub, group, topic, batch=4)
@@ -494,6 +513,7 @@ def test_concurrent_consumers_of_a_group_never_share_an_invisible_message(
     try:
         for i in range(60):
             send_ok(stubs[0], topic, f"c{i}".encode())
+        queued(broker)
         seen: list[list[bytes]] = [[] for _ in stubs]
 
         def consume(i: int) -> None:
@@ -516,9 +536,10 @@ def test_concurrent_consumers_of_a_group_never_share_an_invisible_message(
             c.close()
 
 
-def test_unacked_message_comes_back_with_the_next_attempt(stub: Any) -> None:
+def test_unacked_message_comes_back_with_the_next_attempt(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("RedeliverT"), unique("RedeliverG")
     send_ok(stub, topic, b"again")
+    queued(broker)
     _, got, _ = receive(stub, group, topic, invisible_ms=400)
     assert got[0].system_properties.delivery_attempt == 1
     _st, none, _ = receive(stub, group, topic, invisible_ms=400, poll_ms=100)
@@ -567,6 +588,7 @@ def test_auto_renewed_receive_stays_invisible_while_its_client_lives(tmp_path: P
         push = [("x-mq-client-id", "push-client")]
         send_ok(s, topic, b"long-running")
         send_ok(s, topic, b"left-behind")
+        queued(b)
         _, first, _ = receive(
             s, group, topic, batch=1, invisible_ms=None, metadata=push, auto_renew=True
         )
@@ -594,9 +616,10 @@ def test_auto_renewed_receive_stays_invisible_while_its_client_lives(tmp_path: P
         b.close()
 
 
-def test_change_invisible_duration(stub: Any) -> None:
+def test_change_invisible_duration(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("ChangeT"), unique("ChangeG")
     send_ok(stub, topic, b"c")
+    queued(broker)
     _, got, _ = receive(stub, group, topic, invisible_ms=30_000)
     handle = got[0].system_properties.receipt_handle
     r = change_invisible(stub, group, topic, handle, 0)  # visible again at once
@@ -618,6 +641,7 @@ def test_dead_letter_after_max_attempts(broker: BrokerThread, stub: Any) -> None
     groups = broker.broker.groups
     broker.run(lambda: groups.update(groups.find_or_create(group).replace(retry_max_times=1)))
     send_ok(stub, topic, b"doomed", message_id="DOOMED-1", props={"p": "q"})
+    queued(broker)
     _, one, _ = receive(stub, group, topic, invisible_ms=200)
     _, two, _ = receive(stub, group, topic, invisible_ms=200, poll_ms=2_000)
     assert [m.system_properties.delivery_attempt for m in one + two] == [1, 2]
@@ -642,6 +666,7 @@ def test_dead_letter_after_max_attempts(broker: BrokerThread, stub: Any) -> None
 def test_forward_to_dead_letter_queue(broker: BrokerThread, stub: Any) -> None:
     topic, group = unique("FwdT"), unique("FwdG")
     send_ok(stub, topic, b"give up", message_id="FWD-1")
+    queued(broker)
     _, got, _ = receive(stub, group, topic)
     req = spb.ForwardMessageToDeadLetterQueueRequest(
         receipt_handle=got[0].system_properties.receipt_handle,
@@ -717,6 +742,7 @@ def test_transactional_send_commit_and_rollback(broker: BrokerThread, stub: Any)
     ok = end_transaction(stub, topic, committed, pb.COMMIT)
     assert ok.status.code == Code.OK, ok.status
     assert end_transaction(stub, topic, rolled, pb.ROLLBACK).status.code == Code.OK
+    queued(broker)
     _, got, _ = receive(stub, group, topic)
     assert [m.body for m in got] == [b"commit-me"]
     assert got[0].system_properties.message_id == committed.message_id
@@ -768,6 +794,7 @@ def test_orphaned_transaction_is_recovered_through_the_telemetry_stream(
         old = transactions.timeout_ms
         transactions.timeout_ms = 0
         try:
+            queued(broker)  # the check reads the half queue
             assert broker.call(transactions.check) == 1
         finally:
             transactions.timeout_ms = old
@@ -789,6 +816,7 @@ def test_orphaned_transaction_is_recovered_through_the_telemetry_stream(
     finally:
         stop.set()
         stream.cancel()
+    queued(broker)
     _, got, _ = receive(stub, group, topic)
     assert [m.body for m in got] == [b"orphan"]
 
@@ -951,6 +979,7 @@ def test_acl_checks_signatures(tmp_path: Path) -> None:
                 Code.UNAUTHORIZED
             )
             assert send(stub, message("AclT", b"x"), metadata=good).status.code == Code.OK
+            queued(b)
             st, got, _ = receive(stub, "AclG", "AclT", metadata=bad_ak)
             assert st.code == Code.UNAUTHORIZED and not got
             st, got, _ = receive(stub, "AclG", "AclT", metadata=good)
@@ -983,6 +1012,7 @@ def test_tls(tmp_path: Path) -> None:
         with grpc.secure_channel(b.grpc_address, creds) as channel:
             stub = service_pb2_grpc.MessagingServiceStub(channel)
             assert send_ok(stub, "TlsT", b"over tls").message_id
+            queued(b)
             _, got, _ = receive(stub, "TlsG", "TlsT")
             assert bodies(got) == [b"over tls"]
         with grpc.insecure_channel(b.grpc_address) as plain:

@@ -235,7 +235,7 @@ def test_slave_replicates_and_joins_the_sync_state_set(
 def test_consumers_see_only_what_the_set_holds(stores: Callable[..., MessageStore]) -> None:
     a, b = pair(stores, sync_flush_timeout=500)
     assert put(a, b"held") is S.PUT_OK
-    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 1, 5)
+    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 1)
     ha(b).change_to_master(2, 2, frozenset({2}), 1)  # the slave goes away from a
     status = put(a, b"only-on-a")
     assert status is S.FLUSH_SLAVE_TIMEOUT  # the set {1, 2} never held it
@@ -257,7 +257,7 @@ def test_a_former_master_cuts_what_the_new_master_never_had(
     ha(a).in_sync.set_sync_state_set(frozenset({1}), 3)
     for i in range(5):
         assert put(a, f"a-only-{i}".encode()) is S.PUT_OK
-    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 10, 5)
+    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 10)
     assert a.query_message("T", "a-only-0").messages
     # b, master of epoch 2, writes its own; a rejoins as b's slave
     assert put(b, b"b-epoch-2") is S.PUT_OK
@@ -268,7 +268,7 @@ def test_a_former_master_cuts_what_the_new_master_never_had(
     stats = ha(a).replica_statistics()
     assert stats.truncations == 1 and stats.bytes_truncated > 0
     # the consume queue and the index lost the cut records, and took b's
-    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 6, 5)
+    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 6)
     got = a.get_message("g", "T", 0, 5, 10)
     assert [m.body for m in got.messages] == [b"b-epoch-2"]
     assert not a.query_message("T", "a-only-0").messages
@@ -387,7 +387,7 @@ def test_recovery_dispatches_nothing_the_set_did_not_hold(
     ha(a).change_to_master(1, 1, frozenset({1}), 1)
     for i in range(3):
         assert put(a, f"held-{i}".encode()) is S.PUT_OK
-    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 3, 5)
+    assert wait_until(lambda: a.get_max_offset_in_queue("T", 0) == 3)
     ha(a).in_sync.set_sync_state_set(frozenset({1, 2}), 2)  # broker 2 never connects
     for i in range(2):
         assert put(a, f"unheld-{i}".encode()) is S.FLUSH_SLAVE_TIMEOUT

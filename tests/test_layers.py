@@ -6,7 +6,6 @@ offending import as file:line."""
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from support.processes import child_env
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 ROOT = SRC / "rocketstore"
@@ -426,14 +427,13 @@ def _loaded_by(statement: str) -> list[str]:
         "import sys\n"
         "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] == 'rocketstore')))"
     )
-    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, "PYTHONPATH": path},
+        env=child_env(),
     )
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.split()

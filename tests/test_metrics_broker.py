@@ -27,17 +27,14 @@ pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rocketstore import StoreConfig
 from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
-from rocketstore.metrics import MetricsServer, start_metrics
+from rocketstore.metrics import MetricsServer
 from rocketstore.metrics._broker_source import BrokerSource
-from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand, ResponseCode
-from rocketstore.server import BrokerServer
 from support.metrics import PROMETHEUS
+from support.metrics_broker import WAIT_S, Running, running_broker
 from support.ports import free_port
 from support.remoting import LoopThread
 from support.waits import wait_dispatched, wait_until
@@ -45,60 +42,17 @@ from support.waits import wait_dispatched, wait_until
 N = 5
 TOPIC = "TMetrics"
 GROUP = "GMetrics"
-WAIT_S = 20.0
-
-
-class Running:
-    def __init__(self, root: Path) -> None:
-        self.loop = LoopThread()
-        self.root = root
-        self.namesrv = NameServer(port=0)
-        self.server: BrokerServer | None = None
-        self.metrics: MetricsServer | None = None
-
-    @property
-    def broker(self) -> BrokerController:
-        assert self.server is not None
-        return self.server.broker
-
-    async def start(self) -> None:
-        await self.namesrv.start()
-        self.server = BrokerServer(
-            StoreConfig(
-                store_path_root_dir=str(self.root),
-                mapped_file_size_commit_log=1024 * 1024,
-                mapped_file_size_consume_queue=20 * 1000,
-                flush_interval_commit_log=10,
-                ha_listen_port=0,
-            ),
-            BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address),
-        )
-        await self.server.start()
-        self.metrics = await start_metrics(self.broker, "127.0.0.1:0", namesrv=self.namesrv)
-
-    async def stop(self) -> None:
-        if self.metrics is not None:
-            await self.metrics.close()
-        if self.server is not None:
-            await self.server.shutdown()
-        await self.namesrv.close()
-
-    @property
-    def url(self) -> str:
-        assert self.metrics is not None
-        return f"http://{self.metrics.address}"
 
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = Running(tmp_path_factory.mktemp("metrics") / "store")
-    try:
-        r.loop.run(r.start(), WAIT_S)
+    with running_broker(
+        tmp_path_factory.mktemp("metrics") / "store",
+        mapped_file_size_commit_log=1024 * 1024,
+        mapped_file_size_consume_queue=20 * 1000,
+        flush_interval_commit_log=10,
+    ) as r:
         yield r
-    finally:
-        with contextlib.suppress(Exception):
-            r.loop.run(r.stop(), WAIT_S)
-        r.loop.stop()
 
 
 def get(url: str) -> tuple[int, str]:

@@ -23,6 +23,7 @@ from rocketstore.broker.state._stats import RESULT_SUCCESS, BrokerStats, frame_c
 from rocketstore.remoting import Connection, RemotingClient, RemotingCommand
 from rocketstore.remoting._command import RESPONSE_FLAG, decode_frame
 from support.broker import RunningBroker, pull_request, send_request
+from support.waits import wait_dispatched
 
 TOPIC = "PullFrame"
 FILE = 1024 * 1024  # RunningBroker's commit-log file size
@@ -52,6 +53,9 @@ def fill(broker: RunningBroker, sizes: list[int], queue_id: int = 0) -> None:
             body = bytes([65 + i % 26]) * size if size else b"arrived"
             r = client.invoke(broker.addr, send_request(TOPIC, body, queue_id=queue_id))
             assert r.code == 0, r.remark
+    # a send to a new queue (or its next file) is answered before dispatch puts it there
+    assert broker.controller is not None
+    wait_dispatched(broker.controller.store)
 
 
 def both(broker: RunningBroker, cmd: RemotingCommand) -> tuple[bytes, bytes]:

@@ -31,9 +31,9 @@ from rocketstore.store.queue._queue_checkpoint import (
     QueueCheckpoint,
     QueueState,
 )
+from support.processes import child_env
 from support.waits import wait_until
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 CQ_UNITS = 50  # small consume-queue files: a queue of more than 50 messages has several
 
 
@@ -521,7 +521,7 @@ def run_child(
 ) -> list[tuple[str, int, int, bytes]]:
     """Run the child until it kills itself (or, with ``kill_after``, until that many acks and
     a seeded moment more, then kill -9 it); its acknowledged messages."""
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(root), str(seed), str(nqueues), phase, str(at)],
         stdout=subprocess.PIPE,

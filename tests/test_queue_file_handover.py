@@ -4,7 +4,6 @@ dispatch back once it has caught up; ``queue_files_in_put_path`` keeps that work
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,9 +14,8 @@ from pathlib import Path
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store.queue._consume_queue import UNIT_SIZE
+from support.processes import child_env
 from support.waits import WAIT_S, wait_dispatched
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SETTINGS = {
     "dispatch_in_put_path": True,
@@ -149,7 +147,7 @@ def test_kill_9_while_the_thread_makes_queues_loses_no_acknowledged_message(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "store"
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(root)],
         stdout=subprocess.PIPE,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,9 +18,9 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.store.log._mapped_file_queue import MappedFileQueue
 from rocketstore.store.queue._consume_queue import UNIT_SIZE, ConsumeQueueTable
+from support.processes import child_env
 from support.waits import wait_dispatched
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 FILE = 1000 * UNIT_SIZE
 
 
@@ -191,7 +190,7 @@ while True:
 def test_a_kill_after_the_mark_loses_nothing_acknowledged(tmp_path: Path, seed: int) -> None:
     root = tmp_path / "store"
     at = 400 + seed * 37  # the n-th mark: after many flush rounds took queues off the deque
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(root), str(seed), str(at)],
         stdout=subprocess.PIPE,

@@ -15,10 +15,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import struct
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,11 +24,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from prometheus_client.parser import text_string_to_metric_families
 
-from rocketstore import StoreConfig
-from rocketstore.broker._config import BrokerConfig
-from rocketstore.broker._controller import BrokerController
 from rocketstore.broker.state._stats import (
     BROKER_GET_NUMS,
     GROUP_GET_NUMS,
@@ -39,88 +33,33 @@ from rocketstore.broker.state._stats import (
     RESULT_SUCCESS,
     BrokerStats,
 )
-from rocketstore.broker.state._topic_config import TopicConfig
 from rocketstore.client import MessageQueue, Producer, PullConsumer
 from rocketstore.client._admin import AdminClient
-from rocketstore.metrics import MetricsServer, start_metrics
-from rocketstore.namesrv import NameServer
 from rocketstore.remoting import Connection, RemotingCommand
 from rocketstore.remoting._command import decode_frame
-from rocketstore.server import BrokerServer
-from support.remoting import LoopThread, RecordingTransport
+from support.metrics_broker import WAIT_S, Running, running_broker
+from support.remoting import RecordingTransport
 from support.send_frames import v2
 from support.waits import wait_dispatched
 
 TOPIC = "TStatsCounted"
 GROUP = "GStatsCounted"
-WAIT_S = 20.0
 # one size at, below and above each message size bucket's bound (the largest well under the
 # default maximum message size)
 SIZES = [0, 1, 1023, 1024, 1025, 4095, 4096, 4097, 512 * 1024, 512 * 1024 + 1, 1024 * 1024 + 7]
 PIPELINED = [17, 1024, 2000, 5000, 100, 1024 * 1024, 3, 4096, 9000, 64] * 3
 
 
-class Running:
-    def __init__(self, root: Path, flush: str) -> None:
-        self.loop = LoopThread()
-        self.root = root
-        self.flush = flush
-        self.namesrv = NameServer(port=0)
-        self.server: BrokerServer | None = None
-        self.metrics: MetricsServer | None = None
-
-    @property
-    def broker(self) -> BrokerController:
-        assert self.server is not None
-        return self.server.broker
-
-    async def start(self) -> None:
-        await self.namesrv.start()
-        self.server = BrokerServer(
-            StoreConfig(
-                store_path_root_dir=str(self.root),
-                mapped_file_size_commit_log=8 * 1024 * 1024,
-                ha_listen_port=0,
-                flush_disk_type=self.flush,
-            ),
-            BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address),
-        )
-        await self.server.start()
-        config = TopicConfig(TOPIC, 4, 4)
-        self.broker.topics.update(config)
-        self.broker.topic_changed(config)
-        await self.broker.register_topics_now()  # the name server routes it before a send
-        self.metrics = await start_metrics(self.broker, "127.0.0.1:0", namesrv=self.namesrv)
-
-    async def stop(self) -> None:
-        if self.metrics is not None:
-            await self.metrics.close()
-        if self.server is not None:
-            await self.server.shutdown()
-        await self.namesrv.close()
-
-    def scrape(self) -> list[tuple[str, dict[str, str], float]]:
-        assert self.metrics is not None
-        url = f"http://{self.metrics.address}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        return [
-            (s.name, s.labels, s.value)
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-        ]
-
-
 @pytest.fixture
 def running(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]:
-    r = Running(tmp_path / "store", getattr(request, "param", "ASYNC_FLUSH"))
-    try:
-        r.loop.run(r.start(), WAIT_S)
+    flush = getattr(request, "param", "ASYNC_FLUSH")
+    with running_broker(
+        tmp_path / "store",
+        topic=TOPIC,
+        mapped_file_size_commit_log=8 * 1024 * 1024,
+        flush_disk_type=flush,
+    ) as r:
         yield r
-    finally:
-        with contextlib.suppress(Exception):
-            r.loop.run(r.stop(), WAIT_S)
-        r.loop.stop()
 
 
 def found(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:

@@ -715,6 +715,8 @@ def test_held_pulls_go_with_their_connection(tmp_path: Path) -> None:
         holds = broker.controller.holds
         with RemotingClient(timeout=60) as client:
             assert client.invoke(broker.addr, send_request("T")).code == ResponseCode.SUCCESS
+        # the pulls wait past the message: dispatch must have put it in its new queue first
+        wait_dispatched(broker.controller.store)
         sock = raw_connect(broker.addr)
         burst = heartbeat("c", "G", "T").encode() + b"".join(
             pull_request("T", 0, 1, group="G", suspend_ms=60_000).encode() for _ in range(100)

@@ -30,6 +30,13 @@ from support.waits import wait_dispatched
 PER_QUEUE = 150
 
 
+def dispatched(b: Brokers) -> None:
+    """Wait until every broker's dispatch has taken what was sent: a send to a new queue is
+    answered before dispatch puts it where a read finds it."""
+    for server in b.controllers.values():
+        wait_dispatched(server.store)
+
+
 def send(b: Brokers, topic: str, per_queue: int, tag: str = "t") -> dict[tuple[str, int], list]:
     """``per_queue`` messages to every queue of both groups; the bodies by (broker, queue)."""
     sent: dict[tuple[str, int], list[bytes]] = {}
@@ -44,6 +51,7 @@ def send(b: Brokers, topic: str, per_queue: int, tag: str = "t") -> dict[tuple[s
                         topic, bodies[lo : lo + 64], tags=tag, queue=MessageQueue(topic, name, q)
                     )
                 sent[(name, q)] = bodies
+    dispatched(b)
     return sent
 
 
@@ -55,8 +63,6 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
             b.start(name)
         create_topic(b, "T")
         b.sent = send(b, "T", PER_QUEUE)  # type: ignore[attr-defined]
-        for server in b.controllers.values():  # every message in its queue before the reads
-            wait_dispatched(server.store)
         yield b
     finally:
         b.stop()
@@ -245,6 +251,7 @@ def test_write_from_several_tasks_then_read_back(spark: Any, brokers: Brokers) -
         .mode("append")
         .save()
     )
+    dispatched(brokers)
     back = (
         spark.read.format("rocketstore")
         .option("namesrv", brokers.ns)
@@ -295,6 +302,7 @@ def test_export_and_import_commands_with_namesrv(
         args = ["import", "--namesrv", brokers.ns, "--from", str(out), "--topic", topic, *engine]
         r = cli.invoke(main, args)
         assert r.exit_code == 0, r.output
+        dispatched(brokers)
         back = (
             spark.read.format("rocketstore")
             .option("namesrv", brokers.ns)

@@ -14,6 +14,7 @@ from rocketstore.store._lock import lock_owner
 from rocketstore.store.log._record import OFFSET_BODY_LENGTH_V4
 from rocketstore.store.read._reader import NotAStoreError, StoreReader
 from support.spark_helpers import expected_queue_messages, unpack_fixture
+from support.waits import wait_until
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
@@ -100,11 +101,8 @@ def test_reads_a_live_store_without_its_lock(tmp_path: Path) -> None:
         for i in range(300):
             assert owner.put_message(Message("Live", b"m%d" % i, i % 2, keys=[f"k{i}"])).ok
         assert lock_owner(tmp_path / "store") == os.getpid()
-        import time
-
-        deadline = time.monotonic() + 10
-        while owner.get_max_offset_in_queue("Live", 1) < 150 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # the last put is queue 1's 150th: once dispatched, both queues hold every message
+        assert wait_until(lambda: owner.get_max_offset_in_queue("Live", 1) == 150)
         with StoreReader(tmp_path / "store") as reader:
             assert reader.topics() == ["Live"]
             seen = reader.max_offset("Live", 0)

@@ -17,8 +17,7 @@ import pytest
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig, StoreLockedError
 from rocketstore.store._lock import lock_owner
 from rocketstore.store.log._record import DispatchRequest, check_record
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+from support.processes import child_env
 
 
 def scan_log(store_dir: str) -> list[tuple[DispatchRequest, bytes]]:
@@ -60,7 +59,7 @@ def test_second_owner_in_the_same_process(open_store, make_config) -> None:  # t
 
 
 def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,

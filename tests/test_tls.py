@@ -23,6 +23,7 @@ from rocketstore.remoting import RemotingClient, RemotingCommand, RemotingError
 from rocketstore.remoting._tls import TlsConfigError, TlsServerConfig, client_context, speaks_tls
 from support.certs import make_certs
 from support.interop import ServerProcess
+from support.waits import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -87,9 +88,16 @@ def _round_trip(server: ServerProcess, topic: str) -> None:
     with Producer(server.namesrv, timeout=10.0) as producer:
         sent = producer.send(topic, b"over tls", queue=MessageQueue(topic, "broker-a", 0))
     assert sent.status == "SEND_OK", sent
+    bodies: list[bytes] = []
     with PullConsumer(server.namesrv, "G_tls", timeout=10.0) as consumer:
-        got = consumer.pull(MessageQueue(topic, "broker-a", 0), 0, 8)
-    assert [m.body for m in got.messages] == [b"over tls"]
+
+        def pulled() -> bool:  # a send to a new queue is answered before dispatch queues it
+            got = consumer.pull(MessageQueue(topic, "broker-a", 0), 0, 8)
+            bodies[:] = [m.body for m in got.messages]
+            return bool(bodies)
+
+        assert wait_until(pulled, poll=0.05)
+    assert bodies == [b"over tls"]
 
 
 def _topic_list(address: str) -> int:

@@ -35,17 +35,21 @@ from .grpc_broker import BrokerThread
 
 RC = ResponseCode
 
-ACL_YML = """\
-accounts:
-  - accessKey: adminAK01
-    secretKey: adminSK01
-    admin: true
+# the account denied every topic and group but PubOnly's sending (an entry of plain_acl.yml's
+# accounts list)
+ATTACKER_ACCOUNT = """\
   - accessKey: attackAK1
     secretKey: attackSK1
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
     topicPerms: [PubOnly=PUB]
-  - accessKey: userAK001
+"""
+ACL_YML = f"""\
+accounts:
+  - accessKey: adminAK01
+    secretKey: adminSK01
+    admin: true
+{ATTACKER_ACCOUNT}  - accessKey: userAK001
     secretKey: userSK001
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY

@@ -24,6 +24,7 @@ from rocketstore.namesrv import NameServer
 from rocketstore.remoting import RemotingClient, RemotingCommand
 from rocketstore.server import BrokerServer
 
+from .acl_env import ATTACKER_ACCOUNT
 from .waits import wait_until
 
 T = TypeVar("T")
@@ -52,17 +53,12 @@ accounts:
 
 # an administrator and an account denied every topic and group but PubOnly's sending: what an
 # account that may not read is refused (test_console_acl, test_console_floods)
-ATTACKER_ACL_YML = """\
+ATTACKER_ACL_YML = f"""\
 accounts:
   - accessKey: console-admin
     secretKey: admin-secret-1
     admin: true
-  - accessKey: attackAK1
-    secretKey: attackSK1
-    defaultTopicPerm: DENY
-    defaultGroupPerm: DENY
-    topicPerms: [PubOnly=PUB]
-"""
+{ATTACKER_ACCOUNT}"""
 
 
 async def _wrap(coro: Awaitable[T]) -> T:

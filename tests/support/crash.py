@@ -4,7 +4,6 @@ of a live store with its unflushed tail dropped (power loss), seeded record corr
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
@@ -17,7 +16,8 @@ from typing import Any
 
 from rocketstore import MessageStore, StoreConfig
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+from .processes import child_env
+
 FILE_SIZE = 64 * 1024
 
 # The child: opens (recovers) the store, reports how it loaded, then puts messages with
@@ -94,7 +94,7 @@ def produce_and_kill(
 ) -> tuple[dict[str, Any], list[Ack]]:
     """Run the producer until it has acknowledged a random number of messages, wait a random
     moment more, kill -9 it; returns its load report and every acknowledged message."""
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", PRODUCER, str(root), flush, str(cycle), str(rng.randrange(1 << 30))],
         stdout=subprocess.PIPE,

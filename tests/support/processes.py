@@ -1,4 +1,5 @@
-"""Reading what a server process prints while it runs, the ports it listens on, and ending it."""
+"""Child processes: their environment, reading what a server process prints while it runs, the
+ports it listens on, and ending it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ import select
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment for a child Python process, with the checkout's ``src``
+    first on PYTHONPATH: the child imports the rocketstore under test."""
+    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def read_until(proc: subprocess.Popen[Any], pattern: str, timeout: float = 60.0) -> list[str]:

@@ -52,6 +52,7 @@ TOPIC = "BenchBroker"
 GROUP = "bench-producer"
 CONSUMER_GROUP = "bench-consumer"
 PULL_MESSAGE = 11
+GET_MAX_OFFSET = 30
 SEND_MESSAGE_V2 = 310
 GET_ROUTEINFO_BY_TOPIC = 105
 FLAG_SUSPEND = 0x2
@@ -259,17 +260,19 @@ def send_one_by_one(
 
 def _create_topic(server: BrokerServer, topic: str = TOPIC, timeout: float = 30.0) -> None:
     """The first send creates the topic from TBW102 (4 queues); the broker registers it with
-    the name server at once, which is waited for here."""
+    the name server at once, which is waited for here, and so is the send's dispatch to its
+    queue (a pull of the queue's end looks past it only then)."""
     send_one_by_one(server.address, 1, b"warm-up", topic)
     deadline = time.monotonic() + timeout
     with RemotingClient() as client:
         while True:
             cmd = RemotingCommand.request(GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             if client.invoke(server.namesrv, cmd).code == ResponseCode.SUCCESS:
-                return
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the name server has no route for {topic}")
             time.sleep(0.02)
+    wait_queued(server.address, 4, 1, topic, timeout)
 
 
 # ---- redis-py XADD against redis-server -----------------------------------------------------
@@ -723,6 +726,29 @@ def pull_header(topic: str, queue_id: int, offset: int, *, suspend_ms: int = 0) 
     }
 
 
+def wait_queued(
+    address: str, queues: int, n: int, topic: str = TOPIC, timeout: float = 600.0
+) -> None:
+    """Wait until the topic's first ``queues`` queues hold ``n`` messages: the broker answers
+    a send to a new queue before its dispatch puts it there, and a drain reads up to the
+    queues' ends."""
+    deadline = time.monotonic() + timeout
+    with RemotingClient(timeout=10.0) as client:
+        while True:
+            held = 0
+            for queue_id in range(queues):
+                ext = {"topic": topic, "queueId": str(queue_id)}
+                r = client.invoke(address, RemotingCommand.request(GET_MAX_OFFSET, ext))
+                if r.code != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"max offset failed: code {r.code} {r.remark}")
+                held += int(r.ext_fields["offset"])
+            if held >= n:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the queues hold {held} messages of {n} after {timeout} s")
+            time.sleep(0.01)
+
+
 async def drain(address: str, queues: int, topic: str = TOPIC) -> tuple[float, int, int]:
     """One consumer (one connection) pulling every queue from offset 0 until the broker has
     nothing more, one pull in flight per queue, as a push consumer pulls. Records are counted,
@@ -790,6 +816,7 @@ def bench_broker_pull(root: str, count: int | None) -> Figures:
         with _client_runner() as runner:
             took_fill = runner.run(fill(server.namesrv, n - 1, body))
             out["fill_msgs_per_s"] = round(n / took_fill)
+            wait_queued(server.address, queues, n)
             cpu_before = server.cpu_seconds()
             took, got, size = runner.run(drain(server.address, queues))
         if got != n:

@@ -169,12 +169,11 @@ class BrokerStats:
         self.message_size: dict[tuple[str, str], Histogram] = {}
         # topic -> its normal messages' histogram in message_size (the same object)
         self._normal_sizes: dict[str, Histogram] = {}
-        # the read whose sends the send frame path is counting (``sent_in_read``): whether one
-        # is, from when, on which connection, its stored sends by request code (SEND_MESSAGE,
-        # SEND_MESSAGE_V2) and its other answers' (request code, response code)
-        self._read_open = False
-        self._read_began = 0.0
+        # the read whose sends the send frame path is counting (``sent_in_read``): on which
+        # connection (None: no read is open), from when, its stored sends by request code
+        # (SEND_MESSAGE, SEND_MESSAGE_V2) and its other answers' (request code, response code)
         self._read_conn: Any = None
+        self._read_began = 0.0
         self._read_v1 = 0
         self._read_v2 = 0
         self._read_others: list[tuple[int, int]] = []
@@ -289,7 +288,7 @@ class BrokerStats:
     def read_began(self) -> float:
         """When the send frame path's send about to be served began: the start of the read
         whose sends are being counted, else now (this object's clock)."""
-        return self._read_began if self._read_open else self._clock()
+        return self._read_began if self._read_conn is not None else self._clock()
 
     def sent_in_read(
         self,
@@ -304,10 +303,9 @@ class BrokerStats:
         """What ``note_sent`` counts for a send the send frame path answered in ``conn``'s read
         being parsed, ``began`` (``read_began``) its start; its latency is counted with the
         read's other sends when the read ends (``read_ended``, which ``conn`` calls)."""
-        if not self._read_open or conn is not self._read_conn:
-            if self._read_open:  # served outside a connection's read: that one is over, and
-                began = self._end_read()  # this one begins as it ends
-            self._read_open = True
+        if conn is not self._read_conn:
+            if self._read_conn is not None:  # served outside a connection's read: that one is
+                began = self._end_read()  # over, and this one begins as it ends
             self._read_began = began
             self._read_conn = conn
             conn.after_read = self._read_ended
@@ -323,14 +321,13 @@ class BrokerStats:
     def read_ended(self) -> None:
         """Count the latency of the sends of the read that ended: from its start until now,
         when its answers have been written."""
-        if self._read_open:
+        if self._read_conn is not None:
             self._end_read()
 
     def _end_read(self) -> float:
         """``read_ended`` of an open read; the time it ended."""
         now = self._clock()
         ms = (now - self._read_began) * 1000.0
-        self._read_open = False
         self._read_conn = None
         if self._read_v2:
             sent = self._sent_v2

@@ -52,6 +52,13 @@ IDLE_ROUNDS = 50
 MAX_BATCH = 4096
 
 
+def goes_to_queue(sys_flag: int) -> bool:
+    """Whether a record with ``sys_flag`` is put in its consume queue: a transaction type of
+    none or commit (a prepared or rolled-back transaction message is not)."""
+    tran = sys_flag & SYSFLAG_TRANSACTION_MASK
+    return tran == 0 or tran == TRANSACTION_COMMIT_TYPE
+
+
 class ReputMessageService(ServiceThread):
     def __init__(
         self,
@@ -132,8 +139,7 @@ class ReputMessageService(ServiceThread):
             sys_flag,
             _prepared,
         ) = req
-        tran = sys_flag & SYSFLAG_TRANSACTION_MASK
-        in_queue = tran == 0 or tran == TRANSACTION_COMMIT_TYPE
+        in_queue = goes_to_queue(sys_flag)
         if in_queue:
             cq = self.consume_queues.find_or_create(topic, queue_id)
             if not cq.put_unit(phys, size, tags_code, queue_offset):
@@ -338,10 +344,10 @@ class ReputMessageService(ServiceThread):
         queue (a prepared or rolled-back transaction message)."""
         if isinstance(req, BatchDispatch):
             return not self.consume_queues.takes_unit_in_place(req.topic, req.queue_id)
-        tran = req[9] & SYSFLAG_TRANSACTION_MASK  # sys_flag
-        if tran != 0 and tran != TRANSACTION_COMMIT_TYPE:
-            return False
-        return not self.consume_queues.takes_unit_in_place(req[0], req[1])
+        sys_flag = req[9]
+        return goes_to_queue(sys_flag) and not self.consume_queues.takes_unit_in_place(
+            req[0], req[1]
+        )
 
     def _take_back(self) -> bool:
         """Give dispatch back to the put path after a hand-over, once everything written is
@@ -454,8 +460,7 @@ class ReputMessageService(ServiceThread):
                     offset = cl.roll_next_file(offset)
                     continue
                 break
-            tran = r.sys_flag & SYSFLAG_TRANSACTION_MASK
-            if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
+            if goes_to_queue(r.sys_flag):
                 ends[(r.topic, r.queue_id)] = r.queue_offset + 1
             offset += r.msg_size
         return ends
