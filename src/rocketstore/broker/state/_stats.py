@@ -27,6 +27,7 @@ Loop thread only (counts are plain ints; readers copy them on the same thread).
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,6 +47,8 @@ _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
 _SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
 _SENT_V1 = (int(RequestCode.SEND_MESSAGE), 0, False, RESULT_SUCCESS)
 _SENT_V2 = (_SEND_V2, 0, False, RESULT_SUCCESS)
+_SERIALIZE_ROCKETMQ = 1  # the binary header's serialize type
+_INT16 = struct.Struct(">h")
 _PROPERTY_SEPARATOR = "\x02"
 _NAME_SEPARATOR = "\x01"
 
@@ -386,8 +389,12 @@ class BrokerStats:
 
 
 def frame_code(frame: bytes) -> int | None:
-    """The response code of an answer frame with a JSON header (``{"code":N,`` after the
-    8-byte prefix); None when it has none there."""
+    """The response code of an answer frame: in a JSON header ``{"code":N,`` after the 8-byte
+    prefix, in the binary form (serialize type 1 in the prefix's fifth byte) the int16 after
+    it; None when it has none there."""
+    if len(frame) >= 10 and frame[4] == _SERIALIZE_ROCKETMQ:
+        code: int = _INT16.unpack_from(frame, 8)[0]
+        return code
     if frame[8:16] != b'{"code":':
         return None
     end = frame.find(b",", 16, 32)
