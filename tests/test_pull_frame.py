@@ -270,6 +270,46 @@ def test_the_statistics_count_a_framed_answer_by_its_code(
     assert list(stats.rpc_latency) == [(11, 0, False, RESULT_SUCCESS)]
 
 
+def test_a_timed_handler_counts_what_note_rpc_counts() -> None:
+    """The handler table's timing keeps its own histograms of what it answers at once: the
+    counts and keys are those ``note_rpc`` gives the same answers, in ``rpc_latency``."""
+    answers: list[Any] = [
+        RemotingCommand.response(0, "FOUND"),
+        RemotingCommand.response(19, "OFFSET_FOUND_NULL"),
+        RemotingCommand.response(0, "FOUND"),
+        None,
+        RemotingCommand.response(0, "FOUND"),
+    ]
+    for serialize_type in (0, SERIALIZE_ROCKETMQ):  # and each as its frame
+        for a in answers[:3]:
+            framed = RemotingCommand.response(a.code, a.remark)
+            framed.flag |= RESPONSE_FLAG
+            framed.serialize_type = serialize_type
+            answers.append(framed.encode())
+    timed, noted = BrokerStats(), BrokerStats()
+    pending = list(answers)
+    handler = timed.timed_handlers({11: lambda cmd, conn: pending.pop(0)})[11]
+    for answer in answers:
+        cmd = pull_request(TOPIC, 0, 0)
+        assert handler(cmd, None) is answer
+        noted.note_rpc(cmd, answer, False, noted.now())
+    oneway = RemotingCommand.request(11, {}, oneway=True)  # counted by note_rpc's rule
+    pending.append(RemotingCommand.response(0))
+    handler(oneway, None)
+    noted.note_rpc(oneway, RemotingCommand.response(0), False, noted.now())
+
+    def counts(stats: BrokerStats) -> dict[Any, int]:
+        return {key: h.count for key, h in stats.rpc_latency.items()}
+
+    assert counts(timed) == counts(noted)
+    assert counts(timed) == {
+        (11, 0, False, RESULT_SUCCESS): 7,
+        (11, 19, False, RESULT_SUCCESS): 3,
+        (11, None, False, "oneway"): 1,
+        (11, 0, False, "oneway"): 1,
+    }
+
+
 class Writes(asyncio.Transport):
     """A transport that records each write."""
 
