@@ -1,4 +1,4 @@
-"""Memory locking and syncing of mappings through the C library (mlock, msync).
+"""Memory locking and syncing of mappings through the C library (mlock, msync, syncfs).
 
 The OS helpers shared by mapped files and the transient store pool's write buffers. Every
 function degrades to "not done" (False / None) where the C library or the call is unavailable,
@@ -59,5 +59,18 @@ def msync_function() -> Callable[[int, int, int], int] | None:
     if fn is None:
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=1)
+def syncfs_function() -> Callable[[int], int] | None:
+    """libc's syncfs (Linux: every dirty page and inode of one file system written and its
+    journal committed, in one call; the interpreter lock released during it), or None."""
+    libc = _libc()
+    fn = getattr(libc, "syncfs", None) if libc is not None else None
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_int]
     fn.restype = ctypes.c_int
     return fn  # type: ignore[no-any-return]

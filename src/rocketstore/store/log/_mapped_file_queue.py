@@ -258,6 +258,31 @@ class MappedFileQueue:
                 self.store_timestamp = ts
         return self.flushed_where
 
+    def flush_marks(self) -> list[tuple[MappedFile, int, int]]:
+        """What a flush of everything would make durable now: (file, its readable end, its
+        store time) from the file holding ``flushed_where`` on. For ``flushed_to`` once
+        something else made the files durable (``sync_file_system``): what is written after
+        this call is not covered."""
+        start = self.flushed_where
+        marks = []
+        for mf in self.files:
+            if mf.from_offset + self.file_size > start:
+                ts = mf.store_timestamp  # first, as ``flush``: not newer than the end read
+                marks.append((mf, mf.read_position, ts))
+        return marks
+
+    def flushed_to(self, marks: list[tuple[MappedFile, int, int]]) -> int:
+        """The files are durable up to ``marks`` (taken by ``flush_marks`` before the sync):
+        move the flushed positions as a thorough flush would. Returns the new flushed_where."""
+        for mf, position, ts in marks:
+            if position > mf.flushed_position:
+                mf.flushed_position = position
+            where = mf.from_offset + position
+            if where > self.flushed_where:
+                self.flushed_where = where
+                self.store_timestamp = ts
+        return self.flushed_where
+
     def commit(self, least_pages: int) -> int:
         mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)
         if mf is None:
