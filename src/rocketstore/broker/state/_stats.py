@@ -384,7 +384,12 @@ class BrokerStats:
                 note(cmd, RESULT_FAILED, False, began)
                 raise
             if result is None or isinstance(result, RemotingCommand) or type(result) is bytes:
-                if counted and result is not None and not cmd.flag & ONEWAY_FLAG:
+                if (
+                    counted
+                    and result is not None
+                    and cmd.code == code
+                    and not cmd.flag & ONEWAY_FLAG
+                ):
                     response_code = (
                         result.code if isinstance(result, RemotingCommand) else frame_code(result)
                     )
