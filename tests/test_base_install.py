@@ -4,12 +4,17 @@ every command that needs no extra runs in a child process where those packages c
 imported: the store commands (put, get, query, stats, inspect), the client commands (produce,
 consume) and every admin command against a `rocketstore serve` started the same way. What
 needs an extra (a tiered store, Parquet, Spark) is refused in one line that says what to
-install, never with a traceback."""
+install, never with a traceback.
+
+A test's commands run one after another in one such child (``BaseCli``), each with its own
+empty standard input and its own output and error files, as a process of its own would; a
+Python start for each of some forty commands would cost more than the commands do."""
 
 from __future__ import annotations
 
 import json
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -24,6 +29,7 @@ from rocketstore._extras import EXTRAS
 from support.processes import read_until
 
 BLOCKED = ("numpy", "pyarrow", "pyspark")
+COMMAND_S = 120.0  # one command on a loaded machine
 BLOCKER = textwrap.dedent(
     f"""
     import sys
@@ -38,6 +44,41 @@ BLOCKER = textwrap.dedent(
     """
 )
 RUN_CLI = BLOCKER + "\nfrom rocketstore.cli import main\nmain(prog_name='rocketstore')\n"
+# one command a line of standard input (JSON: its arguments, its output and error files); its
+# exit status a line of standard output. A command's output and error go to its files at the
+# file descriptors, so that a stream a module took earlier (a log handler's) writes there too;
+# what a command would read from its standard input is empty.
+RUN_COMMANDS = BLOCKER + textwrap.dedent(
+    """
+    import json, os, sys, traceback
+    from rocketstore.cli import main
+
+    orders = os.fdopen(os.dup(0), "r")
+    answers = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    saved = os.dup(1), os.dup(2)
+    for line in orders:
+        args, out, err = json.loads(line)
+        with open(out, "wb") as o, open(err, "wb") as e:
+            sys.stdout.flush(); sys.stderr.flush()
+            os.dup2(o.fileno(), 1); os.dup2(e.fileno(), 2)
+            try:
+                main(args=args, prog_name="rocketstore")
+                status = 0
+            except SystemExit as exc:  # as Python's own exit of a process would end
+                status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+                if exc.code is not None and not isinstance(exc.code, int):
+                    print(exc.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+            finally:
+                sys.stdout.flush(); sys.stderr.flush()
+                os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+        answers.write(json.dumps(status) + "\\n"); answers.flush()
+    """
+)
 
 SCRIPT = BLOCKER + textwrap.dedent(
     """
@@ -92,16 +133,60 @@ def test_the_servers_run_without_the_extras(tmp_path: Path) -> None:
     assert done.stdout.strip().endswith("ok")
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``rocketstore ARGS`` in a child process of a base install (the extras unimportable)."""
-    return subprocess.run(
-        [sys.executable, "-c", RUN_CLI, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-    )
+class BaseCli:
+    """``rocketstore ARGS`` in a child process of a base install (the extras unimportable),
+    one command after another in one child (RUN_COMMANDS); ``close()`` ends it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.runs = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", RUN_COMMANDS],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.runs += 1
+        out, err = self.tmp / f"cli{self.runs}.out", self.tmp / f"cli{self.runs}.err"
+        self.proc.stdin.write(json.dumps([list(args), str(out), str(err)]) + "\n")
+        self.proc.stdin.flush()
+        fd = self.proc.stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], COMMAND_S)
+        assert ready, f"{args} did not end within {COMMAND_S} s"
+        line = self.proc.stdout.readline()
+        assert line, f"the commands' process ended (status {self.proc.wait(30)}) in {args}"
+        return subprocess.CompletedProcess(
+            [sys.executable, "-c", RUN_CLI, *args],
+            json.loads(line),
+            out.read_text(errors="replace"),
+            err.read_text(errors="replace"),
+        )
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[BaseCli]:
+    """The commands' child process of a base install."""
+    commands = tmp_path / "commands"
+    commands.mkdir()
+    runner = BaseCli(commands)
+    try:
+        yield runner
+    finally:
+        runner.close()
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -133,7 +218,7 @@ def test_the_extras_hint_names_what_pyproject_installs() -> None:
     assert not hints, f"hints naming a package that is not published: {hints}"
 
 
-def test_the_store_commands_run_without_the_extras(tmp_path: Path) -> None:
+def test_the_store_commands_run_without_the_extras(tmp_path: Path, cli: BaseCli) -> None:
     store = str(tmp_path / "store")
     put = json.loads(
         ok(cli("put", "--store", store, "--create", "--topic", "T", "--key", "k1", "hello"))
@@ -200,7 +285,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
 
 
 def test_the_client_and_admin_commands_run_without_the_extras(
-    served: tuple[str, str, list[str]],
+    served: tuple[str, str, list[str]], cli: BaseCli
 ) -> None:
     ns, broker, lines = served
     assert any(line.startswith("metrics on http://127.0.0.1:") for line in lines), lines

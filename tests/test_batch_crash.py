@@ -137,14 +137,13 @@ def check_store(store: MessageStore, must: list[Any]) -> dict[int, list[bytes]]:
     return got
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_kill_minus_nine_during_batch_puts(tmp_path: Path, seed: int) -> None:
+def _kill_loop(tmp_path: Path, seed: int, cycles: int) -> None:
     """SYNC_FLUSH: every acknowledged batch survives whole, nothing torn is visible, queue
-    offsets stay dense, across several kills and restarts on one directory."""
+    offsets stay dense, across ``cycles`` kills and restarts on one directory."""
     rng = random.Random(f"batch-kill-{seed}")
     root = tmp_path / "store"
     must: list[Any] = []
-    for cycle in range(10):
+    for cycle in range(cycles):
         head, acks = run_and_kill(root, cycle, rng)
         if cycle:
             assert head["load"] == "abnormal", head
@@ -160,6 +159,20 @@ def test_kill_minus_nine_during_batch_puts(tmp_path: Path, seed: int) -> None:
         assert store.load_result is not None and store.load_result.mode == "clean"
         check_store(store, must)
     assert len(must) >= 10
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kill_minus_nine_during_batch_puts(tmp_path: Path, seed: int) -> None:
+    _kill_loop(tmp_path, seed, 5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("ROCKETSTORE_LONG_TESTS"),
+    reason="50 producer kills take minutes: set ROCKETSTORE_LONG_TESTS=1",
+)
+def test_kill_minus_nine_during_batch_puts_many_times(tmp_path: Path) -> None:
+    _kill_loop(tmp_path, 7, 50)
 
 
 @pytest.mark.parametrize("seed", [3, 4, 5, 6])

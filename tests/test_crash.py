@@ -3,6 +3,7 @@ tails. Seeded: a failure names its seed and cycle and replays the same way."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import time
@@ -38,17 +39,16 @@ def check_survivors(store: MessageStore, acks: list[Ack], must: list[Ack]) -> No
         assert got[a.queue_id].get(a.queue_offset) == a.body, (a.queue_id, a.queue_offset)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
-def test_kill_minus_nine_loop(tmp_path: Path, flush: str) -> None:
-    """20 producer processes on one directory, each killed -9 at a random moment; every
-    fourth run is followed by a check here (abnormal recovery, then a clean restart)."""
-    rng = random.Random(f"kill-{flush}-20")
+def _kill_loop(tmp_path: Path, flush: str, cycles: int) -> None:
+    """``cycles`` producer processes on one directory, each killed -9 at a random moment;
+    every fourth run is followed by a check here (abnormal recovery, then a clean restart),
+    and the last one."""
+    rng = random.Random(f"kill-{flush}-{cycles}")
     root = tmp_path / "store"
     acked: list[Ack] = []  # every acknowledged message still in the log
     must: list[Ack] = []  # the ones that have to survive
     checked = False
-    for cycle in range(20):
+    for cycle in range(cycles):
         head, acks = produce_and_kill(root, flush, cycle, rng)
         if cycle:
             assert head["load"] == ("clean" if checked else "abnormal"), (cycle, head)
@@ -62,7 +62,7 @@ def test_kill_minus_nine_loop(tmp_path: Path, flush: str) -> None:
             flushed = max((a.flushed for a in acks), default=0)
             must += [a for a in acks if a.end <= flushed]
         checked = cycle % 4 == 3
-        if checked or cycle == 19:
+        if checked or cycle == cycles - 1:
             with MessageStore(config(root, flush)) as store:
                 r = store.load_result
                 assert r is not None and r.mode == "abnormal", r
@@ -72,6 +72,23 @@ def test_kill_minus_nine_loop(tmp_path: Path, flush: str) -> None:
                 assert store.load_result is not None and store.load_result.mode == "clean"
                 check_survivors(store, acked, must)
     assert len(must) >= 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_kill_minus_nine_loop(tmp_path: Path, flush: str) -> None:
+    """Eight producer processes killed -9 (two checks between them and one after)."""
+    _kill_loop(tmp_path, flush, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("ROCKETSTORE_LONG_TESTS"),
+    reason="100 producer kills take minutes: set ROCKETSTORE_LONG_TESTS=1",
+)
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_kill_minus_nine_loop_many_times(tmp_path: Path, flush: str) -> None:
+    _kill_loop(tmp_path, flush, 100)
 
 
 @pytest.mark.parametrize("garbage", [False, True], ids=["zeroed", "garbage"])

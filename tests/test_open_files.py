@@ -7,12 +7,15 @@ file. Each flood here is twice the child's limit of open files."""
 
 from __future__ import annotations
 
+import errno
 import re
 import resource
+import selectors
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +82,37 @@ def _serve(tmp_path: Path) -> tuple[subprocess.Popen[Any], dict[str, int]]:
     raise AssertionError("unreachable")
 
 
+def _flood(port: int, count: int, timeout: float) -> list[socket.socket]:
+    """``count`` connections to ``port`` opened at once (connects begun together, then waited
+    for together, rather than one after another, each waiting out the retries of a connect
+    the full listen queue dropped); the ones refused or not connected within ``timeout``
+    (the flood is over the limits) are closed and left out."""
+    pending: dict[int, socket.socket] = {}
+    opened: list[socket.socket] = []
+    with selectors.DefaultSelector() as sel:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            if sock.connect_ex(("127.0.0.1", port)) not in (0, errno.EINPROGRESS):
+                sock.close()
+                continue
+            pending[sock.fileno()] = sock
+            sel.register(sock, selectors.EVENT_WRITE)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
+                sock = pending.pop(key.fd)
+                sel.unregister(sock)
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    sock.setblocking(True)
+                    opened.append(sock)
+                else:
+                    sock.close()
+    for sock in pending.values():
+        sock.close()
+    return opened
+
+
 @pytest.mark.parametrize("flooded", ["gRPC", "broker", "name server"])
 def test_a_connection_flood_leaves_the_process_its_files(tmp_path: Path, flooded: str) -> None:
     _own_limit_at_least(3 * LIMIT)
@@ -88,11 +122,7 @@ def test_a_connection_flood_leaves_the_process_its_files(tmp_path: Path, flooded
     try:
         address = f"127.0.0.1:{broker}"
         assert send(address, b"before").code == ResponseCode.SUCCESS
-        for _ in range(2 * LIMIT):
-            try:
-                flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
-            except OSError:  # refused or timed out: the flood is over the limits
-                break
+        flood += _flood(port, 2 * LIMIT, timeout=10)
         # the broker still accepts, serves and stores
         assert send(address, b"after").code == ResponseCode.SUCCESS
         with RemotingClient(timeout=30) as client:

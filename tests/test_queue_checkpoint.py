@@ -241,6 +241,35 @@ def test_queues_read_after_a_clean_restart_are_checkpointed_without_reading_them
         assert after.max_offset == r.queue_offset + 1 and after.last_phys == r.wrote_offset
 
 
+def test_a_burst_of_new_queues_brings_the_checkpoint_forward(tmp_path: Path) -> None:
+    """1,000 queues made since the last checkpoint bring the next one forward (the thorough
+    interval is an hour here): a crash soon after the burst recovers from it, opening only
+    the queues made after it, not every one of the burst."""
+    root = tmp_path / "s"
+    n = 1050
+    burst = [(f"B{i // 8}", i % 8) for i in range(n)]
+    with MessageStore(config(root, flush_disk_type="ASYNC_FLUSH")) as store:
+        for topic, qid in burst:
+            assert store.put_message(Message(topic, b"burst", qid)).status.name == "PUT_OK"
+
+        def checkpointed() -> int:
+            try:
+                cp = qcp.read(root)
+            except CorruptFileError:
+                return 0
+            return len(cp.queues) if cp is not None else 0
+
+        assert wait_until(lambda: checkpointed() == n)
+        # what a kill -9 now leaves: the running store's files as they are (abort file too)
+        crashed = copy_of(root, tmp_path / "crashed")
+    (crashed / "lock").unlink(missing_ok=True)
+    with MessageStore(config(crashed, flush_disk_type="ASYNC_FLUSH")) as again:
+        r = again.load_result
+        assert r is not None and r.mode == "abnormal" and r.queue_checkpoint == "used", r
+        assert r.queues_opened < n // 10, r.summary()
+        assert all(again.get_max_offset_in_queue(t, q) == 1 for t, q in burst)
+
+
 def test_a_queue_that_disagrees_is_recovered_from_its_files(
     tmp_path: Path, clean_store: tuple[Path, dict[Any, list[bytes]]]
 ) -> None:
