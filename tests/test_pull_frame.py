@@ -25,6 +25,7 @@ from rocketstore.broker.state._stats import RESULT_SUCCESS, BrokerStats, frame_c
 from rocketstore.remoting import Connection, RemotingClient, RemotingCommand
 from rocketstore.remoting._command import RESPONSE_FLAG, SERIALIZE_ROCKETMQ, decode_frame
 from support.broker import RunningBroker, pull_request, send_request
+from support.waits import wait_dispatched
 
 TOPIC = "PullFrame"
 FILE = 1024 * 1024  # RunningBroker's commit-log file size
@@ -49,11 +50,15 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
 
 
 def fill(broker: RunningBroker, sizes: list[int], queue_id: int = 0) -> None:
+    """Send messages of ``sizes`` bytes, then wait until dispatch has taken them (a send is
+    answered before its record is in the consume queue)."""
     with RemotingClient(timeout=60.0) as client:
         for i, size in enumerate(sizes):
             body = bytes([65 + i % 26]) * size if size else b"arrived"
             r = client.invoke(broker.addr, send_request(TOPIC, body, queue_id=queue_id))
             assert r.code == 0, r.remark
+    assert broker.controller is not None
+    wait_dispatched(broker.controller.store)
 
 
 def both(broker: RunningBroker, cmd: RemotingCommand) -> tuple[bytes, bytes]:
@@ -250,6 +255,8 @@ def test_a_cut_connection_during_a_large_answer_leaves_the_broker_serving(
             sock.close()  # reset, most answers unread
     with RemotingClient(timeout=60.0) as client:
         assert client.invoke(broker.addr, send_request(TOPIC, b"after")).code == 0
+        assert broker.controller is not None
+        wait_dispatched(broker.controller.store)
         got = client.invoke(broker.addr, pull_request(TOPIC, 0, 8))
         assert got.code == 0 and b"after" in bytes(got.body)
 
