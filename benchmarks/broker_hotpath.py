@@ -24,7 +24,8 @@ before and after.
 The connection is made as the broker's remoting server makes its connections (with the send
 frame path where it is built). ``--metrics`` times every request as ``serve`` does with its
 metrics endpoint on (its default). ``--binary`` sends the headers in the ROCKETMQ binary
-serialize type with every value as text, as RocketMQ's Java benchmark producer does. ``--instructions`` counts the instructions a send with
+serialize type with every value as text, as RocketMQ's Java benchmark producer and consumer
+do. ``--instructions`` counts the instructions a send with
 callgrind instead (every thread; it hardly depends on the load): this script runs twice under
 ``valgrind --tool=callgrind``, feeding 2,000 and 6,000 of the same 6,000 encoded frames, and
 the difference is divided by 4,000.
@@ -154,7 +155,7 @@ def _send_frames(n: int, body: bytes, binary: bool = False) -> list[bytes]:
     return out
 
 
-def _pull_frames(per_queue: int, queues: int) -> list[bytes]:
+def _pull_frames(per_queue: int, queues: int, binary: bool = False) -> list[bytes]:
     out = []
     for offset in range(0, per_queue, 32):
         for q in range(queues):
@@ -170,7 +171,11 @@ def _pull_frames(per_queue: int, queues: int) -> list[bytes]:
                 "subscription": "*",
                 "subVersion": "0",
             }
-            out.append(_encode(RemotingCommand.request(11, ext)))
+            cmd = RemotingCommand.request(11, ext)
+            if binary:  # as RocketMQ's Java benchmark consumer sends
+                cmd.language = "JAVA"
+                cmd.serialize_type = 1
+            out.append(_encode(cmd))
     return out
 
 
@@ -240,7 +245,7 @@ async def run(args: argparse.Namespace) -> None:
                     for f in _send_frames(per_queue * 4, body):
                         _feed(conn, f)
                 await asyncio.sleep(0.5)  # dispatch
-                frames = _pull_frames(per_queue, 4)
+                frames = _pull_frames(per_queue, 4, args.binary)
                 for r in range(args.rounds + (1 if args.profile else 0)):
                     profiler = cProfile.Profile() if args.profile and r == args.rounds else None
                     if profiler:

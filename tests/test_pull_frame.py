@@ -1,9 +1,11 @@
 """A pull's answer written from its template (``answer_frame``) is byte for byte the frame the
-connection writes for the command answer (``answer``, the reference), for the same store, and
-its body is the records as the commit-log files hold them:
-messages of several sizes, a pull spanning two commit-log files, pulls stopped by the count
-and the size limits, empty pulls; the same over a socket; a long-polled pull answered on
-arrival; a connection cut while a large answer is on its way leaves the broker serving."""
+connection writes for the command answer (``answer``, the reference), for the same store, in
+both serialize types (JSON and the binary form), and its body is the records as the commit-log
+files hold them: messages of several sizes, a pull spanning two commit-log files, pulls
+stopped by the count and the size limits, empty pulls; the same over a socket; a long-polled
+pull answered on arrival (its answer from the template too); a connection cut while a large
+answer is on its way leaves the broker serving; the statistics count a framed answer as they
+count the command."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import pytest
 from rocketstore.broker.messaging._pull import PullProcessor
 from rocketstore.broker.state._stats import RESULT_SUCCESS, BrokerStats, frame_code
 from rocketstore.remoting import Connection, RemotingClient, RemotingCommand
-from rocketstore.remoting._command import RESPONSE_FLAG, decode_frame
+from rocketstore.remoting._command import RESPONSE_FLAG, SERIALIZE_ROCKETMQ, decode_frame
 from support.broker import RunningBroker, pull_request, send_request
 from support.waits import wait_dispatched
 
@@ -48,6 +50,8 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
 
 
 def fill(broker: RunningBroker, sizes: list[int], queue_id: int = 0) -> None:
+    """Send messages of ``sizes`` bytes, then wait until dispatch has taken them (a send is
+    answered before its record is in the consume queue)."""
     with RemotingClient(timeout=60.0) as client:
         for i, size in enumerate(sizes):
             body = bytes([65 + i % 26]) * size if size else b"arrived"
@@ -97,13 +101,23 @@ def stored(broker: RunningBroker, phys: int, size: int) -> bytes:
         return f.read(size)
 
 
-def test_frames_equal_the_reference_across_sizes_files_and_limits(broker: RunningBroker) -> None:
+def as_sent(cmd: RemotingCommand, serialize_type: int) -> RemotingCommand:
+    """``cmd`` in ``serialize_type`` (1: the binary form RocketMQ's benchmark clients send)."""
+    cmd.serialize_type = serialize_type
+    return cmd
+
+
+@pytest.mark.parametrize("serialize_type", [0, SERIALIZE_ROCKETMQ], ids=["json", "binary"])
+def test_frames_equal_the_reference_across_sizes_files_and_limits(
+    broker: RunningBroker, serialize_type: int
+) -> None:
     sizes = list(SIZES) * 6  # some 1.6 MB: two commit-log files
     fill(broker, sizes)
     spans_files = by_count = by_bytes = empty = 0
     for offset in range(len(sizes) + 2):
         for max_nums in (1, 3, 32):
-            framed, reference = both(broker, pull_request(TOPIC, 0, offset, max_nums=max_nums))
+            cmd = as_sent(pull_request(TOPIC, 0, offset, max_nums=max_nums), serialize_type)
+            framed, reference = both(broker, cmd)
             assert framed == reference, (offset, max_nums)
             answer = decode_frame(memoryview(framed)[4:])
             if answer.code != 0:
@@ -123,7 +137,10 @@ def test_frames_equal_the_reference_across_sizes_files_and_limits(broker: Runnin
     assert spans_files and by_count and by_bytes and empty
 
 
-def test_frames_equal_the_reference_for_what_finds_nothing(broker: RunningBroker) -> None:
+@pytest.mark.parametrize("serialize_type", [0, SERIALIZE_ROCKETMQ], ids=["json", "binary"])
+def test_frames_equal_the_reference_for_what_finds_nothing(
+    broker: RunningBroker, serialize_type: int
+) -> None:
     fill(broker, [10, 20, 30])
     for cmd in (
         pull_request(TOPIC, 0, 3),  # the end: not found
@@ -131,7 +148,7 @@ def test_frames_equal_the_reference_for_what_finds_nothing(broker: RunningBroker
         pull_request(TOPIC, 1, 0),  # a queue with nothing
         pull_request(TOPIC, 0, 0, expression="onlythis"),  # no tag matches
     ):
-        framed, reference = both(broker, cmd)
+        framed, reference = both(broker, as_sent(cmd, serialize_type))
         assert framed == reference
 
 
@@ -154,7 +171,10 @@ def test_the_answers_on_the_wire_are_the_reference_bytes(broker: RunningBroker) 
     sizes = list(SIZES) * 2
     fill(broker, sizes)
     host, port = broker.addr.rsplit(":", 1)
-    cmds = [pull_request(TOPIC, 0, offset, max_nums=4) for offset in range(len(sizes) + 1)]
+    cmds = [
+        as_sent(pull_request(TOPIC, 0, offset, max_nums=4), offset % 2)  # JSON, binary, ...
+        for offset in range(len(sizes) + 1)
+    ]
     with socket.create_connection((host, int(port)), timeout=60) as sock:
         sock.sendall(b"".join(cmd.encode() for cmd in cmds))  # pipelined: answered in order
         wire = [read_frame(sock) for _ in cmds]
@@ -191,6 +211,33 @@ def records_size(broker: RunningBroker, offset: int) -> int:
     return records(bytes(decode_frame(memoryview(framed)[4:]).body))[0][1]
 
 
+@pytest.mark.parametrize("serialize_type", [0, SERIALIZE_ROCKETMQ], ids=["json", "binary"])
+def test_a_held_pull_is_answered_with_the_reference_bytes(
+    broker: RunningBroker, serialize_type: int
+) -> None:
+    fill(broker, [5, 6])
+    assert broker.controller is not None
+    holds = broker.controller.holds
+    host, port = broker.addr.rsplit(":", 1)
+    held = as_sent(pull_request(TOPIC, 0, 2, suspend_ms=30_000), serialize_type)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(held.encode())
+        began = time.monotonic()
+        while holds.held_count == 0:  # the pull waits in its hold
+            assert time.monotonic() - began < 60
+            time.sleep(0.01)
+        fill(broker, [7])  # (another connection) the record it is woken for
+        got = read_frame(sock)  # (woken by the arrival or by the hold's own check)
+    answer = decode_frame(memoryview(got)[4:])
+    assert answer.code == 0 and answer.serialize_type == serialize_type
+    assert len(records(bytes(answer.body))) == 1
+    # the bytes of the same pull answered now: the template's and the reference command's
+    again = as_sent(pull_request(TOPIC, 0, 2), serialize_type)
+    again.opaque = held.opaque
+    framed, reference = both(broker, again)
+    assert got == reference == framed
+
+
 def test_a_cut_connection_during_a_large_answer_leaves_the_broker_serving(
     broker: RunningBroker,
 ) -> None:
@@ -209,14 +256,19 @@ def test_a_cut_connection_during_a_large_answer_leaves_the_broker_serving(
             sock.close()  # reset, most answers unread
     with RemotingClient(timeout=60.0) as client:
         assert client.invoke(broker.addr, send_request(TOPIC, b"after")).code == 0
+        assert broker.controller is not None
+        wait_dispatched(broker.controller.store)
         got = client.invoke(broker.addr, pull_request(TOPIC, 0, 8))
         assert got.code == 0 and b"after" in bytes(got.body)
 
 
-def test_the_statistics_count_a_framed_answer_by_its_code(broker: RunningBroker) -> None:
+@pytest.mark.parametrize("serialize_type", [0, SERIALIZE_ROCKETMQ], ids=["json", "binary"])
+def test_the_statistics_count_a_framed_answer_by_its_code(
+    broker: RunningBroker, serialize_type: int
+) -> None:
     fill(broker, [10])
-    framed, _ = both(broker, pull_request(TOPIC, 0, 0))
-    missing, _ = both(broker, pull_request(TOPIC, 0, 1))
+    framed, _ = both(broker, as_sent(pull_request(TOPIC, 0, 0), serialize_type))
+    missing, _ = both(broker, as_sent(pull_request(TOPIC, 0, 1), serialize_type))
     assert frame_code(framed) == 0
     assert frame_code(missing) == decode_frame(memoryview(missing)[4:]).code != 0
     assert frame_code(b"\0" * 8 + b"[]") is None
@@ -224,6 +276,46 @@ def test_the_statistics_count_a_framed_answer_by_its_code(broker: RunningBroker)
     cmd = pull_request(TOPIC, 0, 0)
     stats.note_rpc(cmd, framed, False, stats.now())
     assert list(stats.rpc_latency) == [(11, 0, False, RESULT_SUCCESS)]
+
+
+def test_a_timed_handler_counts_what_note_rpc_counts() -> None:
+    """The handler table's timing keeps its own histograms of what it answers at once: the
+    counts and keys are those ``note_rpc`` gives the same answers, in ``rpc_latency``."""
+    answers: list[Any] = [
+        RemotingCommand.response(0, "FOUND"),
+        RemotingCommand.response(19, "OFFSET_FOUND_NULL"),
+        RemotingCommand.response(0, "FOUND"),
+        None,
+        RemotingCommand.response(0, "FOUND"),
+    ]
+    for serialize_type in (0, SERIALIZE_ROCKETMQ):  # and each as its frame
+        for a in answers[:3]:
+            framed = RemotingCommand.response(a.code, a.remark)
+            framed.flag |= RESPONSE_FLAG
+            framed.serialize_type = serialize_type
+            answers.append(framed.encode())
+    timed, noted = BrokerStats(), BrokerStats()
+    pending = list(answers)
+    handler = timed.timed_handlers({11: lambda cmd, conn: pending.pop(0)})[11]
+    for answer in answers:
+        cmd = pull_request(TOPIC, 0, 0)
+        assert handler(cmd, None) is answer
+        noted.note_rpc(cmd, answer, False, noted.now())
+    oneway = RemotingCommand.request(11, {}, oneway=True)  # counted by note_rpc's rule
+    pending.append(RemotingCommand.response(0))
+    handler(oneway, None)
+    noted.note_rpc(oneway, RemotingCommand.response(0), False, noted.now())
+
+    def counts(stats: BrokerStats) -> dict[Any, int]:
+        return {key: h.count for key, h in stats.rpc_latency.items()}
+
+    assert counts(timed) == counts(noted)
+    assert counts(timed) == {
+        (11, 0, False, RESULT_SUCCESS): 7,
+        (11, 19, False, RESULT_SUCCESS): 3,
+        (11, None, False, "oneway"): 1,
+        (11, 0, False, "oneway"): 1,
+    }
 
 
 class Writes(asyncio.Transport):

@@ -214,7 +214,9 @@ class BrokerController:
         self.end_transaction = EndTransactionProcessor(self)
         self.transactions.checkers.append(self.end_transaction.check)
         self.clients = ClientProcessor(self)
-        self.store.set_message_arriving_listener(self._message_arriving)
+        # the hold service is the listener itself: no frame of the broker's between the put
+        # path and it, a message
+        self.store.set_message_arriving_listener(self.holds.notify_arriving)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -600,12 +602,6 @@ class BrokerController:
         created a retry topic. Loop thread."""
         if self.registrar is not None:
             await self.registrar.registered(whole=False)
-
-    def _message_arriving(
-        self, topic: str, queue_id: int, max_offset: int, _tags_code: int, _store_ts: int
-    ) -> None:
-        """The store's message-arriving listener (put path or dispatch thread)."""
-        self.holds.notify_arriving(topic, queue_id, max_offset)
 
     async def _persist_offsets_periodically(self) -> None:
         """Persist the consumer offsets every interval when they changed, in a worker thread

@@ -572,6 +572,10 @@ class Connection(asyncio.BufferedProtocol):
         if response is not None and not cmd.is_oneway:
             if isinstance(response, RemotingCommand):
                 self._reply(cmd, response)
+            elif type(response) is bytes:  # the answer's frame (a held pull's template)
+                transport = self.transport
+                if transport is not None and not self.closed and not transport.is_closing():
+                    self._write_joined(transport, response)
             else:
                 self._failed(cmd, TypeError(f"handler answered {type(response).__name__}"))
 

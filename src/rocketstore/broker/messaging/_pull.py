@@ -13,11 +13,12 @@ a worker thread, within the same count and size limits as a read of the commit l
 ``nextBeginOffset`` right after them. Offsets the tier does not hold get today's answer
 (OFFSET_MOVED).
 
-The common answer (a JSON request, not one-way, answered at once: found, not found, retry,
-offset moved) is written as a frame from a template, the four numbers patched in, the records
-behind it (``answer_frame``): no command object, no header dictionary, the same bytes the
-connection writes for the command ``answer`` builds (tests/test_pull_frame.py compares both).
-Held pulls, errors, tier answers and binary-header requests are answered with commands.
+The common answer (a request that is not one-way, its header JSON or binary: found, not
+found, retry, offset moved; at once or when a held pull is woken) is written as a frame from a
+template in the request's serialize type, the four numbers patched in, the records behind it
+(``answer_frame``): no command object, no header dictionary, the same bytes the connection
+writes for the command ``answer`` builds (tests/test_pull_frame.py compares both). Errors and
+tier answers are answered with commands.
 
 Loop thread only.
 """
@@ -32,7 +33,14 @@ from ...acl._table import request_names
 from ...protocol._errors import InvalidSubscriptionError
 from ...protocol._heartbeat import SubscriptionData, build_subscription, is_tag_type
 from ...remoting import Connection, RemotingCommand, ResponseCode, ext_int, ext_str
-from ...remoting._command import ONEWAY_FLAG, SERIALIZE_JSON, SERVER_VERSION
+from ...remoting._codes import LanguageCode
+from ...remoting._command import (
+    ONEWAY_FLAG,
+    RESPONSE_FLAG,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    SERVER_VERSION,
+)
 from ...store._errors import CorruptRecordError
 from ...store.log._message import GetMessageStatus
 from ...store.read._raw_read import RawGetResult, get_raw
@@ -76,6 +84,22 @@ _PREFIX = struct.Struct(">ii")  # frame length, serialize type << 24 | header le
 # the JSON header of a pull's answer as the connection encodes ``answer``'s command: the fixed
 # fields, the remark, extFields in ``answer``'s order, the field the Java side adds
 _VERSION = f',"language":"PYTHON","version":{SERVER_VERSION:d},"opaque":'
+# the binary form's prefix and fixed fields: code, language, version, opaque, flag
+_BINARY_HEAD = struct.Struct(">iihbhii")
+_BINARY_FIXED = struct.Struct(">hbhii")
+_PYTHON = int(LanguageCode.PYTHON)
+
+
+def _ext_name(name: str) -> str:
+    """An ext field's name as the binary header writes it (int16 length, name) and its
+    value's length's three high bytes, as latin-1 text."""
+    return f"\0{chr(len(name))}{name}\0\0\0"
+
+
+_EXT_SUGGEST = _ext_name("suggestWhichBrokerId")
+_EXT_NEXT = _ext_name("nextBeginOffset")
+_EXT_MIN = _ext_name("minOffset")
+_EXT_MAX = _ext_name("maxOffset")
 
 
 def answer(code: int, r: RawGetResult, suggest: int) -> RemotingCommand:
@@ -93,9 +117,14 @@ def answer(code: int, r: RawGetResult, suggest: int) -> RemotingCommand:
     )
 
 
-def answer_frame(code: int, r: RawGetResult, suggest: int, opaque: int) -> bytes:
-    """``answer``'s frame for the request ``opaque`` (JSON), length prefix included: the header
-    from the template, the records behind it (copied once, into the frame)."""
+def answer_frame(
+    code: int, r: RawGetResult, suggest: int, opaque: int, serialize_type: int = SERIALIZE_JSON
+) -> bytes:
+    """``answer``'s frame for the request ``opaque`` in its serialize type (JSON, or
+    ROCKETMQ's binary form), length prefix included: the header from the template, the records
+    behind it (copied once, into the frame)."""
+    if serialize_type == SERIALIZE_ROCKETMQ:
+        return _binary_frame(code, r, suggest, opaque)
     header = (
         f'{{"code":{code:d}{_VERSION}{opaque:d},"flag":1,"remark":"{r.status.name}",'
         f'"extFields":{{"suggestWhichBrokerId":"{suggest:d}",'
@@ -105,6 +134,55 @@ def answer_frame(code: int, r: RawGetResult, suggest: int, opaque: int) -> bytes
     data = r.data
     prefix = _PREFIX.pack(4 + len(header) + len(data), len(header))  # SERIALIZE_JSON << 24: 0
     return b"".join((prefix, header, data)) if data else prefix + header
+
+
+def _binary_frame(code: int, r: RawGetResult, suggest: int, opaque: int) -> bytes:
+    """``answer_frame`` in the binary form: the fixed fields (the code, language PYTHON, the
+    server's version, the opaque, the response flag), the remark (the status's name) and the
+    ext fields in ``answer``'s order, as ``_encode_binary_header`` writes them. The remark and
+    the ext fields are written as one latin-1 text (every text here is ASCII, each value
+    shorter than 256 characters: its length the character after three zero bytes)."""
+    remark = r.status.name
+    suggested = str(suggest)
+    next_begin = str(r.next_begin_offset)
+    low = str(r.min_offset)
+    high = str(r.max_offset)
+    ext = (
+        _EXT_SUGGEST
+        + chr(len(suggested))
+        + suggested
+        + _EXT_NEXT
+        + chr(len(next_begin))
+        + next_begin
+        + _EXT_MIN
+        + chr(len(low))
+        + low
+        + _EXT_MAX
+        + chr(len(high))
+        + high
+    )
+    n = len(ext)
+    rest = f"\0\0\0{chr(len(remark))}{remark}\0\0{chr(n >> 8)}{chr(n & 0xFF)}{ext}".encode(
+        "latin-1"
+    )
+    header = len(rest) + _BINARY_FIXED.size
+    data = r.data
+    head = _BINARY_HEAD.pack(
+        4 + header + len(data),
+        (SERIALIZE_ROCKETMQ << 24) | header,
+        code,
+        _PYTHON,
+        SERVER_VERSION,
+        opaque,
+        RESPONSE_FLAG,
+    )
+    return b"".join((head, rest, data)) if data else head + rest
+
+
+def _framed(cmd: RemotingCommand) -> bool:
+    """Whether the answer to the pull ``cmd`` is written from a template (``answer_frame``):
+    a pull that is answered (not one-way), in either serialize type."""
+    return not cmd.flag & ONEWAY_FLAG
 
 
 if TYPE_CHECKING:  # the tier reads Parquet (the spark extra): imported where a tier is read
@@ -140,8 +218,7 @@ class PullProcessor:
         return {11: self.pull}
 
     def pull(self, cmd: RemotingCommand, conn: Connection) -> Any:
-        frame = cmd.serialize_type == SERIALIZE_JSON and not cmd.flag & ONEWAY_FLAG
-        return self.process(cmd, conn, allow_suspend=True, frame=frame)
+        return self.process(cmd, conn, allow_suspend=True, frame=_framed(cmd))
 
     @staticmethod
     def _tag_codes(subscription: SubscriptionData) -> frozenset[int] | None:
@@ -275,7 +352,7 @@ class PullProcessor:
         if r.suggest_pulling_from_slave and broker.config.slave_read_enable:
             suggest = group_config.which_broker_when_consume_slowly
         if frame:
-            return answer_frame(code, r, suggest, cmd.opaque)
+            return answer_frame(code, r, suggest, cmd.opaque, cmd.serialize_type)
         return answer(code, r, suggest)
 
     async def _from_tier(
@@ -344,9 +421,12 @@ class PullProcessor:
         queue_id: int,
         offset: int,
         timeout_s: float,
-    ) -> asyncio.Future[RemotingCommand | None]:
-        """Suspend the pull; the returned future is its response."""
-        fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+    ) -> asyncio.Future[RemotingCommand | bytes | None]:
+        """Suspend the pull; the returned future is its response (a command, or the answer's
+        frame when the pull is answered from the template)."""
+        fut: asyncio.Future[RemotingCommand | bytes | None] = (
+            asyncio.get_running_loop().create_future()
+        )
 
         def wake() -> None:
             if fut.done():
@@ -355,7 +435,7 @@ class PullProcessor:
                 fut.set_result(None)
                 return
             try:
-                result = self.process(cmd, conn, allow_suspend=False)
+                result = self.process(cmd, conn, allow_suspend=False, frame=_framed(cmd))
             except Exception as exc:  # answered with SYSTEM_ERROR by the connection
                 fut.set_exception(exc)
                 return
@@ -370,7 +450,7 @@ class PullProcessor:
         return fut
 
 
-def _chain(task: asyncio.Future[Any], fut: asyncio.Future[RemotingCommand | None]) -> None:
+def _chain(task: asyncio.Future[Any], fut: asyncio.Future[RemotingCommand | bytes | None]) -> None:
     """Complete ``fut`` as ``task`` completed (unless it is done already)."""
     if fut.done():
         return

@@ -59,7 +59,7 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _PYTHON = int(LanguageCode.PYTHON)
-_EMPTY_REMARK = _INT32.pack(0)
+_INT64 = struct.Struct(">q")
 
 
 def _ext_name(name: str) -> bytes:
@@ -70,10 +70,18 @@ def _ext_pair(name: str, value: str) -> bytes:
     return _ext_name(name) + _INT32.pack(len(value)) + value.encode()
 
 
-_EXT_MSG_ID = _ext_name("msgId")
-_EXT_QUEUE_ID = _ext_name("queueId")
-_EXT_QUEUE_OFFSET = _ext_name("queueOffset")
-_EXT_TAIL = _ext_pair("MSG_REGION", "DefaultRegion") + _ext_pair("TRACE_ON", "true")
+# the binary answer: the length prefix, the fixed fields, the remark's length (0), the ext
+# fields' length, then the ext fields as one latin-1 text: before each value its name and
+# its length's three high bytes (zero), the value's length the character before it
+_BINARY_HEAD = struct.Struct(">iihbhiiii")
+_BINARY_MARK = SERIALIZE_ROCKETMQ << 24
+_HEAD_AROUND = _BINARY_FIXED.size + 8  # the header's bytes besides the ext fields
+_TEXT_MSG_ID = (_ext_name("msgId") + b"\x00\x00\x00").decode("latin-1")
+_TEXT_QUEUE_ID = (_ext_name("queueId") + b"\x00\x00\x00").decode("latin-1")
+_TEXT_QUEUE_OFFSET = (_ext_name("queueOffset") + b"\x00\x00\x00").decode("latin-1")
+_TEXT_TAIL = (_ext_pair("MSG_REGION", "DefaultRegion") + _ext_pair("TRACE_ON", "true")).decode(
+    "latin-1"
+)
 
 
 class HasAclState(Protocol):
@@ -114,30 +122,25 @@ def _binary_answer(opaque: int, msg_id: str, queue_id: str, queue_offset: str) -
     """``answer_frame`` in the binary serialize type: the fixed fields (code 0, language
     PYTHON, the server's version, the opaque, the response flag), an empty remark, then the ext
     fields as (int16 length, name, int32 length, value), as ``_encode_binary_header`` writes
-    them (every text here is ASCII)."""
+    them. Every text here is ASCII and shorter than 256 characters, so the ext fields are
+    written as one text (each length's low byte a character) and encoded once."""
     ext = (
-        _EXT_MSG_ID
-        + _INT32.pack(len(msg_id))
-        + msg_id.encode()
-        + _EXT_QUEUE_ID
-        + _INT32.pack(len(queue_id))
-        + queue_id.encode()
-        + _EXT_QUEUE_OFFSET
-        + _INT32.pack(len(queue_offset))
-        + queue_offset.encode()
-        + _EXT_TAIL
+        _TEXT_MSG_ID
+        + chr(len(msg_id))
+        + msg_id
+        + _TEXT_QUEUE_ID
+        + chr(len(queue_id))
+        + queue_id
+        + _TEXT_QUEUE_OFFSET
+        + chr(len(queue_offset))
+        + queue_offset
+        + _TEXT_TAIL
     )
-    head = _BINARY_FIXED.pack(0, _PYTHON, SERVER_VERSION, opaque, RESPONSE_FLAG)
-    n = len(head) + 8 + len(ext)
-    return b"".join(
-        (
-            _PREFIX.pack(4 + n, (SERIALIZE_ROCKETMQ << 24) | n),
-            head,
-            _EMPTY_REMARK,
-            _INT32.pack(len(ext)),
-            ext,
-        )
-    )
+    n = len(ext)
+    h = _HEAD_AROUND + n  # the header's length
+    return _BINARY_HEAD.pack(
+        4 + h, _BINARY_MARK | h, 0, _PYTHON, SERVER_VERSION, opaque, RESPONSE_FLAG, 0, n
+    ) + ext.encode("latin-1")
 
 
 def failure_answer(exc: Exception, code: int, peer: str) -> RemotingCommand:
@@ -245,8 +248,9 @@ class SendFramePath:
                 return b""
             result: PutMessageResult = r  # type: ignore[assignment]  # no future: see put_plain
             if result.status is _PUT_OK:
-                msg_id = result.msg_id
-                assert msg_id is not None
+                # PutMessageResult.msg_id's id (a stored put has its offset and host), here
+                # without the calls into the interpreted property
+                msg_id = (result.store_host + _INT64.pack(result.wrote_offset)).hex().upper()
                 out = answer_frame(opaque, msg_id, queue_id, result.queue_offset, serialize_type)
                 response_code = 0
             else:
