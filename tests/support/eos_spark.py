@@ -45,6 +45,9 @@ CHILD = textwrap.dedent(
     POINTS = ("ROCKETSTORE_SPARK_CRASH", "ROCKETSTORE_SPARK_HOLD", "ROCKETSTORE_SPARK_CRASH_FILE")
 
     def session():
+        # Spark's Python workers (and its lookup of installed data sources) run this Python,
+        # not whichever python3 comes first on PATH
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         # two task slots, a failed task run again up to 3 times (as another writer)
         b = SparkSession.builder.master("local[2,4]").appName("eos-child")
         for k, v in {
