@@ -159,7 +159,7 @@ def _kill_loop(tmp_path: Path, seed: int, cycles: int) -> None:
     with MessageStore(cfg(root)) as store:
         assert store.load_result is not None and store.load_result.mode == "clean"
         check_store(store, must)
-    assert len(must) >= 10
+    assert len(must) >= cycles  # something acknowledged checked in every cycle on average
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -92,8 +92,11 @@ def produce_and_kill(
     min_acks: int = 5,
     max_acks: int = 150,
 ) -> tuple[dict[str, Any], list[Ack]]:
-    """Run the producer until it has acknowledged a random number of messages, wait a random
-    moment more, kill -9 it; returns its load report and every acknowledged message."""
+    """Run the producer until it has acknowledged a random number of messages and (ASYNC_FLUSH)
+    reported a flushed position past its first one, wait a random moment more, kill -9 it;
+    returns its load report and every acknowledged message. Without the flushed report a
+    loaded machine could kill every run before its flush thread ran, and the run would check
+    the durability of nothing."""
     env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", PRODUCER, str(root), flush, str(cycle), str(rng.randrange(1 << 30))],
@@ -110,11 +113,20 @@ def produce_and_kill(
     if not head:
         proc.wait(10)
         raise AssertionError(f"producer died: {proc.stderr.read() if proc.stderr else ''}")
-    while len(lines) < want and time.monotonic() < deadline:
+    first_end = -1 if flush == "ASYNC_FLUSH" else None  # None: nothing to wait for
+    while time.monotonic() < deadline and (len(lines) < want or first_end is not None):
         line = proc.stdout.readline()
         if not line:
             break
         lines.append(line)
+        if first_end is not None:
+            try:
+                _qid, _qoff, _phys, end, _body, flushed = json.loads(line)
+            except ValueError:
+                continue
+            first_end = end if first_end < 0 else first_end
+            if flushed >= first_end:
+                first_end = None
     time.sleep(rng.random() * 0.01)  # a random moment inside the next puts
     proc.send_signal(signal.SIGKILL)
     rest, _err = proc.communicate(timeout=30)

@@ -92,7 +92,7 @@ def check(
             while store.running_flags.bits and time.monotonic() < deadline:
                 time.sleep(0.05)
         else:  # on the full disk: until dispatch has met the full disk and says so
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120  # a loaded machine
             while not store.running_flags.bits and time.monotonic() < deadline:
                 time.sleep(0.05)
         by_phys, by_queue = _reads(store, acked)
