@@ -113,20 +113,21 @@ def produce_and_kill(
     if not head:
         proc.wait(10)
         raise AssertionError(f"producer died: {proc.stderr.read() if proc.stderr else ''}")
-    first_end = -1 if flush == "ASYNC_FLUSH" else None  # None: nothing to wait for
-    while time.monotonic() < deadline and (len(lines) < want or first_end is not None):
+    awaiting_flush = flush == "ASYNC_FLUSH"
+    first_end: int | None = None  # the end of the run's first acknowledged message
+    while time.monotonic() < deadline and (len(lines) < want or awaiting_flush):
         line = proc.stdout.readline()
         if not line:
             break
         lines.append(line)
-        if first_end is not None:
+        if awaiting_flush:
             try:
                 _qid, _qoff, _phys, end, _body, flushed = json.loads(line)
             except ValueError:
                 continue
-            first_end = end if first_end < 0 else first_end
-            if flushed >= first_end:
-                first_end = None
+            if first_end is None:
+                first_end = end
+            awaiting_flush = flushed < first_end
     time.sleep(rng.random() * 0.01)  # a random moment inside the next puts
     proc.send_signal(signal.SIGKILL)
     rest, _err = proc.communicate(timeout=30)

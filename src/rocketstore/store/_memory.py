@@ -12,6 +12,7 @@ import ctypes.util
 import functools
 import mmap
 from collections.abc import Callable
+from typing import Any, cast
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,23 +55,23 @@ MS_SYNC = getattr(mmap, "MS_SYNC", 4)  # Linux's value when the module does not 
 @functools.lru_cache(maxsize=1)
 def msync_function() -> Callable[[int, int, int], int] | None:
     """libc's msync (the interpreter lock is released during the call), or None."""
-    libc = _libc()
-    fn = getattr(libc, "msync", None) if libc is not None else None
-    if fn is None:
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return _int_function("msync", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
 
 
 @functools.lru_cache(maxsize=1)
 def syncfs_function() -> Callable[[int], int] | None:
     """libc's syncfs (Linux: every dirty page and inode of one file system written and its
     journal committed, in one call; the interpreter lock released during it), or None."""
+    return _int_function("syncfs", [ctypes.c_int])
+
+
+def _int_function(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
+    """libc's function ``name`` returning an int, its arguments typed; None where libc or the
+    function is missing."""
     libc = _libc()
-    fn = getattr(libc, "syncfs", None) if libc is not None else None
+    fn = getattr(libc, name, None) if libc is not None else None
     if fn is None:
         return None
-    fn.argtypes = [ctypes.c_int]
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return cast("Callable[..., int]", fn)

@@ -263,7 +263,7 @@ class ConsumeQueue:
             # checkpoint need not map the last file again to read that unit (every queue of
             # a store read through after a restart, most of them unmapped again by the LRU)
             self._state = state
-            self._state_key = (end, self.min_logic_offset, self.max_physic_offset, self._cuts)
+            self._state_key = self._state_key_now()
         return None
 
     def file_count(self) -> int:
@@ -283,9 +283,8 @@ class ConsumeQueue:
         pending = self.pending
         if pending is not None:
             return pending
-        max_phys = self.max_physic_offset
-        end_bytes = self._files.get_max_offset()
-        key = (end_bytes, self.min_logic_offset, max_phys, self._cuts)
+        key = self._state_key_now()
+        end_bytes, _, max_phys, _ = key
         cached = self._state
         if cached is not None and key == self._state_key:
             return cached  # unchanged since the last call: its last file is not mapped again
@@ -298,6 +297,13 @@ class ConsumeQueue:
         )
         self._state, self._state_key = state, key
         return state
+
+    def _state_key_now(self) -> tuple[int, int, int, int]:
+        """What ``state`` depends on: the end in bytes, the first readable offset, the end of
+        the last unit's record (read before the end: dispatch may write meanwhile) and the
+        cuts."""
+        max_phys = self.max_physic_offset
+        return (self._files.get_max_offset(), self.min_logic_offset, max_phys, self._cuts)
 
     def load(self) -> None:
         """Map the files. A last file that is short (empty, a partial unit, or shorter than
